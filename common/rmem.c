@@ -1,0 +1,134 @@
+/* Transport-independent half of the remote-memory interface: the checks every
+ * transport needs, done once, and the blocking helpers built on post/poll. */
+#include "rmem.h"
+
+#include <sched.h>
+#include <stdint.h>
+#include <time.h>
+
+#include "kvclient_errors.h"
+
+static int check_op(const struct kvi_rmem *rm, const struct kvi_rop *op)
+{
+	const char *lo = rm->lbuf, *p = op->local;
+	uint64_t len;
+
+	switch (op->kind) {
+	case KVI_ROP_READ:
+	case KVI_ROP_WRITE:
+		len = op->len;
+		if (len == 0)
+			return KVC_EINVAL;
+		break;
+	case KVI_ROP_CAS:
+	case KVI_ROP_FAA:
+		len = 8;
+		/* RDMA atomics need both words 8-byte aligned, or the NIC fails the QP. */
+		if ((op->roff & 7) || ((uintptr_t)p & 7))
+			return KVC_EINVAL;
+		break;
+	default:
+		return KVC_EINVAL;
+	}
+	if (!p || p < lo || (size_t)(p - lo) > rm->lbuf_size || rm->lbuf_size - (size_t)(p - lo) < len)
+		return KVC_EINVAL;
+	/* Checked here so that a bad offset is a clean error, not a dead QP. */
+	if (op->roff >= rm->region_size || rm->region_size - op->roff < len)
+		return KVC_ERANGE;
+	return 0;
+}
+
+int kvi_rmem_post(struct kvi_rmem *rm, const struct kvi_rop *ops, unsigned n, uint64_t cookie)
+{
+	int rc;
+
+	if (rm->broken)
+		return KVC_ESERVERGONE;
+	if (!ops || n == 0 || n > KVI_RMEM_MAX_BATCH)
+		return KVC_EINVAL;
+	if (rm->inflight >= KVI_RMEM_MAX_INFLIGHT)
+		return KVC_EAGAIN;
+	for (unsigned i = 0; i < n; i++) {
+		rc = check_op(rm, &ops[i]);
+		if (rc)
+			return rc;
+	}
+	rc = rm->type->post(rm, ops, n, cookie);
+	if (rc == 0)
+		rm->inflight++;
+	return rc;
+}
+
+int kvi_rmem_poll(struct kvi_rmem *rm, struct kvi_rcomp *out, unsigned max)
+{
+	int n;
+
+	if (max == 0 || rm->inflight == 0)
+		return 0;
+	n = rm->type->poll(rm, out, max);
+	if (n > 0)
+		rm->inflight -= (unsigned)n;
+	return n;
+}
+
+static uint64_t now_ns(void)
+{
+	struct timespec ts;
+
+	clock_gettime(CLOCK_MONOTONIC, &ts);
+	return (uint64_t)ts.tv_sec * 1000000000u + (uint64_t)ts.tv_nsec;
+}
+
+int kvi_rmem_wait(struct kvi_rmem *rm, struct kvi_rcomp *out, unsigned max, int timeout_ms)
+{
+	uint64_t deadline = timeout_ms < 0 ? UINT64_MAX : now_ns() + (uint64_t)timeout_ms * 1000000u;
+	unsigned spins = 0;
+	int n;
+
+	if (rm->inflight == 0)
+		return 0;
+	for (;;) {
+		n = kvi_rmem_poll(rm, out, max);
+		if (n != 0)
+			return n;
+		/* Spin first (completions arrive within microseconds on hardware),
+		 * then give the core away between polls and look after the peer. */
+		if (++spins < 256)
+			continue;
+		rm->type->idle(rm);
+		if (now_ns() >= deadline)
+			return 0;
+		sched_yield();
+	}
+}
+
+int kvi_rmem_exec(struct kvi_rmem *rm, const struct kvi_rop *ops, unsigned n, int timeout_ms)
+{
+	struct kvi_rcomp c;
+	int rc;
+
+	if (rm->inflight != 0)
+		return KVC_EINVAL;
+	rc = kvi_rmem_post(rm, ops, n, 0);
+	if (rc)
+		return rc;
+	rc = kvi_rmem_wait(rm, &c, 1, timeout_ms);
+	if (rc == 0) {
+		kvi_rmem_shutdown(rm, KVC_ETIMEDOUT);
+		rc = kvi_rmem_poll(rm, &c, 1);
+		return rc == 1 ? c.status : KVC_ETIMEDOUT;
+	}
+	return c.status;
+}
+
+void kvi_rmem_shutdown(struct kvi_rmem *rm, int reason)
+{
+	if (!rm->broken)
+		rm->type->shutdown(rm, reason);
+}
+
+void kvi_rmem_destroy(struct kvi_rmem *rm)
+{
+	if (rm)
+		rm->type->destroy(rm);
+}

@@ -1,0 +1,144 @@
+/* The remote-memory interface: the only way the data path touches a server's region.
+ *
+ * A kvi_rmem is one connection to one remote region. It offers the four one-sided
+ * operations RDMA gives us (READ, WRITE, 8-byte CAS, 8-byte FAA), posted in batches
+ * ("several operations per doorbell") and completed asynchronously. The hash-table
+ * algorithms are written against this interface only, so they run unchanged over
+ * real verbs (rmem_verbs.c) and over plain memory in-process (rmem_local.c), where
+ * tests can tear reads, delay operations and inject faults on purpose.
+ *
+ * Addresses are byte offsets into the remote region, never raw pointers: the
+ * transport adds the base address. Local buffers (READ destinations, WRITE sources,
+ * atomic result words) must lie inside the connection's local buffer
+ * (kvi_rmem_lbuf), which the verbs transport has registered with the NIC.
+ *
+ * Semantics, identical for every transport (and what the upper layers may rely on):
+ *  - Operations of one batch are executed in posting order as RC does: a WRITE
+ *    posted after another WRITE lands after it; a later CAS is executed after an
+ *    earlier WRITE has landed; READs may overtake nothing that precedes them.
+ *  - A READ of more than 8 bytes is not atomic: it may observe a concurrent
+ *    WRITE partly. Only CAS and FAA are atomic, and only against each other.
+ *  - A batch completes as a whole; its status is the first failing operation's.
+ *  - Any failure other than a local validation error (KVC_EINVAL, KVC_ERANGE
+ *    found before posting, KVC_EAGAIN) breaks the connection: every outstanding
+ *    and later batch then fails with KVC_ESERVERGONE (the RC QP is in the error
+ *    state; nothing more can reach the region through it).
+ *
+ * Threading: a kvi_rmem belongs to one thread at a time (like a verbs QP). */
+#ifndef KVI_RMEM_H
+#define KVI_RMEM_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+enum kvi_rop_kind {
+	KVI_ROP_READ = 1,
+	KVI_ROP_WRITE,
+	KVI_ROP_CAS, /* if *remote == compare then *remote = swap; old value -> *local */
+	KVI_ROP_FAA, /* *remote += add; old value -> *local */
+};
+
+/* One operation. For CAS and FAA, `roff` must be 8-byte aligned and `local`
+ * points to an 8-byte aligned word that receives the old remote value. */
+struct kvi_rop {
+	uint32_t kind; /* enum kvi_rop_kind */
+	uint32_t len;  /* READ/WRITE length in bytes (1..max); ignored for atomics */
+	uint64_t roff; /* offset in the remote region */
+	void *local;   /* inside the local buffer */
+	uint64_t compare_add; /* CAS: expected value; FAA: addend */
+	uint64_t swap;        /* CAS: new value */
+};
+
+/* A finished batch. */
+struct kvi_rcomp {
+	uint64_t cookie; /* as given to kvi_rmem_post */
+	int status;      /* 0 or a negative KVC_ code */
+};
+
+/* Limits every transport honours; upper layers size their batches by them. */
+#define KVI_RMEM_MAX_BATCH 16u   /* operations per doorbell */
+#define KVI_RMEM_MAX_INFLIGHT 64u /* batches outstanding per connection */
+
+struct kvi_rmem;
+
+/* Transport table (redis's ConnectionType shape). Validation that is the same
+ * for every transport is done once in rmem.c before these are called. */
+struct kvi_rmem_type {
+	const char *name;
+	int (*post)(struct kvi_rmem *rm, const struct kvi_rop *ops, unsigned n, uint64_t cookie);
+	/* Non-blocking: move up to max finished batches to out; returns the count or a
+	 * negative code when the connection is broken and nothing is outstanding. */
+	int (*poll)(struct kvi_rmem *rm, struct kvi_rcomp *out, unsigned max);
+	/* Called while waiting with nothing completed: notice a vanished peer. */
+	void (*idle)(struct kvi_rmem *rm);
+	/* Break the connection: outstanding batches fail, later posts fail. */
+	void (*shutdown)(struct kvi_rmem *rm, int reason);
+	void (*destroy)(struct kvi_rmem *rm);
+};
+
+/* Common state, embedded first in each transport's struct. */
+struct kvi_rmem {
+	const struct kvi_rmem_type *type;
+	uint64_t region_size; /* bytes of the remote region */
+	void *lbuf;           /* local buffer owned by the connection */
+	size_t lbuf_size;
+	unsigned inflight; /* batches posted and not yet returned by poll */
+	int broken;        /* 0, or the code that broke the connection */
+};
+
+/* Post ops[0..n) as one batch (one doorbell). Returns 0, or KVC_EINVAL for a
+ * malformed operation (bad kind, misaligned atomic, local pointer outside the
+ * local buffer, n out of 1..KVI_RMEM_MAX_BATCH), KVC_ERANGE for an access past
+ * region_size, KVC_EAGAIN when KVI_RMEM_MAX_INFLIGHT batches are outstanding,
+ * KVC_ESERVERGONE (or the breaking code) when the connection is broken. On error
+ * nothing was posted. The ops array may be reused once this returns; the local
+ * buffers they name must stay untouched until the batch completes. */
+int kvi_rmem_post(struct kvi_rmem *rm, const struct kvi_rop *ops, unsigned n, uint64_t cookie);
+
+/* Non-blocking poll; returns the number of batches moved to out (0..max). */
+int kvi_rmem_poll(struct kvi_rmem *rm, struct kvi_rcomp *out, unsigned max);
+
+/* Poll until at least one batch finished or timeout_ms passed (then 0).
+ * A negative timeout waits without a deadline. */
+int kvi_rmem_wait(struct kvi_rmem *rm, struct kvi_rcomp *out, unsigned max, int timeout_ms);
+
+/* Post one batch and wait for it: one round trip. Only for callers with nothing
+ * else in flight (KVC_EINVAL otherwise). A batch that misses timeout_ms breaks the
+ * connection (its buffers could otherwise still be written later) and returns
+ * KVC_ETIMEDOUT. */
+int kvi_rmem_exec(struct kvi_rmem *rm, const struct kvi_rop *ops, unsigned n, int timeout_ms);
+
+/* Break the connection on purpose (e.g. after a timeout decided above). */
+void kvi_rmem_shutdown(struct kvi_rmem *rm, int reason);
+
+/* Destroy; accepts NULL. Outstanding batches are abandoned. */
+void kvi_rmem_destroy(struct kvi_rmem *rm);
+
+static inline void *kvi_rmem_lbuf(const struct kvi_rmem *rm, size_t *size)
+{
+	if (size)
+		*size = rm->lbuf_size;
+	return rm->lbuf;
+}
+
+/* Builders, so call sites read like the operation they post. */
+static inline struct kvi_rop kvi_rop_read(uint64_t roff, void *dst, uint32_t len)
+{
+	return (struct kvi_rop){ .kind = KVI_ROP_READ, .len = len, .roff = roff, .local = dst };
+}
+static inline struct kvi_rop kvi_rop_write(uint64_t roff, void *src, uint32_t len)
+{
+	return (struct kvi_rop){ .kind = KVI_ROP_WRITE, .len = len, .roff = roff, .local = src };
+}
+static inline struct kvi_rop kvi_rop_cas(uint64_t roff, uint64_t *old, uint64_t cmp, uint64_t swp)
+{
+	return (struct kvi_rop){ .kind = KVI_ROP_CAS, .len = 8, .roff = roff, .local = old,
+				 .compare_add = cmp, .swap = swp };
+}
+static inline struct kvi_rop kvi_rop_faa(uint64_t roff, uint64_t *old, uint64_t add)
+{
+	return (struct kvi_rop){ .kind = KVI_ROP_FAA, .len = 8, .roff = roff, .local = old,
+				 .compare_add = add };
+}
+
+#endif

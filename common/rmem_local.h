@@ -1,0 +1,45 @@
+/* The in-process transport: the remote-memory interface over plain memory.
+ *
+ * A kvi_local_region stands for a server's registered region; any number of
+ * kvi_rmem_local connections (one per simulated client thread) may share it.
+ * Operations execute when posted, in order, with RDMA's granularity: READ and
+ * WRITE move 8-byte words atomically (never wider, so concurrent WRITEs show up
+ * in READs as torn data, as on a NIC), CAS and FAA are atomic on their word.
+ *
+ * Hooks let a test steer an operation deterministically: fail it, delay it, run
+ * another client's step in the middle of it, or tear the bytes a READ returns. */
+#ifndef KVI_RMEM_LOCAL_H
+#define KVI_RMEM_LOCAL_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "rmem.h"
+
+struct kvi_local_region;
+
+/* A zeroed, 64-byte aligned region of `size` bytes; NULL with errno on failure. */
+struct kvi_local_region *kvi_local_region_create(uint64_t size);
+void kvi_local_region_destroy(struct kvi_local_region *reg);
+/* The bytes themselves, for the test's own inspection and for the server side. */
+void *kvi_local_region_base(struct kvi_local_region *reg);
+uint64_t kvi_local_region_size(const struct kvi_local_region *reg);
+
+struct kvi_local_hooks {
+	void *arg;
+	/* Before each operation of a batch executes. Return 0 to let it run, or a
+	 * negative KVC_ code to fail it: the batch completes with that status and the
+	 * connection breaks, exactly as a completion error does on verbs. May sleep
+	 * or perform other operations (on other connections) to force an interleaving. */
+	int (*before_op)(void *arg, struct kvi_rmem *rm, const struct kvi_rop *op);
+	/* After a READ copied its bytes to dst (src is the region at op->roff): may
+	 * rewrite dst to model a READ that raced with a WRITE. */
+	void (*after_read)(void *arg, const struct kvi_rop *op, void *dst, const void *src);
+};
+
+/* A connection to reg with a local buffer of lbuf_size bytes (64-byte aligned).
+ * hooks may be NULL; the struct is copied. The region must outlive the connection. */
+int kvi_rmem_local_create(struct kvi_local_region *reg, size_t lbuf_size,
+			  const struct kvi_local_hooks *hooks, struct kvi_rmem **out);
+
+#endif

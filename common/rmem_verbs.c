@@ -1,0 +1,476 @@
+#include "rmem_verbs.h"
+
+#include <errno.h>
+#include <fcntl.h>
+#include <netdb.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "kvclient_errors.h"
+
+/* One entry per batch in flight, in posting order. RC completes work requests
+ * in order, so only the last request of a batch is signaled: its completion
+ * proves the whole batch finished, with every READ and atomic result in place.
+ * Every request of a batch carries the batch's slot index as wr_id, so an error
+ * completion (which is generated even for unsignaled requests) names its batch. */
+struct vslot {
+	uint64_t cookie;
+	int status;
+	int done;
+};
+
+struct rmem_verbs {
+	struct kvi_rmem rm; /* first: the generic view */
+	struct rdma_event_channel *ch;
+	struct rdma_cm_id *id;
+	struct ibv_pd *pd;
+	struct ibv_cq *cq;
+	struct ibv_mr *lmr;
+	uint64_t raddr; /* remote virtual address of region offset 0 */
+	uint32_t rkey;
+	uint32_t max_inline;
+	int connected;
+	struct vslot slots[KVI_RMEM_MAX_INFLIGHT];
+	unsigned head, count; /* ring of slots: oldest at head */
+};
+
+static void fail_outstanding(struct rmem_verbs *v, unsigned failed_slot, int code, int others)
+{
+	for (unsigned i = 0; i < v->count; i++) {
+		struct vslot *s = &v->slots[(v->head + i) % KVI_RMEM_MAX_INFLIGHT];
+
+		if (s->done)
+			continue;
+		s->done = 1;
+		s->status = ((v->head + i) % KVI_RMEM_MAX_INFLIGHT) == failed_slot ? code : others;
+	}
+}
+
+/* Break the connection: move the QP to the error state so that nothing more is
+ * executed (a late WRITE of an abandoned batch must never land), tell the peer. */
+static void verbs_shutdown(struct kvi_rmem *rm, int reason)
+{
+	struct rmem_verbs *v = (struct rmem_verbs *)rm;
+	struct ibv_qp_attr attr = { .qp_state = IBV_QPS_ERR };
+
+	rm->broken = reason ? reason : KVC_ESERVERGONE;
+	fail_outstanding(v, KVI_RMEM_MAX_INFLIGHT, 0, rm->broken);
+	if (v->id && v->id->qp)
+		ibv_modify_qp(v->id->qp, &attr, IBV_QP_STATE);
+	if (v->connected) {
+		rdma_disconnect(v->id);
+		v->connected = 0;
+	}
+}
+
+static int verbs_post(struct kvi_rmem *rm, const struct kvi_rop *ops, unsigned n, uint64_t cookie)
+{
+	struct rmem_verbs *v = (struct rmem_verbs *)rm;
+	struct ibv_send_wr wr[KVI_RMEM_MAX_BATCH], *bad = NULL;
+	struct ibv_sge sge[KVI_RMEM_MAX_BATCH];
+	unsigned slot = (v->head + v->count) % KVI_RMEM_MAX_INFLIGHT;
+	int rc;
+
+	memset(wr, 0, sizeof(wr[0]) * n);
+	for (unsigned i = 0; i < n; i++) {
+		const struct kvi_rop *op = &ops[i];
+
+		sge[i].addr = (uintptr_t)op->local;
+		sge[i].length = op->kind == KVI_ROP_READ || op->kind == KVI_ROP_WRITE ? op->len : 8;
+		sge[i].lkey = v->lmr->lkey;
+		wr[i].wr_id = slot;
+		wr[i].sg_list = &sge[i];
+		wr[i].num_sge = 1;
+		wr[i].next = i + 1 < n ? &wr[i + 1] : NULL;
+		switch (op->kind) {
+		case KVI_ROP_READ:
+			wr[i].opcode = IBV_WR_RDMA_READ;
+			break;
+		case KVI_ROP_WRITE:
+			wr[i].opcode = IBV_WR_RDMA_WRITE;
+			/* Small payloads ride in the descriptor: no DMA read of our buffer. */
+			if (op->len <= v->max_inline)
+				wr[i].send_flags |= IBV_SEND_INLINE;
+			break;
+		case KVI_ROP_CAS:
+			wr[i].opcode = IBV_WR_ATOMIC_CMP_AND_SWP;
+			wr[i].wr.atomic.compare_add = op->compare_add;
+			wr[i].wr.atomic.swap = op->swap;
+			break;
+		case KVI_ROP_FAA:
+			wr[i].opcode = IBV_WR_ATOMIC_FETCH_AND_ADD;
+			wr[i].wr.atomic.compare_add = op->compare_add;
+			break;
+		}
+		if (op->kind == KVI_ROP_CAS || op->kind == KVI_ROP_FAA) {
+			wr[i].wr.atomic.remote_addr = v->raddr + op->roff;
+			wr[i].wr.atomic.rkey = v->rkey;
+		} else {
+			wr[i].wr.rdma.remote_addr = v->raddr + op->roff;
+			wr[i].wr.rdma.rkey = v->rkey;
+		}
+	}
+	wr[n - 1].send_flags |= IBV_SEND_SIGNALED;
+	rc = ibv_post_send(v->id->qp, wr, &bad);
+	if (rc) {
+		/* Nothing of a batch may be half-posted and then forgotten: if the first
+		 * request went in and a later one did not, the QP state is unknown. */
+		if (bad != wr) {
+			verbs_shutdown(rm, KVC_EIO);
+			return KVC_EIO;
+		}
+		return rc == ENOMEM ? KVC_EAGAIN : KVC_EIO;
+	}
+	v->slots[slot] = (struct vslot){ .cookie = cookie };
+	v->count++;
+	return 0;
+}
+
+static int verbs_poll(struct kvi_rmem *rm, struct kvi_rcomp *out, unsigned max)
+{
+	struct rmem_verbs *v = (struct rmem_verbs *)rm;
+	struct ibv_wc wc[16];
+	unsigned n = 0;
+
+	if (!rm->broken) {
+		int got = ibv_poll_cq(v->cq, 16, wc);
+
+		if (got < 0) {
+			verbs_shutdown(rm, KVC_EIO);
+		}
+		for (int i = 0; i < got; i++) {
+			unsigned slot = (unsigned)wc[i].wr_id;
+
+			if (slot >= KVI_RMEM_MAX_INFLIGHT)
+				continue;
+			if (wc[i].status == IBV_WC_SUCCESS) {
+				v->slots[slot].done = 1;
+				v->slots[slot].status = 0;
+				continue;
+			}
+			/* The QP is in the error state now; every later request flushes. */
+			fail_outstanding(v, slot, kvi_wc_status_code(wc[i].status), KVC_ESERVERGONE);
+			verbs_shutdown(rm, KVC_ESERVERGONE);
+			break;
+		}
+	}
+	while (n < max && v->count > 0 && v->slots[v->head].done) {
+		out[n].cookie = v->slots[v->head].cookie;
+		out[n].status = v->slots[v->head].status;
+		n++;
+		v->head = (v->head + 1) % KVI_RMEM_MAX_INFLIGHT;
+		v->count--;
+	}
+	return (int)n;
+}
+
+/* A vanished server shows up first as an rdma_cm DISCONNECTED event (its kernel
+ * tore the connection down) or, if the host itself died, as retry-exceeded
+ * completions after the transport timeout. Look for the former while idle. */
+static void verbs_idle(struct kvi_rmem *rm)
+{
+	struct rmem_verbs *v = (struct rmem_verbs *)rm;
+	struct rdma_cm_event *ev;
+
+	if (rm->broken || rdma_get_cm_event(v->ch, &ev))
+		return;
+	switch (ev->event) {
+	case RDMA_CM_EVENT_DISCONNECTED:
+	case RDMA_CM_EVENT_DEVICE_REMOVAL:
+	case RDMA_CM_EVENT_TIMEWAIT_EXIT:
+		rdma_ack_cm_event(ev);
+		verbs_shutdown(rm, KVC_ESERVERGONE);
+		return;
+	default:
+		rdma_ack_cm_event(ev);
+	}
+}
+
+static void verbs_destroy(struct kvi_rmem *rm)
+{
+	struct rmem_verbs *v = (struct rmem_verbs *)rm;
+
+	if (v->connected)
+		rdma_disconnect(v->id);
+	if (v->id && v->id->qp)
+		rdma_destroy_qp(v->id);
+	if (v->cq)
+		ibv_destroy_cq(v->cq);
+	if (v->lmr)
+		ibv_dereg_mr(v->lmr);
+	free(rm->lbuf);
+	if (v->pd)
+		ibv_dealloc_pd(v->pd);
+	if (v->id)
+		rdma_destroy_id(v->id);
+	if (v->ch)
+		rdma_destroy_event_channel(v->ch);
+	free(v);
+}
+
+static const struct kvi_rmem_type verbs_type = {
+	.name = "verbs",
+	.post = verbs_post,
+	.poll = verbs_poll,
+	.idle = verbs_idle,
+	.shutdown = verbs_shutdown,
+	.destroy = verbs_destroy,
+};
+
+/* Wait for one specific set-up event; anything else is a failure described in e. */
+static int expect_event(struct rmem_verbs *v, const struct kvi_verbs_opts *o,
+			enum rdma_cm_event_type want, struct kvi_welcome *welcome, struct kvi_errbuf *e)
+{
+	struct rdma_cm_event *ev;
+	int rc = kvi_cm_wait(v->ch, o->timeout_ms, &ev);
+
+	if (rc == KVC_ETIMEDOUT) {
+		kvi_errbuf_set(e, "server %s:%s did not answer within %d ms (%s): is kvserver running there?",
+			       o->host, o->port, o->timeout_ms, rdma_event_str(want));
+		return KVC_EUNREACHABLE;
+	}
+	if (rc) {
+		kvi_errbuf_set(e, "waiting for rdma_cm event: %s", strerror(errno));
+		return rc;
+	}
+	if (ev->event == want) {
+		rc = 0;
+		if (want == RDMA_CM_EVENT_ESTABLISHED) {
+			rc = kvi_wire_welcome_decode(ev->param.conn.private_data,
+						     ev->param.conn.private_data_len, welcome);
+			if (rc)
+				kvi_errbuf_set(e, "server %s:%s sent a malformed welcome (%u bytes): "
+					       "is it a kvserver of the same version?",
+					       o->host, o->port, ev->param.conn.private_data_len);
+		}
+		rdma_ack_cm_event(ev);
+		return rc;
+	}
+	switch (ev->event) {
+	case RDMA_CM_EVENT_ADDR_ERROR:
+		kvi_errbuf_set(e, "no RDMA route to %s: the address is not reachable through any RDMA "
+			       "device (is it on an RDMA-capable interface?)", o->host);
+		rc = KVC_EUNREACHABLE;
+		break;
+	case RDMA_CM_EVENT_ROUTE_ERROR:
+		kvi_errbuf_set(e, "cannot resolve an RDMA route to %s (status %d)", o->host, ev->status);
+		rc = KVC_EUNREACHABLE;
+		break;
+	case RDMA_CM_EVENT_REJECTED: {
+		uint16_t why = kvi_wire_reject_decode(ev->param.conn.private_data,
+						      ev->param.conn.private_data_len);
+		if (why) {
+			kvi_errbuf_set(e, "server %s:%s refused the connection: %s", o->host, o->port,
+				       kvi_reject_reason_text(why));
+			rc = kvi_reject_reason_code(why);
+		} else {
+			kvi_errbuf_set(e, "connection to %s:%s refused (rdma_cm status %d): no kvserver "
+				       "listening on that port?", o->host, o->port, ev->status);
+			rc = KVC_EUNREACHABLE;
+		}
+		break;
+	}
+	case RDMA_CM_EVENT_UNREACHABLE:
+	case RDMA_CM_EVENT_CONNECT_ERROR:
+		kvi_errbuf_set(e, "server %s:%s unreachable (%s, status %d): is kvserver running there?",
+			       o->host, o->port, rdma_event_str(ev->event), ev->status);
+		rc = KVC_EUNREACHABLE;
+		break;
+	default:
+		kvi_errbuf_set(e, "unexpected rdma_cm event %s while connecting to %s:%s",
+			       rdma_event_str(ev->event), o->host, o->port);
+		rc = KVC_EPROTO;
+	}
+	rdma_ack_cm_event(ev);
+	return rc;
+}
+
+static int check_route_device(struct rmem_verbs *v, const struct kvi_verbs_opts *o,
+			      struct ibv_device_attr *attr, struct kvi_errbuf *e)
+{
+	const char *routed = ibv_get_device_name(v->id->verbs->device);
+
+	if (o->device && strcmp(o->device, routed) != 0) {
+		char names[256];
+		int exists = 0, n = 0;
+		struct ibv_context **devs = rdma_get_devices(&n);
+
+		for (int i = 0; devs && i < n; i++)
+			exists |= strcmp(ibv_get_device_name(devs[i]->device), o->device) == 0;
+		if (devs)
+			rdma_free_devices(devs);
+		kvi_device_names(names, sizeof(names));
+		if (!exists)
+			kvi_errbuf_set(e, "RDMA device '%s' not found (available: %s)", o->device, names);
+		else
+			kvi_errbuf_set(e, "server %s is reached through RDMA device %s, not %s: "
+				       "drop the device option or use an address on %s",
+				       o->host, routed, o->device, o->device);
+		return KVC_ENODEV;
+	}
+	return kvi_check_device(v->id->verbs, attr, e);
+}
+
+static int create_resources(struct rmem_verbs *v, const struct kvi_verbs_opts *o,
+			    const struct ibv_device_attr *attr, struct kvi_errbuf *e)
+{
+	const char *dev = ibv_get_device_name(v->id->verbs->device);
+	unsigned sq = KVI_RMEM_MAX_INFLIGHT * KVI_RMEM_MAX_BATCH;
+	struct ibv_qp_init_attr qa;
+
+	if ((int)sq > attr->max_qp_wr)
+		sq = (unsigned)attr->max_qp_wr;
+	v->pd = ibv_alloc_pd(v->id->verbs);
+	if (!v->pd) {
+		kvi_errbuf_set(e, "ibv_alloc_pd on %s: %s", dev, strerror(errno));
+		return KVC_ESYS;
+	}
+	/* Every request may complete with an error when the QP fails, signaled or
+	 * not, so the CQ must hold a full send queue plus the receives. */
+	v->cq = ibv_create_cq(v->id->verbs, (int)sq + 16, NULL, NULL, 0);
+	if (!v->cq) {
+		kvi_errbuf_set(e, "ibv_create_cq on %s: %s", dev, strerror(errno));
+		return KVC_ESYS;
+	}
+	memset(&qa, 0, sizeof(qa));
+	qa.send_cq = v->cq;
+	qa.recv_cq = v->cq;
+	qa.qp_type = IBV_QPT_RC;
+	qa.cap.max_send_wr = sq;
+	qa.cap.max_recv_wr = 16;
+	qa.cap.max_send_sge = 1;
+	qa.cap.max_recv_sge = 1;
+	qa.cap.max_inline_data = 64;
+	if (rdma_create_qp(v->id, v->pd, &qa)) {
+		qa.cap.max_inline_data = 0; /* some devices have no inline support */
+		if (rdma_create_qp(v->id, v->pd, &qa)) {
+			kvi_errbuf_set(e, "rdma_create_qp on %s (%u send WRs): %s", dev, sq, strerror(errno));
+			return KVC_ESYS;
+		}
+	}
+	v->max_inline = qa.cap.max_inline_data;
+	v->rm.lbuf_size = o->lbuf_size;
+	v->rm.lbuf = aligned_alloc(64, (o->lbuf_size + 63) & ~(size_t)63);
+	if (!v->rm.lbuf) {
+		kvi_errbuf_set(e, "cannot allocate %zu bytes of local buffer", o->lbuf_size);
+		return KVC_ENOMEM;
+	}
+	memset(v->rm.lbuf, 0, o->lbuf_size);
+	v->lmr = ibv_reg_mr(v->pd, v->rm.lbuf, o->lbuf_size, IBV_ACCESS_LOCAL_WRITE);
+	if (!v->lmr) {
+		kvi_errbuf_set(e, "cannot register %zu bytes with %s: %s (raise the locked-memory "
+			       "limit: ulimit -l unlimited)", o->lbuf_size, dev, strerror(errno));
+		return errno == ENOMEM ? KVC_ENOMEM : KVC_ESYS;
+	}
+	return 0;
+}
+
+int kvi_rmem_verbs_connect(const struct kvi_verbs_opts *o, struct kvi_rmem **out,
+			   struct kvi_welcome *welcome, struct kvi_errbuf *e)
+{
+	struct rdma_addrinfo hints = { .ai_port_space = RDMA_PS_TCP }, *ai = NULL;
+	struct rdma_conn_param cp;
+	struct kvi_wire_hello hello;
+	struct ibv_device_attr attr;
+	struct rmem_verbs *v;
+	int rc;
+
+	*out = NULL;
+	if (!o->host || !o->port || o->lbuf_size < 64 || o->timeout_ms <= 0) {
+		kvi_errbuf_set(e, "invalid connection options");
+		return KVC_EINVAL;
+	}
+	v = calloc(1, sizeof(*v));
+	if (!v) {
+		kvi_errbuf_set(e, "out of memory");
+		return KVC_ENOMEM;
+	}
+	v->rm.type = &verbs_type;
+	v->ch = rdma_create_event_channel();
+	if (!v->ch) {
+		kvi_errbuf_set(e, "cannot open the RDMA connection manager (/dev/infiniband/rdma_cm: %s): "
+			       "no RDMA device or rdma_ucm not loaded; run under deploy/rdma-env",
+			       strerror(errno));
+		rc = KVC_ENODEV;
+		goto clean_v;
+	}
+	if (rdma_create_id(v->ch, &v->id, v, RDMA_PS_TCP)) {
+		kvi_errbuf_set(e, "rdma_create_id: %s", strerror(errno));
+		rc = KVC_ESYS;
+		goto clean_v;
+	}
+	rc = rdma_getaddrinfo(o->host, o->port, &hints, &ai);
+	if (rc) {
+		kvi_errbuf_set(e, "cannot resolve server address %s:%s: %s", o->host, o->port,
+			       rc == -1 ? strerror(errno) : gai_strerror(rc));
+		rc = KVC_EUNREACHABLE;
+		goto clean_v;
+	}
+	if (rdma_resolve_addr(v->id, ai->ai_src_addr, ai->ai_dst_addr, o->timeout_ms)) {
+		kvi_errbuf_set(e, "no RDMA route to %s: %s (is the address on an RDMA-capable interface?)",
+			       o->host, strerror(errno));
+		rc = KVC_EUNREACHABLE;
+		goto clean_ai;
+	}
+	rc = expect_event(v, o, RDMA_CM_EVENT_ADDR_RESOLVED, NULL, e);
+	if (rc)
+		goto clean_ai;
+	rc = check_route_device(v, o, &attr, e);
+	if (rc)
+		goto clean_ai;
+	if (rdma_resolve_route(v->id, o->timeout_ms)) {
+		kvi_errbuf_set(e, "rdma_resolve_route to %s: %s", o->host, strerror(errno));
+		rc = KVC_EUNREACHABLE;
+		goto clean_ai;
+	}
+	rc = expect_event(v, o, RDMA_CM_EVENT_ROUTE_RESOLVED, NULL, e);
+	if (rc)
+		goto clean_ai;
+	rc = create_resources(v, o, &attr, e);
+	if (rc)
+		goto clean_ai;
+
+	kvi_wire_hello_encode(&hello, &(struct kvi_hello){ .role = o->role ? o->role : KVI_ROLE_CLIENT });
+	memset(&cp, 0, sizeof(cp));
+	cp.private_data = &hello;
+	cp.private_data_len = sizeof(hello);
+	/* Zero here would forbid READ and atomics on this QP: ask for all the device allows. */
+	cp.initiator_depth = kvi_depth(attr.max_qp_init_rd_atom);
+	cp.responder_resources = kvi_depth(attr.max_qp_rd_atom);
+	cp.retry_count = 7;
+	cp.rnr_retry_count = 7;
+	if (rdma_connect(v->id, &cp)) {
+		kvi_errbuf_set(e, "rdma_connect to %s:%s: %s", o->host, o->port, strerror(errno));
+		rc = KVC_EUNREACHABLE;
+		goto clean_ai;
+	}
+	rc = expect_event(v, o, RDMA_CM_EVENT_ESTABLISHED, welcome, e);
+	if (rc)
+		goto clean_ai;
+	v->connected = 1;
+	/* From now on the channel is only looked at while idle, never blocked on. */
+	if (fcntl(v->ch->fd, F_SETFL, fcntl(v->ch->fd, F_GETFL) | O_NONBLOCK)) {
+		kvi_errbuf_set(e, "fcntl(O_NONBLOCK) on the rdma_cm channel: %s", strerror(errno));
+		rc = KVC_ESYS;
+		goto clean_ai;
+	}
+	v->raddr = welcome->region_addr;
+	v->rkey = welcome->rkey;
+	v->rm.region_size = welcome->region_size;
+	rdma_freeaddrinfo(ai);
+	*out = &v->rm;
+	return 0;
+
+clean_ai:
+	rdma_freeaddrinfo(ai);
+clean_v:
+	verbs_destroy(&v->rm);
+	return rc;
+}
+
+const char *kvi_rmem_verbs_device(const struct kvi_rmem *rm)
+{
+	const struct rmem_verbs *v = (const struct rmem_verbs *)rm;
+
+	return ibv_get_device_name(v->id->verbs->device);
+}

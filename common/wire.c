@@ -1,0 +1,127 @@
+#include "wire.h"
+
+#include <endian.h>
+#include <string.h>
+
+#include "kvclient_errors.h"
+
+static int check_header(uint32_t magic_le, uint16_t version_le)
+{
+	if (le32toh(magic_le) != KVI_WIRE_MAGIC)
+		return KVC_EPROTO;
+	if (le16toh(version_le) != KVI_WIRE_VERSION)
+		return KVC_EPROTO;
+	return 0;
+}
+
+void kvi_wire_hello_encode(struct kvi_wire_hello *w, const struct kvi_hello *h)
+{
+	memset(w, 0, sizeof(*w));
+	w->magic = htole32(KVI_WIRE_MAGIC);
+	w->version = htole16(KVI_WIRE_VERSION);
+	w->role = htole16(h->role);
+}
+
+int kvi_wire_hello_decode(const void *buf, size_t len, struct kvi_hello *out)
+{
+	struct kvi_wire_hello w;
+
+	/* rdma_cm may hand us more bytes than were sent (padding to the CM limit),
+	 * never fewer for a valid peer. */
+	if (!buf || len < sizeof(w))
+		return KVC_EPROTO;
+	memcpy(&w, buf, sizeof(w));
+	if (check_header(w.magic, w.version))
+		return KVC_EPROTO;
+	out->role = le16toh(w.role);
+	if (out->role != KVI_ROLE_CLIENT && out->role != KVI_ROLE_LOOPBACK)
+		return KVC_EPROTO;
+	return 0;
+}
+
+void kvi_wire_welcome_encode(struct kvi_wire_welcome *w, const struct kvi_welcome *h)
+{
+	memset(w, 0, sizeof(*w));
+	w->magic = htole32(KVI_WIRE_MAGIC);
+	w->version = htole16(KVI_WIRE_VERSION);
+	w->client_id = htole32(h->client_id);
+	w->rkey = htole32(h->rkey);
+	w->region_addr = htole64(h->region_addr);
+	w->region_size = htole64(h->region_size);
+	w->epoch = htole64(h->epoch);
+}
+
+int kvi_wire_welcome_decode(const void *buf, size_t len, struct kvi_welcome *out)
+{
+	struct kvi_wire_welcome w;
+
+	if (!buf || len < sizeof(w))
+		return KVC_EPROTO;
+	memcpy(&w, buf, sizeof(w));
+	if (check_header(w.magic, w.version) || w.flags != 0)
+		return KVC_EPROTO;
+	out->client_id = le32toh(w.client_id);
+	out->rkey = le32toh(w.rkey);
+	out->region_addr = le64toh(w.region_addr);
+	out->region_size = le64toh(w.region_size);
+	out->epoch = le64toh(w.epoch);
+	/* A region the client could not address without wrapping is a lie. */
+	if (out->client_id == 0 || out->region_size == 0 ||
+	    out->region_addr + out->region_size < out->region_addr)
+		return KVC_EPROTO;
+	return 0;
+}
+
+void kvi_wire_reject_encode(struct kvi_wire_reject *w, uint16_t reason)
+{
+	w->magic = htole32(KVI_WIRE_MAGIC);
+	w->version = htole16(KVI_WIRE_VERSION);
+	w->reason = htole16(reason);
+}
+
+uint16_t kvi_wire_reject_decode(const void *buf, size_t len)
+{
+	struct kvi_wire_reject w;
+
+	if (!buf || len < sizeof(w))
+		return 0;
+	memcpy(&w, buf, sizeof(w));
+	/* Any version: an older or newer server still tells us why it said no. */
+	if (le32toh(w.magic) != KVI_WIRE_MAGIC)
+		return 0;
+	return le16toh(w.reason);
+}
+
+int kvi_reject_reason_code(uint16_t reason)
+{
+	switch (reason) {
+	case KVI_REJECT_AUTH:
+		return KVC_EAUTH;
+	case KVI_REJECT_VERSION:
+		return KVC_EPROTO;
+	case KVI_REJECT_FULL:
+		return KVC_ENOMEM;
+	case KVI_REJECT_SHUTDOWN:
+		return KVC_ESERVERGONE;
+	default:
+		return KVC_EUNREACHABLE;
+	}
+}
+
+const char *kvi_reject_reason_text(uint16_t reason)
+{
+	switch (reason) {
+	case KVI_REJECT_VERSION:
+		return "server speaks another protocol version: upgrade client and server together";
+	case KVI_REJECT_AUTH:
+		return "server refused our credentials: check the shared secret";
+	case KVI_REJECT_DEVICE:
+		return "request reached the server on an RDMA device it does not serve: check kvserver -d/-l";
+	case KVI_REJECT_FULL:
+		return "server has no room for another client: raise its limits or retry later";
+	case KVI_REJECT_SHUTDOWN:
+		return "server is shutting down: retry later";
+	default:
+		return "server rejected the connection for an unknown reason";
+	}
+}

@@ -1,0 +1,98 @@
+/* On-wire formats of the connection handshake (rdma_cm private data).
+ *
+ * Defined once here; fixed-width little-endian fields, sizes pinned with
+ * _Static_assert. Nothing is ever parsed from text. Every message starts with
+ * magic and version and is validated by its decode function before any field is
+ * used: a malformed message is a KVC_EPROTO for that one peer, never a crash.
+ *
+ *   client --connect(hello, <=56 B)--> server
+ *   client <--accept(welcome, <=196 B)-- server   or   <--reject(reject)-- */
+#ifndef KVI_WIRE_H
+#define KVI_WIRE_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#define KVI_WIRE_MAGIC 0x3143564bu /* "KVC1" read as little-endian bytes */
+#define KVI_WIRE_VERSION 1u
+
+/* rdma_cm limits for RC over IB/RoCE (IB CM REQ/REP/REJ private data). */
+#define KVI_CM_CONNECT_PDATA_MAX 56u
+#define KVI_CM_ACCEPT_PDATA_MAX 196u
+#define KVI_CM_REJECT_PDATA_MAX 148u
+
+enum kvi_role {
+	KVI_ROLE_CLIENT = 1,   /* a libkvclient handle */
+	KVI_ROLE_LOOPBACK = 2, /* the server's own QP to its region (locks through the NIC) */
+};
+
+/* Connect private data. The auth area is reserved for the join proof (timestamp,
+ * nonce, truncated HMAC); it is zero until authentication exists. */
+struct kvi_wire_hello {
+	uint32_t magic;
+	uint16_t version;
+	uint16_t role; /* enum kvi_role */
+	uint64_t reserved;
+	uint8_t auth[40];
+};
+_Static_assert(sizeof(struct kvi_wire_hello) == 56, "hello must fill the 56-byte REQ private data");
+_Static_assert(offsetof(struct kvi_wire_hello, auth) == 16, "hello layout");
+
+/* Accept private data: everything a client needs to address the region. */
+struct kvi_wire_welcome {
+	uint32_t magic;
+	uint16_t version;
+	uint16_t flags;       /* none defined yet; must be 0 */
+	uint32_t client_id;   /* lock owner id for this client; never 0 */
+	uint32_t rkey;        /* of the one region MR */
+	uint64_t region_addr; /* remote virtual address of region offset 0 */
+	uint64_t region_size; /* bytes */
+	uint64_t epoch;       /* layout epoch the client starts from */
+	uint8_t reserved[24];
+};
+_Static_assert(sizeof(struct kvi_wire_welcome) == 64, "welcome layout");
+_Static_assert(sizeof(struct kvi_wire_welcome) <= KVI_CM_ACCEPT_PDATA_MAX, "welcome fits REP");
+
+enum kvi_reject_reason {
+	KVI_REJECT_VERSION = 1, /* hello magic/version not understood */
+	KVI_REJECT_AUTH = 2,
+	KVI_REJECT_DEVICE = 3, /* request arrived on a device the server does not serve */
+	KVI_REJECT_FULL = 4,   /* no client id or resources left */
+	KVI_REJECT_SHUTDOWN = 5,
+};
+
+struct kvi_wire_reject {
+	uint32_t magic;
+	uint16_t version;
+	uint16_t reason; /* enum kvi_reject_reason */
+};
+_Static_assert(sizeof(struct kvi_wire_reject) == 8, "reject layout");
+_Static_assert(sizeof(struct kvi_wire_reject) <= KVI_CM_REJECT_PDATA_MAX, "reject fits REJ");
+
+/* Host-order views, filled by the decoders after validation. */
+struct kvi_hello {
+	uint16_t role;
+};
+struct kvi_welcome {
+	uint32_t client_id;
+	uint32_t rkey;
+	uint64_t region_addr;
+	uint64_t region_size;
+	uint64_t epoch;
+};
+
+void kvi_wire_hello_encode(struct kvi_wire_hello *w, const struct kvi_hello *h);
+int kvi_wire_hello_decode(const void *buf, size_t len, struct kvi_hello *out);
+
+void kvi_wire_welcome_encode(struct kvi_wire_welcome *w, const struct kvi_welcome *h);
+int kvi_wire_welcome_decode(const void *buf, size_t len, struct kvi_welcome *out);
+
+void kvi_wire_reject_encode(struct kvi_wire_reject *w, uint16_t reason);
+/* Returns the reason, or 0 when buf is not one of our rejects. */
+uint16_t kvi_wire_reject_decode(const void *buf, size_t len);
+
+/* What a reject reason means to the connecting side: a KVC_ code and a hint. */
+int kvi_reject_reason_code(uint16_t reason);
+const char *kvi_reject_reason_text(uint16_t reason);
+
+#endif

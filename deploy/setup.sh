@@ -1,0 +1,34 @@
+#!/usr/bin/env bash
+# Install every Debian package that building, testing and the Soft-RoCE guest need.
+# Idempotent: when everything is present it prints nothing and touches nothing.
+# Run as root (or with sudo available) on Debian 12 or newer.
+set -euo pipefail
+
+# package:probe pairs. The probe is a file or command whose presence shows the
+# package is installed; dpkg-query is slower and wrong for virtual packages.
+pkgs=(
+  # build
+  build-essential cmake pkgconf
+  libibverbs-dev librdmacm-dev libjemalloc-dev libxxhash-dev libcriterion-dev
+  # runtime RDMA userspace: providers (rxe), tools, perftest for comparisons
+  rdma-core ibverbs-providers ibverbs-utils rdmacm-utils perftest
+  # Soft-RoCE guest (deploy/softroce-vm)
+  qemu-system-x86 busybox-static cpio kmod iproute2
+)
+
+missing=()
+for p in "${pkgs[@]}"; do
+  st=$(dpkg-query -W -f='${db:Status-Abbrev}' "$p" 2>/dev/null || true)
+  [ "${st:0:2}" = "ii" ] || missing+=("$p")
+done
+[ ${#missing[@]} -eq 0 ] && exit 0
+
+sudo=""
+if [ "$(id -u)" -ne 0 ]; then
+  command -v sudo >/dev/null || { echo "setup: need root to install: ${missing[*]} (run as root or install sudo)" >&2; exit 1; }
+  sudo=sudo
+fi
+echo "setup: installing ${missing[*]}" >&2
+export DEBIAN_FRONTEND=noninteractive
+$sudo apt-get update -q >&2
+$sudo apt-get install -y -q --no-install-recommends "${missing[@]}" >&2

@@ -1,0 +1,276 @@
+/* kvserver: owns one registered memory region and admits clients to it.
+ *
+ * Clients serve themselves with one-sided RDMA; this process only runs the
+ * control path: it sleeps in epoll on the rdma_cm channel and a signalfd, so an
+ * idle server, or one whose clients only do GET/PUT/DELETE, uses no CPU. */
+#include <errno.h>
+#include <getopt.h>
+#include <inttypes.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/epoll.h>
+#include <sys/signalfd.h>
+#include <unistd.h>
+
+#include "kvclient_errors.h"
+#include "listener.h"
+#include "log.h"
+#include "region.h"
+
+#define KVS_VERSION "0.1.0"
+#define KVS_DEFAULT_PORT "7471"
+
+struct kvs_opts {
+	const char *listen;
+	const char *port;
+	const char *device;
+	uint64_t memory_mib;
+	enum kvs_hugepages huge;
+	int verbose;
+};
+
+struct kvs_server {
+	struct kvs_opts o;
+	struct kvi_listener *l;
+	struct kvs_region region;
+	uint32_t next_client_id;
+	unsigned nclients;
+};
+
+static void usage(FILE *f)
+{
+	fprintf(f,
+		"usage: kvserver [options]\n"
+		"  -l, --listen ADDR       address to listen on (default: all addresses)\n"
+		"  -p, --port PORT         rdma_cm port (default " KVS_DEFAULT_PORT ")\n"
+		"  -m, --memory MIB        size of the registered region in MiB (default 64)\n"
+		"  -d, --device NAME       RDMA device to serve on (default: the one the address is on,\n"
+		"                          or the only one with atomics)\n"
+		"      --hugepages MODE    auto|on|off: back the region with 2 MiB pages (default auto)\n"
+		"  -v, --verbose           more log (repeat for debug)\n"
+		"  -h, --help              this text\n"
+		"  -V, --version           print the version\n");
+}
+
+static int parse_u64(const char *s, uint64_t lo, uint64_t hi, uint64_t *out)
+{
+	char *end;
+	unsigned long long v;
+
+	errno = 0;
+	if (!s || !*s || *s == '-')
+		return -1;
+	v = strtoull(s, &end, 10);
+	if (errno || *end || v < lo || v > hi)
+		return -1;
+	*out = v;
+	return 0;
+}
+
+static int parse_args(int argc, char **argv, struct kvs_opts *o)
+{
+	static const struct option longopts[] = {
+		{ "listen", required_argument, NULL, 'l' },
+		{ "port", required_argument, NULL, 'p' },
+		{ "memory", required_argument, NULL, 'm' },
+		{ "device", required_argument, NULL, 'd' },
+		{ "hugepages", required_argument, NULL, 'H' },
+		{ "verbose", no_argument, NULL, 'v' },
+		{ "help", no_argument, NULL, 'h' },
+		{ "version", no_argument, NULL, 'V' },
+		{ 0 },
+	};
+	uint64_t port;
+	int c;
+
+	*o = (struct kvs_opts){ .port = KVS_DEFAULT_PORT, .memory_mib = 64, .huge = KVS_HUGE_AUTO };
+	while ((c = getopt_long(argc, argv, "l:p:m:d:vhV", longopts, NULL)) != -1) {
+		switch (c) {
+		case 'l':
+			o->listen = optarg;
+			break;
+		case 'p':
+			if (parse_u64(optarg, 1, 65535, &port)) {
+				fprintf(stderr, "kvserver: invalid port '%s': expected 1..65535\n", optarg);
+				return 2;
+			}
+			o->port = optarg;
+			break;
+		case 'm':
+			if (parse_u64(optarg, 1, 1u << 24, &o->memory_mib)) {
+				fprintf(stderr, "kvserver: invalid --memory '%s': expected MiB in 1..16777216\n",
+					optarg);
+				return 2;
+			}
+			break;
+		case 'd':
+			o->device = optarg;
+			break;
+		case 'H':
+			if (strcmp(optarg, "auto") == 0)
+				o->huge = KVS_HUGE_AUTO;
+			else if (strcmp(optarg, "on") == 0)
+				o->huge = KVS_HUGE_ON;
+			else if (strcmp(optarg, "off") == 0)
+				o->huge = KVS_HUGE_OFF;
+			else {
+				fprintf(stderr, "kvserver: invalid --hugepages '%s': expected auto, on or off\n",
+					optarg);
+				return 2;
+			}
+			break;
+		case 'v':
+			o->verbose++;
+			break;
+		case 'h':
+			usage(stdout);
+			return 0;
+		case 'V':
+			printf("kvserver %s\n", KVS_VERSION);
+			return 0;
+		default:
+			usage(stderr);
+			return 2;
+		}
+	}
+	if (optind < argc) {
+		fprintf(stderr, "kvserver: unexpected argument '%s' (see --help)\n", argv[optind]);
+		return 2;
+	}
+	return -1; /* go on */
+}
+
+static int on_connect(void *arg, struct kvi_peer *p, const struct kvi_hello *h, struct kvi_welcome *w)
+{
+	struct kvs_server *s = arg;
+
+	(void)h;
+	if (s->next_client_id == 0) /* wrapped: ids are lock owners and must be unique */
+		return KVI_REJECT_FULL;
+	w->client_id = s->next_client_id++;
+	w->rkey = s->region.mr->rkey;
+	w->region_addr = (uintptr_t)s->region.base;
+	w->region_size = s->region.size;
+	w->epoch = 1;
+	kvi_info("client %u joining", w->client_id);
+	(void)p;
+	return 0;
+}
+
+static void on_established(void *arg, struct kvi_peer *p)
+{
+	struct kvs_server *s = arg;
+
+	s->nclients++;
+	kvi_info("client %u connected (%u connected)", p->client_id, s->nclients);
+}
+
+static void on_disconnect(void *arg, struct kvi_peer *p)
+{
+	struct kvs_server *s = arg;
+
+	if (p->established)
+		s->nclients--;
+	kvi_info("client %u left (%u connected)", p->client_id, s->nclients);
+}
+
+static int serve(struct kvs_server *s, const struct kvi_listen_cb *cb)
+{
+	struct epoll_event ev = { .events = EPOLLIN }, got[4];
+	int ep, sfd, rc = 0, stop = 0;
+	sigset_t mask;
+
+	sigemptyset(&mask);
+	sigaddset(&mask, SIGINT);
+	sigaddset(&mask, SIGTERM);
+	sfd = signalfd(-1, &mask, SFD_CLOEXEC);
+	ep = epoll_create1(EPOLL_CLOEXEC);
+	if (sfd < 0 || ep < 0) {
+		kvi_err("cannot set up the event loop: %s", strerror(errno));
+		rc = 1;
+		goto clean_fds;
+	}
+	ev.data.fd = sfd;
+	epoll_ctl(ep, EPOLL_CTL_ADD, sfd, &ev);
+	ev.data.fd = kvi_listener_fd(s->l);
+	epoll_ctl(ep, EPOLL_CTL_ADD, ev.data.fd, &ev);
+	while (!stop) {
+		int n = epoll_wait(ep, got, 4, -1);
+
+		if (n < 0 && errno != EINTR) {
+			kvi_err("epoll_wait: %s", strerror(errno));
+			rc = 1;
+			break;
+		}
+		for (int i = 0; i < n; i++) {
+			if (got[i].data.fd == sfd) {
+				struct signalfd_siginfo si;
+
+				if (read(sfd, &si, sizeof(si)) == (ssize_t)sizeof(si))
+					kvi_info("signal %u: shutting down", si.ssi_signo);
+				stop = 1;
+			} else if (kvi_listener_dispatch(s->l, cb)) {
+				kvi_err("RDMA device %s failed or was removed: shutting down",
+					kvi_listener_device(s->l));
+				rc = 1;
+				stop = 1;
+			}
+		}
+	}
+clean_fds:
+	if (ep >= 0)
+		close(ep);
+	if (sfd >= 0)
+		close(sfd);
+	return rc;
+}
+
+int main(int argc, char **argv)
+{
+	struct kvs_server s = { .next_client_id = 1 };
+	struct kvi_listen_cb cb = { .arg = &s, .on_connect = on_connect, .on_established = on_established,
+				    .on_disconnect = on_disconnect };
+	struct kvi_errbuf e = { { 0 } };
+	sigset_t mask;
+	int rc;
+
+	rc = parse_args(argc, argv, &s.o);
+	if (rc >= 0)
+		return rc;
+	kvi_log_set(kvi_log_stderr, "kvserver", KVI_LOG_WARN + s.o.verbose);
+	/* Block the signals before any thread exists (librdmacm may start one), so
+	 * they are only ever delivered through the signalfd. */
+	sigemptyset(&mask);
+	sigaddset(&mask, SIGINT);
+	sigaddset(&mask, SIGTERM);
+	sigprocmask(SIG_BLOCK, &mask, NULL);
+	signal(SIGPIPE, SIG_IGN);
+
+	rc = kvi_listener_create(&(struct kvi_listen_opts){ .addr = s.o.listen, .port = s.o.port,
+							     .device = s.o.device },
+				 &s.l, &e);
+	if (rc) {
+		fprintf(stderr, "kvserver: %s\n", e.msg);
+		return 1;
+	}
+	rc = kvs_region_create(&s.region, (size_t)s.o.memory_mib << 20, s.o.huge, kvi_listener_pd(s.l), &e);
+	if (rc) {
+		fprintf(stderr, "kvserver: %s\n", e.msg);
+		kvi_listener_destroy(s.l, NULL);
+		return 1;
+	}
+	printf("kvserver %s: listening on %s port %u, device %s, region %" PRIu64 " MiB (%s)\n",
+	       KVS_VERSION, s.o.listen ? s.o.listen : "*", kvi_listener_port(s.l),
+	       kvi_listener_device(s.l), s.o.memory_mib, s.region.huge ? "2 MiB hugepages" : "4 KiB pages");
+	fflush(stdout);
+
+	rc = serve(&s, &cb);
+	/* Disconnecting every client makes their next operation fail fast with
+	 * KVC_ESERVERGONE instead of waiting for transport timeouts. */
+	kvi_listener_disconnect_all(s.l, &cb);
+	kvs_region_destroy(&s.region);
+	kvi_listener_destroy(s.l, NULL);
+	return rc;
+}
