@@ -1,0 +1,159 @@
+#include "harness.h"
+
+#include <criterion/criterion.h>
+#include <errno.h>
+#include <poll.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/wait.h>
+#include <time.h>
+#include <unistd.h>
+
+static long now_ms(void)
+{
+	struct timespec ts;
+
+	clock_gettime(CLOCK_MONOTONIC, &ts);
+	return ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
+}
+
+int kvt_start(struct kvt_proc *p, char *const argv[])
+{
+	int fds[2];
+
+	memset(p, 0, sizeof(*p));
+	if (pipe(fds))
+		return -1;
+	p->pid = fork();
+	if (p->pid < 0)
+		return -1;
+	if (p->pid == 0) {
+		dup2(fds[1], 1);
+		dup2(fds[1], 2);
+		close(fds[0]);
+		close(fds[1]);
+		execv(argv[0], argv);
+		fprintf(stderr, "exec %s: %s\n", argv[0], strerror(errno));
+		_exit(127);
+	}
+	close(fds[1]);
+	p->out = fds[0];
+	return 0;
+}
+
+/* Read what is available within the deadline; 0 on data, -1 on EOF/timeout. */
+static int fill(struct kvt_proc *p, long deadline)
+{
+	struct pollfd pf = { .fd = p->out, .events = POLLIN };
+	long left = deadline - now_ms();
+	ssize_t n;
+
+	if (left < 0 || poll(&pf, 1, (int)left) <= 0)
+		return -1;
+	if (p->len == sizeof(p->buf))
+		p->len = 0; /* a runaway line: drop it rather than stall */
+	n = read(p->out, p->buf + p->len, sizeof(p->buf) - p->len);
+	if (n <= 0)
+		return -1;
+	if (p->all_len + (size_t)n < sizeof(p->all)) {
+		memcpy(p->all + p->all_len, p->buf + p->len, (size_t)n);
+		p->all_len += (size_t)n;
+		p->all[p->all_len] = '\0';
+	}
+	p->len += (size_t)n;
+	return 0;
+}
+
+int kvt_line(struct kvt_proc *p, char *line, size_t len, int timeout_ms)
+{
+	long deadline = now_ms() + timeout_ms;
+
+	for (;;) {
+		char *nl = memchr(p->buf, '\n', p->len);
+
+		if (nl) {
+			size_t l = (size_t)(nl - p->buf);
+
+			snprintf(line, len, "%.*s", (int)l, p->buf);
+			memmove(p->buf, nl + 1, p->len - l - 1);
+			p->len -= l + 1;
+			return 0;
+		}
+		if (fill(p, deadline))
+			return -1;
+	}
+}
+
+int kvt_wait(struct kvt_proc *p, int timeout_ms)
+{
+	long deadline = now_ms() + timeout_ms;
+	int st;
+
+	for (;;) {
+		pid_t r = waitpid(p->pid, &st, WNOHANG);
+
+		if (r == p->pid)
+			break;
+		if (now_ms() > deadline) {
+			kill(p->pid, SIGKILL);
+			waitpid(p->pid, &st, 0);
+			p->pid = 0;
+			return -1;
+		}
+		if (fill(p, now_ms() + 20))
+			usleep(10000);
+	}
+	while (fill(p, now_ms() + 50) == 0)
+		;
+	close(p->out);
+	p->pid = 0;
+	return WIFEXITED(st) ? WEXITSTATUS(st) : 128 + WTERMSIG(st);
+}
+
+void kvt_kill(struct kvt_proc *p, int sig)
+{
+	if (p->pid > 0)
+		kill(p->pid, sig);
+}
+
+unsigned kvt_start_peer(struct kvt_proc *p, const char *const extra[])
+{
+	char *argv[16] = { KV_PEER_BIN, "--addr", (char *)kvt_rdma_addr() };
+	char line[256];
+	unsigned port = 0;
+	int n = 3;
+
+	for (int i = 0; extra && extra[i] && n < 15; i++)
+		argv[n++] = (char *)extra[i];
+	cr_assert_eq(kvt_start(p, argv), 0);
+	if (kvt_line(p, line, sizeof(line), 30000) || sscanf(line, "READY %u", &port) != 1)
+		cr_assert_fail("rmem_peer did not start: %s", p->all);
+	return port;
+}
+
+const char *kvt_rdma_addr(void)
+{
+	const char *a = getenv("RDMA_ADDR");
+
+	return a && *a ? a : NULL;
+}
+
+const char *kvt_rdma_dev(void)
+{
+	const char *d = getenv("RDMA_DEV");
+
+	return d && *d ? d : NULL;
+}
+
+void kvt_require_rdma(void)
+{
+	const char *req = getenv("KV_REQUIRE_RDMA");
+
+	if (kvt_rdma_addr())
+		return;
+	if (req && strcmp(req, "1") == 0)
+		cr_assert_fail("RDMA_ADDR is not set: run the verbs tests under deploy/rdma-env");
+	cr_skip_test("no RDMA environment (RDMA_ADDR unset): run under deploy/rdma-env");
+}

@@ -1,0 +1,37 @@
+/* Helpers for tests that drive real processes: start one with its output on a
+ * pipe, read its lines with a deadline, stop it, and find the RDMA environment
+ * chosen by deploy/rdma-env. */
+#ifndef KVT_HARNESS_H
+#define KVT_HARNESS_H
+
+#include <stddef.h>
+#include <sys/types.h>
+
+struct kvt_proc {
+	pid_t pid;
+	int out; /* read end of the child's stdout+stderr */
+	char buf[8192];
+	size_t len; /* bytes buffered, not yet returned as lines */
+	char all[8192]; /* everything read so far, for failure messages */
+	size_t all_len;
+};
+
+/* fork+exec argv (NULL-terminated); stdout and stderr both go to p->out. */
+int kvt_start(struct kvt_proc *p, char *const argv[]);
+/* Next line (without newline) within timeout_ms: 0, or -1 on EOF/timeout. */
+int kvt_line(struct kvt_proc *p, char *line, size_t len, int timeout_ms);
+/* Wait for exit within timeout_ms (SIGKILL after); returns the exit status
+ * (0..255), 128+signal, or -1 if it had to be killed. Drains output into p->all. */
+int kvt_wait(struct kvt_proc *p, int timeout_ms);
+void kvt_kill(struct kvt_proc *p, int sig);
+
+/* Start an rmem_peer with extra arguments; returns its port, or aborts the test. */
+unsigned kvt_start_peer(struct kvt_proc *p, const char *const extra[]);
+
+/* RDMA_ADDR/RDMA_DEV from deploy/rdma-env, or NULL. kvt_require_rdma() skips
+ * the test when absent, unless KV_REQUIRE_RDMA=1, when it fails it. */
+const char *kvt_rdma_addr(void);
+const char *kvt_rdma_dev(void);
+void kvt_require_rdma(void);
+
+#endif

@@ -1,0 +1,102 @@
+/* rmem_peer: the passive side of the verbs transport tests. It registers a plain
+ * region whose 8-byte words hold their own index (word i == i), admits clients
+ * through the real listener, prints "READY <port>" and serves until killed.
+ *
+ *   rmem_peer [--addr A] [--port P] [--device D] [--size BYTES] [--advertise-extra BYTES]
+ *
+ * --advertise-extra makes it lie about its size, so that a client's access past
+ * the registered memory reaches the NIC's bounds check (remote access error). */
+#include <errno.h>
+#include <getopt.h>
+#include <poll.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "listener.h"
+#include "log.h"
+
+struct peer {
+	struct ibv_mr *mr;
+	uint64_t *base;
+	uint64_t size, extra;
+	uint32_t next_id;
+};
+
+static int on_connect(void *arg, struct kvi_peer *p, const struct kvi_hello *h, struct kvi_welcome *w)
+{
+	struct peer *s = arg;
+
+	(void)p;
+	(void)h;
+	w->client_id = s->next_id++;
+	w->rkey = s->mr->rkey;
+	w->region_addr = (uintptr_t)s->base;
+	w->region_size = s->size + s->extra;
+	w->epoch = 1;
+	return 0;
+}
+
+int main(int argc, char **argv)
+{
+	static const struct option lo[] = {
+		{ "addr", required_argument, NULL, 'a' },   { "port", required_argument, NULL, 'p' },
+		{ "device", required_argument, NULL, 'd' }, { "size", required_argument, NULL, 's' },
+		{ "advertise-extra", required_argument, NULL, 'x' }, { 0 },
+	};
+	struct kvi_listen_opts o = { .port = "0" };
+	struct peer s = { .size = 1 << 20, .next_id = 1 };
+	struct kvi_listen_cb cb = { .arg = &s, .on_connect = on_connect };
+	struct kvi_errbuf e = { { 0 } };
+	struct kvi_listener *l;
+	int c;
+
+	while ((c = getopt_long(argc, argv, "", lo, NULL)) != -1) {
+		switch (c) {
+		case 'a':
+			o.addr = optarg;
+			break;
+		case 'p':
+			o.port = optarg;
+			break;
+		case 'd':
+			o.device = optarg;
+			break;
+		case 's':
+			s.size = strtoull(optarg, NULL, 0);
+			break;
+		case 'x':
+			s.extra = strtoull(optarg, NULL, 0);
+			break;
+		default:
+			return 2;
+		}
+	}
+	kvi_log_set(kvi_log_stderr, "rmem_peer", KVI_LOG_INFO);
+	if (kvi_listener_create(&o, &l, &e)) {
+		fprintf(stderr, "rmem_peer: %s\n", e.msg);
+		return 1;
+	}
+	s.base = aligned_alloc(4096, s.size);
+	for (uint64_t i = 0; s.base && i < s.size / 8; i++)
+		s.base[i] = i;
+	s.mr = s.base ? ibv_reg_mr(kvi_listener_pd(l), s.base, s.size,
+				   IBV_ACCESS_LOCAL_WRITE | IBV_ACCESS_REMOTE_READ |
+					   IBV_ACCESS_REMOTE_WRITE | IBV_ACCESS_REMOTE_ATOMIC)
+			: NULL;
+	if (!s.mr) {
+		fprintf(stderr, "rmem_peer: cannot register %llu bytes: %s\n", (unsigned long long)s.size,
+			strerror(errno));
+		return 1;
+	}
+	printf("READY %u %s\n", kvi_listener_port(l), kvi_listener_device(l));
+	fflush(stdout);
+	for (;;) {
+		struct pollfd p = { .fd = kvi_listener_fd(l), .events = POLLIN };
+
+		if (poll(&p, 1, -1) < 0 && errno != EINTR)
+			return 1;
+		if (kvi_listener_dispatch(l, &cb))
+			return 1;
+	}
+}
