@@ -2,11 +2,11 @@
  * each operation, batches, in-flight limits, validation, fault injection, torn
  * reads, and atomicity under real threads. */
 #include <criterion/criterion.h>
-#include <pthread.h>
 #include <string.h>
 
 #include "kvclient_errors.h"
 #include "rmem_local.h"
+#include "scenarios.h"
 
 #define REGION (64 * 1024)
 #define LBUF 4096
@@ -295,85 +295,9 @@ Test(rmem_local, after_read_hook_tears_a_read)
 	kvi_rmem_destroy(t);
 }
 
-/* --- atomicity with real threads ------------------------------------- */
+/* --- atomicity with real threads (scenarios shared with the TSan runner) --- */
 
-#define THREADS 4
-#define ROUNDS 20000
-
-struct worker {
-	pthread_t t;
-	struct kvi_rmem *rm;
-	uint32_t id;
-};
-
-/* FAA on one word from every thread: no increment is lost. */
-static void *faa_worker(void *arg)
-{
-	struct worker *w = arg;
-	uint64_t *old = kvi_rmem_lbuf(w->rm, NULL);
-	struct kvi_rop op = kvi_rop_faa(4096, old, 1);
-
-	for (int i = 0; i < ROUNDS; i++)
-		if (kvi_rmem_exec(w->rm, &op, 1, 1000))
-			return (void *)1;
-	return NULL;
-}
-
-/* A CAS lock (0 = free, else owner id) guarding a plain READ-modify-WRITE of
- * another word: if CAS were not atomic, increments would be lost. */
-static void *lock_worker(void *arg)
-{
-	struct worker *w = arg;
-	uint64_t *lw = kvi_rmem_lbuf(w->rm, NULL);
-	struct kvi_rop op;
-
-	for (int i = 0; i < ROUNDS / 4; i++) {
-		do {
-			op = kvi_rop_cas(8192, &lw[0], 0, w->id);
-			if (kvi_rmem_exec(w->rm, &op, 1, 1000))
-				return (void *)1;
-		} while (lw[0] != 0);
-		op = kvi_rop_read(8200, &lw[1], 8);
-		if (kvi_rmem_exec(w->rm, &op, 1, 1000))
-			return (void *)1;
-		lw[1]++;
-		struct kvi_rop rel[2] = { kvi_rop_write(8200, &lw[1], 8), kvi_rop_cas(8192, &lw[2], w->id, 0) };
-		if (kvi_rmem_exec(w->rm, rel, 2, 1000) || lw[2] != w->id)
-			return (void *)1;
-	}
-	return NULL;
-}
-
-static void run_threads(void *(*fn)(void *))
-{
-	struct worker w[THREADS];
-
-	for (uint32_t i = 0; i < THREADS; i++) {
-		w[i].id = i + 1;
-		cr_assert_eq(kvi_rmem_local_create(reg, LBUF, NULL, &w[i].rm), 0);
-		cr_assert_eq(pthread_create(&w[i].t, NULL, fn, &w[i]), 0);
-	}
-	for (int i = 0; i < THREADS; i++) {
-		void *ret;
-
-		pthread_join(w[i].t, &ret);
-		cr_expect_null(ret, "worker %d failed", i);
-		kvi_rmem_destroy(w[i].rm);
-	}
-}
-
-Test(rmem_local, concurrent_faa_loses_no_increment)
-{
-	rw[512] = 0;
-	run_threads(faa_worker);
-	cr_expect_eq(rw[512], (uint64_t)THREADS * ROUNDS);
-}
-
-Test(rmem_local, cas_lock_gives_mutual_exclusion_across_threads)
-{
-	rw[1024] = 0;
-	rw[1025] = 0;
-	run_threads(lock_worker);
-	cr_expect_eq(rw[1025], (uint64_t)THREADS * (ROUNDS / 4));
-	cr_expect_eq(rw[1024], 0, "lock released");
-}
+#define X(name, what) \
+	Test(rmem_local_threads, name) { const char *why = name(); cr_expect_null(why, "%s: %s", what, why); }
+KVT_THREAD_SCENARIOS(X)
+#undef X
