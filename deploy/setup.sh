@@ -4,8 +4,7 @@
 # Run as root (or with sudo available) on Debian 12 or newer.
 set -euo pipefail
 
-# package:probe pairs. The probe is a file or command whose presence shows the
-# package is installed; dpkg-query is slower and wrong for virtual packages.
+# Real package names only (no virtual packages), so dpkg-query can tell what is missing.
 pkgs=(
   # build
   build-essential cmake pkgconf
