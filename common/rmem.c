@@ -121,6 +121,21 @@ int kvi_rmem_exec(struct kvi_rmem *rm, const struct kvi_rop *ops, unsigned n, in
 	return c.status;
 }
 
+int kvi_rmem_ctrl_call(struct kvi_rmem *rm, struct kvi_ctrl *req, struct kvi_ctrl *resp, int timeout_ms)
+{
+	int rc;
+
+	if (rm->broken)
+		return KVC_ESERVERGONE;
+	req->seq = ++rm->ctrl_seq;
+	if (req->seq == 0) /* 0 marks unsolicited notices */
+		req->seq = ++rm->ctrl_seq;
+	rc = rm->type->ctrl_call(rm, req, resp, timeout_ms);
+	if (rc == 0 && resp->seq != req->seq)
+		rc = KVC_EPROTO;
+	return rc;
+}
+
 void kvi_rmem_shutdown(struct kvi_rmem *rm, int reason)
 {
 	if (!rm->broken)

@@ -31,6 +31,8 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "wire.h"
+
 enum kvi_rop_kind {
 	KVI_ROP_READ = 1,
 	KVI_ROP_WRITE,
@@ -71,6 +73,8 @@ struct kvi_rmem_type {
 	int (*poll)(struct kvi_rmem *rm, struct kvi_rcomp *out, unsigned max);
 	/* Called while waiting with nothing completed: notice a vanished peer. */
 	void (*idle)(struct kvi_rmem *rm);
+	/* Control RPC (two-sided): send req, wait for the response with its seq. */
+	int (*ctrl_call)(struct kvi_rmem *rm, const struct kvi_ctrl *req, struct kvi_ctrl *resp, int timeout_ms);
 	/* Break the connection: outstanding batches fail, later posts fail. */
 	void (*shutdown)(struct kvi_rmem *rm, int reason);
 	void (*destroy)(struct kvi_rmem *rm);
@@ -84,7 +88,16 @@ struct kvi_rmem {
 	size_t lbuf_size;
 	unsigned inflight; /* batches posted and not yet returned by poll */
 	int broken;        /* 0, or the code that broke the connection */
+	uint32_t client_id; /* given by the server at join; the lock owner id */
+	uint32_t ctrl_seq;  /* last control request number */
 };
+
+/* The server side of the control path as a function: kvserver calls it for
+ * each request it receives; the local transport calls it in-process. Fill resp
+ * and return 0, or return a negative code for a request so malformed that the
+ * client must be disconnected. */
+typedef int (*kvi_ctrl_handler)(void *arg, uint32_t client_id, const struct kvi_ctrl *req,
+				struct kvi_ctrl *resp);
 
 /* Post ops[0..n) as one batch (one doorbell). Returns 0, or KVC_EINVAL for a
  * malformed operation (bad kind, misaligned atomic, local pointer outside the
@@ -107,6 +120,12 @@ int kvi_rmem_wait(struct kvi_rmem *rm, struct kvi_rcomp *out, unsigned max, int 
  * connection (its buffers could otherwise still be written later) and returns
  * KVC_ETIMEDOUT. */
 int kvi_rmem_exec(struct kvi_rmem *rm, const struct kvi_rop *ops, unsigned n, int timeout_ms);
+
+/* One control request and its response (both kvi_ctrl; req->seq is assigned
+ * here). Returns 0 with resp filled (resp->status may still carry a KVC_ code
+ * from the server), KVC_ETIMEDOUT, or the connection's breaking code. Data-path
+ * batches may stay in flight meanwhile; their completions are kept for poll. */
+int kvi_rmem_ctrl_call(struct kvi_rmem *rm, struct kvi_ctrl *req, struct kvi_ctrl *resp, int timeout_ms);
 
 /* Break the connection on purpose (e.g. after a timeout decided above). */
 void kvi_rmem_shutdown(struct kvi_rmem *rm, int reason);

@@ -61,6 +61,8 @@ struct rmem_local {
 	struct kvi_rmem rm; /* first: the generic view */
 	struct kvi_local_region *reg;
 	struct kvi_local_hooks hooks;
+	kvi_ctrl_handler ctrl;
+	void *ctrl_arg;
 	struct local_done done[KVI_RMEM_MAX_INFLIGHT];
 	unsigned head, count;
 };
@@ -189,6 +191,35 @@ static void local_idle(struct kvi_rmem *rm)
 	(void)rm;
 }
 
+static int local_ctrl_call(struct kvi_rmem *rm, const struct kvi_ctrl *req, struct kvi_ctrl *resp,
+			   int timeout_ms)
+{
+	struct rmem_local *l = (struct rmem_local *)rm;
+	int rc;
+
+	(void)timeout_ms;
+	if (!l->ctrl)
+		return KVC_ESERVERGONE;
+	*resp = (struct kvi_ctrl){ .seq = req->seq };
+	rc = l->ctrl(l->ctrl_arg, rm->client_id, req, resp);
+	if (rc) {
+		/* The server would disconnect a client that sent this. */
+		local_shutdown(rm, KVC_ESERVERGONE);
+		return KVC_ESERVERGONE;
+	}
+	resp->seq = req->seq;
+	return 0;
+}
+
+void kvi_rmem_local_set_ctrl(struct kvi_rmem *rm, kvi_ctrl_handler handler, void *arg, uint32_t client_id)
+{
+	struct rmem_local *l = (struct rmem_local *)rm;
+
+	l->ctrl = handler;
+	l->ctrl_arg = arg;
+	rm->client_id = client_id;
+}
+
 static void local_destroy(struct kvi_rmem *rm)
 {
 	struct rmem_local *l = (struct rmem_local *)rm;
@@ -202,6 +233,7 @@ static const struct kvi_rmem_type local_type = {
 	.post = local_post,
 	.poll = local_poll,
 	.idle = local_idle,
+	.ctrl_call = local_ctrl_call,
 	.shutdown = local_shutdown,
 	.destroy = local_destroy,
 };

@@ -42,4 +42,8 @@ struct kvi_local_hooks {
 int kvi_rmem_local_create(struct kvi_local_region *reg, size_t lbuf_size,
 			  const struct kvi_local_hooks *hooks, struct kvi_rmem **out);
 
+/* Route this connection's control requests to handler (normally the server
+ * core's), as client client_id. Without one, control calls fail KVC_ESERVERGONE. */
+void kvi_rmem_local_set_ctrl(struct kvi_rmem *rm, kvi_ctrl_handler handler, void *arg, uint32_t client_id);
+
 #endif

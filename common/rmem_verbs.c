@@ -5,6 +5,7 @@
 #include <netdb.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 
 #include "kvclient_errors.h"
 
@@ -19,6 +20,14 @@ struct vslot {
 	int done;
 };
 
+/* Control-path buffers live in their own small registration: CTRL_RECVS
+ * receive slots (server responses and notices) and one send slot. */
+#define CTRL_RECVS 4u
+#define CTRL_MSG ((uint32_t)sizeof(struct kvi_wire_ctrl))
+/* wr_id tags for control work requests; batch slots use 0..MAX_INFLIGHT-1. */
+#define WR_CTRL_RECV (1ull << 32)
+#define WR_CTRL_SEND (2ull << 32)
+
 struct rmem_verbs {
 	struct kvi_rmem rm; /* first: the generic view */
 	struct rdma_event_channel *ch;
@@ -32,6 +41,12 @@ struct rmem_verbs {
 	int connected;
 	struct vslot slots[KVI_RMEM_MAX_INFLIGHT];
 	unsigned head, count; /* ring of slots: oldest at head */
+	struct kvi_wire_ctrl *cbuf; /* [0..CTRL_RECVS) receives, [CTRL_RECVS] send */
+	struct ibv_mr *cmr;
+	int send_busy;       /* the send slot's SEND has not completed yet */
+	uint32_t want_seq;   /* control response awaited, 0 = none */
+	int resp_ready;
+	struct kvi_ctrl resp;
 };
 
 static void fail_outstanding(struct rmem_verbs *v, unsigned failed_slot, int code, int others)
@@ -126,34 +141,72 @@ static int verbs_post(struct kvi_rmem *rm, const struct kvi_rop *ops, unsigned n
 	return 0;
 }
 
+static int post_ctrl_recv(struct rmem_verbs *v, unsigned i)
+{
+	struct ibv_sge sge = { .addr = (uintptr_t)&v->cbuf[i], .length = CTRL_MSG, .lkey = v->cmr->lkey };
+	struct ibv_recv_wr wr = { .wr_id = WR_CTRL_RECV | i, .sg_list = &sge, .num_sge = 1 }, *bad;
+
+	return ibv_post_recv(v->id->qp, &wr, &bad);
+}
+
+/* A control message arrived in receive slot i: a response we wait for, or a
+ * notice. Anything malformed breaks the connection (the server is not one of
+ * ours, or memory is corrupt). */
+static void on_ctrl_recv(struct rmem_verbs *v, unsigned i, uint32_t byte_len)
+{
+	struct kvi_ctrl c;
+
+	if (i >= CTRL_RECVS || kvi_wire_ctrl_decode(&v->cbuf[i], byte_len, &c)) {
+		verbs_shutdown(&v->rm, KVC_EPROTO);
+		return;
+	}
+	if (c.seq == 0) {
+		if (c.type == KVI_CTRL_SHUTDOWN)
+			verbs_shutdown(&v->rm, KVC_ESERVERGONE);
+	} else if (c.seq == v->want_seq) {
+		v->resp = c;
+		v->resp_ready = 1;
+	} /* else: the late answer to a request that timed out */
+	if (!v->rm.broken && post_ctrl_recv(v, i))
+		verbs_shutdown(&v->rm, KVC_EIO);
+}
+
+/* Move every available completion into its batch slot or the control state. */
+static void drain_cq(struct rmem_verbs *v)
+{
+	struct ibv_wc wc[16];
+	int got = 0;
+
+	while (!v->rm.broken && (got = ibv_poll_cq(v->cq, 16, wc)) > 0) {
+		for (int i = 0; i < got && !v->rm.broken; i++) {
+			uint64_t id = wc[i].wr_id;
+
+			if (wc[i].status != IBV_WC_SUCCESS) {
+				/* The QP is in the error state now; every later request flushes. */
+				unsigned slot = id < KVI_RMEM_MAX_INFLIGHT ? (unsigned)id : KVI_RMEM_MAX_INFLIGHT;
+
+				fail_outstanding(v, slot, kvi_wc_status_code(wc[i].status), KVC_ESERVERGONE);
+				verbs_shutdown(&v->rm, KVC_ESERVERGONE);
+			} else if (id < KVI_RMEM_MAX_INFLIGHT) {
+				v->slots[id].done = 1;
+				v->slots[id].status = 0;
+			} else if ((id & ~0xffffffffull) == WR_CTRL_RECV) {
+				on_ctrl_recv(v, (unsigned)(id & 0xffffffffu), wc[i].byte_len);
+			} else if (id == WR_CTRL_SEND) {
+				v->send_busy = 0;
+			}
+		}
+	}
+	if (got < 0)
+		verbs_shutdown(&v->rm, KVC_EIO);
+}
+
 static int verbs_poll(struct kvi_rmem *rm, struct kvi_rcomp *out, unsigned max)
 {
 	struct rmem_verbs *v = (struct rmem_verbs *)rm;
-	struct ibv_wc wc[16];
 	unsigned n = 0;
 
-	if (!rm->broken) {
-		int got = ibv_poll_cq(v->cq, 16, wc);
-
-		if (got < 0) {
-			verbs_shutdown(rm, KVC_EIO);
-		}
-		for (int i = 0; i < got; i++) {
-			unsigned slot = (unsigned)wc[i].wr_id;
-
-			if (slot >= KVI_RMEM_MAX_INFLIGHT)
-				continue;
-			if (wc[i].status == IBV_WC_SUCCESS) {
-				v->slots[slot].done = 1;
-				v->slots[slot].status = 0;
-				continue;
-			}
-			/* The QP is in the error state now; every later request flushes. */
-			fail_outstanding(v, slot, kvi_wc_status_code(wc[i].status), KVC_ESERVERGONE);
-			verbs_shutdown(rm, KVC_ESERVERGONE);
-			break;
-		}
-	}
+	drain_cq(v);
 	while (n < max && v->count > 0 && v->slots[v->head].done) {
 		out[n].cookie = v->slots[v->head].cookie;
 		out[n].status = v->slots[v->head].status;
@@ -162,6 +215,58 @@ static int verbs_poll(struct kvi_rmem *rm, struct kvi_rcomp *out, unsigned max)
 		v->count--;
 	}
 	return (int)n;
+}
+
+static uint64_t now_ms(void)
+{
+	struct timespec ts;
+
+	clock_gettime(CLOCK_MONOTONIC, &ts);
+	return (uint64_t)ts.tv_sec * 1000u + (uint64_t)ts.tv_nsec / 1000000u;
+}
+
+static void verbs_idle(struct kvi_rmem *rm);
+
+static int verbs_ctrl_call(struct kvi_rmem *rm, const struct kvi_ctrl *req, struct kvi_ctrl *resp,
+			   int timeout_ms)
+{
+	struct rmem_verbs *v = (struct rmem_verbs *)rm;
+	struct kvi_wire_ctrl *sbuf = &v->cbuf[CTRL_RECVS];
+	struct ibv_sge sge = { .addr = (uintptr_t)sbuf, .length = CTRL_MSG, .lkey = v->cmr->lkey };
+	struct ibv_send_wr wr = { .wr_id = WR_CTRL_SEND, .sg_list = &sge, .num_sge = 1,
+				  .opcode = IBV_WR_SEND, .send_flags = IBV_SEND_SIGNALED }, *bad;
+	uint64_t deadline = now_ms() + (uint64_t)(timeout_ms < 0 ? 3600000 : timeout_ms);
+
+	/* One request at a time: the send slot is reused only after its SEND completed. */
+	while (v->send_busy && !rm->broken && now_ms() < deadline) {
+		drain_cq(v);
+		verbs_idle(rm);
+	}
+	if (rm->broken)
+		return KVC_ESERVERGONE;
+	if (v->send_busy)
+		return KVC_ETIMEDOUT;
+	kvi_wire_ctrl_encode(sbuf, req);
+	if (CTRL_MSG <= v->max_inline)
+		wr.send_flags |= IBV_SEND_INLINE;
+	v->want_seq = req->seq;
+	v->resp_ready = 0;
+	if (ibv_post_send(v->id->qp, &wr, &bad)) {
+		v->want_seq = 0;
+		return KVC_EAGAIN;
+	}
+	v->send_busy = 1;
+	while (!v->resp_ready && !rm->broken && now_ms() < deadline) {
+		drain_cq(v);
+		if (!v->resp_ready)
+			verbs_idle(rm);
+	}
+	v->want_seq = 0;
+	if (v->resp_ready) {
+		*resp = v->resp;
+		return 0;
+	}
+	return rm->broken ? KVC_ESERVERGONE : KVC_ETIMEDOUT;
 }
 
 /* A vanished server shows up first as an rdma_cm DISCONNECTED event (its kernel
@@ -199,6 +304,9 @@ static void verbs_destroy(struct kvi_rmem *rm)
 	if (v->lmr)
 		ibv_dereg_mr(v->lmr);
 	free(rm->lbuf);
+	if (v->cmr)
+		ibv_dereg_mr(v->cmr);
+	free(v->cbuf);
 	if (v->pd)
 		ibv_dealloc_pd(v->pd);
 	if (v->id)
@@ -213,6 +321,7 @@ static const struct kvi_rmem_type verbs_type = {
 	.post = verbs_post,
 	.poll = verbs_poll,
 	.idle = verbs_idle,
+	.ctrl_call = verbs_ctrl_call,
 	.shutdown = verbs_shutdown,
 	.destroy = verbs_destroy,
 };
@@ -327,7 +436,7 @@ static int create_resources(struct rmem_verbs *v, const struct kvi_verbs_opts *o
 	}
 	/* Every request may complete with an error when the QP fails, signaled or
 	 * not, so the CQ must hold a full send queue plus the receives. */
-	v->cq = ibv_create_cq(v->id->verbs, (int)sq + 16, NULL, NULL, 0);
+	v->cq = ibv_create_cq(v->id->verbs, (int)sq + 1 + CTRL_RECVS, NULL, NULL, 0);
 	if (!v->cq) {
 		kvi_errbuf_set(e, "ibv_create_cq on %s: %s", dev, strerror(errno));
 		return KVC_ESYS;
@@ -336,8 +445,8 @@ static int create_resources(struct rmem_verbs *v, const struct kvi_verbs_opts *o
 	qa.send_cq = v->cq;
 	qa.recv_cq = v->cq;
 	qa.qp_type = IBV_QPT_RC;
-	qa.cap.max_send_wr = sq;
-	qa.cap.max_recv_wr = 16;
+	qa.cap.max_send_wr = sq + 1; /* + the control SEND */
+	qa.cap.max_recv_wr = CTRL_RECVS;
 	qa.cap.max_send_sge = 1;
 	qa.cap.max_recv_sge = 1;
 	qa.cap.max_inline_data = 64;
@@ -361,6 +470,19 @@ static int create_resources(struct rmem_verbs *v, const struct kvi_verbs_opts *o
 		kvi_errbuf_set(e, "cannot register %zu bytes with %s: %s (raise the locked-memory "
 			       "limit: ulimit -l unlimited)", o->lbuf_size, dev, strerror(errno));
 		return errno == ENOMEM ? KVC_ENOMEM : KVC_ESYS;
+	}
+	v->cbuf = aligned_alloc(64, (CTRL_RECVS + 1) * CTRL_MSG);
+	v->cmr = v->cbuf ? ibv_reg_mr(v->pd, v->cbuf, (CTRL_RECVS + 1) * CTRL_MSG, IBV_ACCESS_LOCAL_WRITE) : NULL;
+	if (!v->cmr) {
+		kvi_errbuf_set(e, "cannot register control buffers with %s: %s", dev, strerror(errno));
+		return KVC_ENOMEM;
+	}
+	/* Receives must be posted before the server can send anything. */
+	for (unsigned i = 0; i < CTRL_RECVS; i++) {
+		if (post_ctrl_recv(v, i)) {
+			kvi_errbuf_set(e, "ibv_post_recv on %s: %s", dev, strerror(errno));
+			return KVC_ESYS;
+		}
 	}
 	return 0;
 }
@@ -454,6 +576,7 @@ int kvi_rmem_verbs_connect(const struct kvi_verbs_opts *o, struct kvi_rmem **out
 		rc = KVC_ESYS;
 		goto clean_ai;
 	}
+	v->rm.client_id = welcome->client_id;
 	v->raddr = welcome->region_addr;
 	v->rkey = welcome->rkey;
 	v->rm.region_size = welcome->region_size;

@@ -125,3 +125,35 @@ const char *kvi_reject_reason_text(uint16_t reason)
 		return "server rejected the connection for an unknown reason";
 	}
 }
+
+void kvi_wire_ctrl_encode(struct kvi_wire_ctrl *w, const struct kvi_ctrl *c)
+{
+	memset(w, 0, sizeof(*w));
+	w->magic = htole32(KVI_WIRE_MAGIC);
+	w->version = htole16(KVI_WIRE_VERSION);
+	w->type = htole16(c->type);
+	w->length = htole32(sizeof(*w));
+	w->seq = htole32(c->seq);
+	w->status = (int32_t)htole32((uint32_t)c->status);
+	for (int i = 0; i < 5; i++)
+		w->arg[i] = htole64(c->arg[i]);
+}
+
+int kvi_wire_ctrl_decode(const void *buf, size_t len, struct kvi_ctrl *out)
+{
+	struct kvi_wire_ctrl w;
+
+	if (!buf || len != sizeof(w))
+		return KVC_EPROTO;
+	memcpy(&w, buf, sizeof(w));
+	if (check_header(w.magic, w.version) || le32toh(w.length) != sizeof(w))
+		return KVC_EPROTO;
+	out->type = le16toh(w.type);
+	if (out->type == 0 || out->type > KVI_CTRL_TYPE_MAX)
+		return KVC_EPROTO;
+	out->seq = le32toh(w.seq);
+	out->status = (int32_t)le32toh((uint32_t)w.status);
+	for (int i = 0; i < 5; i++)
+		out->arg[i] = le64toh(w.arg[i]);
+	return 0;
+}

@@ -69,7 +69,42 @@ struct kvi_wire_reject {
 _Static_assert(sizeof(struct kvi_wire_reject) == 8, "reject layout");
 _Static_assert(sizeof(struct kvi_wire_reject) <= KVI_CM_REJECT_PDATA_MAX, "reject fits REJ");
 
+/* Control messages: SEND/RECV on the client's RC QP, after the handshake.
+ * Every message is exactly this size; a request gets exactly one response with
+ * the same seq; the server may also send unsolicited notices (seq 0). The
+ * server keeps KVI_CTRL_RECV_DEPTH receives posted per client; a client has at
+ * most one request outstanding. */
+#define KVI_CTRL_RECV_DEPTH 8u
+
+enum kvi_ctrl_type {
+	KVI_CTRL_SEG_REQ = 1,   /* client -> server: grant me a segment */
+	KVI_CTRL_SEG_GRANT = 2, /* server -> client: arg0 = offset, arg1 = size */
+	KVI_CTRL_ERROR = 3,     /* server -> client: status = KVC_ code for request seq */
+	KVI_CTRL_SHUTDOWN = 4,  /* server -> client notice: the server is going away */
+	KVI_CTRL_TYPE_MAX = 4,
+};
+
+struct kvi_wire_ctrl {
+	uint32_t magic;
+	uint16_t version;
+	uint16_t type;   /* enum kvi_ctrl_type */
+	uint32_t length; /* sizeof(struct kvi_wire_ctrl) */
+	uint32_t seq;
+	int32_t status; /* 0 or a KVC_ code */
+	uint32_t reserved;
+	uint64_t arg[5];
+};
+_Static_assert(sizeof(struct kvi_wire_ctrl) == 64, "control message layout");
+_Static_assert(offsetof(struct kvi_wire_ctrl, arg) == 24, "control message layout");
+
 /* Host-order views, filled by the decoders after validation. */
+struct kvi_ctrl {
+	uint16_t type;
+	uint32_t seq;
+	int32_t status;
+	uint64_t arg[5];
+};
+
 struct kvi_hello {
 	uint16_t role;
 };
@@ -90,6 +125,10 @@ int kvi_wire_welcome_decode(const void *buf, size_t len, struct kvi_welcome *out
 void kvi_wire_reject_encode(struct kvi_wire_reject *w, uint16_t reason);
 /* Returns the reason, or 0 when buf is not one of our rejects. */
 uint16_t kvi_wire_reject_decode(const void *buf, size_t len);
+
+void kvi_wire_ctrl_encode(struct kvi_wire_ctrl *w, const struct kvi_ctrl *c);
+/* 0, or KVC_EPROTO for a wrong size, magic, version, length or type. */
+int kvi_wire_ctrl_decode(const void *buf, size_t len, struct kvi_ctrl *out);
 
 /* What a reject reason means to the connecting side: a KVC_ code and a hint. */
 int kvi_reject_reason_code(uint16_t reason);

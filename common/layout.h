@@ -1,0 +1,207 @@
+/* The region layout: what lives where in the server's one registered region,
+ * and the invariants every client and the server keep. Defined once, here.
+ *
+ *   offset 0                 superblock   (4 KiB, written by the server only)
+ *   index_off                index        bucket_count x 64-byte buckets
+ *   heap_off                 heap         segments of segment_size bytes, handed to
+ *                                         clients, which append objects into them
+ *
+ * All fields are fixed-width little-endian. Offsets are bytes from the region's
+ * start unless a name says otherwise. Nothing read from the region is trusted:
+ * every offset and length is bounds-checked by the reader before use
+ * (kvi_layout_check_* below), so a buggy or malicious writer can corrupt data
+ * but cannot make a reader or the server fault.
+ *
+ * ---------------------------------------------------------------------------
+ * Bucket lock word (8 bytes, first word of each bucket)
+ *
+ *   bit 63      LOCKED  held by a writer
+ *   bit 62      MOVED   the bucket was migrated to a newer index (resize; later)
+ *   bits 61..40 OWNER   client id of the holder (22 bits; 0 = none)
+ *   bits 39..0  zero
+ *
+ *   Free is exactly 0. A writer takes the lock with CAS(0 -> LOCKED|OWNER) and
+ *   releases it with CAS(LOCKED|OWNER -> 0), never with a WRITE: on NICs that
+ *   report IBV_ATOMIC_HCA a WRITE and an atomic to the same word are not atomic
+ *   with respect to each other. A MOVED bucket is never 0, so every lock attempt
+ *   on it fails and the writer follows the mark. The server's own lock
+ *   operations (fencing a dead client, eviction, resize) go through its NIC on a
+ *   loopback QP, never through a CPU atomic.
+ *   The lock word carries no version (SPEC deviation, see docs/design.md): with
+ *   one, a writer could not CAS-lock a bucket without first reading it.
+ *
+ * Invariants of the index:
+ *   I1 A slot changes only while its bucket's lock is held by the changer.
+ *   I2 A key occupies at most one slot among its two candidate buckets: an
+ *      insert holds both buckets' locks while it checks both for the key.
+ *   I3 A slot points only at a fully written object: the object WRITE is posted
+ *      before the slot WRITE on the same RC QP, and RC executes WRITEs in order.
+ *
+ * Slot word (8 bytes, 0 = empty)
+ *
+ *   bits 63..54 FP      fingerprint (10 bits of the key's hash)
+ *   bits 53..40 SIZE    object length in 64-byte units, rounded up (1..16383)
+ *   bits 39..0  OFFSET  object offset in 16-byte units (40 bits: 16 TiB)
+ *
+ *   A non-empty slot always has SIZE >= 1, so no valid slot is 0.
+ *
+ * Objects (in the heap, 16-byte aligned, immutable once a slot points at them)
+ *
+ *   struct kvi_obj_hdr | key bytes | value bytes
+ *
+ *   The checksum (XXH3-64) covers the header from `value_len` on, the key and the
+ *   value; `access` is outside it so readers may update it without rewriting
+ *   the object. A reader accepts an object only if the checksum matches, the
+ *   lengths fit what it read, the key equals its key and the item has not
+ *   expired; anything else is a retry, never a result.
+ *   An object is never modified after its slot is written. Its memory is reused
+ *   only when its whole segment is reclaimed, after a quarantine longer than any
+ *   client's operation deadline (eviction, later issue).
+ *
+ * Segments: a client appends objects only into segments the server granted to
+ * it; no two clients ever write the same segment. Overwritten and deleted
+ * objects stay in their segment as garbage until the segment is reclaimed.
+ */
+#ifndef KVI_LAYOUT_H
+#define KVI_LAYOUT_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#define KVI_REGION_MAGIC 0x4e4f494745525643ull /* "CVREGION" as LE bytes */
+#define KVI_LAYOUT_VERSION 1u
+
+#define KVI_SUPERBLOCK_SIZE 4096u
+#define KVI_BUCKET_SIZE 64u
+#define KVI_SLOTS_PER_BUCKET 7u
+#define KVI_OBJ_ALIGN 16u      /* objects start on 16-byte boundaries */
+#define KVI_SLOT_SIZE_UNIT 64u /* slot SIZE granularity */
+#define KVI_MAX_KEY 250u       /* memcached's limit */
+
+enum kvi_region_state {
+	KVI_STATE_INIT = 0,
+	KVI_STATE_SERVING = 1,
+	KVI_STATE_SHUTDOWN = 2,
+};
+
+struct kvi_superblock {
+	uint64_t magic;
+	uint32_t layout_version;
+	uint32_t state; /* enum kvi_region_state */
+	uint64_t epoch; /* layout epoch: bumped when the index moves (resize) */
+	uint64_t region_size;
+	uint64_t index_off;
+	uint64_t bucket_count;
+	uint64_t heap_off;
+	uint64_t heap_size;
+	uint64_t segment_size;
+	uint64_t reserved[7];
+};
+_Static_assert(sizeof(struct kvi_superblock) == 128, "superblock layout");
+_Static_assert(sizeof(struct kvi_superblock) <= KVI_SUPERBLOCK_SIZE, "superblock fits its page");
+
+struct kvi_bucket {
+	uint64_t lock;
+	uint64_t slot[KVI_SLOTS_PER_BUCKET];
+};
+_Static_assert(sizeof(struct kvi_bucket) == KVI_BUCKET_SIZE, "a bucket is one cache line");
+
+/* Lock word fields. */
+#define KVI_LOCK_LOCKED (1ull << 63)
+#define KVI_LOCK_MOVED (1ull << 62)
+#define KVI_LOCK_OWNER_SHIFT 40
+#define KVI_LOCK_OWNER_BITS 22
+#define KVI_MAX_CLIENT_ID ((1u << KVI_LOCK_OWNER_BITS) - 1)
+
+static inline uint64_t kvi_lock_held_by(uint32_t client_id)
+{
+	return KVI_LOCK_LOCKED | ((uint64_t)client_id << KVI_LOCK_OWNER_SHIFT);
+}
+static inline uint32_t kvi_lock_owner(uint64_t lock)
+{
+	return (uint32_t)(lock >> KVI_LOCK_OWNER_SHIFT) & KVI_MAX_CLIENT_ID;
+}
+
+/* Slot fields. */
+#define KVI_SLOT_FP_BITS 10
+#define KVI_SLOT_SIZE_BITS 14
+#define KVI_SLOT_OFF_BITS 40
+#define KVI_SLOT_MAX_UNITS ((1u << KVI_SLOT_SIZE_BITS) - 1)
+/* Largest object a slot can describe. */
+#define KVI_MAX_OBJECT ((uint64_t)KVI_SLOT_MAX_UNITS * KVI_SLOT_SIZE_UNIT)
+
+static inline uint64_t kvi_slot_make(uint32_t fp, uint64_t obj_off, uint64_t obj_len)
+{
+	uint64_t units = (obj_len + KVI_SLOT_SIZE_UNIT - 1) / KVI_SLOT_SIZE_UNIT;
+
+	return ((uint64_t)(fp & ((1u << KVI_SLOT_FP_BITS) - 1)) << 54) | (units << 40) |
+	       (obj_off / KVI_OBJ_ALIGN);
+}
+static inline uint32_t kvi_slot_fp(uint64_t s)
+{
+	return (uint32_t)(s >> 54);
+}
+/* Bytes to READ for the object: its length rounded up to the size unit. */
+static inline uint64_t kvi_slot_read_len(uint64_t s)
+{
+	return ((s >> 40) & KVI_SLOT_MAX_UNITS) * KVI_SLOT_SIZE_UNIT;
+}
+static inline uint64_t kvi_slot_obj_off(uint64_t s)
+{
+	return (s & ((1ull << KVI_SLOT_OFF_BITS) - 1)) * KVI_OBJ_ALIGN;
+}
+
+enum kvi_obj_flags {
+	KVI_OBJ_F_NONE = 0,
+};
+
+struct kvi_obj_hdr {
+	uint64_t checksum; /* XXH3-64 of bytes [offsetof(value_len), end of value) */
+	uint64_t access;   /* access hint for eviction; not checksummed */
+	uint32_t value_len;
+	uint16_t key_len;
+	uint8_t flags;
+	uint8_t version; /* KVI_LAYOUT_VERSION */
+	uint32_t expiry; /* unix seconds; 0 = never */
+	uint32_t writer; /* client id that wrote it (diagnostics, fencing) */
+};
+_Static_assert(sizeof(struct kvi_obj_hdr) == 32, "object header layout");
+_Static_assert(offsetof(struct kvi_obj_hdr, value_len) == 16, "checksum starts after access");
+#define KVI_OBJ_CSUM_FROM offsetof(struct kvi_obj_hdr, value_len)
+
+static inline uint64_t kvi_obj_len(uint32_t key_len, uint32_t value_len)
+{
+	return sizeof(struct kvi_obj_hdr) + key_len + value_len;
+}
+/* Space the object takes in a segment (16-byte aligned). */
+static inline uint64_t kvi_obj_footprint(uint64_t obj_len)
+{
+	return (obj_len + KVI_OBJ_ALIGN - 1) & ~(uint64_t)(KVI_OBJ_ALIGN - 1);
+}
+
+/* Validate a superblock read from a region of region_size bytes: magic,
+ * version, and every area inside the region without overlap. 0 or KVC_EPROTO. */
+int kvi_superblock_check(const struct kvi_superblock *sb, uint64_t region_size);
+
+/* Byte offset of bucket i (caller ensures i < bucket_count). */
+static inline uint64_t kvi_bucket_off(const struct kvi_superblock *sb, uint64_t i)
+{
+	return sb->index_off + i * KVI_BUCKET_SIZE;
+}
+
+/* Is the object a slot points at entirely inside the heap? Slots are read
+ * from remote memory: this is what makes a garbage slot harmless. */
+int kvi_slot_in_heap(const struct kvi_superblock *sb, uint64_t slot);
+
+/* Compute the checksum of an object whose header and payload are in memory. */
+uint64_t kvi_obj_checksum(const struct kvi_obj_hdr *h);
+
+/* Build an object in buf (kvi_obj_len bytes): header, key, value, checksum. */
+void kvi_obj_build(void *buf, const void *key, uint16_t key_len, const void *val, uint32_t val_len,
+		   uint32_t expiry, uint32_t writer);
+
+/* Verify an object READ into buf (got bytes): lengths inside got, checksum
+ * right, version known. Returns 0 or KVC_ECORRUPT. Does not compare keys. */
+int kvi_obj_verify(const void *buf, uint64_t got);
+
+#endif
