@@ -1,7 +1,14 @@
-/* Library-wide entry points of libkvclient. */
+/* The public entry points of libkvclient that are not the engine's: library
+ * information, options, connecting, and the blocking calls. */
 #include "kvclient.h"
 
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "client.h"
 #include "log.h"
+#include "rmem_verbs.h"
 
 #define KVC_STR_(x) #x
 #define KVC_STR(x) KVC_STR_(x)
@@ -14,4 +21,140 @@ const char *kvc_version(void)
 void kvc_set_log(kvc_log_fn fn, void *arg, int max_level)
 {
 	kvi_log_set(fn, arg, max_level);
+}
+
+void kvc_opts_init(struct kvc_opts *o)
+{
+	*o = (struct kvc_opts){ .connect_timeout_ms = 5000, .op_timeout_ms = 2000, .depth = 16,
+				.cache_entries = 4096 };
+}
+
+static void set_err(char *err, size_t len, const char *msg)
+{
+	if (err && len)
+		snprintf(err, len, "%s", msg);
+}
+
+/* "host", "host:port", "[v6addr]:port" -> host and port strings. */
+static int split_server(const char *s, char *host, size_t hl, char *port, size_t pl)
+{
+	const char *colon, *h = s, *end;
+
+	if (!s || !*s)
+		return -1;
+	if (*s == '[') {
+		end = strchr(s, ']');
+		if (!end)
+			return -1;
+		h = s + 1;
+		colon = end[1] == ':' ? end + 1 : NULL;
+		if (end[1] && !colon)
+			return -1;
+	} else {
+		colon = strrchr(s, ':');
+		end = colon ? colon : s + strlen(s);
+		if (colon && strchr(s, ':') != colon)
+			return -1; /* bare IPv6 needs brackets */
+	}
+	if (end == h || (size_t)(end - h) >= hl)
+		return -1;
+	memcpy(host, h, (size_t)(end - h));
+	host[end - h] = '\0';
+	if (colon) {
+		unsigned long p;
+		char *e;
+
+		if (!colon[1] || strlen(colon + 1) >= pl)
+			return -1;
+		p = strtoul(colon + 1, &e, 10);
+		if (*e || p == 0 || p > 65535 || colon[1] == '-' || colon[1] == '+')
+			return -1;
+		snprintf(port, pl, "%lu", p);
+	} else {
+		snprintf(port, pl, "%d", KVC_DEFAULT_PORT);
+	}
+	return 0;
+}
+
+int kvc_create(const struct kvc_opts *o, kvc_t **out, char *err, size_t errlen)
+{
+	struct kvi_errbuf e = { { 0 } };
+	struct kvi_welcome w;
+	struct kvi_rmem *rm;
+	char host[256], port[8], msg[400];
+	int rc;
+
+	if (!out)
+		return KVC_EINVAL;
+	*out = NULL;
+	if (!o || o->depth == 0 || o->depth > KVI_RMEM_MAX_INFLIGHT || o->connect_timeout_ms <= 0 ||
+	    o->op_timeout_ms <= 0) {
+		set_err(err, errlen, "invalid options: depth must be 1..64 and timeouts positive");
+		return KVC_EINVAL;
+	}
+	if (split_server(o->server, host, sizeof(host), port, sizeof(port))) {
+		snprintf(msg, sizeof(msg), "invalid server address '%s': expected HOST[:PORT]",
+			 o->server ? o->server : "(none)");
+		set_err(err, errlen, msg);
+		return KVC_EINVAL;
+	}
+	rc = kvi_rmem_verbs_connect(&(struct kvi_verbs_opts){ .host = host, .port = port, .device = o->device,
+							      .lbuf_size = 4096,
+							      .timeout_ms = o->connect_timeout_ms },
+				    &rm, &w, &e);
+	if (rc) {
+		set_err(err, errlen, e.msg);
+		kvi_err("%s", e.msg);
+		return rc;
+	}
+	rc = kvi_client_open(rm, o, out);
+	if (rc) {
+		snprintf(msg, sizeof(msg), "server %s:%s: %s", host, port, kvc_strerror(rc));
+		set_err(err, errlen, msg);
+	}
+	return rc;
+}
+
+/* Submit one op and wait for it: the blocking calls all come here. */
+static int run_one(kvc_t *h, struct kvc_op *op)
+{
+	struct kvc_op *done;
+	int rc;
+
+	if (!h)
+		return KVC_EINVAL;
+	if (kvc_inflight(h))
+		return KVC_EBUSY;
+	rc = kvc_submit(h, op);
+	if (rc)
+		return rc;
+	do
+		rc = kvc_poll(h, &done, 1, -1);
+	while (rc == 0);
+	return rc < 0 ? rc : op->status;
+}
+
+int kvc_get(kvc_t *h, const void *key, size_t key_len, void *buf, size_t buf_len, size_t *value_len)
+{
+	struct kvc_op op = { .type = KVC_OP_GET, .key = key, .key_len = key_len, .buf = buf, .buf_len = buf_len };
+	int rc = run_one(h, &op);
+
+	if (value_len && (rc == 0 || rc == KVC_ETRUNC))
+		*value_len = op.value_len;
+	return rc;
+}
+
+int kvc_put(kvc_t *h, const void *key, size_t key_len, const void *value, size_t value_len, uint32_t ttl_s)
+{
+	struct kvc_op op = { .type = KVC_OP_PUT, .key = key, .key_len = key_len, .value = value,
+			     .value_len = value_len, .ttl_s = ttl_s };
+
+	return run_one(h, &op);
+}
+
+int kvc_delete(kvc_t *h, const void *key, size_t key_len)
+{
+	struct kvc_op op = { .type = KVC_OP_DELETE, .key = key, .key_len = key_len };
+
+	return run_one(h, &op);
 }

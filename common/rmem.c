@@ -136,6 +136,13 @@ int kvi_rmem_ctrl_call(struct kvi_rmem *rm, struct kvi_ctrl *req, struct kvi_ctr
 	return rc;
 }
 
+int kvi_rmem_set_lbuf(struct kvi_rmem *rm, size_t size)
+{
+	if (rm->inflight != 0 || size < 64)
+		return KVC_EINVAL;
+	return rm->type->set_lbuf(rm, size);
+}
+
 void kvi_rmem_shutdown(struct kvi_rmem *rm, int reason)
 {
 	if (!rm->broken)

@@ -75,6 +75,8 @@ struct kvi_rmem_type {
 	void (*idle)(struct kvi_rmem *rm);
 	/* Control RPC (two-sided): send req, wait for the response with its seq. */
 	int (*ctrl_call)(struct kvi_rmem *rm, const struct kvi_ctrl *req, struct kvi_ctrl *resp, int timeout_ms);
+	/* Replace the local buffer by a zeroed one of size bytes (nothing in flight). */
+	int (*set_lbuf)(struct kvi_rmem *rm, size_t size);
 	/* Break the connection: outstanding batches fail, later posts fail. */
 	void (*shutdown)(struct kvi_rmem *rm, int reason);
 	void (*destroy)(struct kvi_rmem *rm);
@@ -126,6 +128,11 @@ int kvi_rmem_exec(struct kvi_rmem *rm, const struct kvi_rop *ops, unsigned n, in
  * from the server), KVC_ETIMEDOUT, or the connection's breaking code. Data-path
  * batches may stay in flight meanwhile; their completions are kept for poll. */
 int kvi_rmem_ctrl_call(struct kvi_rmem *rm, struct kvi_ctrl *req, struct kvi_ctrl *resp, int timeout_ms);
+
+/* Give the connection a new local buffer of size bytes (zeroed, 64-byte
+ * aligned, registered). Only with nothing in flight (KVC_EINVAL otherwise);
+ * pointers into the old buffer become invalid. */
+int kvi_rmem_set_lbuf(struct kvi_rmem *rm, size_t size);
 
 /* Break the connection on purpose (e.g. after a timeout decided above). */
 void kvi_rmem_shutdown(struct kvi_rmem *rm, int reason);

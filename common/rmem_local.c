@@ -220,6 +220,20 @@ void kvi_rmem_local_set_ctrl(struct kvi_rmem *rm, kvi_ctrl_handler handler, void
 	rm->client_id = client_id;
 }
 
+static int local_set_lbuf(struct kvi_rmem *rm, size_t size)
+{
+	size_t rounded = (size + 63) & ~(size_t)63;
+	void *p = rounded >= size ? aligned_alloc(64, rounded) : NULL;
+
+	if (!p)
+		return KVC_ENOMEM;
+	memset(p, 0, rounded);
+	free(rm->lbuf);
+	rm->lbuf = p;
+	rm->lbuf_size = size;
+	return 0;
+}
+
 static void local_destroy(struct kvi_rmem *rm)
 {
 	struct rmem_local *l = (struct rmem_local *)rm;
@@ -234,6 +248,7 @@ static const struct kvi_rmem_type local_type = {
 	.poll = local_poll,
 	.idle = local_idle,
 	.ctrl_call = local_ctrl_call,
+	.set_lbuf = local_set_lbuf,
 	.shutdown = local_shutdown,
 	.destroy = local_destroy,
 };
@@ -242,22 +257,17 @@ int kvi_rmem_local_create(struct kvi_local_region *reg, size_t lbuf_size,
 			  const struct kvi_local_hooks *hooks, struct kvi_rmem **out)
 {
 	struct rmem_local *l;
-	size_t rounded = (lbuf_size + 63) & ~(size_t)63;
-
 	*out = NULL;
-	if (!reg || lbuf_size == 0 || rounded < lbuf_size)
+	if (!reg || lbuf_size == 0)
 		return KVC_EINVAL;
 	l = calloc(1, sizeof(*l));
 	if (!l)
 		return KVC_ENOMEM;
-	l->rm.lbuf = aligned_alloc(64, rounded);
-	if (!l->rm.lbuf) {
+	if (local_set_lbuf(&l->rm, lbuf_size)) {
 		free(l);
 		return KVC_ENOMEM;
 	}
-	memset(l->rm.lbuf, 0, rounded);
 	l->rm.type = &local_type;
-	l->rm.lbuf_size = lbuf_size;
 	l->rm.region_size = reg->size;
 	l->reg = reg;
 	if (hooks)

@@ -8,6 +8,7 @@
 #include <time.h>
 
 #include "kvclient_errors.h"
+#include "log.h"
 
 /* One entry per batch in flight, in posting order. RC completes work requests
  * in order, so only the last request of a batch is signaled: its completion
@@ -291,6 +292,32 @@ static void verbs_idle(struct kvi_rmem *rm)
 	}
 }
 
+static int verbs_set_lbuf(struct kvi_rmem *rm, size_t size)
+{
+	struct rmem_verbs *v = (struct rmem_verbs *)rm;
+	size_t rounded = (size + 63) & ~(size_t)63;
+	void *p = rounded >= size ? aligned_alloc(64, rounded) : NULL;
+	struct ibv_mr *mr;
+
+	if (!p)
+		return KVC_ENOMEM;
+	memset(p, 0, rounded);
+	mr = ibv_reg_mr(v->pd, p, size, IBV_ACCESS_LOCAL_WRITE);
+	if (!mr) {
+		kvi_err("cannot register a %zu-byte local buffer on %s: %s (ulimit -l?)", size,
+			ibv_get_device_name(v->id->verbs->device), strerror(errno));
+		free(p);
+		return KVC_ENOMEM;
+	}
+	if (v->lmr)
+		ibv_dereg_mr(v->lmr);
+	free(rm->lbuf);
+	v->lmr = mr;
+	rm->lbuf = p;
+	rm->lbuf_size = size;
+	return 0;
+}
+
 static void verbs_destroy(struct kvi_rmem *rm)
 {
 	struct rmem_verbs *v = (struct rmem_verbs *)rm;
@@ -322,6 +349,7 @@ static const struct kvi_rmem_type verbs_type = {
 	.poll = verbs_poll,
 	.idle = verbs_idle,
 	.ctrl_call = verbs_ctrl_call,
+	.set_lbuf = verbs_set_lbuf,
 	.shutdown = verbs_shutdown,
 	.destroy = verbs_destroy,
 };
@@ -458,18 +486,10 @@ static int create_resources(struct rmem_verbs *v, const struct kvi_verbs_opts *o
 		}
 	}
 	v->max_inline = qa.cap.max_inline_data;
-	v->rm.lbuf_size = o->lbuf_size;
-	v->rm.lbuf = aligned_alloc(64, (o->lbuf_size + 63) & ~(size_t)63);
-	if (!v->rm.lbuf) {
-		kvi_errbuf_set(e, "cannot allocate %zu bytes of local buffer", o->lbuf_size);
-		return KVC_ENOMEM;
-	}
-	memset(v->rm.lbuf, 0, o->lbuf_size);
-	v->lmr = ibv_reg_mr(v->pd, v->rm.lbuf, o->lbuf_size, IBV_ACCESS_LOCAL_WRITE);
-	if (!v->lmr) {
+	if (verbs_set_lbuf(&v->rm, o->lbuf_size)) {
 		kvi_errbuf_set(e, "cannot register %zu bytes with %s: %s (raise the locked-memory "
 			       "limit: ulimit -l unlimited)", o->lbuf_size, dev, strerror(errno));
-		return errno == ENOMEM ? KVC_ENOMEM : KVC_ESYS;
+		return KVC_ENOMEM;
 	}
 	v->cbuf = aligned_alloc(64, (CTRL_RECVS + 1) * CTRL_MSG);
 	v->cmr = v->cbuf ? ibv_reg_mr(v->pd, v->cbuf, (CTRL_RECVS + 1) * CTRL_MSG, IBV_ACCESS_LOCAL_WRITE) : NULL;

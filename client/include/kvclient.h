@@ -3,9 +3,15 @@
  *
  * Conventions: every call returns 0 or a negative KVC_ code (kvclient_errors.h);
  * constructors hand objects back through an out-parameter; destroy functions
- * accept NULL. The library never prints, never exits, and starts no threads. */
+ * accept NULL. The library never prints, never exits, and starts no threads.
+ *
+ * Threads: a kvc_t is one connection with its own queue pair, like a verbs QP;
+ * use one per thread. Nothing on the data path takes a lock. */
 #ifndef KVCLIENT_H
 #define KVCLIENT_H
+
+#include <stddef.h>
+#include <stdint.h>
 
 #include "kvclient_errors.h"
 
@@ -17,6 +23,9 @@ extern "C" {
 #define KVC_VERSION_MINOR 1
 #define KVC_VERSION_PATCH 0
 
+#define KVC_MAX_KEY 250u    /* bytes; keys are 1..250 bytes (memcached's limit) */
+#define KVC_DEFAULT_PORT 7471
+
 /* "MAJOR.MINOR.PATCH" of the library actually loaded. */
 KVC_EXPORT const char *kvc_version(void);
 
@@ -27,6 +36,98 @@ typedef void (*kvc_log_fn)(void *arg, int level, const char *msg);
  * choices) to fn, for levels up to max_level. Call before creating handles;
  * NULL silences the library (the default). */
 KVC_EXPORT void kvc_set_log(kvc_log_fn fn, void *arg, int max_level);
+
+typedef struct kvc kvc_t;
+
+struct kvc_opts {
+	const char *server;     /* "HOST[:PORT]" (required) */
+	const char *device;     /* RDMA device to use, or NULL for the one routing to HOST */
+	int connect_timeout_ms; /* each connection set-up step; default 5000 */
+	int op_timeout_ms;      /* an operation older than this fails KVC_ETIMEDOUT; default 2000 */
+	unsigned depth;         /* asynchronous operations in flight, 1..64; default 16 */
+	unsigned cache_entries; /* client-side location cache entries (32 B each); 0 = off; default 4096 */
+};
+
+/* Fill o with the defaults (server NULL). */
+KVC_EXPORT void kvc_opts_init(struct kvc_opts *o);
+
+/* Connect to the server in o. On failure returns a KVC_ code and, if err is not
+ * NULL, writes one line there: what failed, where, and what to do. */
+KVC_EXPORT int kvc_create(const struct kvc_opts *o, kvc_t **out, char *err, size_t errlen);
+KVC_EXPORT void kvc_destroy(kvc_t *h);
+
+/* Blocking operations (the handle must have no asynchronous ones in flight,
+ * else KVC_EBUSY).
+ *
+ * kvc_get copies the value into buf. *value_len receives the value's length;
+ * when it exceeds buf_len the call returns KVC_ETRUNC and buf holds nothing
+ * useful. A missing or expired key is KVC_ENOTFOUND. */
+KVC_EXPORT int kvc_get(kvc_t *h, const void *key, size_t key_len, void *buf, size_t buf_len,
+		       size_t *value_len);
+/* Insert or replace. ttl_s > 0 makes the item expire after that many seconds.
+ * Too long a key (KVC_EKEYSIZE) or value (KVC_EVALSIZE, see kvc_max_value)
+ * changes nothing. KVC_EINDEXFULL: both of the key's buckets are full. */
+KVC_EXPORT int kvc_put(kvc_t *h, const void *key, size_t key_len, const void *value, size_t value_len,
+		       uint32_t ttl_s);
+/* Remove; KVC_ENOTFOUND if absent. */
+KVC_EXPORT int kvc_delete(kvc_t *h, const void *key, size_t key_len);
+
+/* Largest value this server accepts for a key of key_len bytes. */
+KVC_EXPORT size_t kvc_max_value(const kvc_t *h, size_t key_len);
+
+/* Asynchronous interface: submit many, poll completions. The kvc_op and every
+ * buffer it names belong to the library from kvc_submit until kvc_poll returns
+ * the op; then status (and for GET value_len) hold the result. */
+enum kvc_op_type { KVC_OP_GET = 1, KVC_OP_PUT = 2, KVC_OP_DELETE = 3 };
+
+struct kvc_op {
+	int type; /* enum kvc_op_type */
+	const void *key;
+	size_t key_len;
+	const void *value; /* PUT: the value */
+	size_t value_len;  /* PUT: its length; GET: set to the value's length */
+	uint32_t ttl_s;    /* PUT */
+	void *buf;         /* GET: destination */
+	size_t buf_len;    /* GET: its size */
+	void *user;        /* yours */
+	int status;        /* 0 or a KVC_ code, set on completion */
+};
+
+/* Start op. KVC_EAGAIN when `depth` operations are already in flight; a bad
+ * key or value fails at once (nothing was sent). */
+KVC_EXPORT int kvc_submit(kvc_t *h, struct kvc_op *op);
+/* Wait up to timeout_ms (0: do not wait; negative: until one completes) and
+ * return up to max finished ops in done[]; returns their number or a KVC_ code. */
+KVC_EXPORT int kvc_poll(kvc_t *h, struct kvc_op **done, unsigned max, int timeout_ms);
+KVC_EXPORT unsigned kvc_inflight(const kvc_t *h);
+
+/* Round trips per operation, counted by the library itself: every wait for a
+ * completion of one of an operation's doorbells is one round trip. */
+enum kvc_stat_kind {
+	KVC_STAT_GET_HIT,        /* found, through the buckets */
+	KVC_STAT_GET_HIT_CACHED, /* found through a valid cached location */
+	KVC_STAT_GET_MISS,
+	KVC_STAT_PUT_INSERT,
+	KVC_STAT_PUT_UPDATE,
+	KVC_STAT_PUT_UPDATE_CACHED,
+	KVC_STAT_DELETE,
+	KVC_STAT_DELETE_MISS,
+	KVC_STAT_FAILED, /* any operation that ended with an error */
+	KVC_STAT_KINDS
+};
+
+struct kvc_stats {
+	uint64_t ops[KVC_STAT_KINDS];
+	uint64_t round_trips[KVC_STAT_KINDS];
+	uint64_t lock_conflicts;   /* lock attempts that found a bucket held */
+	uint64_t verify_retries;   /* object or bucket reads that failed verification */
+	uint64_t segments_granted; /* control-path calls for memory */
+};
+
+KVC_EXPORT void kvc_get_stats(const kvc_t *h, struct kvc_stats *out);
+KVC_EXPORT void kvc_reset_stats(kvc_t *h);
+/* "get_hit", "put_insert", ... for a kind; "unknown" otherwise. */
+KVC_EXPORT const char *kvc_stat_name(int kind);
 
 #ifdef __cplusplus
 }

@@ -35,7 +35,9 @@ extern "C" {
 	X(EAGAIN, -15, "too many operations in flight: poll completions first")             \
 	X(EINDEXFULL, -16, "index full: both candidate buckets are full")                   \
 	X(ECORRUPT, -17, "remote data failed verification on every retry")                 \
-	X(ESYS, -18, "system resource error (see log for the failing call)")
+	X(ESYS, -18, "system resource error (see log for the failing call)")                \
+	X(ETRUNC, -19, "value larger than the buffer given: the needed length is reported") \
+	X(EBUSY, -20, "asynchronous operations in flight: blocking calls need an idle handle")
 
 enum kvc_errno {
 	KVC_OK = 0,

@@ -1,0 +1,137 @@
+/* libkvclient internals: the handle, the per-operation state machines and the
+ * engine that drives them. Nothing here is exported.
+ *
+ * Every operation is a small state machine. Each state posts exactly one batch
+ * (one doorbell) through the remote-memory interface and waits for it; the
+ * batch's completion is one round trip and moves the machine on. Operations of
+ * one handle run interleaved (up to `depth` at once), each with its own slice
+ * of the registered local buffer, so nothing is shared between them but the
+ * handle's segment cursor and location cache, both touched only by the thread
+ * that owns the handle.
+ *
+ * Ownership: the handle owns its kvi_rmem (and so the local buffer); an
+ * operation state (kvi_opst) owns its scratch slice from kvc_submit until the
+ * operation completes; the caller's kvc_op and its buffers are the library's
+ * for the same span. */
+#ifndef KVI_CLIENT_H
+#define KVI_CLIENT_H
+
+#include <stdint.h>
+
+#include "hash.h"
+#include "kvclient.h"
+#include "layout.h"
+#include "locache.h"
+#include "rmem.h"
+
+#define KVI_MAX_CAND (2 * KVI_SLOTS_PER_BUCKET)
+#define KVI_VERIFY_TRIES 8 /* reads that fail verification before KVC_ECORRUPT */
+
+enum kvi_state {
+	ST_FREE = 0,
+	ST_GET_CACHED,   /* READ cached slot word + object */
+	ST_GET_BUCKETS,  /* READ both buckets */
+	ST_GET_OBJECTS,  /* READ fingerprint-matching objects */
+	ST_W_LOCK,       /* [WRITE object] + CAS-lock and READ both buckets */
+	ST_W_LOCK_CACHED, /* [WRITE object] + CAS-lock and READ the cached bucket */
+	ST_W_KEYCHECK,   /* READ fingerprint-matching objects under the locks */
+	ST_W_COMMIT,     /* WRITE slot + CAS-unlock */
+	ST_W_RELEASE,    /* CAS-unlock without change */
+	ST_BACKOFF,      /* waiting to retry after a lock conflict */
+};
+
+/* A slot whose fingerprint matched: an object to read and check. */
+struct kvi_cand {
+	uint64_t slot;
+	uint32_t which; /* 0 or 1: which of the operation's buckets */
+	uint32_t idx;   /* slot index in that bucket */
+	uint32_t len;   /* bytes to READ */
+	uint32_t loff;  /* where in the object area it was read to */
+};
+
+/* What an object read says about our key. */
+enum kvi_objcheck { OBJ_BAD, OBJ_OTHER, OBJ_MATCH, OBJ_EXPIRED };
+
+struct kvi_opst {
+	struct kvc_op *op; /* NULL when free */
+	int state;
+	unsigned index; /* in the handle's table; the batches' cookie */
+	struct kvi_keyhash kh;
+	unsigned rtt;          /* round trips so far */
+	unsigned verify_tries; /* reads that failed verification */
+	unsigned lock_tries;   /* lock attempts that found a bucket held */
+	uint64_t deadline;     /* ns: the operation fails KVC_ETIMEDOUT after this */
+	uint64_t not_before;   /* ns: ST_BACKOFF retries at this time */
+
+	/* Scratch slice of the local buffer, owned while the op is in flight. */
+	struct kvi_bucket *bk; /* [2] */
+	uint64_t *w;           /* [8]: CAS results, slot word to write, slot re-read */
+	unsigned char *obj;    /* object area: new object (PUT), objects read */
+
+	/* Buckets this attempt works on: bucket indices, how many, which are held. */
+	uint64_t b[2];
+	unsigned nb;
+	unsigned held; /* bit i: lock on b[i] held */
+
+	struct kvi_cand cand[KVI_MAX_CAND];
+	unsigned ncand, cand_next, cand_round, cand_bad;
+
+	int cached; /* this attempt uses the location cache entry below */
+	struct kvi_loc loc;
+
+	/* PUT: the new object in our segment. */
+	uint64_t obj_off;
+	uint32_t obj_len;
+	int obj_written;
+
+	/* Commit decision, and the result reported once the locks are released. */
+	uint32_t commit_which, commit_idx;
+	uint64_t commit_slot;
+	int result;
+	int kind;  /* enum kvc_stat_kind for the statistics */
+	int retry; /* after ST_W_RELEASE: retry (1) or finish (0) */
+};
+
+struct kvc {
+	struct kvi_rmem *rm;
+	struct kvi_superblock sb; /* validated copy, read at open */
+	struct kvc_opts o;
+	uint32_t obj_area; /* bytes of each op's object area */
+	uint64_t max_object;
+
+	struct kvi_opst *st; /* [depth] */
+	unsigned inflight;
+	struct kvc_op **done; /* finished, not yet handed out: ring of depth */
+	unsigned done_head, done_count;
+
+	/* The segment this client appends objects to (granted by the server). */
+	uint64_t seg_off, seg_size, seg_used;
+
+	struct kvi_locache cache;
+	struct kvc_stats stats;
+	uint64_t rng;
+};
+
+/* Open a handle over a connected transport (takes ownership of rm, also on
+ * failure): reads and validates the superblock, sizes the local buffer. */
+int kvi_client_open(struct kvi_rmem *rm, const struct kvc_opts *o, kvc_t **out);
+
+/* Engine services for the state machines. */
+int kvi_st_post(kvc_t *h, struct kvi_opst *st, const struct kvi_rop *ops, unsigned n, int state);
+void kvi_st_finish(kvc_t *h, struct kvi_opst *st, int status, int kind);
+uint64_t kvi_now_ns(void);
+uint64_t kvi_rand(kvc_t *h);
+
+/* Shared helpers of the GET and write paths. */
+uint64_t kvi_read_len(const kvc_t *h, uint64_t slot);
+unsigned kvi_collect_cands(const kvc_t *h, struct kvi_opst *st);
+int kvi_read_cands(kvc_t *h, struct kvi_opst *st, int state);
+enum kvi_objcheck kvi_obj_check(const struct kvi_opst *st, const struct kvi_cand *c);
+
+/* State machines. */
+void kvi_get_start(kvc_t *h, struct kvi_opst *st);
+void kvi_get_step(kvc_t *h, struct kvi_opst *st);
+void kvi_write_start(kvc_t *h, struct kvi_opst *st);
+void kvi_write_step(kvc_t *h, struct kvi_opst *st);
+
+#endif

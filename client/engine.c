@@ -1,0 +1,455 @@
+/* The engine: opens a handle over a transport, admits operations, posts their
+ * batches, turns completions into state-machine steps, retries after backoff,
+ * and hands finished operations back. */
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include "client.h"
+#include "kvclient_errors.h"
+#include "log.h"
+
+#define SB_READ_TIMEOUT_MS 5000
+#define CTRL_TIMEOUT_MS 5000
+
+uint64_t kvi_now_ns(void)
+{
+	struct timespec ts;
+
+	clock_gettime(CLOCK_MONOTONIC, &ts);
+	return (uint64_t)ts.tv_sec * 1000000000u + (uint64_t)ts.tv_nsec;
+}
+
+uint64_t kvi_rand(kvc_t *h)
+{
+	/* xorshift64*: backoff jitter only, not security */
+	h->rng ^= h->rng >> 12;
+	h->rng ^= h->rng << 25;
+	h->rng ^= h->rng >> 27;
+	return h->rng * 2685821657736338717ull;
+}
+
+/* Per-operation scratch: 2 buckets, 8 words, the object area. */
+static size_t scratch_size(uint32_t obj_area)
+{
+	return 2 * KVI_BUCKET_SIZE + 64 + obj_area;
+}
+
+static void close_handle(kvc_t *h)
+{
+	kvi_rmem_destroy(h->rm);
+	kvi_locache_fini(&h->cache);
+	free(h->st);
+	free(h->done);
+	free(h);
+}
+
+int kvi_client_open(struct kvi_rmem *rm, const struct kvc_opts *o, kvc_t **out)
+{
+	struct kvi_rop op;
+	unsigned char *lb;
+	size_t scratch;
+	kvc_t *h;
+	int rc;
+
+	*out = NULL;
+	h = calloc(1, sizeof(*h));
+	if (!h) {
+		kvi_rmem_destroy(rm);
+		return KVC_ENOMEM;
+	}
+	h->rm = rm;
+	h->o = *o;
+	h->rng = kvi_now_ns() ^ ((uint64_t)rm->client_id << 32) ^ 0x9e3779b97f4a7c15ull;
+
+	/* The superblock says where everything is; check all of it before use. */
+	op = kvi_rop_read(0, kvi_rmem_lbuf(rm, NULL), sizeof(struct kvi_superblock));
+	rc = kvi_rmem_exec(rm, &op, 1, SB_READ_TIMEOUT_MS);
+	if (rc)
+		goto clean_h;
+	memcpy(&h->sb, op.local, sizeof(h->sb));
+	rc = kvi_superblock_check(&h->sb, rm->region_size);
+	if (rc) {
+		kvi_err("the server's region does not hold a valid layout (magic, version or bounds)");
+		goto clean_h;
+	}
+	h->max_object = h->sb.segment_size < KVI_MAX_OBJECT ? h->sb.segment_size : KVI_MAX_OBJECT;
+	h->obj_area = (uint32_t)((h->max_object + 63) & ~(uint64_t)63);
+
+	h->st = calloc(o->depth, sizeof(*h->st));
+	h->done = calloc(o->depth, sizeof(*h->done));
+	rc = kvi_locache_init(&h->cache, o->cache_entries);
+	if (!h->st || !h->done || rc) {
+		rc = KVC_ENOMEM;
+		goto clean_h;
+	}
+	scratch = scratch_size(h->obj_area);
+	rc = kvi_rmem_set_lbuf(rm, scratch * o->depth);
+	if (rc)
+		goto clean_h;
+	lb = kvi_rmem_lbuf(rm, NULL);
+	for (unsigned i = 0; i < o->depth; i++) {
+		unsigned char *s = lb + i * scratch;
+
+		h->st[i].index = i;
+		h->st[i].bk = (struct kvi_bucket *)(void *)s;
+		h->st[i].w = (uint64_t *)(void *)(s + 2 * KVI_BUCKET_SIZE);
+		h->st[i].obj = s + 2 * KVI_BUCKET_SIZE + 64;
+	}
+	*out = h;
+	return 0;
+clean_h:
+	close_handle(h);
+	return rc;
+}
+
+void kvc_destroy(kvc_t *h)
+{
+	if (h)
+		close_handle(h);
+}
+
+/* ---- helpers shared by the state machines ---------------------------- */
+
+/* Bytes to READ for a slot's object: the slot's rounded length, clamped to the
+ * heap's end (the rounding may reach past the last object). */
+uint64_t kvi_read_len(const kvc_t *h, uint64_t slot)
+{
+	uint64_t off = kvi_slot_obj_off(slot), len = kvi_slot_read_len(slot);
+	uint64_t end = h->sb.heap_off + h->sb.heap_size;
+
+	return len > end - off ? end - off : len;
+}
+
+/* Fingerprint matches in the op's buckets; slots pointing outside the heap
+ * are garbage and ignored (they can only come from a corrupt writer). */
+unsigned kvi_collect_cands(const kvc_t *h, struct kvi_opst *st)
+{
+	st->ncand = st->cand_next = st->cand_bad = 0;
+	for (unsigned w = 0; w < st->nb; w++) {
+		for (unsigned i = 0; i < KVI_SLOTS_PER_BUCKET; i++) {
+			uint64_t s = st->bk[w].slot[i];
+
+			if (!s || kvi_slot_fp(s) != st->kh.fp || !kvi_slot_in_heap(&h->sb, s))
+				continue;
+			st->cand[st->ncand++] = (struct kvi_cand){ .slot = s, .which = w, .idx = i,
+								   .len = (uint32_t)kvi_read_len(h, s) };
+		}
+	}
+	return st->ncand;
+}
+
+/* READ as many pending candidates as fit the object area, in one doorbell. */
+int kvi_read_cands(kvc_t *h, struct kvi_opst *st, int state)
+{
+	struct kvi_rop ops[KVI_MAX_CAND];
+	uint32_t used = 0;
+	unsigned n = 0;
+
+	st->cand_round = st->cand_next;
+	while (st->cand_next < st->ncand && n < KVI_RMEM_MAX_BATCH) {
+		struct kvi_cand *c = &st->cand[st->cand_next];
+
+		if (c->len > h->obj_area) { /* larger than any object: garbage */
+			st->cand_bad++;
+			st->cand_next++;
+			continue;
+		}
+		if (used + c->len > h->obj_area)
+			break;
+		c->loff = used;
+		ops[n++] = kvi_rop_read(kvi_slot_obj_off(c->slot), st->obj + used, c->len);
+		used += (c->len + 63) & ~63u;
+		st->cand_next++;
+	}
+	if (n == 0)
+		return 0;
+	return kvi_st_post(h, st, ops, n, state) ? -1 : (int)n;
+}
+
+enum kvi_objcheck kvi_obj_check(const struct kvi_opst *st, const struct kvi_cand *c)
+{
+	const unsigned char *buf = st->obj + c->loff;
+	const struct kvi_obj_hdr *oh = (const struct kvi_obj_hdr *)(const void *)buf;
+	const struct kvc_op *op = st->op;
+
+	if (kvi_obj_verify(buf, c->len))
+		return OBJ_BAD;
+	if (oh->key_len != op->key_len || memcmp(buf + sizeof(*oh), op->key, op->key_len) != 0)
+		return OBJ_OTHER;
+	if (oh->expiry && (uint64_t)time(NULL) >= oh->expiry)
+		return OBJ_EXPIRED;
+	return OBJ_MATCH;
+}
+
+/* ---- posting and finishing -------------------------------------------- */
+
+int kvi_st_post(kvc_t *h, struct kvi_opst *st, const struct kvi_rop *ops, unsigned n, int state)
+{
+	int rc = kvi_rmem_post(h->rm, ops, n, st->index);
+
+	if (rc) {
+		/* Every op has at most one batch in flight and depth <= the transport's
+		 * limit, so only a broken connection or a bug lands here. */
+		kvi_st_finish(h, st, rc, KVC_STAT_FAILED);
+		return rc;
+	}
+	st->state = state;
+	return 0;
+}
+
+void kvi_st_finish(kvc_t *h, struct kvi_opst *st, int status, int kind)
+{
+	struct kvc_op *op = st->op;
+
+	if (status && status != KVC_ENOTFOUND && status != KVC_ETRUNC)
+		kind = KVC_STAT_FAILED;
+	h->stats.ops[kind]++;
+	h->stats.round_trips[kind] += st->rtt;
+	op->status = status;
+	h->done[(h->done_head + h->done_count) % h->o.depth] = op;
+	h->done_count++;
+	st->op = NULL;
+	st->state = ST_FREE;
+	h->inflight--;
+}
+
+/* ---- segments ----------------------------------------------------------- */
+
+/* Room for `bytes` in our segment, asking the server for a new one when the
+ * current one is full. Returns the region offset to write at, or a code. */
+static int64_t reserve(kvc_t *h, uint64_t bytes)
+{
+	struct kvi_ctrl req = { .type = KVI_CTRL_SEG_REQ, .arg = { 1 } }, resp;
+	uint64_t off;
+	int rc;
+
+	if (h->seg_size - h->seg_used < bytes) {
+		rc = kvi_rmem_ctrl_call(h->rm, &req, &resp, CTRL_TIMEOUT_MS);
+		if (rc)
+			return rc;
+		if (resp.type == KVI_CTRL_ERROR)
+			return resp.status < 0 ? resp.status : KVC_EPROTO;
+		/* A grant must be a whole segment inside the heap. */
+		if (resp.type != KVI_CTRL_SEG_GRANT || resp.arg[1] != h->sb.segment_size ||
+		    resp.arg[0] < h->sb.heap_off || resp.arg[0] > h->sb.heap_off + h->sb.heap_size ||
+		    h->sb.heap_off + h->sb.heap_size - resp.arg[0] < resp.arg[1] || (resp.arg[0] % KVI_OBJ_ALIGN))
+			return KVC_EPROTO;
+		h->seg_off = resp.arg[0];
+		h->seg_size = resp.arg[1];
+		h->seg_used = 0;
+		h->stats.segments_granted++;
+	}
+	off = h->seg_off + h->seg_used;
+	h->seg_used += bytes;
+	return (int64_t)off;
+}
+
+/* ---- the public asynchronous interface -------------------------------- */
+
+static int check_op(const kvc_t *h, const struct kvc_op *op)
+{
+	if (!op || (op->key_len && !op->key))
+		return KVC_EINVAL;
+	if (op->key_len == 0 || op->key_len > KVI_MAX_KEY)
+		return KVC_EKEYSIZE;
+	switch (op->type) {
+	case KVC_OP_GET:
+		return op->buf_len && !op->buf ? KVC_EINVAL : 0;
+	case KVC_OP_PUT:
+		if (op->value_len && !op->value)
+			return KVC_EINVAL;
+		if (op->value_len > UINT32_MAX || kvi_obj_len((uint32_t)op->key_len, (uint32_t)op->value_len) >
+							   h->max_object)
+			return KVC_EVALSIZE;
+		return 0;
+	case KVC_OP_DELETE:
+		return 0;
+	default:
+		return KVC_EINVAL;
+	}
+}
+
+static uint32_t expiry_of(uint32_t ttl_s)
+{
+	uint64_t t;
+
+	if (ttl_s == 0)
+		return 0;
+	t = (uint64_t)time(NULL) + ttl_s;
+	return t > UINT32_MAX ? UINT32_MAX : (uint32_t)t;
+}
+
+static void start(kvc_t *h, struct kvi_opst *st)
+{
+	if (st->op->type == KVC_OP_GET)
+		kvi_get_start(h, st);
+	else
+		kvi_write_start(h, st);
+}
+
+int kvc_submit(kvc_t *h, struct kvc_op *op)
+{
+	struct kvi_opst *st = NULL;
+	int rc = check_op(h, op);
+
+	if (rc)
+		return rc;
+	if (h->rm->broken)
+		return KVC_ESERVERGONE;
+	if (h->inflight + h->done_count >= h->o.depth)
+		return KVC_EAGAIN;
+	for (unsigned i = 0; i < h->o.depth && !st; i++)
+		if (!h->st[i].op)
+			st = &h->st[i];
+	if (!st)
+		return KVC_EAGAIN;
+	{
+		/* Fresh state; the scratch slice and index stay the slot's. */
+		struct kvi_opst keep = *st;
+
+		memset(st, 0, sizeof(*st));
+		st->index = keep.index;
+		st->bk = keep.bk;
+		st->w = keep.w;
+		st->obj = keep.obj;
+	}
+	kvi_key_hash(op->key, op->key_len, h->sb.bucket_count, &st->kh);
+	st->deadline = kvi_now_ns() + (uint64_t)h->o.op_timeout_ms * 1000000u;
+	if (op->type == KVC_OP_PUT) {
+		int64_t off;
+
+		st->obj_len = (uint32_t)kvi_obj_len((uint32_t)op->key_len, (uint32_t)op->value_len);
+		off = reserve(h, kvi_obj_footprint(st->obj_len));
+		if (off < 0)
+			return (int)off;
+		st->obj_off = (uint64_t)off;
+		kvi_obj_build(st->obj, op->key, (uint16_t)op->key_len, op->value, (uint32_t)op->value_len,
+			      expiry_of(op->ttl_s), h->rm->client_id);
+	}
+	op->status = 1; /* in flight */
+	st->op = op;
+	h->inflight++;
+	start(h, st);
+	return 0;
+}
+
+/* Batches that outlive every operation's deadline mean the server or path
+ * stopped answering: break the connection so that nothing can land later. */
+static void check_stuck(kvc_t *h, uint64_t now)
+{
+	for (unsigned i = 0; i < h->o.depth; i++) {
+		struct kvi_opst *st = &h->st[i];
+
+		if (st->op && st->state != ST_BACKOFF && now > st->deadline + 1000000000ull) {
+			kvi_rmem_shutdown(h->rm, KVC_ETIMEDOUT);
+			return;
+		}
+	}
+}
+
+static void run_backoffs(kvc_t *h, uint64_t now, uint64_t *next_due)
+{
+	for (unsigned i = 0; i < h->o.depth; i++) {
+		struct kvi_opst *st = &h->st[i];
+
+		if (!st->op || st->state != ST_BACKOFF)
+			continue;
+		if (st->not_before <= now)
+			start(h, st);
+		else if (st->not_before < *next_due)
+			*next_due = st->not_before;
+	}
+}
+
+static void on_complete(kvc_t *h, const struct kvi_rcomp *c)
+{
+	struct kvi_opst *st = &h->st[c->cookie];
+
+	if (c->cookie >= h->o.depth || !st->op)
+		return;
+	st->rtt++;
+	if (c->status) {
+		/* The connection is gone; locks this op held are released by the
+		 * server when it fences us. */
+		kvi_st_finish(h, st, c->status, KVC_STAT_FAILED);
+		return;
+	}
+	if (st->op->type == KVC_OP_GET)
+		kvi_get_step(h, st);
+	else
+		kvi_write_step(h, st);
+}
+
+int kvc_poll(kvc_t *h, struct kvc_op **done, unsigned max, int timeout_ms)
+{
+	uint64_t start_ns = kvi_now_ns();
+	uint64_t deadline = timeout_ms < 0 ? UINT64_MAX : start_ns + (uint64_t)timeout_ms * 1000000u;
+	struct kvi_rcomp comp[16];
+	unsigned n = 0;
+
+	if (!done || max == 0)
+		return KVC_EINVAL;
+	for (;;) {
+		uint64_t now = kvi_now_ns(), next_due = UINT64_MAX;
+		int got, wait_ms;
+
+		run_backoffs(h, now, &next_due);
+		while (n < max && h->done_count > 0) {
+			done[n++] = h->done[h->done_head];
+			h->done_head = (h->done_head + 1) % h->o.depth;
+			h->done_count--;
+		}
+		if (n > 0 || h->inflight == 0 || now >= deadline)
+			return (int)n;
+		if (next_due > deadline)
+			next_due = deadline;
+		wait_ms = next_due == UINT64_MAX ? 1000 : (int)((next_due - now) / 1000000u);
+		if (wait_ms > 1000)
+			wait_ms = 1000;
+		got = kvi_rmem_wait(h->rm, comp, 16, wait_ms);
+		for (int i = 0; i < got; i++)
+			on_complete(h, &comp[i]);
+		if (got == 0)
+			check_stuck(h, kvi_now_ns());
+	}
+}
+
+unsigned kvc_inflight(const kvc_t *h)
+{
+	return h->inflight + h->done_count;
+}
+
+size_t kvc_max_value(const kvc_t *h, size_t key_len)
+{
+	uint64_t over = kvi_obj_len((uint32_t)key_len, 0);
+
+	return key_len > KVI_MAX_KEY || over > h->max_object ? 0 : (size_t)(h->max_object - over);
+}
+
+void kvc_get_stats(const kvc_t *h, struct kvc_stats *out)
+{
+	*out = h->stats;
+}
+
+void kvc_reset_stats(kvc_t *h)
+{
+	memset(&h->stats, 0, sizeof(h->stats));
+}
+
+const char *kvc_stat_name(int kind)
+{
+	static const char *const names[KVC_STAT_KINDS] = {
+		[KVC_STAT_GET_HIT] = "get_hit",
+		[KVC_STAT_GET_HIT_CACHED] = "get_hit_cached",
+		[KVC_STAT_GET_MISS] = "get_miss",
+		[KVC_STAT_PUT_INSERT] = "put_insert",
+		[KVC_STAT_PUT_UPDATE] = "put_update",
+		[KVC_STAT_PUT_UPDATE_CACHED] = "put_update_cached",
+		[KVC_STAT_DELETE] = "delete",
+		[KVC_STAT_DELETE_MISS] = "delete_miss",
+		[KVC_STAT_FAILED] = "failed",
+	};
+
+	return kind >= 0 && kind < KVC_STAT_KINDS ? names[kind] : "unknown";
+}

@@ -1,0 +1,60 @@
+#include "locache.h"
+
+#include <stdlib.h>
+
+#include "kvclient_errors.h"
+
+int kvi_locache_init(struct kvi_locache *c, uint32_t entries)
+{
+	c->n = entries;
+	c->e = NULL;
+	if (entries == 0)
+		return 0;
+	c->e = calloc(entries, sizeof(*c->e));
+	return c->e ? 0 : KVC_ENOMEM;
+}
+
+void kvi_locache_fini(struct kvi_locache *c)
+{
+	free(c->e);
+	c->e = NULL;
+	c->n = 0;
+}
+
+static struct kvi_loc *slot_for(const struct kvi_locache *c, uint64_t hlo)
+{
+	/* hlo also picks the first bucket; the high bits spread entries independently. */
+	return &c->e[(hlo >> 32 ^ hlo) % c->n];
+}
+
+const struct kvi_loc *kvi_locache_get(const struct kvi_locache *c, uint64_t hlo, uint64_t hhi)
+{
+	const struct kvi_loc *l;
+
+	if (c->n == 0)
+		return NULL;
+	l = slot_for(c, hlo);
+	return l->slot && l->hlo == hlo && l->hhi == hhi ? l : NULL;
+}
+
+void kvi_locache_put(struct kvi_locache *c, uint64_t hlo, uint64_t hhi, uint64_t bucket, uint32_t idx,
+		     uint64_t slot)
+{
+	struct kvi_loc *l;
+
+	if (c->n == 0)
+		return;
+	l = slot_for(c, hlo);
+	*l = (struct kvi_loc){ .hlo = hlo, .hhi = hhi, .slot = slot, .bucket = bucket, .idx = idx };
+}
+
+void kvi_locache_drop(struct kvi_locache *c, uint64_t hlo, uint64_t hhi)
+{
+	struct kvi_loc *l;
+
+	if (c->n == 0)
+		return;
+	l = slot_for(c, hlo);
+	if (l->hlo == hlo && l->hhi == hhi)
+		l->slot = 0;
+}

@@ -1,0 +1,34 @@
+/* The location cache: for recently used keys, where their slot was and what it
+ * held. Direct-mapped, fixed size (bounded memory), owned by one handle.
+ *
+ * An entry is only a hint. It is trusted for one thing: if the slot still holds
+ * the cached word, the key's current object is the one that word points at
+ * (objects are immutable and a key lives in at most one slot, layout.h I2).
+ * Every use re-reads the slot word in the same doorbell as the object. */
+#ifndef KVI_LOCACHE_H
+#define KVI_LOCACHE_H
+
+#include <stdint.h>
+
+struct kvi_loc {
+	uint64_t hlo, hhi; /* the key's 128-bit hash: identifies the key */
+	uint64_t slot;     /* slot word last seen; 0 = entry empty */
+	uint64_t bucket;   /* bucket index */
+	uint32_t idx;      /* slot index in the bucket */
+	uint32_t pad;
+};
+
+struct kvi_locache {
+	struct kvi_loc *e;
+	uint32_t n; /* entries; 0 = disabled */
+};
+
+int kvi_locache_init(struct kvi_locache *c, uint32_t entries);
+void kvi_locache_fini(struct kvi_locache *c);
+/* The entry for this hash, or NULL. */
+const struct kvi_loc *kvi_locache_get(const struct kvi_locache *c, uint64_t hlo, uint64_t hhi);
+void kvi_locache_put(struct kvi_locache *c, uint64_t hlo, uint64_t hhi, uint64_t bucket, uint32_t idx,
+		     uint64_t slot);
+void kvi_locache_drop(struct kvi_locache *c, uint64_t hlo, uint64_t hhi);
+
+#endif

@@ -1,0 +1,145 @@
+/* GET: one-sided, lock-free.
+ *
+ *   cached location:  READ slot word + READ object          (1 round trip)
+ *   otherwise:        READ both buckets                      (1: a miss ends here)
+ *                     READ fingerprint-matching object(s)    (2: a hit)
+ *
+ * Linearizable because each object is immutable and a key lives in at most one
+ * slot: the value returned was the key's value when its slot word was read. A
+ * read that fails verification (torn by a concurrent reuse, or corrupt) is
+ * retried from the bucket reads, at most KVI_VERIFY_TRIES times; it is never a
+ * result. */
+#include <string.h>
+
+#include "client.h"
+#include "kvclient_errors.h"
+
+static void read_buckets(kvc_t *h, struct kvi_opst *st)
+{
+	struct kvi_rop ops[2];
+
+	st->cached = 0;
+	st->nb = 2;
+	st->b[0] = st->kh.b[0];
+	st->b[1] = st->kh.b[1];
+	ops[0] = kvi_rop_read(kvi_bucket_off(&h->sb, st->b[0]), &st->bk[0], KVI_BUCKET_SIZE);
+	ops[1] = kvi_rop_read(kvi_bucket_off(&h->sb, st->b[1]), &st->bk[1], KVI_BUCKET_SIZE);
+	kvi_st_post(h, st, ops, 2, ST_GET_BUCKETS);
+}
+
+void kvi_get_start(kvc_t *h, struct kvi_opst *st)
+{
+	const struct kvi_loc *l = kvi_locache_get(&h->cache, st->kh.lo, st->kh.hi);
+	struct kvi_rop ops[2];
+
+	if (!l || l->bucket >= h->sb.bucket_count || l->idx >= KVI_SLOTS_PER_BUCKET ||
+	    !kvi_slot_in_heap(&h->sb, l->slot) || kvi_read_len(h, l->slot) > h->obj_area) {
+		read_buckets(h, st);
+		return;
+	}
+	st->cached = 1;
+	st->loc = *l;
+	st->ncand = 1;
+	st->cand[0] = (struct kvi_cand){ .slot = l->slot, .idx = l->idx, .len = (uint32_t)kvi_read_len(h, l->slot) };
+	ops[0] = kvi_rop_read(kvi_bucket_off(&h->sb, l->bucket) + 8 + 8u * l->idx, &st->w[0], 8);
+	ops[1] = kvi_rop_read(kvi_slot_obj_off(l->slot), st->obj, st->cand[0].len);
+	kvi_st_post(h, st, ops, 2, ST_GET_CACHED);
+}
+
+/* Copy the value of the matching object in c out to the caller. */
+static void deliver(kvc_t *h, struct kvi_opst *st, const struct kvi_cand *c, int kind)
+{
+	const unsigned char *buf = st->obj + c->loff;
+	const struct kvi_obj_hdr *oh = (const struct kvi_obj_hdr *)(const void *)buf;
+	struct kvc_op *op = st->op;
+	int status = 0;
+
+	op->value_len = oh->value_len;
+	if (oh->value_len > op->buf_len)
+		status = KVC_ETRUNC;
+	else if (oh->value_len)
+		memcpy(op->buf, buf + sizeof(*oh) + oh->key_len, oh->value_len);
+	if (!st->cached)
+		kvi_locache_put(&h->cache, st->kh.lo, st->kh.hi, st->b[c->which], c->idx, c->slot);
+	kvi_st_finish(h, st, status, kind);
+}
+
+static void retry_or_fail(kvc_t *h, struct kvi_opst *st)
+{
+	h->stats.verify_retries++;
+	if (++st->verify_tries >= KVI_VERIFY_TRIES)
+		kvi_st_finish(h, st, KVC_ECORRUPT, KVC_STAT_FAILED);
+	else
+		read_buckets(h, st);
+}
+
+static void on_cached(kvc_t *h, struct kvi_opst *st)
+{
+	if (st->w[0] == st->loc.slot) {
+		switch (kvi_obj_check(st, &st->cand[0])) {
+		case OBJ_MATCH:
+			deliver(h, st, &st->cand[0], KVC_STAT_GET_HIT_CACHED);
+			return;
+		case OBJ_EXPIRED:
+			kvi_st_finish(h, st, KVC_ENOTFOUND, KVC_STAT_GET_MISS);
+			return;
+		default:
+			break;
+		}
+	}
+	/* The key moved, was deleted or replaced: forget and look it up. */
+	kvi_locache_drop(&h->cache, st->kh.lo, st->kh.hi);
+	read_buckets(h, st);
+}
+
+/* Check the candidates of the round just read; read more or conclude. */
+static void on_objects(kvc_t *h, struct kvi_opst *st)
+{
+	for (unsigned i = st->cand_round; i < st->cand_next; i++) {
+		const struct kvi_cand *c = &st->cand[i];
+
+		if (c->len > h->obj_area)
+			continue;
+		switch (kvi_obj_check(st, c)) {
+		case OBJ_MATCH:
+			deliver(h, st, c, KVC_STAT_GET_HIT);
+			return;
+		case OBJ_EXPIRED:
+			kvi_st_finish(h, st, KVC_ENOTFOUND, KVC_STAT_GET_MISS);
+			return;
+		case OBJ_BAD:
+			st->cand_bad++;
+			break;
+		case OBJ_OTHER:
+			break;
+		}
+	}
+	if (st->cand_next < st->ncand) {
+		if (kvi_read_cands(h, st, ST_GET_OBJECTS) != 0)
+			return;
+	}
+	if (st->cand_bad)
+		retry_or_fail(h, st);
+	else
+		kvi_st_finish(h, st, KVC_ENOTFOUND, KVC_STAT_GET_MISS);
+}
+
+void kvi_get_step(kvc_t *h, struct kvi_opst *st)
+{
+	switch (st->state) {
+	case ST_GET_CACHED:
+		on_cached(h, st);
+		break;
+	case ST_GET_BUCKETS:
+		if (kvi_collect_cands(h, st) == 0) {
+			kvi_st_finish(h, st, KVC_ENOTFOUND, KVC_STAT_GET_MISS);
+			break;
+		}
+		if (kvi_read_cands(h, st, ST_GET_OBJECTS) == 0) /* none readable: all garbage */
+			retry_or_fail(h, st);
+		break;
+	case ST_GET_OBJECTS:
+		on_objects(h, st);
+		break;
+	}
+}

@@ -1,0 +1,290 @@
+/* PUT and DELETE: bucket locks taken with RDMA CAS, slot written, locks
+ * released with CAS (layout.h says why not with a WRITE).
+ *
+ *   1  [WRITE new object into our segment] + CAS-lock b0 + READ b0 + CAS-lock b1
+ *      + READ b1, one doorbell. RC runs them in order: each READ sees the
+ *      bucket as our CAS left it.
+ *   2  READ the fingerprint-matching objects to find the key (only if any).
+ *   3  WRITE the slot + CAS-unlock both, one doorbell. RC puts the object before
+ *      the slot and the slot before the unlock (layout.h I3).
+ *
+ * A PUT insert without fingerprint matches takes 2 round trips, an update 3,
+ * DELETE 3 (2 when absent). With a valid cached location only the key's own
+ * bucket is locked and no object is read: 2 round trips. That is safe because a
+ * key lives in exactly one slot (I2) and every writer of that slot holds that
+ * bucket's lock (I1); the cached slot word, re-read under the lock, proves the
+ * key is still there.
+ *
+ * A lock attempt that finds a bucket held releases what it took and retries
+ * after a randomised exponential backoff, until the operation's deadline. Locks
+ * are never waited for while held, so two writers cannot deadlock. */
+#include <string.h>
+
+#include "client.h"
+#include "kvclient_errors.h"
+
+#define BACKOFF_MIN_NS 2000ull
+#define BACKOFF_MAX_NS 1000000ull
+
+static uint64_t held_word(const kvc_t *h)
+{
+	return kvi_lock_held_by(h->rm->client_id);
+}
+
+static uint64_t lock_off(const kvc_t *h, uint64_t bucket)
+{
+	return kvi_bucket_off(&h->sb, bucket);
+}
+
+void kvi_write_start(kvc_t *h, struct kvi_opst *st)
+{
+	const struct kvi_loc *l = kvi_locache_get(&h->cache, st->kh.lo, st->kh.hi);
+	struct kvi_rop ops[5];
+	unsigned n = 0;
+
+	st->held = 0;
+	st->cached = l && l->bucket < h->sb.bucket_count && l->idx < KVI_SLOTS_PER_BUCKET &&
+		     (l->bucket == st->kh.b[0] || l->bucket == st->kh.b[1]);
+	if (st->cached) {
+		st->loc = *l;
+		st->nb = 1;
+		st->b[0] = l->bucket;
+	} else {
+		st->nb = 2;
+		st->b[0] = st->kh.b[0];
+		st->b[1] = st->kh.b[1];
+	}
+	if (st->op->type == KVC_OP_PUT && !st->obj_written)
+		ops[n++] = kvi_rop_write(st->obj_off, st->obj, st->obj_len);
+	for (unsigned i = 0; i < st->nb; i++) {
+		ops[n++] = kvi_rop_cas(lock_off(h, st->b[i]), &st->w[i], 0, held_word(h));
+		ops[n++] = kvi_rop_read(lock_off(h, st->b[i]), &st->bk[i], KVI_BUCKET_SIZE);
+	}
+	kvi_st_post(h, st, ops, n, st->cached ? ST_W_LOCK_CACHED : ST_W_LOCK);
+}
+
+/* Release the locks this attempt holds; then retry (after backoff) or finish
+ * with st->result / st->kind. */
+static void release(kvc_t *h, struct kvi_opst *st, int retry)
+{
+	struct kvi_rop ops[2];
+	unsigned n = 0;
+
+	st->retry = retry;
+	for (unsigned i = 0; i < st->nb; i++)
+		if (st->held & (1u << i))
+			ops[n++] = kvi_rop_cas(lock_off(h, st->b[i]), &st->w[2 + i], held_word(h), 0);
+	if (n == 0) {
+		st->state = ST_W_RELEASE;
+		kvi_write_step(h, st); /* nothing to release: go straight on */
+		return;
+	}
+	kvi_st_post(h, st, ops, n, ST_W_RELEASE);
+}
+
+/* WRITE the decided slot word and release every lock, in one doorbell. */
+static void commit(kvc_t *h, struct kvi_opst *st, uint32_t which, uint32_t idx, uint64_t slot, int kind)
+{
+	struct kvi_rop ops[3];
+	unsigned n = 0;
+
+	st->commit_which = which;
+	st->commit_idx = idx;
+	st->commit_slot = slot;
+	st->kind = kind;
+	st->w[4] = slot;
+	ops[n++] = kvi_rop_write(lock_off(h, st->b[which]) + 8 + 8u * idx, &st->w[4], 8);
+	for (unsigned i = 0; i < st->nb; i++)
+		ops[n++] = kvi_rop_cas(lock_off(h, st->b[i]), &st->w[2 + i], held_word(h), 0);
+	kvi_st_post(h, st, ops, n, ST_W_COMMIT);
+}
+
+static uint64_t new_slot(const struct kvi_opst *st)
+{
+	return kvi_slot_make(st->kh.fp, st->obj_off, st->obj_len);
+}
+
+/* The key is in bucket `which`, slot idx. */
+static void found(kvc_t *h, struct kvi_opst *st, uint32_t which, uint32_t idx, int cached)
+{
+	if (st->op->type == KVC_OP_PUT)
+		commit(h, st, which, idx, new_slot(st), cached ? KVC_STAT_PUT_UPDATE_CACHED : KVC_STAT_PUT_UPDATE);
+	else
+		commit(h, st, which, idx, 0, KVC_STAT_DELETE);
+}
+
+/* The key is in neither bucket (both locked and checked). */
+static void absent(kvc_t *h, struct kvi_opst *st)
+{
+	unsigned free_n[2] = { 0, 0 }, pick;
+	int first[2] = { -1, -1 };
+
+	if (st->op->type == KVC_OP_DELETE) {
+		st->result = KVC_ENOTFOUND;
+		st->kind = KVC_STAT_DELETE_MISS;
+		release(h, st, 0);
+		return;
+	}
+	for (unsigned w = 0; w < 2; w++)
+		for (unsigned i = 0; i < KVI_SLOTS_PER_BUCKET; i++)
+			if (st->bk[w].slot[i] == 0) {
+				free_n[w]++;
+				if (first[w] < 0)
+					first[w] = (int)i;
+			}
+	if (free_n[0] == 0 && free_n[1] == 0) {
+		/* Until online resize exists: refuse, never overwrite another key. */
+		st->result = KVC_EINDEXFULL;
+		st->kind = KVC_STAT_FAILED;
+		release(h, st, 0);
+		return;
+	}
+	/* The emptier bucket: keeps both choices balanced, which is what lets
+	 * 2-choice hashing fill ~90% of the slots before a bucket overflows. */
+	pick = free_n[1] > free_n[0] ? 1 : 0;
+	commit(h, st, pick, (uint32_t)first[pick], new_slot(st), KVC_STAT_PUT_INSERT);
+}
+
+static void on_lock(kvc_t *h, struct kvi_opst *st)
+{
+	if (st->op->type == KVC_OP_PUT)
+		st->obj_written = 1;
+	for (unsigned i = 0; i < st->nb; i++)
+		if (st->w[i] == 0)
+			st->held |= 1u << i;
+	if (st->held != (1u << st->nb) - 1) {
+		h->stats.lock_conflicts++;
+		st->lock_tries++;
+		release(h, st, 1);
+		return;
+	}
+	if (st->state == ST_W_LOCK_CACHED) {
+		if (st->bk[0].slot[st->loc.idx] == st->loc.slot) {
+			found(h, st, 0, st->loc.idx, 1);
+			return;
+		}
+		/* Stale hint: let go and take the general path at once. */
+		kvi_locache_drop(&h->cache, st->kh.lo, st->kh.hi);
+		st->lock_tries = 0;
+		release(h, st, 1);
+		return;
+	}
+	if (kvi_collect_cands(h, st) == 0) {
+		absent(h, st);
+		return;
+	}
+	if (kvi_read_cands(h, st, ST_W_KEYCHECK) == 0) {
+		/* Every candidate is garbage (too large for any object): not our key. */
+		absent(h, st);
+	}
+}
+
+static void on_keycheck(kvc_t *h, struct kvi_opst *st)
+{
+	for (unsigned i = st->cand_round; i < st->cand_next; i++) {
+		const struct kvi_cand *c = &st->cand[i];
+
+		if (c->len > h->obj_area)
+			continue;
+		switch (kvi_obj_check(st, c)) {
+		case OBJ_MATCH:
+		case OBJ_EXPIRED: /* replace or remove the expired item in place */
+			found(h, st, c->which, c->idx, 0);
+			return;
+		case OBJ_BAD:
+			st->cand_bad++;
+			break;
+		case OBJ_OTHER:
+			break;
+		}
+	}
+	if (st->cand_next < st->ncand && kvi_read_cands(h, st, ST_W_KEYCHECK) != 0)
+		return;
+	if (st->cand_bad == 0) {
+		absent(h, st);
+		return;
+	}
+	/* An unreadable candidate might be our key: deciding "absent" could insert
+	 * a duplicate. Read again (we still hold the locks), a bounded number of times. */
+	h->stats.verify_retries++;
+	if (++st->verify_tries >= KVI_VERIFY_TRIES) {
+		st->result = KVC_ECORRUPT;
+		st->kind = KVC_STAT_FAILED;
+		release(h, st, 0);
+		return;
+	}
+	st->cand_next = 0;
+	st->cand_bad = 0;
+	if (kvi_read_cands(h, st, ST_W_KEYCHECK) == 0)
+		absent(h, st);
+}
+
+static void on_commit(kvc_t *h, struct kvi_opst *st)
+{
+	for (unsigned i = 0; i < st->nb; i++) {
+		if (st->w[2 + i] != held_word(h)) {
+			/* Someone else released our lock: the server fenced us as dead.
+			 * Whether our slot WRITE landed first is unknown. */
+			kvi_locache_drop(&h->cache, st->kh.lo, st->kh.hi);
+			kvi_st_finish(h, st, KVC_ESERVERGONE, KVC_STAT_FAILED);
+			return;
+		}
+	}
+	if (st->commit_slot)
+		kvi_locache_put(&h->cache, st->kh.lo, st->kh.hi, st->b[st->commit_which], st->commit_idx,
+				st->commit_slot);
+	else
+		kvi_locache_drop(&h->cache, st->kh.lo, st->kh.hi);
+	kvi_st_finish(h, st, 0, st->kind);
+}
+
+static void on_release(kvc_t *h, struct kvi_opst *st)
+{
+	uint64_t now, cap, wait;
+
+	for (unsigned i = 0; i < st->nb; i++) {
+		if ((st->held & (1u << i)) && st->w[2 + i] != held_word(h)) {
+			kvi_st_finish(h, st, KVC_ESERVERGONE, KVC_STAT_FAILED);
+			return;
+		}
+	}
+	st->held = 0;
+	if (!st->retry) {
+		kvi_st_finish(h, st, st->result, st->kind);
+		return;
+	}
+	now = kvi_now_ns();
+	if (now >= st->deadline) {
+		kvi_st_finish(h, st, KVC_ETIMEDOUT, KVC_STAT_FAILED);
+		return;
+	}
+	if (st->lock_tries == 0) { /* a stale cache hint, not a conflict: no wait */
+		kvi_write_start(h, st);
+		return;
+	}
+	cap = BACKOFF_MIN_NS << (st->lock_tries < 10 ? st->lock_tries : 10);
+	if (cap > BACKOFF_MAX_NS)
+		cap = BACKOFF_MAX_NS;
+	wait = kvi_rand(h) % cap;
+	st->not_before = now + wait;
+	st->state = ST_BACKOFF;
+}
+
+void kvi_write_step(kvc_t *h, struct kvi_opst *st)
+{
+	switch (st->state) {
+	case ST_W_LOCK:
+	case ST_W_LOCK_CACHED:
+		on_lock(h, st);
+		break;
+	case ST_W_KEYCHECK:
+		on_keycheck(h, st);
+		break;
+	case ST_W_COMMIT:
+		on_commit(h, st);
+		break;
+	case ST_W_RELEASE:
+		on_release(h, st);
+		break;
+	}
+}
