@@ -1,9 +1,11 @@
 /* kvbench: measures a kvserver from a client's side.
  *
- * Until the key-value data path exists this runs the verbs round trip that
- * everything else is built on: it connects like a client, then times single
- * READs, WRITEs and CASes against the server's region (one round trip each) and
- * prints their latency distribution. */
+ * Default ("ops" mode): through libkvclient, one operation at a time, it times
+ * each kind of key-value operation separately (PUT insert, GET hit without and
+ * with a cached location, GET miss, PUT update without and with the cache,
+ * DELETE) and prints latency percentiles with the round trips per operation
+ * the library counted. --raw times the one-sided verbs operations underneath
+ * (READ, WRITE, CAS), for comparison with perftest. */
 #include <errno.h>
 #include <getopt.h>
 #include <inttypes.h>
@@ -12,7 +14,8 @@
 #include <string.h>
 #include <time.h>
 
-#include "kvclient_errors.h"
+#include "hist.h"
+#include "kvclient.h"
 #include "log.h"
 #include "rmem_verbs.h"
 
@@ -22,6 +25,7 @@ struct bench_opts {
 	const char *device;
 	uint64_t ops;
 	uint32_t size;
+	int raw;
 };
 
 static void usage(FILE *f)
@@ -30,7 +34,8 @@ static void usage(FILE *f)
 		   "  -t, --target URL     server to measure (rdma://HOST:PORT, default port 7471)\n"
 		   "  -d, --device NAME    RDMA device to use (default: the one routing to HOST)\n"
 		   "  -n, --operations N   operations per kind (default 2000)\n"
-		   "  -s, --size BYTES     READ/WRITE size (default 64)\n"
+		   "  -s, --size BYTES     value size, or READ/WRITE size with --raw (default 64)\n"
+		   "      --raw            time the verbs READ/WRITE/CAS under the data path\n"
 		   "  -h, --help\n");
 }
 
@@ -62,7 +67,8 @@ static int parse_args(int argc, char **argv, struct bench_opts *o)
 	static const struct option longopts[] = {
 		{ "target", required_argument, NULL, 't' },  { "device", required_argument, NULL, 'd' },
 		{ "operations", required_argument, NULL, 'n' }, { "size", required_argument, NULL, 's' },
-		{ "help", no_argument, NULL, 'h' },          { 0 },
+		{ "raw", no_argument, NULL, 'R' },           { "help", no_argument, NULL, 'h' },
+		{ 0 },
 	};
 	int c, have_target = 0;
 	char *end;
@@ -94,6 +100,9 @@ static int parse_args(int argc, char **argv, struct bench_opts *o)
 				return 2;
 			}
 			break;
+		case 'R':
+			o->raw = 1;
+			break;
 		case 'h':
 			usage(stdout);
 			return 0;
@@ -101,6 +110,10 @@ static int parse_args(int argc, char **argv, struct bench_opts *o)
 			usage(stderr);
 			return 2;
 		}
+	}
+	if (optind < argc) {
+		fprintf(stderr, "kvbench: unexpected argument '%s' (see --help)\n", argv[optind]);
+		return 2;
 	}
 	if (!have_target) {
 		fprintf(stderr, "kvbench: --target is required (e.g. --target rdma://10.0.0.1:7471)\n");
@@ -117,32 +130,32 @@ static uint64_t now_ns(void)
 	return (uint64_t)ts.tv_sec * 1000000000u + (uint64_t)ts.tv_nsec;
 }
 
-static int cmp_u64(const void *a, const void *b)
+static void print_header(void)
 {
-	uint64_t x = *(const uint64_t *)a, y = *(const uint64_t *)b;
-
-	return x < y ? -1 : x > y;
+	printf("%-18s %9s %9s %9s %9s %9s %9s %7s\n", "op", "count", "p50_us", "p90_us", "p99_us", "p99.9_us",
+	       "max_us", "rtt/op");
 }
 
-static double pct_us(const uint64_t *sorted, uint64_t n, double p)
+static void print_row(const char *name, const struct kvb_hist *hs, double rtt_per_op)
 {
-	uint64_t i = (uint64_t)(p * (double)(n - 1) + 0.5);
-
-	return (double)sorted[i] / 1000.0;
+	printf("%-18s %9llu %9.1f %9.1f %9.1f %9.1f %9.1f %7.2f\n", name, (unsigned long long)hs->count,
+	       kvb_hist_quantile(hs, 0.5) / 1e3, kvb_hist_quantile(hs, 0.9) / 1e3,
+	       kvb_hist_quantile(hs, 0.99) / 1e3, kvb_hist_quantile(hs, 0.999) / 1e3, hs->max / 1e3,
+	       rtt_per_op);
 }
 
 /* Time o->ops single-operation round trips of one kind. */
 static int run_kind(struct kvi_rmem *rm, const struct bench_opts *o, const char *name, int kind,
-		    uint64_t *lat)
+		    uint64_t seg_off, uint64_t seg_size, struct kvb_hist *hs)
 {
 	size_t lsize;
 	char *lbuf = kvi_rmem_lbuf(rm, &lsize);
 	uint64_t *word = (uint64_t *)(void *)lbuf;
-	uint64_t span = rm->region_size - o->size;
+	uint64_t span = seg_size - o->size;
 
 	for (uint64_t i = 0; i < o->ops; i++) {
 		/* Walk the region so every op touches a fresh cache line at the server. */
-		uint64_t off = ((i * 4096u) % (span + 1)) & ~(uint64_t)63;
+		uint64_t off = seg_off + (((i * 4096u) % (span + 1)) & ~(uint64_t)63);
 		struct kvi_rop op;
 		uint64_t t0;
 		int rc;
@@ -160,62 +173,188 @@ static int run_kind(struct kvi_rmem *rm, const struct bench_opts *o, const char 
 		}
 		t0 = now_ns();
 		rc = kvi_rmem_exec(rm, &op, 1, 5000);
-		lat[i] = now_ns() - t0;
+		kvb_hist_record(hs, now_ns() - t0);
 		if (rc) {
 			fprintf(stderr, "kvbench: %s failed after %" PRIu64 " operations: %s\n", name, i,
 				kvc_strerror(rc));
 			return rc;
 		}
 	}
-	qsort(lat, o->ops, sizeof(*lat), cmp_u64);
-	printf("%-8s %10" PRIu64 " %10.1f %10.1f %10.1f %10.1f %8d\n", name, o->ops, pct_us(lat, o->ops, 0.5),
-	       pct_us(lat, o->ops, 0.9), pct_us(lat, o->ops, 0.99), (double)lat[o->ops - 1] / 1000.0, 1);
+	print_row(name, hs, 1.0);
 	return 0;
 }
 
-int main(int argc, char **argv)
+static int run_raw(const struct bench_opts *o)
 {
-	struct bench_opts o;
 	struct kvi_errbuf e = { { 0 } };
 	struct kvi_welcome w;
 	struct kvi_rmem *rm;
-	uint64_t *lat;
+	struct kvb_hist *hs;
+	struct kvi_ctrl req = { .type = KVI_CTRL_SEG_REQ, .arg = { 1 } }, resp = { 0 };
 	int rc;
 
-	rc = parse_args(argc, argv, &o);
-	if (rc >= 0)
-		return rc;
-	kvi_log_set(kvi_log_stderr, "kvbench", KVI_LOG_WARN);
-	rc = kvi_rmem_verbs_connect(&(struct kvi_verbs_opts){ .host = o.host, .port = o.port,
-							      .device = o.device,
-							      .lbuf_size = 64 + (size_t)o.size,
+	rc = kvi_rmem_verbs_connect(&(struct kvi_verbs_opts){ .host = o->host, .port = o->port,
+							      .device = o->device,
+							      .lbuf_size = 64 + (size_t)o->size,
 							      .timeout_ms = 5000 },
 				    &rm, &w, &e);
 	if (rc) {
 		fprintf(stderr, "kvbench: %s\n", e.msg);
 		return 1;
 	}
-	if (rm->region_size < o.size) {
-		fprintf(stderr, "kvbench: --size %u is larger than the server's region\n", o.size);
+	/* Raw WRITEs and CASes go only to memory the server granted to us: a
+	 * segment of our own, like the data path's objects. */
+	rc = kvi_rmem_ctrl_call(rm, &req, &resp, 5000);
+	if (rc == 0 && resp.type != KVI_CTRL_SEG_GRANT)
+		rc = resp.status ? resp.status : KVC_EPROTO;
+	hs = malloc(sizeof(*hs));
+	if (rc || !hs || resp.arg[1] < o->size || resp.arg[0] + resp.arg[1] > rm->region_size) {
+		fprintf(stderr, "kvbench: %s\n", rc ? kvc_strerror(rc) : !hs ? "out of memory"
+							 : "--size is larger than a segment");
+		free(hs);
 		kvi_rmem_destroy(rm);
 		return 1;
 	}
-	lat = calloc(o.ops, sizeof(*lat));
-	if (!lat) {
-		fprintf(stderr, "kvbench: out of memory for %" PRIu64 " samples\n", o.ops);
-		kvi_rmem_destroy(rm);
-		return 1;
+	printf("kvbench: rdma://%s:%s via %s, client id %u, region %" PRIu64 " MiB, raw %u-byte verbs operations\n",
+	       o->host, o->port, kvi_rmem_verbs_device(rm), w.client_id, w.region_size >> 20, o->size);
+	print_header();
+	static const struct { const char *name; int kind; } kinds[] = {
+		{ "READ", KVI_ROP_READ }, { "WRITE", KVI_ROP_WRITE }, { "CAS", KVI_ROP_CAS } };
+	for (size_t k = 0; k < 3 && rc == 0; k++) {
+		kvb_hist_init(hs);
+		rc = run_kind(rm, o, kinds[k].name, kinds[k].kind, resp.arg[0], resp.arg[1], hs);
 	}
-	printf("kvbench: rdma://%s:%s via %s, client id %u, region %" PRIu64 " MiB, %u-byte READ/WRITE\n",
-	       o.host, o.port, kvi_rmem_verbs_device(rm), w.client_id, w.region_size >> 20, o.size);
-	printf("%-8s %10s %10s %10s %10s %10s %8s\n", "op", "count", "p50_us", "p90_us", "p99_us", "max_us",
-	       "rtt/op");
-	rc = run_kind(rm, &o, "READ", KVI_ROP_READ, lat);
-	if (!rc)
-		rc = run_kind(rm, &o, "WRITE", KVI_ROP_WRITE, lat);
-	if (!rc)
-		rc = run_kind(rm, &o, "CAS", KVI_ROP_CAS, lat);
-	free(lat);
+	free(hs);
 	kvi_rmem_destroy(rm);
 	return rc ? 1 : 0;
+}
+
+/* ---- key-value operations through libkvclient ------------------------- */
+
+struct phase {
+	const char *name;
+	int op;         /* enum kvc_op_type */
+	int use_cache;  /* 1: the handle with the location cache */
+	int absent;     /* 1: keys that were never written */
+	int expect;     /* expected status */
+	int stat_kind;  /* enum kvc_stat_kind whose round trips are reported */
+	int warm;       /* 1: one unmeasured GET per key first (fills the cache) */
+};
+
+static const struct phase phases[] = {
+	{ "put_insert", KVC_OP_PUT, 0, 0, 0, KVC_STAT_PUT_INSERT, 0 },
+	{ "get_hit", KVC_OP_GET, 0, 0, 0, KVC_STAT_GET_HIT, 0 },
+	{ "get_hit_cached", KVC_OP_GET, 1, 0, 0, KVC_STAT_GET_HIT_CACHED, 1 },
+	{ "get_miss", KVC_OP_GET, 0, 1, KVC_ENOTFOUND, KVC_STAT_GET_MISS, 0 },
+	{ "put_update", KVC_OP_PUT, 0, 0, 0, KVC_STAT_PUT_UPDATE, 0 },
+	{ "put_update_cached", KVC_OP_PUT, 1, 0, 0, KVC_STAT_PUT_UPDATE_CACHED, 0 },
+	{ "delete", KVC_OP_DELETE, 0, 0, 0, KVC_STAT_DELETE, 0 },
+};
+
+static int kv_op(kvc_t *h, const struct phase *p, const char *key, char *val, size_t vlen)
+{
+	size_t got;
+
+	switch (p->op) {
+	case KVC_OP_PUT:
+		return kvc_put(h, key, strlen(key), val, vlen, 0);
+	case KVC_OP_GET:
+		return kvc_get(h, key, strlen(key), val, vlen, &got);
+	default:
+		return kvc_delete(h, key, strlen(key));
+	}
+}
+
+static int run_phase(kvc_t *h, const struct bench_opts *o, const struct phase *p, char *val, struct kvb_hist *hs)
+{
+	struct kvc_stats before, after;
+	char key[32];
+	uint64_t ops;
+
+	for (uint64_t i = 0; p->warm && i < o->ops; i++) {
+		snprintf(key, sizeof(key), "kvbench-%010" PRIu64, i);
+		kv_op(h, p, key, val, o->size);
+	}
+	kvc_get_stats(h, &before);
+	for (uint64_t i = 0; i < o->ops; i++) {
+		uint64_t t0;
+		int rc;
+
+		snprintf(key, sizeof(key), p->absent ? "kvbench-absent-%010" PRIu64 : "kvbench-%010" PRIu64, i);
+		t0 = now_ns();
+		rc = kv_op(h, p, key, val, o->size);
+		kvb_hist_record(hs, now_ns() - t0);
+		if (rc != p->expect) {
+			fprintf(stderr, "kvbench: %s of %s failed: %s\n", p->name, key, kvc_strerror(rc));
+			return 1;
+		}
+	}
+	kvc_get_stats(h, &after);
+	ops = after.ops[p->stat_kind] - before.ops[p->stat_kind];
+	print_row(p->name, hs,
+		  ops ? (double)(after.round_trips[p->stat_kind] - before.round_trips[p->stat_kind]) / (double)ops
+		      : 0.0);
+	return 0;
+}
+
+static int run_kv(const struct bench_opts *o)
+{
+	char server[300], err[400];
+	struct kvc_opts ko;
+	kvc_t *h[2] = { NULL, NULL };
+	struct kvb_hist *hs = malloc(sizeof(*hs));
+	char *val = malloc(o->size);
+	int rc = 0;
+
+	if (!hs || !val) {
+		fprintf(stderr, "kvbench: out of memory\n");
+		rc = 1;
+		goto out;
+	}
+	memset(val, 'v', o->size);
+	snprintf(server, sizeof(server), "%s:%s", o->host, o->port);
+	kvc_opts_init(&ko);
+	ko.server = server;
+	ko.device = o->device;
+	ko.depth = 1;
+	for (int i = 0; i < 2; i++) {
+		ko.cache_entries = i ? 65536 : 0; /* h[0]: no location cache; h[1]: with */
+		rc = kvc_create(&ko, &h[i], err, sizeof(err));
+		if (rc) {
+			fprintf(stderr, "kvbench: %s\n", err);
+			rc = 1;
+			goto out;
+		}
+	}
+	if (o->size > kvc_max_value(h[0], 24)) {
+		fprintf(stderr, "kvbench: --size %u is larger than the server accepts (%zu)\n", o->size,
+			kvc_max_value(h[0], 24));
+		rc = 1;
+		goto out;
+	}
+	printf("kvbench: rdma://%s:%s, %" PRIu64 " operations per kind, %u-byte values, one at a time\n",
+	       o->host, o->port, o->ops, o->size);
+	print_header();
+	for (size_t i = 0; i < sizeof(phases) / sizeof(phases[0]) && rc == 0; i++) {
+		kvb_hist_init(hs);
+		rc = run_phase(h[phases[i].use_cache], o, &phases[i], val, hs);
+	}
+out:
+	kvc_destroy(h[0]);
+	kvc_destroy(h[1]);
+	free(hs);
+	free(val);
+	return rc;
+}
+
+int main(int argc, char **argv)
+{
+	struct bench_opts o;
+	int rc;
+
+	rc = parse_args(argc, argv, &o);
+	if (rc >= 0)
+		return rc;
+	kvi_log_set(kvi_log_stderr, "kvbench", KVI_LOG_WARN);
+	return o.raw ? run_raw(&o) : run_kv(&o);
 }

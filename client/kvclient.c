@@ -104,7 +104,6 @@ int kvc_create(const struct kvc_opts *o, kvc_t **out, char *err, size_t errlen)
 				    &rm, &w, &e);
 	if (rc) {
 		set_err(err, errlen, e.msg);
-		kvi_err("%s", e.msg);
 		return rc;
 	}
 	rc = kvi_client_open(rm, o, out);

@@ -4,11 +4,34 @@
 #include <arpa/inet.h>
 #include <fcntl.h>
 #include <netdb.h>
+#include <poll.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/epoll.h>
+#include <time.h>
+#include <unistd.h>
 
 #include "kvclient_errors.h"
 #include "log.h"
+
+/* Control-path geometry per peer. Every received request is answered by at
+ * most one SEND, and the server adds at most one notice, so RECV_DEPTH + 1
+ * send slots can only run out when a peer stops taking our SENDs; that peer
+ * is then disconnected. */
+#define CTRL_MSG ((uint32_t)sizeof(struct kvi_wire_ctrl))
+#define SEND_SLOTS (KVI_CTRL_RECV_DEPTH + 1u)
+#define CTRL_SLOTS (KVI_CTRL_RECV_DEPTH + SEND_SLOTS)
+/* Completions one peer can have outstanding in the shared CQ. The CQ is
+ * sized for twice that per peer: completions flushed from a peer that was
+ * just freed may still sit in it. */
+#define PEER_CQE (KVI_CTRL_RECV_DEPTH + SEND_SLOTS)
+#define CQ_INITIAL 128
+
+/* wr_id = serial << 8 | slot: the serial tells a completion of this peer from
+ * one of a freed peer whose QP number the device has since reused. */
+#define WR_SLOT_BITS 8
+_Static_assert(CTRL_SLOTS < (1u << WR_SLOT_BITS), "slot numbers fit wr_id");
+_Static_assert(CTRL_MSG == 64, "control messages are one wire size");
 
 struct kvi_listener {
 	struct rdma_event_channel *ch;
@@ -17,6 +40,11 @@ struct kvi_listener {
 	struct ibv_context *ctx;
 	struct ibv_device_attr attr;
 	struct ibv_pd *pd;
+	struct ibv_comp_channel *cq_ch;
+	struct ibv_cq *cq; /* the control path of every peer, send and receive */
+	int epfd;          /* ch->fd + cq_ch->fd: what the owner waits on */
+	unsigned npeers;   /* peers holding a QP on cq */
+	uint64_t next_serial;
 	struct kvi_peer *peers;
 };
 
@@ -63,6 +91,41 @@ static int pick_device(struct kvi_listener *l, const struct kvi_listen_opts *o, 
 	return 0;
 }
 
+static int epoll_add(int epfd, int fd)
+{
+	struct epoll_event ev = { .events = EPOLLIN, .data.fd = fd };
+
+	return epoll_ctl(epfd, EPOLL_CTL_ADD, fd, &ev);
+}
+
+/* The shared CQ of the control path, with its completion channel: armed
+ * once here and re-armed after each batch of events, so completions wake the
+ * owner's epoll instead of being polled for. */
+static int ctrl_cq_create(struct kvi_listener *l, struct kvi_errbuf *e)
+{
+	int cqe = CQ_INITIAL < l->attr.max_cqe ? CQ_INITIAL : l->attr.max_cqe;
+
+	l->cq_ch = ibv_create_comp_channel(l->ctx);
+	if (!l->cq_ch) {
+		kvi_errbuf_set(e, "ibv_create_comp_channel: %s", strerror(errno));
+		return KVC_ESYS;
+	}
+	if (fcntl(l->cq_ch->fd, F_SETFL, fcntl(l->cq_ch->fd, F_GETFL) | O_NONBLOCK)) {
+		kvi_errbuf_set(e, "fcntl(O_NONBLOCK): %s", strerror(errno));
+		return KVC_ESYS;
+	}
+	l->cq = ibv_create_cq(l->ctx, cqe, l, l->cq_ch, 0);
+	if (!l->cq) {
+		kvi_errbuf_set(e, "ibv_create_cq(%d): %s", cqe, strerror(errno));
+		return KVC_ESYS;
+	}
+	if (ibv_req_notify_cq(l->cq, 0)) {
+		kvi_errbuf_set(e, "ibv_req_notify_cq: %s", strerror(errno));
+		return KVC_ESYS;
+	}
+	return 0;
+}
+
 int kvi_listener_create(const struct kvi_listen_opts *o, struct kvi_listener **out, struct kvi_errbuf *e)
 {
 	struct rdma_addrinfo hints = { .ai_flags = RAI_PASSIVE, .ai_port_space = RDMA_PS_TCP }, *ai = NULL;
@@ -76,6 +139,7 @@ int kvi_listener_create(const struct kvi_listen_opts *o, struct kvi_listener **o
 		kvi_errbuf_set(e, "out of memory");
 		return KVC_ENOMEM;
 	}
+	l->epfd = -1;
 	l->ch = rdma_create_event_channel();
 	if (!l->ch) {
 		kvi_errbuf_set(e, "cannot open the RDMA connection manager (/dev/infiniband/rdma_cm: %s): "
@@ -131,8 +195,17 @@ int kvi_listener_create(const struct kvi_listen_opts *o, struct kvi_listener **o
 		rc = KVC_ESYS;
 		goto fail;
 	}
+	rc = ctrl_cq_create(l, e);
+	if (rc)
+		goto fail;
 	if (fcntl(l->ch->fd, F_SETFL, fcntl(l->ch->fd, F_GETFL) | O_NONBLOCK)) {
 		kvi_errbuf_set(e, "fcntl(O_NONBLOCK): %s", strerror(errno));
+		rc = KVC_ESYS;
+		goto fail;
+	}
+	l->epfd = epoll_create1(EPOLL_CLOEXEC);
+	if (l->epfd < 0 || epoll_add(l->epfd, l->ch->fd) || epoll_add(l->epfd, l->cq_ch->fd)) {
+		kvi_errbuf_set(e, "epoll: %s", strerror(errno));
 		rc = KVC_ESYS;
 		goto fail;
 	}
@@ -146,14 +219,101 @@ fail:
 	return rc;
 }
 
-static void peer_free(struct kvi_peer *p)
+/* The QP goes first: once it is destroyed the device no longer writes into
+ * the control buffer, which can then be deregistered and freed. */
+static void peer_free(struct kvi_listener *l, struct kvi_peer *p)
 {
-	if (p->id->qp)
+	if (p->id->qp) {
 		rdma_destroy_qp(p->id);
-	if (p->cq)
-		ibv_destroy_cq(p->cq);
+		l->npeers--;
+	}
+	if (p->ctrl_mr)
+		ibv_dereg_mr(p->ctrl_mr);
+	free(p->ctrl_buf);
 	rdma_destroy_id(p->id);
 	free(p);
+}
+
+/* Stop serving p: its QP goes to the error state (late requests are flushed)
+ * and rdma_cm reports DISCONNECTED, where p is freed. */
+static void peer_kill(struct kvi_peer *p)
+{
+	if (p->dead)
+		return;
+	p->dead = 1;
+	rdma_disconnect(p->id);
+}
+
+static uint64_t wr_id(const struct kvi_peer *p, unsigned slot)
+{
+	return p->serial << WR_SLOT_BITS | slot;
+}
+
+static int post_recv(struct kvi_peer *p, unsigned slot)
+{
+	struct ibv_sge sge = { .addr = (uintptr_t)&p->ctrl_buf[slot], .length = CTRL_MSG,
+			       .lkey = p->ctrl_mr->lkey };
+	struct ibv_recv_wr wr = { .wr_id = wr_id(p, slot), .sg_list = &sge, .num_sge = 1 }, *bad;
+
+	return ibv_post_recv(p->id->qp, &wr, &bad) ? KVC_EIO : 0;
+}
+
+/* Encode c into the next send slot and post it, signaled: the completion
+ * frees the slot. */
+static int post_send(struct kvi_peer *p, const struct kvi_ctrl *c)
+{
+	unsigned slot = KVI_CTRL_RECV_DEPTH + p->send_next;
+	struct ibv_sge sge = { .addr = (uintptr_t)&p->ctrl_buf[slot], .length = CTRL_MSG,
+			       .lkey = p->ctrl_mr->lkey };
+	struct ibv_send_wr wr = { .wr_id = wr_id(p, slot), .sg_list = &sge, .num_sge = 1,
+				  .opcode = IBV_WR_SEND, .send_flags = IBV_SEND_SIGNALED }, *bad;
+
+	if (p->sends_out == SEND_SLOTS)
+		return KVC_EAGAIN;
+	kvi_wire_ctrl_encode(&p->ctrl_buf[slot], c);
+	if (ibv_post_send(p->id->qp, &wr, &bad))
+		return KVC_EIO;
+	p->send_next = (p->send_next + 1) % SEND_SLOTS;
+	p->sends_out++;
+	return 0;
+}
+
+/* Make room in the shared CQ for one more peer, growing it if needed. */
+static int cq_room_for_peer(struct kvi_listener *l)
+{
+	int need = (int)((l->npeers + 1) * PEER_CQE * 2), want;
+
+	if (need <= l->cq->cqe)
+		return 0;
+	want = need > 2 * l->cq->cqe ? need : 2 * l->cq->cqe;
+	if (want > l->attr.max_cqe)
+		want = l->attr.max_cqe;
+	if (want < need || ibv_resize_cq(l->cq, want)) {
+		kvi_warn("cannot grow the control CQ to %d entries for %u peers: %s", need, l->npeers + 1,
+			 want < need ? "device limit" : strerror(errno));
+		return KVC_ENOMEM;
+	}
+	return 0;
+}
+
+/* The peer's control buffer: receive slots, then send slots. Server-private
+ * memory registered with LOCAL_WRITE only, so no peer can write it remotely. */
+static int ctrl_setup(struct kvi_listener *l, struct kvi_peer *p)
+{
+	p->ctrl_buf = aligned_alloc(64, CTRL_SLOTS * CTRL_MSG);
+	if (!p->ctrl_buf)
+		return KVC_ENOMEM;
+	memset(p->ctrl_buf, 0, CTRL_SLOTS * CTRL_MSG);
+	p->ctrl_mr = ibv_reg_mr(l->pd, p->ctrl_buf, CTRL_SLOTS * CTRL_MSG, IBV_ACCESS_LOCAL_WRITE);
+	if (!p->ctrl_mr)
+		return KVC_ESYS;
+	/* Before rdma_accept: a request sent right after the client's ESTABLISHED
+	 * must find a receive (an RNR would stall it). */
+	for (unsigned i = 0; i < KVI_CTRL_RECV_DEPTH; i++) {
+		if (post_recv(p, i))
+			return KVC_EIO;
+	}
+	return 0;
 }
 
 static void peer_unlink(struct kvi_listener *l, struct kvi_peer *p)
@@ -211,20 +371,24 @@ static int admit(struct kvi_listener *l, struct rdma_cm_event *ev, const struct 
 		return -1;
 	}
 	p->client_id = w.client_id;
-	/* The control path (later) posts receives here; the data path needs none. */
-	p->cq = ibv_create_cq(l->ctx, 64, NULL, NULL, 0);
+	p->serial = ++l->next_serial;
 	memset(&qa, 0, sizeof(qa));
-	qa.send_cq = qa.recv_cq = p->cq;
+	qa.send_cq = qa.recv_cq = l->cq;
 	qa.qp_type = IBV_QPT_RC;
 	qa.cap.max_send_wr = 16;
 	qa.cap.max_recv_wr = 16;
 	qa.cap.max_send_sge = qa.cap.max_recv_sge = 1;
-	if (!p->cq || rdma_create_qp(id, l->pd, &qa)) {
+	_Static_assert(KVI_CTRL_RECV_DEPTH <= 16 && SEND_SLOTS <= 16, "QP holds the control slots");
+	if (cq_room_for_peer(l) || rdma_create_qp(id, l->pd, &qa)) {
 		kvi_err("cannot create a queue pair for client %u: %s", w.client_id, strerror(errno));
-		if (p->cq)
-			ibv_destroy_cq(p->cq);
 		reject(id, KVI_REJECT_FULL);
-		goto fail;
+		goto undo_connect;
+	}
+	l->npeers++;
+	if (ctrl_setup(l, p)) {
+		kvi_err("cannot set up the control path for client %u: %s", w.client_id, strerror(errno));
+		reject(id, KVI_REJECT_FULL);
+		goto clean_qp;
 	}
 	kvi_wire_welcome_encode(&ww, &w);
 	memset(&cp, 0, sizeof(cp));
@@ -242,19 +406,124 @@ static int admit(struct kvi_listener *l, struct rdma_cm_event *ev, const struct 
 	cp.rnr_retry_count = 7;
 	if (rdma_accept(id, &cp)) {
 		kvi_err("rdma_accept for client %u: %s", w.client_id, strerror(errno));
-		rdma_destroy_qp(id);
-		ibv_destroy_cq(p->cq);
-		goto fail;
+		goto clean_qp;
 	}
 	id->context = p;
 	p->next = l->peers;
 	l->peers = p;
 	return 0;
-fail:
+clean_qp:
+	rdma_destroy_qp(id);
+	l->npeers--;
+	if (p->ctrl_mr)
+		ibv_dereg_mr(p->ctrl_mr);
+	free(p->ctrl_buf);
+undo_connect:
 	if (cb->on_disconnect)
 		cb->on_disconnect(cb->arg, p);
 	free(p);
 	return -1;
+}
+
+static struct kvi_peer *peer_by_qpn(struct kvi_listener *l, uint32_t qpn)
+{
+	for (struct kvi_peer *p = l->peers; p; p = p->next) {
+		if (p->id->qp && p->id->qp->qp_num == qpn)
+			return p;
+	}
+	return NULL;
+}
+
+/* One request in receive slot `slot`: decode, answer, re-post the receive. */
+static void on_request(struct kvi_peer *p, const struct kvi_listen_cb *cb, unsigned slot, uint32_t len)
+{
+	struct kvi_ctrl req, resp;
+	int rc;
+
+	rc = kvi_wire_ctrl_decode(&p->ctrl_buf[slot], len, &req);
+	if (rc) {
+		kvi_warn("client %u sent a malformed control message (%u bytes): disconnecting it",
+			 p->client_id, len);
+		peer_kill(p);
+		return;
+	}
+	memset(&resp, 0, sizeof(resp));
+	resp.seq = req.seq;
+	if (!cb || !cb->on_ctrl) {
+		resp.type = KVI_CTRL_ERROR;
+		resp.status = KVC_EPROTO;
+	} else {
+		rc = cb->on_ctrl(cb->arg, p, &req, &resp);
+		if (rc < 0) {
+			kvi_warn("client %u: control request type %u refused (%s): disconnecting it",
+				 p->client_id, req.type, kvc_err_name(rc));
+			peer_kill(p);
+			return;
+		}
+	}
+	rc = post_send(p, &resp);
+	if (rc == 0)
+		rc = post_recv(p, slot);
+	if (rc) {
+		kvi_warn("client %u: cannot %s: disconnecting it", p->client_id,
+			 rc == KVC_EAGAIN ? "answer (it takes no responses)" : "post to its queue pair");
+		peer_kill(p);
+	}
+}
+
+/* cb == NULL: only account for SENDs (shutdown flush); requests are dropped. */
+static void on_completion(struct kvi_listener *l, const struct kvi_listen_cb *cb, const struct ibv_wc *wc)
+{
+	struct kvi_peer *p = peer_by_qpn(l, wc->qp_num);
+	unsigned slot = (unsigned)(wc->wr_id & ((1u << WR_SLOT_BITS) - 1));
+
+	if (!p || p->serial != wc->wr_id >> WR_SLOT_BITS || slot >= CTRL_SLOTS)
+		return; /* left over from a peer already freed */
+	if (slot >= KVI_CTRL_RECV_DEPTH)
+		p->sends_out--;
+	if (wc->status != IBV_WC_SUCCESS) {
+		/* A flush means the QP already failed or is being torn down; say
+		 * why only for the first real error. */
+		if (!p->dead && wc->status != IBV_WC_WR_FLUSH_ERR)
+			kvi_info("client %u: control %s failed (%s): disconnecting it", p->client_id,
+				 slot >= KVI_CTRL_RECV_DEPTH ? "send" : "receive", ibv_wc_status_str(wc->status));
+		peer_kill(p);
+		return;
+	}
+	if (slot < KVI_CTRL_RECV_DEPTH && !p->dead && cb)
+		on_request(p, cb, slot, wc->byte_len);
+}
+
+/* Take every completion-channel event, re-arm, then drain the CQ. Re-arming
+ * before draining means a completion that lands after the drain raises a new
+ * event: none is ever left unseen. */
+static int cq_dispatch(struct kvi_listener *l, const struct kvi_listen_cb *cb)
+{
+	struct ibv_wc wc[16];
+	struct ibv_cq *cq;
+	unsigned nev = 0;
+	void *ctx;
+	int n;
+
+	while (ibv_get_cq_event(l->cq_ch, &cq, &ctx) == 0)
+		nev++;
+	if (nev) {
+		ibv_ack_cq_events(l->cq, nev);
+		if (ibv_req_notify_cq(l->cq, 0)) {
+			kvi_err("ibv_req_notify_cq: %s", strerror(errno));
+			return KVC_ESYS;
+		}
+	}
+	do {
+		n = ibv_poll_cq(l->cq, 16, wc);
+		for (int i = 0; i < n; i++)
+			on_completion(l, cb, &wc[i]);
+	} while (n == 16);
+	if (n < 0) {
+		kvi_err("ibv_poll_cq on the control CQ failed");
+		return KVC_EIO;
+	}
+	return 0;
 }
 
 int kvi_listener_dispatch(struct kvi_listener *l, const struct kvi_listen_cb *cb)
@@ -292,7 +561,7 @@ int kvi_listener_dispatch(struct kvi_listener *l, const struct kvi_listen_cb *cb
 			if (cb->on_disconnect)
 				cb->on_disconnect(cb->arg, p);
 			rdma_disconnect(p->id);
-			peer_free(p);
+			peer_free(l, p);
 			continue;
 		case RDMA_CM_EVENT_DEVICE_REMOVAL:
 			rdma_ack_cm_event(ev);
@@ -302,7 +571,59 @@ int kvi_listener_dispatch(struct kvi_listener *l, const struct kvi_listen_cb *cb
 		}
 		rdma_ack_cm_event(ev);
 	}
-	return errno == EAGAIN || errno == EWOULDBLOCK ? 0 : KVC_ESYS;
+	if (errno != EAGAIN && errno != EWOULDBLOCK)
+		return KVC_ESYS;
+	/* After the cm events: a peer's ESTABLISHED is reported before its first
+	 * request whenever both are pending. */
+	return cq_dispatch(l, cb);
+}
+
+int kvi_listener_notify_all(struct kvi_listener *l, const struct kvi_ctrl *notice)
+{
+	int n = 0;
+
+	for (struct kvi_peer *p = l->peers; p; p = p->next) {
+		if (p->established && !p->dead && post_send(p, notice) == 0)
+			n++;
+	}
+	return n;
+}
+
+static long now_ms(void)
+{
+	struct timespec ts;
+
+	clock_gettime(CLOCK_MONOTONIC, &ts);
+	return ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
+}
+
+static int sends_pending(const struct kvi_listener *l)
+{
+	for (const struct kvi_peer *p = l->peers; p; p = p->next) {
+		if (p->sends_out && !p->dead)
+			return 1;
+	}
+	return 0;
+}
+
+int kvi_listener_flush_sends(struct kvi_listener *l, int timeout_ms)
+{
+	long deadline = now_ms() + timeout_ms;
+
+	for (;;) {
+		struct pollfd pf = { .fd = l->cq_ch->fd, .events = POLLIN };
+		long left;
+
+		if (cq_dispatch(l, NULL))
+			return KVC_EIO;
+		if (!sends_pending(l))
+			return 0;
+		left = deadline - now_ms();
+		if (left <= 0)
+			return KVC_ETIMEDOUT;
+		if (poll(&pf, 1, (int)left) < 0 && errno != EINTR)
+			return KVC_ESYS;
+	}
 }
 
 void kvi_listener_disconnect_all(struct kvi_listener *l, const struct kvi_listen_cb *cb)
@@ -314,7 +635,7 @@ void kvi_listener_disconnect_all(struct kvi_listener *l, const struct kvi_listen
 		if (cb && cb->on_disconnect)
 			cb->on_disconnect(cb->arg, p);
 		rdma_disconnect(p->id);
-		peer_free(p);
+		peer_free(l, p);
 	}
 }
 
@@ -323,6 +644,14 @@ void kvi_listener_destroy(struct kvi_listener *l, const struct kvi_listen_cb *cb
 	if (!l)
 		return;
 	kvi_listener_disconnect_all(l, cb);
+	/* Every retrieved CQ event was acked in cq_dispatch, as ibv_destroy_cq
+	 * requires; the QPs using the CQ are gone with their peers. */
+	if (l->cq)
+		ibv_destroy_cq(l->cq);
+	if (l->cq_ch)
+		ibv_destroy_comp_channel(l->cq_ch);
+	if (l->epfd >= 0)
+		close(l->epfd);
 	if (l->pd)
 		ibv_dealloc_pd(l->pd);
 	if (l->id)
@@ -336,7 +665,7 @@ void kvi_listener_destroy(struct kvi_listener *l, const struct kvi_listen_cb *cb
 
 int kvi_listener_fd(const struct kvi_listener *l)
 {
-	return l->ch->fd;
+	return l->epfd;
 }
 
 struct ibv_pd *kvi_listener_pd(const struct kvi_listener *l)

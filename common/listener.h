@@ -6,9 +6,22 @@
  * there, so the owner can register its region before the first client arrives.
  * Requests arriving on any other device are rejected.
  *
- * Event-driven: kvi_listener_fd() becomes readable when rdma_cm has news; the
- * owner polls it (epoll, poll) and calls kvi_listener_dispatch(). An idle
- * listener, and one whose peers only use one-sided operations, costs no CPU. */
+ * Event-driven: kvi_listener_fd() is one descriptor (an epoll set covering the
+ * rdma_cm channel and the completion channel of the control path's CQ) that
+ * becomes readable when there is news; the owner polls it (epoll, poll) and
+ * calls kvi_listener_dispatch(). An idle listener, and one whose peers only use
+ * one-sided operations, costs no CPU.
+ *
+ * The control path (two-sided, wire.h "Control messages"): every admitted peer
+ * gets KVI_CTRL_RECV_DEPTH receives of sizeof(struct kvi_wire_ctrl) bytes,
+ * posted before rdma_accept, in a small buffer that is the listener's own (not
+ * in any region a peer can write to). Each request is decoded, handed to
+ * on_ctrl, and answered with one SEND of exactly sizeof(struct kvi_wire_ctrl)
+ * bytes. A malformed message, a request on_ctrl refuses, or a failed work
+ * request costs that peer its connection, never the listener. All peers share
+ * one CQ; completions find their peer by QP number and a per-peer serial in
+ * wr_id (so a completion left over from a freed peer whose QP number was
+ * reused is recognised and dropped). */
 #ifndef KVI_LISTENER_H
 #define KVI_LISTENER_H
 
@@ -29,11 +42,18 @@ struct kvi_listen_opts {
 struct kvi_peer {
 	struct kvi_peer *next;
 	struct rdma_cm_id *id;
-	struct ibv_cq *cq;
 	uint32_t client_id;
 	uint16_t role;
 	int established;
 	void *user; /* owner's per-peer state */
+
+	/* Control path; private to listener.c. */
+	uint64_t serial;                /* tags this peer's work requests (wr_id) */
+	struct kvi_wire_ctrl *ctrl_buf; /* receive slots, then send slots */
+	struct ibv_mr *ctrl_mr;         /* LOCAL_WRITE only: peers cannot reach it */
+	unsigned sends_out;             /* SENDs posted and not completed */
+	unsigned send_next;             /* next send slot (a ring: RC completes in order) */
+	int dead; /* QP failed or disconnect started: ignore its traffic until DISCONNECTED */
 };
 
 struct kvi_listen_cb {
@@ -44,6 +64,12 @@ struct kvi_listen_cb {
 	void (*on_established)(void *arg, struct kvi_peer *p); /* may be NULL */
 	/* The peer is gone (disconnect, error, or listener shutdown). */
 	void (*on_disconnect)(void *arg, struct kvi_peer *p); /* may be NULL */
+	/* A well-formed control request from p. Fill resp (resp->seq is set to
+	 * req->seq beforehand) and return 0 to send it, or return < 0 to
+	 * disconnect p. May be NULL: every request is then answered with
+	 * KVI_CTRL_ERROR / KVC_EPROTO ("this peer serves no control requests"),
+	 * which tells a client why better than a dropped connection would. */
+	int (*on_ctrl)(void *arg, struct kvi_peer *p, const struct kvi_ctrl *req, struct kvi_ctrl *resp);
 };
 
 struct kvi_listener;
@@ -57,15 +83,27 @@ void kvi_listener_destroy(struct kvi_listener *l, const struct kvi_listen_cb *cb
  * calls this before deregistering memory from the PD. */
 void kvi_listener_disconnect_all(struct kvi_listener *l, const struct kvi_listen_cb *cb);
 
+/* SEND notice (e.g. KVI_CTRL_SHUTDOWN with seq 0) to every established peer.
+ * Best effort: a peer without a free send slot or with a broken QP is skipped.
+ * Returns the number of peers the notice was posted to. */
+int kvi_listener_notify_all(struct kvi_listener *l, const struct kvi_ctrl *notice);
+
+/* Wait up to timeout_ms for every posted SEND to complete (so that a notice
+ * reaches its peers before kvi_listener_disconnect_all flushes it). Requests
+ * arriving meanwhile are dropped unanswered: for shutdown only. 0, or
+ * KVC_ETIMEDOUT when some peer did not take its messages in time. */
+int kvi_listener_flush_sends(struct kvi_listener *l, int timeout_ms);
+
+/* One descriptor to wait on (readable: call kvi_listener_dispatch). */
 int kvi_listener_fd(const struct kvi_listener *l);
 struct ibv_pd *kvi_listener_pd(const struct kvi_listener *l);
 const char *kvi_listener_device(const struct kvi_listener *l);
 /* The port actually bound (useful with port "0"). */
 uint16_t kvi_listener_port(const struct kvi_listener *l);
 
-/* Handle every pending rdma_cm event without blocking. Returns 0, or a negative
- * KVC_ code when the listener itself failed (device removed). Trouble with one
- * peer only ever costs that peer. */
+/* Handle every pending rdma_cm event and control-path completion without
+ * blocking. Returns 0, or a negative KVC_ code when the listener itself failed
+ * (device removed, CQ broken). Trouble with one peer only ever costs that peer. */
 int kvi_listener_dispatch(struct kvi_listener *l, const struct kvi_listen_cb *cb);
 
 #endif

@@ -14,7 +14,7 @@ struct kvi_local_region {
 struct kvi_local_region *kvi_local_region_create(uint64_t size)
 {
 	struct kvi_local_region *reg;
-	uint64_t rounded = (size + 63) & ~(uint64_t)63;
+	uint64_t rounded = (size + 4095) & ~(uint64_t)4095;
 
 	if (size == 0 || rounded < size) {
 		errno = EINVAL;
@@ -23,7 +23,8 @@ struct kvi_local_region *kvi_local_region_create(uint64_t size)
 	reg = calloc(1, sizeof(*reg));
 	if (!reg)
 		return NULL;
-	reg->base = aligned_alloc(64, rounded);
+	/* Page-aligned like a registered region, so the server core can format it. */
+	reg->base = aligned_alloc(4096, rounded);
 	if (!reg->base) {
 		free(reg);
 		return NULL;

@@ -18,7 +18,7 @@
 
 struct kvi_local_region;
 
-/* A zeroed, 64-byte aligned region of `size` bytes; NULL with errno on failure. */
+/* A zeroed, page-aligned region of `size` bytes; NULL with errno on failure. */
 struct kvi_local_region *kvi_local_region_create(uint64_t size);
 void kvi_local_region_destroy(struct kvi_local_region *reg);
 /* The bytes themselves, for the test's own inspection and for the server side. */

@@ -1,8 +1,12 @@
 /* kvserver: owns one registered memory region and admits clients to it.
  *
  * Clients serve themselves with one-sided RDMA; this process only runs the
- * control path: it sleeps in epoll on the rdma_cm channel and a signalfd, so an
- * idle server, or one whose clients only do GET/PUT/DELETE, uses no CPU. */
+ * control path (joins, segment grants, leaves): it sleeps in epoll on the
+ * listener (rdma_cm and control completions) and a signalfd, so an idle
+ * server, or one whose clients only do GET/PUT/DELETE, uses no CPU.
+ *
+ * The program is glue: region.c maps and registers the memory, core.c formats
+ * it and answers control requests, listener.c carries them over verbs. */
 #include <errno.h>
 #include <getopt.h>
 #include <inttypes.h>
@@ -14,6 +18,7 @@
 #include <sys/signalfd.h>
 #include <unistd.h>
 
+#include "core.h"
 #include "kvclient_errors.h"
 #include "listener.h"
 #include "log.h"
@@ -28,6 +33,7 @@ struct kvs_opts {
 	const char *device;
 	uint64_t memory_mib;
 	enum kvs_hugepages huge;
+	struct kvs_core_opts core;
 	int verbose;
 };
 
@@ -35,6 +41,7 @@ struct kvs_server {
 	struct kvs_opts o;
 	struct kvi_listener *l;
 	struct kvs_region region;
+	struct kvs_core *core;
 	uint32_t next_client_id;
 	unsigned nclients;
 };
@@ -49,6 +56,10 @@ static void usage(FILE *f)
 		"  -d, --device NAME       RDMA device to serve on (default: the one the address is on,\n"
 		"                          or the only one with atomics)\n"
 		"      --hugepages MODE    auto|on|off: back the region with 2 MiB pages (default auto)\n"
+		"      --buckets N         index buckets of 7 slots, at least 2 (default: one per KiB\n"
+		"                          of memory, at least 64)\n"
+		"      --segment-size KIB  heap segment granted to clients: 64, 128, 256, 512 or 1024\n"
+		"                          (default 1024; it bounds the largest item)\n"
 		"  -v, --verbose           more log (repeat for debug)\n"
 		"  -h, --help              this text\n"
 		"  -V, --version           print the version\n");
@@ -77,12 +88,16 @@ static int parse_args(int argc, char **argv, struct kvs_opts *o)
 		{ "memory", required_argument, NULL, 'm' },
 		{ "device", required_argument, NULL, 'd' },
 		{ "hugepages", required_argument, NULL, 'H' },
+		{ "buckets", required_argument, NULL, 'B' },
+		{ "segment-size", required_argument, NULL, 'S' },
 		{ "verbose", no_argument, NULL, 'v' },
 		{ "help", no_argument, NULL, 'h' },
 		{ "version", no_argument, NULL, 'V' },
 		{ 0 },
 	};
-	uint64_t port;
+	struct kvi_superblock sb;
+	struct kvi_errbuf e;
+	uint64_t port, v;
 	int c;
 
 	*o = (struct kvs_opts){ .port = KVS_DEFAULT_PORT, .memory_mib = 64, .huge = KVS_HUGE_AUTO };
@@ -121,6 +136,23 @@ static int parse_args(int argc, char **argv, struct kvs_opts *o)
 				return 2;
 			}
 			break;
+		case 'B':
+			if (parse_u64(optarg, 1, UINT64_MAX / 2, &o->core.buckets)) {
+				fprintf(stderr, "kvserver: invalid --buckets '%s': expected a positive count\n",
+					optarg);
+				return 2;
+			}
+			break;
+		case 'S':
+			if (parse_u64(optarg, KVS_MIN_SEGMENT_SIZE >> 10, KVS_MAX_SEGMENT_SIZE >> 10, &v) ||
+			    (v & (v - 1))) {
+				fprintf(stderr, "kvserver: invalid --segment-size '%s': expected KiB, a power of "
+						"two from %u to %u\n",
+					optarg, KVS_MIN_SEGMENT_SIZE >> 10, KVS_MAX_SEGMENT_SIZE >> 10);
+				return 2;
+			}
+			o->core.segment_size = v << 10;
+			break;
 		case 'v':
 			o->verbose++;
 			break;
@@ -139,6 +171,12 @@ static int parse_args(int argc, char **argv, struct kvs_opts *o)
 		fprintf(stderr, "kvserver: unexpected argument '%s' (see --help)\n", argv[optind]);
 		return 2;
 	}
+	/* Flags that only make sense together (buckets for this much memory) are
+	 * a usage error too: check the layout now, before mapping anything. */
+	if (kvs_core_plan(0, o->memory_mib << 20, &o->core, &sb, &e)) {
+		fprintf(stderr, "kvserver: %s (--memory, --buckets, --segment-size)\n", e.msg);
+		return 2;
+	}
 	return -1; /* go on */
 }
 
@@ -147,13 +185,16 @@ static int on_connect(void *arg, struct kvi_peer *p, const struct kvi_hello *h, 
 	struct kvs_server *s = arg;
 
 	(void)h;
-	if (s->next_client_id == 0) /* wrapped: ids are lock owners and must be unique */
+	/* Ids are lock owners (22 bits in a lock word) and are never reused. */
+	if (s->next_client_id > KVI_MAX_CLIENT_ID) {
+		kvi_warn("refusing a client: all %u client ids have been used", KVI_MAX_CLIENT_ID);
 		return KVI_REJECT_FULL;
+	}
 	w->client_id = s->next_client_id++;
 	w->rkey = s->region.mr->rkey;
 	w->region_addr = (uintptr_t)s->region.base;
 	w->region_size = s->region.size;
-	w->epoch = 1;
+	w->epoch = kvs_core_superblock(s->core)->epoch;
 	kvi_info("client %u joining", w->client_id);
 	(void)p;
 	return 0;
@@ -170,10 +211,20 @@ static void on_established(void *arg, struct kvi_peer *p)
 static void on_disconnect(void *arg, struct kvi_peer *p)
 {
 	struct kvs_server *s = arg;
+	char sum[160];
 
 	if (p->established)
 		s->nclients--;
-	kvi_info("client %u left (%u connected)", p->client_id, s->nclients);
+	kvs_core_client_left(s->core, p->client_id);
+	kvs_core_summary(s->core, sum, sizeof(sum));
+	kvi_info("client %u left (%u connected); %s", p->client_id, s->nclients, sum);
+}
+
+static int on_ctrl(void *arg, struct kvi_peer *p, const struct kvi_ctrl *req, struct kvi_ctrl *resp)
+{
+	struct kvs_server *s = arg;
+
+	return kvs_core_ctrl(s->core, p->client_id, req, resp);
 }
 
 static int serve(struct kvs_server *s, const struct kvi_listen_cb *cb)
@@ -231,7 +282,8 @@ int main(int argc, char **argv)
 {
 	struct kvs_server s = { .next_client_id = 1 };
 	struct kvi_listen_cb cb = { .arg = &s, .on_connect = on_connect, .on_established = on_established,
-				    .on_disconnect = on_disconnect };
+				    .on_disconnect = on_disconnect, .on_ctrl = on_ctrl };
+	const struct kvi_superblock *sb;
 	struct kvi_errbuf e = { { 0 } };
 	sigset_t mask;
 	int rc;
@@ -258,19 +310,34 @@ int main(int argc, char **argv)
 	rc = kvs_region_create(&s.region, (size_t)s.o.memory_mib << 20, s.o.huge, kvi_listener_pd(s.l), &e);
 	if (rc) {
 		fprintf(stderr, "kvserver: %s\n", e.msg);
-		kvi_listener_destroy(s.l, NULL);
-		return 1;
+		goto clean_listener;
 	}
-	printf("kvserver %s: listening on %s port %u, device %s, region %" PRIu64 " MiB (%s)\n",
+	rc = kvs_core_create(s.region.base, s.region.size, &s.o.core, &s.core, &e);
+	if (rc) {
+		fprintf(stderr, "kvserver: %s\n", e.msg);
+		goto clean_region;
+	}
+	sb = kvs_core_superblock(s.core);
+	printf("kvserver %s: listening on %s port %u, device %s, region %" PRIu64 " MiB (%s), "
+	       "%" PRIu64 " buckets, %" PRIu64 " segments of %" PRIu64 " KiB\n",
 	       KVS_VERSION, s.o.listen ? s.o.listen : "*", kvi_listener_port(s.l),
-	       kvi_listener_device(s.l), s.o.memory_mib, s.region.huge ? "2 MiB hugepages" : "4 KiB pages");
+	       kvi_listener_device(s.l), s.o.memory_mib, s.region.huge ? "2 MiB hugepages" : "4 KiB pages",
+	       sb->bucket_count, sb->heap_size / sb->segment_size, sb->segment_size >> 10);
 	fflush(stdout);
 
 	rc = serve(&s, &cb);
-	/* Disconnecting every client makes their next operation fail fast with
-	 * KVC_ESERVERGONE instead of waiting for transport timeouts. */
+	/* Tell every client first (they fail fast and reconnect with backoff), give
+	 * the notices a moment to leave, then disconnect: their next operation
+	 * fails at once with KVC_ESERVERGONE instead of waiting for transport
+	 * timeouts. */
+	if (kvi_listener_notify_all(s.l, &(struct kvi_ctrl){ .type = KVI_CTRL_SHUTDOWN }) > 0 &&
+	    kvi_listener_flush_sends(s.l, 500))
+		kvi_info("some clients did not take the shutdown notice in time");
 	kvi_listener_disconnect_all(s.l, &cb);
+	kvs_core_destroy(s.core);
+clean_region:
 	kvs_region_destroy(&s.region);
+clean_listener:
 	kvi_listener_destroy(s.l, NULL);
-	return rc;
+	return rc ? 1 : 0;
 }

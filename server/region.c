@@ -1,6 +1,7 @@
 #include "region.h"
 
 #include <errno.h>
+#include <stdint.h>
 #include <string.h>
 #include <sys/mman.h>
 
@@ -8,6 +9,25 @@
 #include "log.h"
 
 #define HUGE_2M (2u << 20)
+
+/* 4 KiB pages, but starting on a 2 MiB boundary, so that transparent
+ * hugepages can back the region from its first byte (and the layout is the
+ * same with and without hugetlb pages). Over-map by 2 MiB, trim both ends. */
+static void *map_aligned(size_t len)
+{
+	size_t over = len + HUGE_2M;
+	uint8_t *p, *a;
+
+	p = mmap(NULL, over, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+	if (p == MAP_FAILED)
+		return NULL;
+	a = (uint8_t *)(((uintptr_t)p + HUGE_2M - 1) & ~(uintptr_t)(HUGE_2M - 1));
+	if (a > p)
+		munmap(p, (size_t)(a - p));
+	if (p + over > a + len)
+		munmap(a + len, (size_t)(p + over - (a + len)));
+	return a;
+}
 
 int kvs_region_create(struct kvs_region *r, size_t size, enum kvs_hugepages mode, struct ibv_pd *pd,
 		      struct kvi_errbuf *e)
@@ -40,10 +60,8 @@ int kvs_region_create(struct kvs_region *r, size_t size, enum kvs_hugepages mode
 	}
 	if (!r->base) {
 		r->map_size = (size + 4095) & ~(size_t)4095;
-		r->base = mmap(NULL, r->map_size, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS,
-			       -1, 0);
-		if (r->base == MAP_FAILED) {
-			r->base = NULL;
+		r->base = map_aligned(r->map_size);
+		if (!r->base) {
 			kvi_errbuf_set(e, "cannot map a %zu MiB region: %s", size >> 20, strerror(errno));
 			return KVC_ENOMEM;
 		}

@@ -1,6 +1,7 @@
 /* The server's one memory region: allocated (hugepages when possible) and
  * registered once for the lifetime of the process. Everything clients touch
- * lives in it; the rkey published to them covers exactly [base, base + size). */
+ * lives in it; the rkey published to them covers exactly [base, base + size).
+ * base is always 2 MiB-aligned (hugepages or not). */
 #ifndef KVS_REGION_H
 #define KVS_REGION_H
 

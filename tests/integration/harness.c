@@ -157,3 +157,43 @@ void kvt_require_rdma(void)
 		cr_assert_fail("RDMA_ADDR is not set: run the verbs tests under deploy/rdma-env");
 	cr_skip_test("no RDMA environment (RDMA_ADDR unset): run under deploy/rdma-env");
 }
+
+void kvt_start_server(struct kvt_proc *p, const char *port, const char *const extra[])
+{
+	char *argv[24] = { KV_SERVER_BIN, "-l", (char *)kvt_rdma_addr(), "-p", (char *)port, "-m", "64" };
+	char line[512];
+	int n = 7;
+
+	for (int i = 0; extra && extra[i] && n < 23; i++)
+		argv[n++] = (char *)extra[i];
+	cr_assert_eq(kvt_start(p, argv), 0);
+	for (;;) {
+		if (kvt_line(p, line, sizeof(line), 60000))
+			cr_assert_fail("kvserver did not start: %s", p->all);
+		if (strstr(line, "listening on"))
+			return;
+	}
+}
+
+unsigned long long kvt_cpu_ticks(pid_t pid)
+{
+	char path[64], buf[1024], *p;
+	unsigned long long ut = 0, st = 0;
+	FILE *f;
+
+	snprintf(path, sizeof(path), "/proc/%d/stat", (int)pid);
+	f = fopen(path, "r");
+	if (!f)
+		return 0;
+	if (!fgets(buf, sizeof(buf), f)) {
+		fclose(f);
+		return 0;
+	}
+	fclose(f);
+	/* Fields after the command name (which may contain spaces): state is 3rd;
+	 * utime and stime are the 14th and 15th. */
+	p = strrchr(buf, ')');
+	if (!p || sscanf(p + 2, "%*c %*d %*d %*d %*d %*d %*u %*u %*u %*u %*u %llu %llu", &ut, &st) != 2)
+		return 0;
+	return ut + st;
+}

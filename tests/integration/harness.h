@@ -28,6 +28,13 @@ void kvt_kill(struct kvt_proc *p, int sig);
 /* Start an rmem_peer with extra arguments; returns its port, or aborts the test. */
 unsigned kvt_start_peer(struct kvt_proc *p, const char *const extra[]);
 
+/* Start kvserver on RDMA_ADDR:port (-m 64 unless extra says otherwise) and
+ * wait for its "listening on" line; aborts the test if it does not come. */
+void kvt_start_server(struct kvt_proc *p, const char *port, const char *const extra[]);
+
+/* CPU time (user + system) the process has used, in clock ticks. */
+unsigned long long kvt_cpu_ticks(pid_t pid);
+
 /* RDMA_ADDR/RDMA_DEV from deploy/rdma-env, or NULL. kvt_require_rdma() skips
  * the test when absent, unless KV_REQUIRE_RDMA=1, when it fails it. */
 const char *kvt_rdma_addr(void);

@@ -1,6 +1,8 @@
 /* rmem_peer: the passive side of the verbs transport tests. It registers a plain
  * region whose 8-byte words hold their own index (word i == i), admits clients
  * through the real listener, prints "READY <port>" and serves until killed.
+ * It has no control handler: the listener answers every control request with
+ * KVI_CTRL_ERROR / KVC_EPROTO.
  *
  *   rmem_peer [--addr A] [--port P] [--device D] [--size BYTES] [--advertise-extra BYTES]
  *

@@ -12,8 +12,14 @@
 	X(concurrent_faa_loses_no_increment, "FAA from 4 threads on one word")            \
 	X(cas_lock_gives_mutual_exclusion_across_threads, "CAS lock around READ+WRITE")
 
+/* The data path under concurrency: needs the server core and the client. */
+#define KVT_DPATH_SCENARIOS(X)                                                              \
+	X(dpath_hammer_keeps_per_key_order_and_acked_values,                                \
+	  "4 clients, mixed PUT/GET/DELETE on shared and owned keys")
+
 #define KVT_DECLARE_(name, what) const char *name(void);
 KVT_THREAD_SCENARIOS(KVT_DECLARE_)
+KVT_DPATH_SCENARIOS(KVT_DECLARE_)
 #undef KVT_DECLARE_
 
 #endif

@@ -17,6 +17,7 @@ int main(void)
 		why ? failed++ : passed++;                              \
 	} while (0);
 	KVT_THREAD_SCENARIOS(X)
+	KVT_DPATH_SCENARIOS(X)
 #undef X
 	printf("tsan: %d passed, %d failed\n", passed, failed);
 	return failed ? 1 : 0;

@@ -1,0 +1,209 @@
+/* kvcli: one key-value operation from a terminal or a script.
+ *
+ *   kvcli -s HOST[:PORT] get KEY
+ *   kvcli -s HOST[:PORT] put KEY VALUE [--ttl SECONDS]     (VALUE "-" reads stdin)
+ *   kvcli -s HOST[:PORT] del KEY
+ *
+ * Exit status: 0 success, 1 key not found, 2 any error (one line on stderr). */
+#include <errno.h>
+#include <getopt.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "kvclient.h"
+
+static void usage(FILE *f)
+{
+	fprintf(f, "usage: kvcli -s HOST[:PORT] [-d DEVICE] [-t MS] COMMAND\n"
+		   "commands:\n"
+		   "  get KEY                        print the value (and a newline, unless -n)\n"
+		   "  put KEY VALUE [--ttl SECONDS]  store; VALUE '-' reads it from stdin\n"
+		   "  del KEY                        remove\n"
+		   "options:\n"
+		   "  -s, --server HOST[:PORT]  kvserver to use (port default %d)\n"
+		   "  -d, --device NAME         RDMA device (default: the one routing to HOST)\n"
+		   "  -t, --timeout MS          connection and operation timeout (default 5000)\n"
+		   "  -n, --no-newline          get: print the value only\n"
+		   "      --ttl SECONDS         put: expire after SECONDS\n"
+		   "exit status: 0 done, 1 key not found, 2 error\n",
+		   KVC_DEFAULT_PORT);
+}
+
+static int fail(const char *what, const char *detail)
+{
+	fprintf(stderr, "kvcli: %s: %s\n", what, detail);
+	return 2;
+}
+
+/* The whole of stdin, for put KEY -. */
+static char *read_stdin(size_t *len)
+{
+	size_t cap = 4096, n = 0;
+	char *buf = malloc(cap);
+
+	while (buf) {
+		size_t got = fread(buf + n, 1, cap - n, stdin);
+
+		n += got;
+		if (got == 0)
+			break;
+		if (n == cap) {
+			char *nb = realloc(buf, cap * 2);
+
+			if (!nb) {
+				free(buf);
+				return NULL;
+			}
+			buf = nb;
+			cap *= 2;
+		}
+	}
+	*len = n;
+	return buf;
+}
+
+static int parse_ttl(const char *s, uint32_t *ttl)
+{
+	char *end;
+	unsigned long v;
+
+	errno = 0;
+	v = strtoul(s, &end, 10);
+	if (errno || *end || !*s || *s == '-' || v > UINT32_MAX)
+		return -1;
+	*ttl = (uint32_t)v;
+	return 0;
+}
+
+int main(int argc, char **argv)
+{
+	static const struct option lo[] = {
+		{ "server", required_argument, NULL, 's' }, { "device", required_argument, NULL, 'd' },
+		{ "timeout", required_argument, NULL, 't' }, { "no-newline", no_argument, NULL, 'n' },
+		{ "ttl", required_argument, NULL, 'T' },    { "help", no_argument, NULL, 'h' },
+		{ "version", no_argument, NULL, 'V' },      { 0 },
+	};
+	struct kvc_opts o;
+	char err[400], what[300];
+	const char *cmd, *key;
+	uint32_t ttl = 0;
+	int c, newline = 1, rc;
+	kvc_t *h;
+
+	kvc_opts_init(&o);
+	o.connect_timeout_ms = o.op_timeout_ms = 5000;
+	o.depth = 1;
+	o.cache_entries = 0;
+	while ((c = getopt_long(argc, argv, "+s:d:t:nhV", lo, NULL)) != -1) {
+		switch (c) {
+		case 's':
+			o.server = optarg;
+			break;
+		case 'd':
+			o.device = optarg;
+			break;
+		case 't': {
+			uint32_t ms;
+
+			if (parse_ttl(optarg, &ms) || ms == 0 || ms > 3600000)
+				return fail("invalid --timeout", "expected milliseconds in 1..3600000");
+			o.connect_timeout_ms = o.op_timeout_ms = (int)ms;
+			break;
+		}
+		case 'n':
+			newline = 0;
+			break;
+		case 'T':
+			if (parse_ttl(optarg, &ttl))
+				return fail("invalid --ttl", "expected whole seconds");
+			break;
+		case 'h':
+			usage(stdout);
+			return 0;
+		case 'V':
+			printf("kvcli (libkvclient %s)\n", kvc_version());
+			return 0;
+		default:
+			usage(stderr);
+			return 2;
+		}
+	}
+	/* Options may also follow the command (put KEY VALUE --ttl 10). */
+	if (optind >= argc)
+		return fail("no command", "expected get, put or del (see --help)");
+	cmd = argv[optind++];
+	if (!o.server)
+		return fail(cmd, "no server given: use -s HOST[:PORT]");
+	if (optind >= argc)
+		return fail(cmd, "missing KEY");
+	key = argv[optind++];
+	snprintf(what, sizeof(what), "%s %s", cmd, key);
+	if (strcmp(cmd, "put") == 0) {
+		if (optind >= argc)
+			return fail(what, "missing VALUE");
+		optind++;
+		while (optind < argc) {
+			if (strcmp(argv[optind], "--ttl") == 0 && optind + 1 < argc) {
+				if (parse_ttl(argv[optind + 1], &ttl))
+					return fail("invalid --ttl", "expected whole seconds");
+				optind += 2;
+			} else {
+				return fail(what, "unexpected argument after VALUE");
+			}
+		}
+	} else if (strcmp(cmd, "get") == 0 || strcmp(cmd, "del") == 0) {
+		if (optind < argc)
+			return fail(what, "unexpected argument after KEY");
+	} else {
+		return fail(cmd, "unknown command: expected get, put or del");
+	}
+	if (strlen(key) == 0 || strlen(key) > KVC_MAX_KEY)
+		return fail(what, kvc_strerror(KVC_EKEYSIZE));
+
+	rc = kvc_create(&o, &h, err, sizeof(err));
+	if (rc)
+		return fail(what, err);
+	if (strcmp(cmd, "get") == 0) {
+		size_t cap = kvc_max_value(h, strlen(key)), len = 0;
+		char *buf = malloc(cap + 1);
+
+		rc = buf ? kvc_get(h, key, strlen(key), buf, cap, &len) : KVC_ENOMEM;
+		if (rc == 0) {
+			fwrite(buf, 1, len, stdout);
+			if (newline)
+				fputc('\n', stdout);
+		}
+		free(buf);
+	} else if (strcmp(cmd, "put") == 0) {
+		const char *val = argv[optind - 1];
+		size_t len = strlen(val);
+		char *in = NULL;
+
+		/* The VALUE argument sits just before any --ttl pair. */
+		for (int i = 1; i < argc; i++)
+			if (argv[i] == key && i + 1 < argc)
+				val = argv[i + 1];
+		len = strlen(val);
+		if (strcmp(val, "-") == 0) {
+			in = read_stdin(&len);
+			if (!in) {
+				kvc_destroy(h);
+				return fail(what, "cannot read the value from stdin");
+			}
+			val = in;
+		}
+		rc = kvc_put(h, key, strlen(key), val, len, ttl);
+		free(in);
+	} else {
+		rc = kvc_delete(h, key, strlen(key));
+	}
+	kvc_destroy(h);
+	if (rc == KVC_ENOTFOUND) {
+		fprintf(stderr, "kvcli: %s: not found\n", what);
+		return 1;
+	}
+	if (rc)
+		return fail(what, kvc_strerror(rc));
+	return fflush(stdout) == 0 ? 0 : fail(what, "cannot write to stdout");
+}

@@ -1,0 +1,67 @@
+#include "dpath_env.h"
+
+#include <stdio.h>
+#include <string.h>
+
+#include "kvclient_errors.h"
+
+/* Serialises control requests from client threads, as kvserver's one event
+ * loop does. */
+static int locked_ctrl(void *arg, uint32_t client_id, const struct kvi_ctrl *req, struct kvi_ctrl *resp)
+{
+	struct kvt_env *env = arg;
+	int rc;
+
+	pthread_mutex_lock(&env->lock);
+	rc = kvs_core_ctrl(env->core, client_id, req, resp);
+	pthread_mutex_unlock(&env->lock);
+	return rc;
+}
+
+int kvt_env_init(struct kvt_env *env, uint64_t region_mib, uint64_t buckets, uint64_t segment_kib)
+{
+	struct kvs_core_opts o = { .buckets = buckets, .segment_size = segment_kib << 10 };
+	struct kvi_errbuf e = { { 0 } };
+	int rc;
+
+	memset(env, 0, sizeof(*env));
+	env->next_client = 1;
+	pthread_mutex_init(&env->lock, NULL);
+	env->reg = kvi_local_region_create(region_mib << 20);
+	if (!env->reg)
+		return KVC_ENOMEM;
+	rc = kvs_core_create(kvi_local_region_base(env->reg), region_mib << 20, &o, &env->core, &e);
+	if (rc) {
+		fprintf(stderr, "kvt_env_init: %s\n", e.msg);
+		kvi_local_region_destroy(env->reg);
+		env->reg = NULL;
+	}
+	return rc;
+}
+
+void kvt_env_fini(struct kvt_env *env)
+{
+	kvs_core_destroy(env->core);
+	kvi_local_region_destroy(env->reg);
+	pthread_mutex_destroy(&env->lock);
+	memset(env, 0, sizeof(*env));
+}
+
+int kvt_env_client(struct kvt_env *env, const struct kvi_local_hooks *hooks, unsigned cache_entries,
+		   unsigned depth, kvc_t **out)
+{
+	struct kvc_opts o;
+	struct kvi_rmem *rm;
+	int rc;
+
+	kvc_opts_init(&o);
+	o.cache_entries = cache_entries;
+	o.depth = depth;
+	o.op_timeout_ms = 20000; /* threads on a loaded 2-core machine */
+	rc = kvi_rmem_local_create(env->reg, 4096, hooks, &rm);
+	if (rc)
+		return rc;
+	/* Handles may be created from several threads. */
+	kvi_rmem_local_set_ctrl(rm, locked_ctrl, env, __atomic_fetch_add(&env->next_client, 1, __ATOMIC_RELAXED));
+	return kvi_client_open(rm, &o, out);
+}

@@ -1,0 +1,28 @@
+/* A whole key-value system in one process for the data-path tests: a local
+ * region formatted by the real server core, and client handles talking to it
+ * through the local transport (control requests go straight to the core). */
+#ifndef KVT_DPATH_ENV_H
+#define KVT_DPATH_ENV_H
+
+#include <pthread.h>
+#include <stdint.h>
+
+#include "client.h"
+#include "core.h"
+#include "rmem_local.h"
+
+struct kvt_env {
+	struct kvi_local_region *reg;
+	struct kvs_core *core;
+	uint32_t next_client;
+	pthread_mutex_t lock; /* the core is single-threaded, like kvserver's event loop */
+};
+
+/* region_mib of region, `buckets` buckets (0 = default), segment_kib segments. */
+int kvt_env_init(struct kvt_env *env, uint64_t region_mib, uint64_t buckets, uint64_t segment_kib);
+void kvt_env_fini(struct kvt_env *env);
+/* A client handle; hooks may be NULL; cache_entries 0 disables the cache. */
+int kvt_env_client(struct kvt_env *env, const struct kvi_local_hooks *hooks, unsigned cache_entries,
+		   unsigned depth, kvc_t **out);
+
+#endif

@@ -1,0 +1,525 @@
+/* The data path over the local transport: every operation and error path,
+ * round trips against the SPEC's targets, fingerprint collisions, full buckets,
+ * torn and corrupt reads, size limits, expiry and the asynchronous interface. */
+#include <criterion/criterion.h>
+#include <stdio.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "dpath_env.h"
+#include "kvclient_errors.h"
+#include "scenarios.h"
+
+static struct kvt_env env;
+static kvc_t *h;
+
+static void setup(void)
+{
+	cr_assert_eq(kvt_env_init(&env, 16, 0, 64), 0);
+	cr_assert_eq(kvt_env_client(&env, NULL, 1024, 16, &h), 0);
+}
+
+static void teardown(void)
+{
+	kvc_destroy(h);
+	h = NULL;
+	kvt_env_fini(&env);
+}
+
+TestSuite(dpath, .init = setup, .fini = teardown, .timeout = 60);
+
+static int put_s(kvc_t *c, const char *k, const char *v)
+{
+	return kvc_put(c, k, strlen(k), v, strlen(v), 0);
+}
+
+/* GET into a string; returns the code. */
+static int get_s(kvc_t *c, const char *k, char *out, size_t cap)
+{
+	size_t len = 0;
+	int rc = kvc_get(c, k, strlen(k), out, cap - 1, &len);
+
+	out[rc == 0 ? len : 0] = '\0';
+	return rc;
+}
+
+/* Round trips of the last operation of a kind: stats delta. */
+static uint64_t rtts(kvc_t *c, int kind, uint64_t *ops)
+{
+	struct kvc_stats s;
+
+	kvc_get_stats(c, &s);
+	*ops = s.ops[kind];
+	return s.round_trips[kind];
+}
+
+Test(dpath, put_then_get_returns_the_value)
+{
+	char v[64];
+
+	cr_assert_eq(put_s(h, "alpha", "one"), 0);
+	cr_assert_eq(get_s(h, "alpha", v, sizeof(v)), 0);
+	cr_expect_str_eq(v, "one");
+}
+
+Test(dpath, missing_key_is_enotfound_for_get_and_delete)
+{
+	char v[8];
+
+	cr_expect_eq(get_s(h, "nope", v, sizeof(v)), KVC_ENOTFOUND);
+	cr_expect_eq(kvc_delete(h, "nope", 4), KVC_ENOTFOUND);
+}
+
+Test(dpath, update_replaces_and_delete_removes)
+{
+	char v[64];
+
+	cr_assert_eq(put_s(h, "k", "v1"), 0);
+	cr_assert_eq(put_s(h, "k", "version-two"), 0);
+	cr_assert_eq(get_s(h, "k", v, sizeof(v)), 0);
+	cr_expect_str_eq(v, "version-two");
+	cr_assert_eq(kvc_delete(h, "k", 1), 0);
+	cr_expect_eq(get_s(h, "k", v, sizeof(v)), KVC_ENOTFOUND);
+	cr_expect_eq(kvc_delete(h, "k", 1), KVC_ENOTFOUND);
+	cr_assert_eq(put_s(h, "k", "back"), 0);
+	cr_assert_eq(get_s(h, "k", v, sizeof(v)), 0);
+	cr_expect_str_eq(v, "back");
+}
+
+Test(dpath, another_client_sees_writes_and_deletes)
+{
+	kvc_t *o;
+	char v[64];
+
+	cr_assert_eq(kvt_env_client(&env, NULL, 1024, 4, &o), 0);
+	cr_assert_eq(put_s(h, "shared", "from-h"), 0);
+	cr_assert_eq(get_s(o, "shared", v, sizeof(v)), 0);
+	cr_expect_str_eq(v, "from-h");
+	cr_assert_eq(put_s(o, "shared", "from-o"), 0);
+	cr_assert_eq(get_s(h, "shared", v, sizeof(v)), 0, "h's cached location is stale and must be rechecked");
+	cr_expect_str_eq(v, "from-o");
+	cr_assert_eq(kvc_delete(o, "shared", 6), 0);
+	cr_expect_eq(get_s(h, "shared", v, sizeof(v)), KVC_ENOTFOUND);
+	kvc_destroy(o);
+}
+
+Test(dpath, round_trips_meet_the_spec_targets)
+{
+	kvc_t *nc; /* no location cache */
+	char v[64];
+	uint64_t r0, n0, r1, n1;
+
+	cr_assert_eq(kvt_env_client(&env, NULL, 0, 4, &nc), 0);
+	/* PUT insert <= 2 */
+	r0 = rtts(nc, KVC_STAT_PUT_INSERT, &n0);
+	cr_assert_eq(put_s(nc, "rt-key", "v"), 0);
+	r1 = rtts(nc, KVC_STAT_PUT_INSERT, &n1);
+	cr_expect_eq(n1 - n0, 1);
+	cr_expect_leq(r1 - r0, 2, "PUT insert took %llu round trips", (unsigned long long)(r1 - r0));
+	/* GET hit <= 2 */
+	r0 = rtts(nc, KVC_STAT_GET_HIT, &n0);
+	cr_assert_eq(get_s(nc, "rt-key", v, sizeof(v)), 0);
+	r1 = rtts(nc, KVC_STAT_GET_HIT, &n1);
+	cr_expect_eq(n1 - n0, 1);
+	cr_expect_leq(r1 - r0, 2, "GET hit took %llu", (unsigned long long)(r1 - r0));
+	/* GET miss == 1 */
+	r0 = rtts(nc, KVC_STAT_GET_MISS, &n0);
+	cr_assert_eq(get_s(nc, "rt-absent", v, sizeof(v)), KVC_ENOTFOUND);
+	r1 = rtts(nc, KVC_STAT_GET_MISS, &n1);
+	cr_expect_eq(r1 - r0, 1, "GET miss took %llu", (unsigned long long)(r1 - r0));
+	/* PUT update <= 3 */
+	r0 = rtts(nc, KVC_STAT_PUT_UPDATE, &n0);
+	cr_assert_eq(put_s(nc, "rt-key", "v2"), 0);
+	r1 = rtts(nc, KVC_STAT_PUT_UPDATE, &n1);
+	cr_expect_eq(n1 - n0, 1);
+	cr_expect_leq(r1 - r0, 3, "PUT update took %llu", (unsigned long long)(r1 - r0));
+	/* DELETE <= 3 */
+	r0 = rtts(nc, KVC_STAT_DELETE, &n0);
+	cr_assert_eq(kvc_delete(nc, "rt-key", 6), 0);
+	r1 = rtts(nc, KVC_STAT_DELETE, &n1);
+	cr_expect_leq(r1 - r0, 3, "DELETE took %llu", (unsigned long long)(r1 - r0));
+	kvc_destroy(nc);
+
+	/* With the location cache: GET hit 1, PUT update 2. */
+	cr_assert_eq(put_s(h, "rt-cached", "v"), 0);
+	r0 = rtts(h, KVC_STAT_GET_HIT_CACHED, &n0);
+	cr_assert_eq(get_s(h, "rt-cached", v, sizeof(v)), 0);
+	r1 = rtts(h, KVC_STAT_GET_HIT_CACHED, &n1);
+	cr_expect_eq(n1 - n0, 1, "the cache was used");
+	cr_expect_eq(r1 - r0, 1, "cached GET hit took %llu", (unsigned long long)(r1 - r0));
+	r0 = rtts(h, KVC_STAT_PUT_UPDATE_CACHED, &n0);
+	cr_assert_eq(put_s(h, "rt-cached", "v2"), 0);
+	r1 = rtts(h, KVC_STAT_PUT_UPDATE_CACHED, &n1);
+	cr_expect_eq(n1 - n0, 1, "the cache was used");
+	cr_expect_leq(r1 - r0, 2, "cached PUT update took %llu", (unsigned long long)(r1 - r0));
+}
+
+Test(dpath, size_limits_are_enforced_and_change_nothing)
+{
+	char key[KVC_MAX_KEY + 2];
+	size_t maxv = kvc_max_value(h, 8), len = 0;
+	char *big = malloc(maxv + 1);
+	char v[64];
+
+	cr_assert_not_null(big);
+	memset(key, 'k', sizeof(key));
+	cr_assert_eq(put_s(h, "keep", "safe"), 0);
+	cr_expect_eq(kvc_put(h, key, 0, "v", 1, 0), KVC_EKEYSIZE);
+	cr_expect_eq(kvc_put(h, key, KVC_MAX_KEY + 1, "v", 1, 0), KVC_EKEYSIZE);
+	cr_expect_eq(kvc_get(h, key, KVC_MAX_KEY + 1, v, sizeof(v), &len), KVC_EKEYSIZE);
+	cr_expect_eq(kvc_put(h, key, KVC_MAX_KEY, "v", 1, 0), 0, "a 250-byte key is fine");
+	memset(big, 'x', maxv + 1);
+	cr_expect_eq(kvc_put(h, "bigvalue", 8, big, maxv + 1, 0), KVC_EVALSIZE);
+	cr_expect_eq(kvc_get(h, "bigvalue", 8, v, sizeof(v), &len), KVC_ENOTFOUND);
+	cr_expect_eq(kvc_put(h, "bigvalue", 8, big, maxv, 0), 0, "the largest value fits");
+	cr_assert_eq(kvc_get(h, "bigvalue", 8, big, maxv, &len), 0);
+	cr_expect_eq(len, maxv);
+	cr_assert_eq(get_s(h, "keep", v, sizeof(v)), 0);
+	cr_expect_str_eq(v, "safe");
+	free(big);
+}
+
+Test(dpath, small_buffer_gets_etrunc_and_the_needed_length)
+{
+	char v[4];
+	size_t len = 0;
+
+	cr_assert_eq(put_s(h, "long", "0123456789"), 0);
+	cr_expect_eq(kvc_get(h, "long", 4, v, sizeof(v), &len), KVC_ETRUNC);
+	cr_expect_eq(len, 10);
+}
+
+Test(dpath, empty_value_round_trips)
+{
+	char v[8];
+	size_t len = 99;
+
+	cr_assert_eq(kvc_put(h, "empty", 5, NULL, 0, 0), 0);
+	cr_assert_eq(kvc_get(h, "empty", 5, v, sizeof(v), &len), 0);
+	cr_expect_eq(len, 0);
+}
+
+Test(dpath, expired_items_read_as_misses)
+{
+	char v[16];
+
+	cr_assert_eq(kvc_put(h, "ttl", 3, "soon", 4, 1), 0);
+	cr_assert_eq(kvc_put(h, "forever", 7, "yes", 3, 0), 0);
+	cr_assert_eq(get_s(h, "ttl", v, sizeof(v)), 0);
+	sleep(2);
+	cr_expect_eq(get_s(h, "ttl", v, sizeof(v)), KVC_ENOTFOUND, "expired via the cached location");
+	kvc_t *nc;
+	cr_assert_eq(kvt_env_client(&env, NULL, 0, 4, &nc), 0);
+	cr_expect_eq(get_s(nc, "ttl", v, sizeof(v)), KVC_ENOTFOUND, "expired via the buckets");
+	cr_expect_eq(get_s(nc, "forever", v, sizeof(v)), 0);
+	cr_assert_eq(kvc_put(nc, "ttl", 3, "again", 5, 0), 0, "an expired item can be replaced");
+	cr_assert_eq(get_s(h, "ttl", v, sizeof(v)), 0);
+	cr_expect_str_eq(v, "again");
+	kvc_destroy(nc);
+}
+
+/* Two keys with the same fingerprint whose bucket pairs overlap. */
+static void colliding_keys(uint64_t buckets, char a[32], char b[32])
+{
+	static struct kvi_keyhash kh[4096];
+
+	for (int i = 0; i < 4096; i++) {
+		char k[32];
+
+		snprintf(k, sizeof(k), "collide-%d", i);
+		kvi_key_hash(k, strlen(k), buckets, &kh[i]);
+		for (int j = 0; j < i; j++) {
+			if (kh[j].fp == kh[i].fp && kh[j].b[0] == kh[i].b[0]) {
+				snprintf(a, 32, "collide-%d", j);
+				snprintf(b, 32, "%s", k);
+				return;
+			}
+		}
+	}
+	cr_assert_fail("no colliding pair found");
+}
+
+Test(dpath_small, fingerprint_collisions_keep_both_keys)
+{
+	char a[32], b[32], v[64];
+	struct kvt_env e2;
+	kvc_t *nc;
+
+	/* 64 buckets x 1024 fingerprints: 4096 keys give many colliding pairs. */
+	cr_assert_eq(kvt_env_init(&e2, 4, 64, 64), 0);
+	colliding_keys(kvs_core_superblock(e2.core)->bucket_count, a, b);
+	cr_assert_eq(kvt_env_client(&e2, NULL, 0, 4, &nc), 0);
+	cr_assert_eq(put_s(nc, a, "value-a"), 0);
+	cr_assert_eq(put_s(nc, b, "value-b"), 0);
+	cr_assert_eq(get_s(nc, a, v, sizeof(v)), 0);
+	cr_expect_str_eq(v, "value-a");
+	cr_assert_eq(get_s(nc, b, v, sizeof(v)), 0);
+	cr_expect_str_eq(v, "value-b");
+	cr_assert_eq(put_s(nc, b, "value-b2"), 0, "update one of the pair");
+	cr_assert_eq(get_s(nc, a, v, sizeof(v)), 0);
+	cr_expect_str_eq(v, "value-a");
+	cr_assert_eq(kvc_delete(nc, a, strlen(a)), 0);
+	cr_assert_eq(get_s(nc, b, v, sizeof(v)), 0);
+	cr_expect_str_eq(v, "value-b2");
+	cr_expect_eq(get_s(nc, a, v, sizeof(v)), KVC_ENOTFOUND);
+	kvc_destroy(nc);
+	kvt_env_fini(&e2);
+}
+
+/* --- full buckets --------------------------------------------------------- */
+
+Test(dpath_small, full_buckets_give_eindexfull_and_lose_no_key, .timeout = 60)
+{
+	struct kvt_env e2;
+	kvc_t *c;
+	char k[32], v[32], got[32];
+	int stored = 0, rc = 0, i;
+
+	/* Two buckets: every key's two choices are the same 14 slots. */
+	cr_assert_eq(kvt_env_init(&e2, 4, 2, 64), 0);
+	cr_assert_eq(kvt_env_client(&e2, NULL, 0, 4, &c), 0);
+	for (i = 0; i < 100 && rc == 0; i++) {
+		snprintf(k, sizeof(k), "full-%d", i);
+		snprintf(v, sizeof(v), "val-%d", i);
+		rc = put_s(c, k, v);
+		if (rc == 0)
+			stored++;
+	}
+	cr_expect_eq(rc, KVC_EINDEXFULL, "got %s", kvc_err_name(rc));
+	cr_expect_eq(stored, 2 * KVI_SLOTS_PER_BUCKET);
+	cr_expect_eq(get_s(c, k, got, sizeof(got)), KVC_ENOTFOUND, "the refused key is not there");
+	for (int j = 0; j < stored; j++) {
+		snprintf(k, sizeof(k), "full-%d", j);
+		snprintf(v, sizeof(v), "val-%d", j);
+		cr_assert_eq(get_s(c, k, got, sizeof(got)), 0, "%s lost", k);
+		cr_expect_str_eq(got, v);
+	}
+	cr_expect_eq(put_s(c, "full-0", "updated"), 0, "updates still work when full");
+	cr_assert_eq(kvc_delete(c, "full-1", 6), 0);
+	cr_expect_eq(put_s(c, "newcomer", "fits now"), 0, "a delete makes room");
+	kvc_destroy(c);
+	kvt_env_fini(&e2);
+}
+
+Test(dpath_small, heap_exhaustion_is_enomem_and_changes_nothing, .timeout = 60)
+{
+	struct kvt_env e2;
+	kvc_t *c;
+	char v[1000], got[1100];
+	int rc = 0, i, stored = 0;
+
+	/* 2 MiB: a 4096-bucket index (28672 slots) outlasts a ~1.7 MiB heap. */
+	cr_assert_eq(kvt_env_init(&e2, 2, 4096, 64), 0);
+	cr_assert_eq(kvt_env_client(&e2, NULL, 0, 4, &c), 0);
+	memset(v, 'z', sizeof(v) - 1);
+	v[sizeof(v) - 1] = '\0';
+	for (i = 0; i < 5000 && rc == 0; i++) {
+		char k[32];
+
+		snprintf(k, sizeof(k), "fill-%d", i);
+		rc = put_s(c, k, v);
+		stored += rc == 0;
+	}
+	cr_expect_eq(rc, KVC_ENOMEM, "got %s", kvc_err_name(rc));
+	cr_expect_gt(stored, 100);
+	cr_assert_eq(get_s(c, "fill-0", got, sizeof(got)), 0);
+	cr_expect_str_eq(got, v);
+	kvc_destroy(c);
+	kvt_env_fini(&e2);
+}
+
+/* --- torn and corrupt reads ---------------------------------------------- */
+
+struct tear {
+	uint64_t rng;
+	unsigned percent;  /* of object reads to tear */
+	int buckets_too;   /* also scribble on bucket reads */
+	unsigned torn;
+};
+
+static uint64_t xs(uint64_t *s)
+{
+	*s ^= *s << 13;
+	*s ^= *s >> 7;
+	*s ^= *s << 17;
+	return *s;
+}
+
+/* Objects: one byte changed somewhere past the header's start, as a READ that
+ * raced a reuse of its memory would show. Buckets: one slot word replaced by
+ * garbage. */
+static void tear_hook(void *arg, const struct kvi_rop *op, void *dst, const void *src)
+{
+	struct tear *t = arg;
+	unsigned char *d = dst;
+
+	(void)src;
+	if (op->len == KVI_BUCKET_SIZE) {
+		if (t->buckets_too && xs(&t->rng) % 100 < t->percent) {
+			uint64_t g = xs(&t->rng);
+
+			memcpy(d + 8 + 8 * (xs(&t->rng) % KVI_SLOTS_PER_BUCKET), &g, 8);
+			t->torn++;
+		}
+		return;
+	}
+	if (op->len > sizeof(struct kvi_obj_hdr) && xs(&t->rng) % 100 < t->percent) {
+		d[8 + xs(&t->rng) % (op->len - 8)] ^= 0x40; /* anything but the access word */
+		t->torn++;
+	}
+}
+
+/* Every GET returns the right value or an error; never another value. */
+static void check_never_wrong(struct tear *t, int expect_some_hits)
+{
+	struct kvi_local_hooks hooks = { .arg = t, .after_read = tear_hook };
+	kvc_t *c;
+	char k[32], v[48], got[64];
+	int hits = 0, errors = 0;
+
+	for (int i = 0; i < 64; i++) {
+		snprintf(k, sizeof(k), "torn-%d", i);
+		snprintf(v, sizeof(v), "value-%d-%s", i, "padding-to-make-it-longer");
+		cr_assert_eq(put_s(h, k, v), 0);
+	}
+	cr_assert_eq(kvt_env_client(&env, &hooks, 0, 4, &c), 0);
+	for (int round = 0; round < 10; round++) {
+		for (int i = 0; i < 64; i++) {
+			int rc;
+
+			snprintf(k, sizeof(k), "torn-%d", i);
+			snprintf(v, sizeof(v), "value-%d-%s", i, "padding-to-make-it-longer");
+			rc = get_s(c, k, got, sizeof(got));
+			if (rc == 0) {
+				cr_assert_str_eq(got, v, "a torn read produced a wrong value");
+				hits++;
+			} else {
+				cr_assert(rc == KVC_ECORRUPT || rc == KVC_ENOTFOUND, "%s", kvc_err_name(rc));
+				errors++;
+			}
+		}
+	}
+	cr_expect_gt(t->torn, 100, "the hook tore reads");
+	if (expect_some_hits)
+		cr_expect_gt(hits, 320, "hits %d errors %d", hits, errors);
+	kvc_destroy(c);
+}
+
+Test(dpath, torn_object_reads_are_retried_never_returned)
+{
+	struct tear t = { .rng = 88172645463325252ull, .percent = 50 };
+
+	check_never_wrong(&t, 1);
+}
+
+Test(dpath, every_object_read_torn_gives_errors_never_values)
+{
+	struct tear t = { .rng = 1, .percent = 100 };
+
+	check_never_wrong(&t, 0);
+}
+
+Test(dpath, garbage_in_bucket_reads_never_gives_a_wrong_value)
+{
+	struct tear t = { .rng = 7, .percent = 50, .buckets_too = 1 };
+
+	check_never_wrong(&t, 1);
+}
+
+Test(dpath, corrupt_index_and_heap_do_not_crash_the_client)
+{
+	const struct kvi_superblock *sb = kvs_core_superblock(env.core);
+	unsigned char *base = kvi_local_region_base(env.reg);
+	uint64_t s = 12345;
+	char k[32], got[64];
+
+	for (int i = 0; i < 200; i++) {
+		snprintf(k, sizeof(k), "victim-%d", i);
+		cr_assert_eq(put_s(h, k, "v"), 0);
+	}
+	/* A malicious writer scribbles over every slot of the index and over the heap. */
+	for (uint64_t b = 0; b < sb->bucket_count; b++)
+		for (unsigned i = 1; i < 8; i++) {
+			uint64_t g = xs(&s);
+
+			if (g & 1) /* keep some in-heap offsets with matching sizes */
+				g = (g & ~((1ull << 40) - 1)) | ((sb->heap_off / 16 + (g >> 20) % (sb->heap_size / 16)));
+			memcpy(base + sb->index_off + b * 64 + 8 * i, &g, 8);
+		}
+	for (uint64_t off = sb->heap_off; off < sb->heap_off + sb->heap_size; off += 4096)
+		base[off + xs(&s) % 4096] ^= 0xff;
+	kvc_t *nc;
+	cr_assert_eq(kvt_env_client(&env, NULL, 0, 4, &nc), 0);
+	for (int i = 0; i < 200; i++) {
+		int rc;
+
+		snprintf(k, sizeof(k), "victim-%d", i);
+		rc = get_s(nc, k, got, sizeof(got));
+		cr_expect(rc == 0 || rc == KVC_ENOTFOUND || rc == KVC_ECORRUPT, "%s", kvc_err_name(rc));
+		if (rc == 0)
+			cr_expect_str_eq(got, "v");
+		rc = kvc_put(nc, k, strlen(k), "w", 1, 0);
+		cr_expect(rc == 0 || rc == KVC_EINDEXFULL || rc == KVC_ECORRUPT, "%s", kvc_err_name(rc));
+		rc = kvc_delete(h, k, strlen(k));
+		cr_expect(rc == 0 || rc == KVC_ENOTFOUND || rc == KVC_ECORRUPT, "%s", kvc_err_name(rc));
+	}
+	kvc_destroy(nc);
+}
+
+/* --- asynchronous interface ------------------------------------------- */
+
+Test(dpath, async_batch_keeps_many_in_flight)
+{
+	struct kvc_op ops[16], *done[16];
+	char keys[16][16], bufs[16][32];
+	unsigned finished = 0;
+
+	for (int i = 0; i < 16; i++) {
+		snprintf(keys[i], sizeof(keys[i]), "async-%d", i);
+		ops[i] = (struct kvc_op){ .type = KVC_OP_PUT, .key = keys[i], .key_len = strlen(keys[i]),
+					  .value = keys[i], .value_len = strlen(keys[i]) };
+		cr_assert_eq(kvc_submit(h, &ops[i]), 0);
+	}
+	struct kvc_op extra = { .type = KVC_OP_GET, .key = "x", .key_len = 1 };
+	cr_expect_eq(kvc_submit(h, &extra), KVC_EAGAIN, "depth is 16");
+	cr_expect_eq(kvc_put(h, "y", 1, "y", 1, 0), KVC_EBUSY);
+	while (finished < 16) {
+		int n = kvc_poll(h, done, 16, 1000);
+
+		cr_assert_geq(n, 0);
+		for (int i = 0; i < n; i++)
+			cr_expect_eq(done[i]->status, 0, "%s", kvc_err_name(done[i]->status));
+		finished += (unsigned)n;
+	}
+	for (int i = 0; i < 16; i++) {
+		ops[i] = (struct kvc_op){ .type = KVC_OP_GET, .key = keys[i], .key_len = strlen(keys[i]),
+					  .buf = bufs[i], .buf_len = sizeof(bufs[i]) };
+		cr_assert_eq(kvc_submit(h, &ops[i]), 0);
+	}
+	finished = 0;
+	while (finished < 16) {
+		int n = kvc_poll(h, done, 16, 1000);
+
+		for (int i = 0; i < n; i++) {
+			cr_expect_eq(done[i]->status, 0);
+			cr_expect_eq(done[i]->value_len, done[i]->key_len);
+			cr_expect_eq(memcmp(done[i]->buf, done[i]->key, done[i]->key_len), 0);
+		}
+		finished += (unsigned)n;
+	}
+	cr_expect_eq(kvc_inflight(h), 0);
+}
+
+Test(dpath, stat_names_cover_every_kind)
+{
+	for (int k = 0; k < KVC_STAT_KINDS; k++)
+		cr_expect_str_neq(kvc_stat_name(k), "unknown");
+	cr_expect_str_eq(kvc_stat_name(KVC_STAT_KINDS), "unknown");
+}
+
+/* --- threads (shared with the TSan runner) -------------------------------- */
+
+#define X(name, what) \
+	Test(dpath_threads, name, .timeout = 300) { const char *why = name(); cr_expect_null(why, "%s: %s", what, why); }
+KVT_DPATH_SCENARIOS(X)
+#undef X
