@@ -37,16 +37,16 @@
 #define KVS_MIN_SEGMENT_SIZE (64u << 10)
 #define KVS_MAX_SEGMENT_SIZE (1u << 20)
 #define KVS_MIN_BUCKETS 64u /* floor of the default; an explicit count may go down to 2 */
-/* Default index size: one bucket (7 slots) per KVS_BYTES_PER_BUCKET bytes of
+/* Default index size: one bucket (15 slots) per KVS_BYTES_PER_BUCKET bytes of
  * region, i.e. the index takes 1/16 of the region and there is one slot per
- * ~146 bytes: about one per object for small items (16 B keys, 100 B values
+ * ~137 bytes: about one per object for small items (16 B keys, 100 B values
  * take 160 bytes), so the index fills up around when the heap does. */
-#define KVS_BYTES_PER_BUCKET 1024u
+#define KVS_BYTES_PER_BUCKET 2048u
 /* Unsealed segments a client may hold; granting one more seals its oldest. */
 #define KVS_MAX_OPEN_SEGMENTS 4u
 
 struct kvs_core_opts {
-	uint64_t buckets;      /* 0 = default: region_size / 1024, at least 64; else >= 2 */
+	uint64_t buckets;      /* 0 = default: region_size / 2048, at least 64; else >= 2 */
 	uint64_t segment_size; /* bytes, 0 = default 1 MiB; power of two, 64 KiB .. 1 MiB */
 };
 

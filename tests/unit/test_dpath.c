@@ -245,7 +245,7 @@ Test(dpath_small, fingerprint_collisions_keep_both_keys)
 	struct kvt_env e2;
 	kvc_t *nc;
 
-	/* 64 buckets x 1024 fingerprints: 4096 keys give many colliding pairs. */
+	/* 64 buckets x 4096 fingerprints: 4096 keys give ~32 colliding pairs. */
 	cr_assert_eq(kvt_env_init(&e2, 4, 64, 64), 0);
 	colliding_keys(kvs_core_superblock(e2.core)->bucket_count, a, b);
 	cr_assert_eq(kvt_env_client(&e2, NULL, 0, 4, &nc), 0);
@@ -301,6 +301,31 @@ Test(dpath_small, full_buckets_give_eindexfull_and_lose_no_key, .timeout = 60)
 	kvt_env_fini(&e2);
 }
 
+Test(dpath_small, index_fills_past_85_percent_before_the_first_eindexfull, .timeout = 120)
+{
+	struct kvt_env e2;
+	kvc_t *c;
+	char k[32];
+	unsigned stored = 0;
+	int rc = 0;
+	double load;
+
+	cr_assert_eq(kvt_env_init(&e2, 8, 1024, 64), 0);
+	cr_assert_eq(kvt_env_client(&e2, NULL, 0, 4, &c), 0);
+	while (rc == 0) {
+		snprintf(k, sizeof(k), "load-%u", stored);
+		rc = kvc_put(c, k, strlen(k), "v", 1, 0);
+		stored += rc == 0;
+	}
+	cr_assert_eq(rc, KVC_EINDEXFULL, "got %s", kvc_err_name(rc));
+	load = (double)stored / (1024.0 * KVI_SLOTS_PER_BUCKET);
+	printf("index load at the first EINDEXFULL: %.1f %% (%u of %u slots)\n", 100 * load, stored,
+	       1024 * KVI_SLOTS_PER_BUCKET);
+	cr_expect_geq(load, 0.85, "only %.1f %% of the slots were used", 100 * load);
+	kvc_destroy(c);
+	kvt_env_fini(&e2);
+}
+
 Test(dpath_small, heap_exhaustion_is_enomem_and_changes_nothing, .timeout = 60)
 {
 	struct kvt_env e2;
@@ -335,6 +360,7 @@ struct tear {
 	unsigned percent;  /* of object reads to tear */
 	int buckets_too;   /* also scribble on bucket reads */
 	unsigned torn;
+	uint64_t heap_off; /* reads below it (and past the superblock) are bucket reads */
 };
 
 static uint64_t xs(uint64_t *s)
@@ -354,7 +380,9 @@ static void tear_hook(void *arg, const struct kvi_rop *op, void *dst, const void
 	unsigned char *d = dst;
 
 	(void)src;
-	if (op->len == KVI_BUCKET_SIZE) {
+	if (op->roff < KVI_SUPERBLOCK_SIZE) /* the superblock is read once, at open */
+		return;
+	if (op->roff < t->heap_off) {
 		if (t->buckets_too && xs(&t->rng) % 100 < t->percent) {
 			uint64_t g = xs(&t->rng);
 
@@ -373,8 +401,10 @@ static void tear_hook(void *arg, const struct kvi_rop *op, void *dst, const void
 static void check_never_wrong(struct tear *t, int expect_some_hits)
 {
 	struct kvi_local_hooks hooks = { .arg = t, .after_read = tear_hook };
-	kvc_t *c;
 	char k[32], v[48], got[64];
+	kvc_t *c;
+
+	t->heap_off = kvs_core_superblock(env.core)->heap_off;
 	int hits = 0, errors = 0;
 
 	for (int i = 0; i < 64; i++) {
@@ -439,12 +469,13 @@ Test(dpath, corrupt_index_and_heap_do_not_crash_the_client)
 	}
 	/* A malicious writer scribbles over every slot of the index and over the heap. */
 	for (uint64_t b = 0; b < sb->bucket_count; b++)
-		for (unsigned i = 1; i < 8; i++) {
+		for (unsigned i = 1; i <= KVI_SLOTS_PER_BUCKET; i++) {
 			uint64_t g = xs(&s);
 
 			if (g & 1) /* keep some in-heap offsets with matching sizes */
-				g = (g & ~((1ull << 40) - 1)) | ((sb->heap_off / 16 + (g >> 20) % (sb->heap_size / 16)));
-			memcpy(base + sb->index_off + b * 64 + 8 * i, &g, 8);
+				g = (g & ~((1ull << KVI_SLOT_OFF_BITS) - 1)) |
+				    ((sb->heap_off / 16 + (g >> 20) % (sb->heap_size / 16)));
+			memcpy(base + sb->index_off + b * KVI_BUCKET_SIZE + 8 * i, &g, 8);
 		}
 	for (uint64_t off = sb->heap_off; off < sb->heap_off + sb->heap_size; off += 4096)
 		base[off + xs(&s) % 4096] ^= 0xff;

@@ -157,7 +157,7 @@ Test(server_core, a_segment_costs_at_most_one_page_of_padding)
 Test(server_core, default_buckets_are_one_per_kib_and_segments_one_mib)
 {
 	make_core(16 * MIB, 0, 0);
-	cr_expect_eq(kvs_core_superblock(core)->bucket_count, 16 * MIB / 1024);
+	cr_expect_eq(kvs_core_superblock(core)->bucket_count, 16 * MIB / KVS_BYTES_PER_BUCKET);
 	cr_expect_eq(kvs_core_superblock(core)->segment_size, MIB);
 	cr_expect_eq(kvs_core_superblock(core)->heap_off, MIB + 4096, "first page after a 1 MiB index");
 }
@@ -184,8 +184,9 @@ Test(server_core, bad_options_are_refused_with_einval_and_leave_the_region_alone
 	} bad[] = {
 		{ REGION, 0, 3 * SEG, "power of two" },     { REGION, 0, 32u << 10, "power of two" },
 		{ REGION, 0, 2 * MIB, "power of two" },     { REGION, 1, SEG, "too few" },
-		{ REGION, REGION / 64, SEG, "do not fit" },
-		{ MIB, 0, MIB, "no room for one" },         { REGION, REGION / 64 - 64, SEG, "no room for one" },
+		{ REGION, REGION / KVI_BUCKET_SIZE, SEG, "do not fit" },
+		{ MIB, 0, MIB, "no room for one" },
+		{ REGION, REGION / KVI_BUCKET_SIZE - 64, SEG, "no room for one" },
 		{ 4096, 0, SEG, "larger than" },
 	};
 
