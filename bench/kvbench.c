@@ -144,43 +144,59 @@ static void print_row(const char *name, const struct kvb_hist *hs, double rtt_pe
 	       rtt_per_op);
 }
 
-/* Time o->ops single-operation round trips of one kind. */
-static int run_kind(struct kvi_rmem *rm, const struct bench_opts *o, const char *name, int kind,
-		    uint64_t seg_off, uint64_t seg_size, struct kvb_hist *hs)
+/* One doorbell of raw operations, spelled as letters: R = READ, W = WRITE,
+ * C = CAS (o->size bytes for READ/WRITE). The data path's doorbells are
+ * shapes like these: "RR" is a GET miss, "CRCR" the lock step of a PUT. */
+struct raw_pattern {
+	const char *name;
+	const char *ops;
+};
+
+static const struct raw_pattern raw_patterns[] = {
+	{ "READ", "R" },
+	{ "WRITE", "W" },
+	{ "CAS", "C" },
+	{ "READ+READ", "RR" },
+	{ "(CAS+READ)x2", "CRCR" },
+	{ "WRITE+CASx2", "WCC" },
+};
+
+/* Time o->ops doorbells of one pattern, each one round trip. */
+static int run_pattern(struct kvi_rmem *rm, const struct bench_opts *o, const struct raw_pattern *p,
+		       uint64_t seg_off, uint64_t seg_size, struct kvb_hist *hs)
 {
-	size_t lsize;
-	char *lbuf = kvi_rmem_lbuf(rm, &lsize);
-	uint64_t *word = (uint64_t *)(void *)lbuf;
-	uint64_t span = seg_size - o->size;
+	unsigned char *lbuf = kvi_rmem_lbuf(rm, NULL);
+	size_t n = strlen(p->ops), stride = ((size_t)o->size + 63) & ~(size_t)63;
+	uint64_t span = seg_size - n * stride;
 
 	for (uint64_t i = 0; i < o->ops; i++) {
-		/* Walk the region so every op touches a fresh cache line at the server. */
+		/* Walk the segment so every doorbell touches fresh cache lines at the server. */
 		uint64_t off = seg_off + (((i * 4096u) % (span + 1)) & ~(uint64_t)63);
-		struct kvi_rop op;
+		struct kvi_rop ops[8];
 		uint64_t t0;
 		int rc;
 
-		switch (kind) {
-		case KVI_ROP_READ:
-			op = kvi_rop_read(off, lbuf + 64, o->size);
-			break;
-		case KVI_ROP_WRITE:
-			op = kvi_rop_write(off, lbuf + 64, o->size);
-			break;
-		default:
-			op = kvi_rop_cas(off, word, i, i + 1);
-			break;
+		for (size_t j = 0; j < n; j++) {
+			uint64_t r = off + j * stride;
+			unsigned char *l = lbuf + j * stride;
+
+			if (p->ops[j] == 'R')
+				ops[j] = kvi_rop_read(r, l, o->size);
+			else if (p->ops[j] == 'W')
+				ops[j] = kvi_rop_write(r, l, o->size);
+			else
+				ops[j] = kvi_rop_cas(r, (uint64_t *)(void *)l, i, i + 1);
 		}
 		t0 = now_ns();
-		rc = kvi_rmem_exec(rm, &op, 1, 5000);
+		rc = kvi_rmem_exec(rm, ops, (unsigned)n, 5000);
 		kvb_hist_record(hs, now_ns() - t0);
 		if (rc) {
-			fprintf(stderr, "kvbench: %s failed after %" PRIu64 " operations: %s\n", name, i,
+			fprintf(stderr, "kvbench: %s failed after %" PRIu64 " doorbells: %s\n", p->name, i,
 				kvc_strerror(rc));
 			return rc;
 		}
 	}
-	print_row(name, hs, 1.0);
+	print_row(p->name, hs, 1.0);
 	return 0;
 }
 
@@ -195,7 +211,7 @@ static int run_raw(const struct bench_opts *o)
 
 	rc = kvi_rmem_verbs_connect(&(struct kvi_verbs_opts){ .host = o->host, .port = o->port,
 							      .device = o->device,
-							      .lbuf_size = 64 + (size_t)o->size,
+							      .lbuf_size = 8 * (64 + (size_t)o->size),
 							      .timeout_ms = 5000 },
 				    &rm, &w, &e);
 	if (rc) {
@@ -208,7 +224,7 @@ static int run_raw(const struct bench_opts *o)
 	if (rc == 0 && resp.type != KVI_CTRL_SEG_GRANT)
 		rc = resp.status ? resp.status : KVC_EPROTO;
 	hs = malloc(sizeof(*hs));
-	if (rc || !hs || resp.arg[1] < o->size || resp.arg[0] + resp.arg[1] > rm->region_size) {
+	if (rc || !hs || resp.arg[1] < 8 * (64 + (uint64_t)o->size) || resp.arg[0] + resp.arg[1] > rm->region_size) {
 		fprintf(stderr, "kvbench: %s\n", rc ? kvc_strerror(rc) : !hs ? "out of memory"
 							 : "--size is larger than a segment");
 		free(hs);
@@ -218,11 +234,9 @@ static int run_raw(const struct bench_opts *o)
 	printf("kvbench: rdma://%s:%s via %s, client id %u, region %" PRIu64 " MiB, raw %u-byte verbs operations\n",
 	       o->host, o->port, kvi_rmem_verbs_device(rm), w.client_id, w.region_size >> 20, o->size);
 	print_header();
-	static const struct { const char *name; int kind; } kinds[] = {
-		{ "READ", KVI_ROP_READ }, { "WRITE", KVI_ROP_WRITE }, { "CAS", KVI_ROP_CAS } };
-	for (size_t k = 0; k < 3 && rc == 0; k++) {
+	for (size_t k = 0; k < sizeof(raw_patterns) / sizeof(raw_patterns[0]) && rc == 0; k++) {
 		kvb_hist_init(hs);
-		rc = run_kind(rm, o, kinds[k].name, kinds[k].kind, resp.arg[0], resp.arg[1], hs);
+		rc = run_pattern(rm, o, &raw_patterns[k], resp.arg[0], resp.arg[1], hs);
 	}
 	free(hs);
 	kvi_rmem_destroy(rm);

@@ -81,24 +81,32 @@ static uint64_t now_ns(void)
 
 int kvi_rmem_wait(struct kvi_rmem *rm, struct kvi_rcomp *out, unsigned max, int timeout_ms)
 {
-	uint64_t deadline = timeout_ms < 0 ? UINT64_MAX : now_ns() + (uint64_t)timeout_ms * 1000000u;
+	uint64_t start = now_ns(), last_idle = start;
+	uint64_t deadline = timeout_ms < 0 ? UINT64_MAX : start + (uint64_t)timeout_ms * 1000000u;
 	unsigned spins = 0;
 	int n;
 
 	if (rm->inflight == 0)
 		return 0;
 	for (;;) {
+		uint64_t now;
+
 		n = kvi_rmem_poll(rm, out, max);
 		if (n != 0)
 			return n;
-		/* Spin first (completions arrive within microseconds on hardware),
-		 * then give the core away between polls and look after the peer. */
-		if (++spins < 256)
+		/* Pure polling: completions arrive within microseconds and a system
+		 * call here would cost as much as the wait. Only a wait that has
+		 * lasted a while looks after the peer and yields the core. */
+		if (++spins % 64)
 			continue;
-		rm->type->idle(rm);
-		if (now_ns() >= deadline)
+		now = now_ns();
+		if (now >= deadline)
 			return 0;
-		sched_yield();
+		if (now - last_idle >= 200000u) {
+			rm->type->idle(rm);
+			sched_yield();
+			last_idle = now;
+		}
 	}
 }
 
