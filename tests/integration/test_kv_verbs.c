@@ -266,3 +266,19 @@ Test(kv, kvcli_exit_codes_and_output)
 	cr_expect(strstr(p.all, "7636") != NULL && strchr(p.all, '\n') == strrchr(p.all, '\n'),
 		  "one line naming the server: %s", p.all);
 }
+
+Test(kv, the_example_program_works_against_a_server)
+{
+	struct kvt_proc srv, p;
+	char server[128];
+	char *argv[] = { KV_EXAMPLE_BIN, server, NULL };
+
+	kvt_start_server(&srv, "7637", NULL);
+	snprintf(server, sizeof(server), "%s:7637", kvt_rdma_addr());
+	cr_assert_eq(kvt_start(&p, argv), 0);
+	cr_expect_eq(kvt_wait(&p, 60000), 0, "%s", p.all);
+	cr_expect(strstr(p.all, "greeting = hello") && strstr(p.all, "8 asynchronous GETs completed") &&
+			  strstr(p.all, "delete greeting: done"),
+		  "%s", p.all);
+	stop_server(&srv);
+}
