@@ -127,6 +127,9 @@ uint64_t kvi_read_len(const kvc_t *h, uint64_t slot);
 unsigned kvi_collect_cands(const kvc_t *h, struct kvi_opst *st);
 int kvi_read_cands(kvc_t *h, struct kvi_opst *st, int state);
 enum kvi_objcheck kvi_obj_check(const struct kvi_opst *st, const struct kvi_cand *c);
+/* Check the candidates read in the last round: the one holding the key (*res is
+ * OBJ_MATCH or OBJ_EXPIRED), or NULL; unreadable ones are counted in cand_bad. */
+const struct kvi_cand *kvi_check_round(const kvc_t *h, struct kvi_opst *st, enum kvi_objcheck *res);
 
 /* State machines. */
 void kvi_get_start(kvc_t *h, struct kvi_opst *st);

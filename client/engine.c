@@ -150,8 +150,7 @@ int kvi_read_cands(kvc_t *h, struct kvi_opst *st, int state)
 	while (st->cand_next < st->ncand && n < KVI_RMEM_MAX_BATCH) {
 		struct kvi_cand *c = &st->cand[st->cand_next];
 
-		if (c->len > h->obj_area) { /* larger than any object: garbage */
-			st->cand_bad++;
+		if (c->len > h->obj_area) { /* larger than any object: garbage, not our key */
 			st->cand_next++;
 			continue;
 		}
@@ -180,6 +179,22 @@ enum kvi_objcheck kvi_obj_check(const struct kvi_opst *st, const struct kvi_cand
 	if (oh->expiry && (uint64_t)time(NULL) >= oh->expiry)
 		return OBJ_EXPIRED;
 	return OBJ_MATCH;
+}
+
+const struct kvi_cand *kvi_check_round(const kvc_t *h, struct kvi_opst *st, enum kvi_objcheck *res)
+{
+	for (unsigned i = st->cand_round; i < st->cand_next; i++) {
+		const struct kvi_cand *c = &st->cand[i];
+
+		if (c->len > h->obj_area) /* never read: garbage */
+			continue;
+		*res = kvi_obj_check(st, c);
+		if (*res == OBJ_MATCH || *res == OBJ_EXPIRED)
+			return c;
+		if (*res == OBJ_BAD)
+			st->cand_bad++;
+	}
+	return NULL;
 }
 
 /* ---- posting and finishing -------------------------------------------- */

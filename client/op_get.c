@@ -95,24 +95,15 @@ static void on_cached(kvc_t *h, struct kvi_opst *st)
 /* Check the candidates of the round just read; read more or conclude. */
 static void on_objects(kvc_t *h, struct kvi_opst *st)
 {
-	for (unsigned i = st->cand_round; i < st->cand_next; i++) {
-		const struct kvi_cand *c = &st->cand[i];
+	enum kvi_objcheck res;
+	const struct kvi_cand *c = kvi_check_round(h, st, &res);
 
-		if (c->len > h->obj_area)
-			continue;
-		switch (kvi_obj_check(st, c)) {
-		case OBJ_MATCH:
+	if (c) {
+		if (res == OBJ_MATCH)
 			deliver(h, st, c, KVC_STAT_GET_HIT);
-			return;
-		case OBJ_EXPIRED:
+		else
 			kvi_st_finish(h, st, KVC_ENOTFOUND, KVC_STAT_GET_MISS);
-			return;
-		case OBJ_BAD:
-			st->cand_bad++;
-			break;
-		case OBJ_OTHER:
-			break;
-		}
+		return;
 	}
 	if (st->cand_next < st->ncand) {
 		if (kvi_read_cands(h, st, ST_GET_OBJECTS) != 0)
@@ -135,8 +126,8 @@ void kvi_get_step(kvc_t *h, struct kvi_opst *st)
 			kvi_st_finish(h, st, KVC_ENOTFOUND, KVC_STAT_GET_MISS);
 			break;
 		}
-		if (kvi_read_cands(h, st, ST_GET_OBJECTS) == 0) /* none readable: all garbage */
-			retry_or_fail(h, st);
+		if (kvi_read_cands(h, st, ST_GET_OBJECTS) == 0) /* every match is garbage */
+			kvi_st_finish(h, st, KVC_ENOTFOUND, KVC_STAT_GET_MISS);
 		break;
 	case ST_GET_OBJECTS:
 		on_objects(h, st);

@@ -181,22 +181,12 @@ static void on_lock(kvc_t *h, struct kvi_opst *st)
 
 static void on_keycheck(kvc_t *h, struct kvi_opst *st)
 {
-	for (unsigned i = st->cand_round; i < st->cand_next; i++) {
-		const struct kvi_cand *c = &st->cand[i];
+	enum kvi_objcheck res;
+	const struct kvi_cand *c = kvi_check_round(h, st, &res);
 
-		if (c->len > h->obj_area)
-			continue;
-		switch (kvi_obj_check(st, c)) {
-		case OBJ_MATCH:
-		case OBJ_EXPIRED: /* replace or remove the expired item in place */
-			found(h, st, c->which, c->idx, 0);
-			return;
-		case OBJ_BAD:
-			st->cand_bad++;
-			break;
-		case OBJ_OTHER:
-			break;
-		}
+	if (c) { /* an expired item is replaced or removed in place */
+		found(h, st, c->which, c->idx, 0);
+		return;
 	}
 	if (st->cand_next < st->ncand && kvi_read_cands(h, st, ST_W_KEYCHECK) != 0)
 		return;
