@@ -447,6 +447,23 @@ void kvc_get_stats(const kvc_t *h, struct kvc_stats *out)
 	*out = h->stats;
 }
 
+int kvc_server_stats(kvc_t *h, struct kvc_server_stats *out)
+{
+	struct kvi_ctrl req = { .type = KVI_CTRL_STATS_REQ }, resp;
+	int rc;
+
+	if (!h || !out)
+		return KVC_EINVAL;
+	rc = kvi_rmem_ctrl_call(h->rm, &req, &resp, CTRL_TIMEOUT_MS);
+	if (rc)
+		return rc;
+	if (resp.type != KVI_CTRL_STATS)
+		return resp.type == KVI_CTRL_ERROR && resp.status < 0 ? resp.status : KVC_EPROTO;
+	*out = (struct kvc_server_stats){ .cpu_ns = resp.arg[0], .segments_used = resp.arg[1],
+					  .segments_total = resp.arg[2], .clients = resp.arg[3] };
+	return 0;
+}
+
 void kvc_reset_stats(kvc_t *h)
 {
 	memset(&h->stats, 0, sizeof(h->stats));

@@ -81,7 +81,10 @@ enum kvi_ctrl_type {
 	KVI_CTRL_SEG_GRANT = 2, /* server -> client: arg0 = offset, arg1 = size */
 	KVI_CTRL_ERROR = 3,     /* server -> client: status = KVC_ code for request seq */
 	KVI_CTRL_SHUTDOWN = 4,  /* server -> client notice: the server is going away */
-	KVI_CTRL_TYPE_MAX = 4,
+	KVI_CTRL_STATS_REQ = 5, /* client -> server: how are you doing */
+	KVI_CTRL_STATS = 6,     /* server -> client: arg0 = server process CPU time (user + system, ns),
+				 * arg1 = segments in use, arg2 = segments in all, arg3 = clients */
+	KVI_CTRL_TYPE_MAX = 6,
 };
 
 struct kvi_wire_ctrl {

@@ -13,6 +13,8 @@ pkgs=(
   rdma-core ibverbs-providers ibverbs-utils rdmacm-utils perftest
   # Soft-RoCE guest (deploy/softroce-vm)
   qemu-system-x86 busybox-static cpio kmod iproute2
+  # kvbench's memcached driver, and the comparison run (deploy/compare)
+  libmemcached-dev memcached gnuplot-nox
 )
 
 missing=()

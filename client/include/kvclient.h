@@ -125,6 +125,17 @@ struct kvc_stats {
 };
 
 KVC_EXPORT void kvc_get_stats(const kvc_t *h, struct kvc_stats *out);
+
+/* What the server says about itself (one control-path round trip; the data path
+ * is not involved). cpu_ns grows only with the server's own work: sample it
+ * twice to see what a load cost the server. */
+struct kvc_server_stats {
+	uint64_t cpu_ns;         /* server process CPU time, user + system */
+	uint64_t segments_used;  /* heap segments granted to clients */
+	uint64_t segments_total;
+	uint64_t clients;        /* clients holding segments */
+};
+KVC_EXPORT int kvc_server_stats(kvc_t *h, struct kvc_server_stats *out);
 KVC_EXPORT void kvc_reset_stats(kvc_t *h);
 /* "get_hit", "put_insert", ... for a kind; "unknown" otherwise. */
 KVC_EXPORT const char *kvc_stat_name(int kind);

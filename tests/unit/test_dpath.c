@@ -541,6 +541,17 @@ Test(dpath, async_batch_keeps_many_in_flight)
 	cr_expect_eq(kvc_inflight(h), 0);
 }
 
+Test(dpath, server_stats_report_segments_and_cpu)
+{
+	struct kvc_server_stats ss;
+
+	cr_assert_eq(put_s(h, "s", "v"), 0);
+	cr_assert_eq(kvc_server_stats(h, &ss), 0);
+	cr_expect_geq(ss.segments_used, 1);
+	cr_expect_gt(ss.segments_total, ss.segments_used);
+	cr_expect_gt(ss.cpu_ns, 0);
+}
+
 Test(dpath, stat_names_cover_every_kind)
 {
 	for (int k = 0; k < KVC_STAT_KINDS; k++)
