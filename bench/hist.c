@@ -76,3 +76,18 @@ uint64_t kvb_hist_quantile(const struct kvb_hist *h, double q)
 	}
 	return h->max;
 }
+
+void kvb_hist_write_cdf(const struct kvb_hist *h, FILE *f)
+{
+	uint64_t seen = 0;
+
+	for (unsigned i = 0; i < KVB_HIST_BUCKETS && h->count; i++) {
+		uint64_t top;
+
+		if (!h->b[i])
+			continue;
+		seen += h->b[i];
+		top = bucket_top(i);
+		fprintf(f, "%.3f %.6f\n", (top > h->max ? h->max : top) / 1e3, (double)seen / (double)h->count);
+	}
+}

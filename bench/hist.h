@@ -6,6 +6,7 @@
 #define KVB_HIST_H
 
 #include <stdint.h>
+#include <stdio.h>
 
 #define KVB_HIST_SUB_BITS 7 /* 128 sub-buckets: 0.78 % relative error */
 #define KVB_HIST_TOP_BITS 40
@@ -21,5 +22,8 @@ void kvb_hist_record(struct kvb_hist *h, uint64_t ns);
 void kvb_hist_merge(struct kvb_hist *into, const struct kvb_hist *from);
 /* Value at quantile q (0..1): the upper edge of the bucket holding it, capped at max. */
 uint64_t kvb_hist_quantile(const struct kvb_hist *h, double q);
+/* Write the cumulative distribution as "microseconds fraction" lines, one per
+ * non-empty bucket (for plotting). */
+void kvb_hist_write_cdf(const struct kvb_hist *h, FILE *f);
 
 #endif

@@ -1,107 +1,204 @@
-/* kvbench: measures a kvserver from a client's side.
+/* kvbench: a YCSB-like benchmark for kvcache, and for the systems it is
+ * compared with, driven by the same generators.
  *
- * Default ("ops" mode): through libkvclient, one operation at a time, it times
- * each kind of key-value operation separately (PUT insert, GET hit without and
- * with a cached location, GET miss, PUT update without and with the cache,
- * DELETE) and prints latency percentiles with the round trips per operation
- * the library counted. --raw times the one-sided verbs operations underneath
- * (READ, WRITE, CAS), for comparison with perftest. */
+ *   kvbench -w A|B|C|D|F --target rdma://HOST[:PORT] | memcached://HOST[:PORT] [options]
+ *   kvbench --micro --target rdma://...    latency of each kind of operation, one at a time
+ *   kvbench --raw --target rdma://...      latency of the verbs doorbells underneath
+ *
+ * Everything that can be wrong with the command line or the target is found
+ * before any load is sent, and reported in one line with a non-zero exit. */
 #include <errno.h>
 #include <getopt.h>
-#include <inttypes.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <time.h>
+#include <unistd.h>
 
-#include "hist.h"
+#include "driver.h"
 #include "kvclient.h"
-#include "log.h"
-#include "rmem_verbs.h"
-
-struct bench_opts {
-	char host[256];
-	char port[16];
-	const char *device;
-	uint64_t ops;
-	uint32_t size;
-	int raw;
-};
+#include "micro.h"
+#include "report.h"
+#include "runner.h"
 
 static void usage(FILE *f)
 {
-	fprintf(f, "usage: kvbench --target rdma://HOST[:PORT] [options]\n"
-		   "  -t, --target URL     server to measure (rdma://HOST:PORT, default port 7471)\n"
-		   "  -d, --device NAME    RDMA device to use (default: the one routing to HOST)\n"
-		   "  -n, --operations N   operations per kind (default 2000)\n"
-		   "  -s, --size BYTES     value size, or READ/WRITE size with --raw (default 64)\n"
-		   "      --raw            time the verbs READ/WRITE/CAS under the data path\n"
-		   "  -h, --help\n");
+	fprintf(f,
+		"usage: kvbench -w WORKLOAD --target URL [options]\n"
+		"       kvbench --micro | --raw --target rdma://HOST[:PORT] [-n N] [-s BYTES]\n"
+		"  -w, --workload A|B|C|D|F   YCSB core workload (E needs range scans: not offered)\n"
+		"  -t, --target URL           rdma://HOST[:PORT] (kvcache, port 7471) or\n"
+		"                             memcached://HOST[:PORT] (port 11211)\n"
+		"  -r, --records N            records inserted by the load phase (default 100000)\n"
+		"  -n, --operations N         run-phase operations (default 100000)\n"
+		"  -D, --duration SECONDS     run for this long instead of a number of operations\n"
+		"  -T, --threads N            client threads, one connection each (default 1)\n"
+		"  -q, --depth N              operations in flight per thread (default 8)\n"
+		"  -s, --value-size N|MIN-MAX value bytes, fixed or uniform in a range (default 100)\n"
+		"      --distribution NAME    uniform|zipfian|latest (default: the workload's)\n"
+
+		"      --warmup SECONDS       run-phase time not recorded (default 1)\n"
+		"      --no-load              skip the load phase (records already there)\n"
+		"      --seed N               generator seed (default 1)\n"
+		"      --json FILE            also write the results as JSON\n"
+		"      --cdf FILE             write the run's latency CDF (microseconds fraction)\n"
+		"      --quiet                no progress line\n"
+		"  -d, --device NAME          RDMA device (--micro/--raw)\n"
+		"  -h, --help\n");
 }
 
-static int parse_target(const char *url, struct bench_opts *o)
-{
-	const char *hp, *colon;
-	size_t hl;
+struct cli {
+	struct kvb_cfg cfg;
+	const char *workload, *target, *json, *cdf, *device, *dist;
+	int micro, raw, have_ops, have_size;
+};
 
-	if (strncmp(url, "rdma://", 7) != 0) {
-		fprintf(stderr, "kvbench: unsupported target '%s': expected rdma://HOST[:PORT]\n", url);
+static int bad(const char *what, const char *value, const char *expected)
+{
+	fprintf(stderr, "kvbench: invalid %s '%s': expected %s\n", what, value, expected);
+	return 2;
+}
+
+static int parse_u64(const char *s, uint64_t lo, uint64_t hi, uint64_t *out)
+{
+	char *end;
+	unsigned long long v;
+
+	errno = 0;
+	if (!s || !*s || *s == '-' || *s == '+')
 		return -1;
-	}
-	hp = url + 7;
-	colon = strrchr(hp, ':');
-	hl = colon ? (size_t)(colon - hp) : strlen(hp);
-	if (hl == 0 || hl >= sizeof(o->host) || (colon && (!colon[1] || strlen(colon + 1) >= sizeof(o->port) ||
-							     strspn(colon + 1, "0123456789") != strlen(colon + 1)))) {
-		fprintf(stderr, "kvbench: malformed target '%s': expected rdma://HOST[:PORT]\n", url);
+	v = strtoull(s, &end, 10);
+	if (errno || *end || v < lo || v > hi)
 		return -1;
-	}
-	memcpy(o->host, hp, hl);
-	o->host[hl] = '\0';
-	snprintf(o->port, sizeof(o->port), "%s", colon ? colon + 1 : "7471");
+	*out = v;
 	return 0;
 }
 
-static int parse_args(int argc, char **argv, struct bench_opts *o)
+static int parse_double(const char *s, double lo, double hi, double *out)
 {
-	static const struct option longopts[] = {
-		{ "target", required_argument, NULL, 't' },  { "device", required_argument, NULL, 'd' },
-		{ "operations", required_argument, NULL, 'n' }, { "size", required_argument, NULL, 's' },
-		{ "raw", no_argument, NULL, 'R' },           { "help", no_argument, NULL, 'h' },
+	char *end;
+	double v;
+
+	errno = 0;
+	v = strtod(s, &end);
+	if (errno || end == s || *end || !(v >= lo) || !(v <= hi))
+		return -1;
+	*out = v;
+	return 0;
+}
+
+static int parse_size(const char *s, struct kvb_cfg *c)
+{
+	char buf[64], *dash;
+	uint64_t a, b;
+
+	if (strlen(s) >= sizeof(buf))
+		return -1;
+	strcpy(buf, s);
+	dash = strchr(buf, '-');
+	if (dash)
+		*dash = '\0';
+	if (parse_u64(buf, 0, 1u << 20, &a) || (dash && parse_u64(dash + 1, 0, 1u << 20, &b)))
+		return -1;
+	if (!dash)
+		b = a;
+	if (a > b)
+		return -1;
+	c->vmin = (uint32_t)a;
+	c->vmax = (uint32_t)b;
+	return 0;
+}
+
+/* Returns -1 to go on, else the exit status. */
+static int parse_args(int argc, char **argv, struct cli *cl)
+{
+	enum { O_DIST = 256, O_CDF, O_WARMUP, O_NOLOAD, O_SEED, O_JSON, O_QUIET, O_MICRO, O_RAW };
+	static const struct option lo[] = {
+		{ "workload", required_argument, NULL, 'w' },  { "target", required_argument, NULL, 't' },
+		{ "records", required_argument, NULL, 'r' },   { "operations", required_argument, NULL, 'n' },
+		{ "duration", required_argument, NULL, 'D' },  { "threads", required_argument, NULL, 'T' },
+		{ "depth", required_argument, NULL, 'q' },     { "value-size", required_argument, NULL, 's' },
+		{ "size", required_argument, NULL, 's' },      { "distribution", required_argument, NULL, O_DIST },
+		{ "warmup", required_argument, NULL, O_WARMUP }, { "cdf", required_argument, NULL, O_CDF },
+		{ "no-load", no_argument, NULL, O_NOLOAD },    { "seed", required_argument, NULL, O_SEED },
+		{ "json", required_argument, NULL, O_JSON },   { "quiet", no_argument, NULL, O_QUIET },
+		{ "micro", no_argument, NULL, O_MICRO },       { "raw", no_argument, NULL, O_RAW },
+		{ "device", required_argument, NULL, 'd' },    { "help", no_argument, NULL, 'h' },
 		{ 0 },
 	};
-	int c, have_target = 0;
-	char *end;
+	struct kvb_cfg *c = &cl->cfg;
+	uint64_t v;
+	int o;
 
-	*o = (struct bench_opts){ .ops = 2000, .size = 64 };
-	while ((c = getopt_long(argc, argv, "t:d:n:s:h", longopts, NULL)) != -1) {
-		switch (c) {
-		case 't':
-			if (parse_target(optarg, o))
-				return 2;
-			have_target = 1;
+	*c = (struct kvb_cfg){ .records = 100000, .operations = 100000, .warmup_s = 1.0,
+			       .threads = 1, .depth = 8, .vmin = 100, .vmax = 100, .seed = 1, .load = 1,
+			       .progress = 1 };
+	while ((o = getopt_long(argc, argv, "w:t:r:n:D:T:q:s:d:h", lo, NULL)) != -1) {
+		switch (o) {
+		case 'w':
+			cl->workload = optarg;
 			break;
-		case 'd':
-			o->device = optarg;
+		case 't':
+			cl->target = optarg;
+			break;
+		case 'r':
+			if (parse_u64(optarg, 1, 1ull << 40, &c->records))
+				return bad("--records", optarg, "1..2^40");
 			break;
 		case 'n':
-			errno = 0;
-			o->ops = strtoull(optarg, &end, 10);
-			if (errno || *end || *optarg == '-' || o->ops == 0 || o->ops > 100000000) {
-				fprintf(stderr, "kvbench: invalid --operations '%s': expected 1..100000000\n", optarg);
-				return 2;
-			}
+			if (parse_u64(optarg, 1, 1ull << 40, &c->operations))
+				return bad("--operations", optarg, "1..2^40");
+			cl->have_ops = 1;
+			break;
+		case 'D':
+			if (parse_double(optarg, 0.1, 86400, &c->duration_s))
+				return bad("--duration", optarg, "seconds, 0.1..86400");
+			break;
+		case 'T':
+			if (parse_u64(optarg, 1, 256, &v))
+				return bad("--threads", optarg, "1..256");
+			c->threads = (unsigned)v;
+			break;
+		case 'q':
+			if (parse_u64(optarg, 1, 64, &v))
+				return bad("--depth", optarg, "1..64");
+			c->depth = (unsigned)v;
 			break;
 		case 's':
-			errno = 0;
-			o->size = (uint32_t)strtoul(optarg, &end, 10);
-			if (errno || *end || *optarg == '-' || o->size == 0 || o->size > 65536) {
-				fprintf(stderr, "kvbench: invalid --size '%s': expected 1..65536\n", optarg);
-				return 2;
-			}
+			if (parse_size(optarg, c))
+				return bad("--value-size", optarg, "N or MIN-MAX bytes, up to 1048576");
+			cl->have_size = 1;
 			break;
-		case 'R':
-			o->raw = 1;
+		case O_DIST:
+			cl->dist = optarg;
+			break;
+		case O_WARMUP:
+			if (parse_double(optarg, 0, 3600, &c->warmup_s))
+				return bad("--warmup", optarg, "seconds, 0..3600");
+			break;
+		case O_NOLOAD:
+			c->load = 0;
+			break;
+		case O_SEED:
+			if (parse_u64(optarg, 0, UINT64_MAX, &c->seed))
+				return bad("--seed", optarg, "a non-negative integer");
+			break;
+		case O_JSON:
+			cl->json = optarg;
+			break;
+		case O_CDF:
+			cl->cdf = optarg;
+			break;
+		case O_QUIET:
+			c->progress = 0;
+			break;
+		case O_MICRO:
+			cl->micro = 1;
+			break;
+		case O_RAW:
+			cl->raw = 1;
+			break;
+		case 'd':
+			cl->device = optarg;
 			break;
 		case 'h':
 			usage(stdout);
@@ -115,262 +212,118 @@ static int parse_args(int argc, char **argv, struct bench_opts *o)
 		fprintf(stderr, "kvbench: unexpected argument '%s' (see --help)\n", argv[optind]);
 		return 2;
 	}
-	if (!have_target) {
+	if (!cl->target) {
 		fprintf(stderr, "kvbench: --target is required (e.g. --target rdma://10.0.0.1:7471)\n");
 		return 2;
 	}
 	return -1;
 }
 
-static uint64_t now_ns(void)
+/* Workload, distribution and target, all checked before anything is sent. */
+static int check_ycsb(struct cli *cl)
 {
-	struct timespec ts;
+	struct kvb_cfg *c = &cl->cfg;
+	char err[400];
 
-	clock_gettime(CLOCK_MONOTONIC, &ts);
-	return (uint64_t)ts.tv_sec * 1000000000u + (uint64_t)ts.tv_nsec;
-}
-
-static void print_header(void)
-{
-	printf("%-18s %9s %9s %9s %9s %9s %9s %7s\n", "op", "count", "p50_us", "p90_us", "p99_us", "p99.9_us",
-	       "max_us", "rtt/op");
-}
-
-static void print_row(const char *name, const struct kvb_hist *hs, double rtt_per_op)
-{
-	printf("%-18s %9llu %9.1f %9.1f %9.1f %9.1f %9.1f %7.2f\n", name, (unsigned long long)hs->count,
-	       kvb_hist_quantile(hs, 0.5) / 1e3, kvb_hist_quantile(hs, 0.9) / 1e3,
-	       kvb_hist_quantile(hs, 0.99) / 1e3, kvb_hist_quantile(hs, 0.999) / 1e3, hs->max / 1e3,
-	       rtt_per_op);
-}
-
-/* One doorbell of raw operations, spelled as letters: R = READ, W = WRITE,
- * C = CAS (o->size bytes for READ/WRITE). The data path's doorbells are
- * shapes like these: "RR" is a GET miss, "CRCR" the lock step of a PUT. */
-struct raw_pattern {
-	const char *name;
-	const char *ops;
-};
-
-static const struct raw_pattern raw_patterns[] = {
-	{ "READ", "R" },
-	{ "WRITE", "W" },
-	{ "CAS", "C" },
-	{ "READ+READ", "RR" },
-	{ "(CAS+READ)x2", "CRCR" },
-	{ "WRITE+CASx2", "WCC" },
-};
-
-/* Time o->ops doorbells of one pattern, each one round trip. */
-static int run_pattern(struct kvi_rmem *rm, const struct bench_opts *o, const struct raw_pattern *p,
-		       uint64_t seg_off, uint64_t seg_size, struct kvb_hist *hs)
-{
-	unsigned char *lbuf = kvi_rmem_lbuf(rm, NULL);
-	size_t n = strlen(p->ops), stride = ((size_t)o->size + 63) & ~(size_t)63;
-	uint64_t span = seg_size - n * stride;
-
-	for (uint64_t i = 0; i < o->ops; i++) {
-		/* Walk the segment so every doorbell touches fresh cache lines at the server. */
-		uint64_t off = seg_off + (((i * 4096u) % (span + 1)) & ~(uint64_t)63);
-		struct kvi_rop ops[8];
-		uint64_t t0;
-		int rc;
-
-		for (size_t j = 0; j < n; j++) {
-			uint64_t r = off + j * stride;
-			unsigned char *l = lbuf + j * stride;
-
-			if (p->ops[j] == 'R')
-				ops[j] = kvi_rop_read(r, l, o->size);
-			else if (p->ops[j] == 'W')
-				ops[j] = kvi_rop_write(r, l, o->size);
-			else
-				ops[j] = kvi_rop_cas(r, (uint64_t *)(void *)l, i, i + 1);
-		}
-		t0 = now_ns();
-		rc = kvi_rmem_exec(rm, ops, (unsigned)n, 5000);
-		kvb_hist_record(hs, now_ns() - t0);
-		if (rc) {
-			fprintf(stderr, "kvbench: %s failed after %" PRIu64 " doorbells: %s\n", p->name, i,
-				kvc_strerror(rc));
-			return rc;
-		}
+	if (!cl->workload || strlen(cl->workload) != 1 || !kvb_workload_find((char)(cl->workload[0] & ~0x20))) {
+		fprintf(stderr, "kvbench: unknown workload '%s': expected one of A, B, C, D, F (YCSB core workloads)\n",
+			cl->workload ? cl->workload : "(none: use -w)");
+		return 2;
 	}
-	print_row(p->name, hs, 1.0);
-	return 0;
+	c->w = kvb_workload_find((char)(cl->workload[0] & ~0x20));
+	if (c->w->scan > 0) {
+		fprintf(stderr, "kvbench: workload %c needs ordered range scans, which a hash index cannot "
+				"serve; kvcache does not offer them\n", c->w->name);
+		return 2;
+	}
+	c->dist = c->w->dist;
+	if (cl->dist) {
+		if (strcmp(cl->dist, "uniform") == 0)
+			c->dist = KVB_DIST_UNIFORM;
+		else if (strcmp(cl->dist, "zipfian") == 0)
+			c->dist = KVB_DIST_ZIPFIAN;
+		else if (strcmp(cl->dist, "latest") == 0)
+			c->dist = KVB_DIST_LATEST;
+		else
+			return bad("--distribution", cl->dist, "uniform, zipfian or latest");
+	}
+	if (c->duration_s > 0 && !cl->have_ops)
+		c->operations = 0;
+	else if (c->duration_s > 0)
+		return bad("--duration", "with --operations", "one of the two");
+	c->drv = kvb_driver_parse(cl->target, c->host, sizeof(c->host), c->port, sizeof(c->port), err, sizeof(err));
+	if (!c->drv) {
+		fprintf(stderr, "kvbench: %s\n", err);
+		return 2;
+	}
+	if (c->vmax == 0) {
+		fprintf(stderr, "kvbench: --value-size must allow at least 1 byte\n");
+		return 2;
+	}
+	if (!isatty(STDERR_FILENO))
+		c->progress = 0;
+	return -1;
 }
 
-static int run_raw(const struct bench_opts *o)
+static int run_ycsb(struct cli *cl)
 {
-	struct kvi_errbuf e = { { 0 } };
-	struct kvi_welcome w;
-	struct kvi_rmem *rm;
-	struct kvb_hist *hs;
-	struct kvi_ctrl req = { .type = KVI_CTRL_SEG_REQ, .arg = { 1 } }, resp = { 0 };
+	struct kvb_result *res = malloc(sizeof(*res));
+	char err[400];
 	int rc;
 
-	rc = kvi_rmem_verbs_connect(&(struct kvi_verbs_opts){ .host = o->host, .port = o->port,
-							      .device = o->device,
-							      .lbuf_size = 8 * (64 + (size_t)o->size),
-							      .timeout_ms = 5000 },
-				    &rm, &w, &e);
+	if (!res) {
+		fprintf(stderr, "kvbench: out of memory\n");
+		return 1;
+	}
+	rc = kvb_run(&cl->cfg, res, err, sizeof(err));
 	if (rc) {
-		fprintf(stderr, "kvbench: %s\n", e.msg);
+		fprintf(stderr, "kvbench: %s\n", err);
+		free(res);
 		return 1;
 	}
-	/* Raw WRITEs and CASes go only to memory the server granted to us: a
-	 * segment of our own, like the data path's objects. */
-	rc = kvi_rmem_ctrl_call(rm, &req, &resp, 5000);
-	if (rc == 0 && resp.type != KVI_CTRL_SEG_GRANT)
-		rc = resp.status ? resp.status : KVC_EPROTO;
-	hs = malloc(sizeof(*hs));
-	if (rc || !hs || resp.arg[1] < 8 * (64 + (uint64_t)o->size) || resp.arg[0] + resp.arg[1] > rm->region_size) {
-		fprintf(stderr, "kvbench: %s\n", rc ? kvc_strerror(rc) : !hs ? "out of memory"
-							 : "--size is larger than a segment");
-		free(hs);
-		kvi_rmem_destroy(rm);
+	kvb_report_text(stdout, &cl->cfg, res);
+	if (cl->json && kvb_report_json(cl->json, &cl->cfg, res)) {
+		fprintf(stderr, "kvbench: cannot write %s: %s\n", cl->json, strerror(errno));
+		free(res);
 		return 1;
 	}
-	printf("kvbench: rdma://%s:%s via %s, client id %u, region %" PRIu64 " MiB, raw %u-byte verbs operations\n",
-	       o->host, o->port, kvi_rmem_verbs_device(rm), w.client_id, w.region_size >> 20, o->size);
-	print_header();
-	for (size_t k = 0; k < sizeof(raw_patterns) / sizeof(raw_patterns[0]) && rc == 0; k++) {
-		kvb_hist_init(hs);
-		rc = run_pattern(rm, o, &raw_patterns[k], resp.arg[0], resp.arg[1], hs);
-	}
-	free(hs);
-	kvi_rmem_destroy(rm);
-	return rc ? 1 : 0;
-}
+	if (cl->cdf) {
+		FILE *f = fopen(cl->cdf, "w");
 
-/* ---- key-value operations through libkvclient ------------------------- */
-
-struct phase {
-	const char *name;
-	int op;         /* enum kvc_op_type */
-	int use_cache;  /* 1: the handle with the location cache */
-	int absent;     /* 1: keys that were never written */
-	int expect;     /* expected status */
-	int stat_kind;  /* enum kvc_stat_kind whose round trips are reported */
-	int warm;       /* 1: one unmeasured GET per key first (fills the location cache) */
-};
-
-static const struct phase phases[] = {
-	{ "put_insert", KVC_OP_PUT, 0, 0, 0, KVC_STAT_PUT_INSERT, 0 },
-	{ "get_hit", KVC_OP_GET, 0, 0, 0, KVC_STAT_GET_HIT, 0 },
-	{ "get_hit_cached", KVC_OP_GET, 1, 0, 0, KVC_STAT_GET_HIT_CACHED, 1 },
-	{ "get_miss", KVC_OP_GET, 0, 1, KVC_ENOTFOUND, KVC_STAT_GET_MISS, 0 },
-	{ "put_update", KVC_OP_PUT, 0, 0, 0, KVC_STAT_PUT_UPDATE, 0 },
-	{ "put_update_cached", KVC_OP_PUT, 1, 0, 0, KVC_STAT_PUT_UPDATE_CACHED, 1 },
-	{ "delete", KVC_OP_DELETE, 0, 0, 0, KVC_STAT_DELETE, 0 },
-};
-
-static int kv_op(kvc_t *h, const struct phase *p, const char *key, char *val, size_t vlen)
-{
-	size_t got;
-
-	switch (p->op) {
-	case KVC_OP_PUT:
-		return kvc_put(h, key, strlen(key), val, vlen, 0);
-	case KVC_OP_GET:
-		return kvc_get(h, key, strlen(key), val, vlen, &got);
-	default:
-		return kvc_delete(h, key, strlen(key));
-	}
-}
-
-static int run_phase(kvc_t *h, const struct bench_opts *o, const struct phase *p, char *val, struct kvb_hist *hs)
-{
-	struct kvc_stats before, after;
-	char key[32];
-	uint64_t ops;
-
-	for (uint64_t i = 0; p->warm && i < o->ops; i++) {
-		size_t got;
-
-		snprintf(key, sizeof(key), "kvbench-%010" PRIu64, i);
-		kvc_get(h, key, strlen(key), val, o->size, &got);
-	}
-	kvc_get_stats(h, &before);
-	for (uint64_t i = 0; i < o->ops; i++) {
-		uint64_t t0;
-		int rc;
-
-		snprintf(key, sizeof(key), p->absent ? "kvbench-absent-%010" PRIu64 : "kvbench-%010" PRIu64, i);
-		t0 = now_ns();
-		rc = kv_op(h, p, key, val, o->size);
-		kvb_hist_record(hs, now_ns() - t0);
-		if (rc != p->expect) {
-			fprintf(stderr, "kvbench: %s of %s failed: %s\n", p->name, key, kvc_strerror(rc));
+		if (f)
+			kvb_hist_write_cdf(&res->run.hist[KVB_T_N], f);
+		if (!f || fclose(f)) {
+			fprintf(stderr, "kvbench: cannot write %s: %s\n", cl->cdf, strerror(errno));
+			free(res);
 			return 1;
 		}
 	}
-	kvc_get_stats(h, &after);
-	ops = after.ops[p->stat_kind] - before.ops[p->stat_kind];
-	print_row(p->name, hs,
-		  ops ? (double)(after.round_trips[p->stat_kind] - before.round_trips[p->stat_kind]) / (double)ops
-		      : 0.0);
-	return 0;
-}
-
-static int run_kv(const struct bench_opts *o)
-{
-	char server[300], err[400];
-	struct kvc_opts ko;
-	kvc_t *h[2] = { NULL, NULL };
-	struct kvb_hist *hs = malloc(sizeof(*hs));
-	char *val = malloc(o->size);
-	int rc = 0;
-
-	if (!hs || !val) {
-		fprintf(stderr, "kvbench: out of memory\n");
-		rc = 1;
-		goto out;
-	}
-	memset(val, 'v', o->size);
-	snprintf(server, sizeof(server), "%s:%s", o->host, o->port);
-	kvc_opts_init(&ko);
-	ko.server = server;
-	ko.device = o->device;
-	ko.depth = 1;
-	for (int i = 0; i < 2; i++) {
-		ko.cache_entries = i ? 65536 : 0; /* h[0]: no location cache; h[1]: with */
-		rc = kvc_create(&ko, &h[i], err, sizeof(err));
-		if (rc) {
-			fprintf(stderr, "kvbench: %s\n", err);
-			rc = 1;
-			goto out;
-		}
-	}
-	if (o->size > kvc_max_value(h[0], 24)) {
-		fprintf(stderr, "kvbench: --size %u is larger than the server accepts (%zu)\n", o->size,
-			kvc_max_value(h[0], 24));
-		rc = 1;
-		goto out;
-	}
-	printf("kvbench: rdma://%s:%s, %" PRIu64 " operations per kind, %u-byte values, one at a time\n",
-	       o->host, o->port, o->ops, o->size);
-	print_header();
-	for (size_t i = 0; i < sizeof(phases) / sizeof(phases[0]) && rc == 0; i++) {
-		kvb_hist_init(hs);
-		rc = run_phase(h[phases[i].use_cache], o, &phases[i], val, hs);
-	}
-out:
-	kvc_destroy(h[0]);
-	kvc_destroy(h[1]);
-	free(hs);
-	free(val);
+	rc = res->run.failed[KVB_T_N] || res->load.failed[KVB_T_N] ? 3 : 0;
+	free(res);
 	return rc;
 }
 
 int main(int argc, char **argv)
 {
-	struct bench_opts o;
-	int rc;
+	struct cli cl = { 0 };
+	int rc = parse_args(argc, argv, &cl);
 
-	rc = parse_args(argc, argv, &o);
 	if (rc >= 0)
 		return rc;
-	kvi_log_set(kvi_log_stderr, "kvbench", KVI_LOG_WARN);
-	return o.raw ? run_raw(&o) : run_kv(&o);
+	if (cl.micro || cl.raw) {
+		struct bench_opts o = { .device = cl.device, .ops = cl.have_ops ? cl.cfg.operations : 2000,
+					.size = cl.have_size ? cl.cfg.vmax : 64 };
+		char err[400];
+
+		if (kvb_driver_parse(cl.target, o.host, sizeof(o.host), o.port, sizeof(o.port), err, sizeof(err)) !=
+		    &kvb_driver_rdma) {
+			fprintf(stderr, "kvbench: --micro and --raw need an rdma:// target\n");
+			return 2;
+		}
+		return cl.raw ? kvb_raw(&o) : kvb_micro(&o);
+	}
+	rc = check_ycsb(&cl);
+	if (rc >= 0)
+		return rc;
+	return run_ycsb(&cl);
 }

@@ -6,6 +6,7 @@
 #include <stdio.h>
 #include <string.h>
 #include <time.h>
+#include <unistd.h>
 
 #include "harness.h"
 #include "kvclient_errors.h"
@@ -77,7 +78,7 @@ Test(programs, kvbench_against_nothing_is_one_line_and_exit_1)
 {
 	struct kvt_proc p;
 	char target[128];
-	char *argv[] = { KV_BENCH_BIN, "--target", target, NULL };
+	char *argv[] = { KV_BENCH_BIN, "-w", "B", "--target", target, NULL };
 
 	snprintf(target, sizeof(target), "rdma://%s:7613", kvt_rdma_addr());
 	cr_expect_eq(run(&p, argv, 60000), 1, "output: %s", p.all);
@@ -89,7 +90,7 @@ Test(programs, kvbench_measures_a_running_kvserver)
 {
 	struct kvt_proc srv, b;
 	char target[128];
-	char *argv[] = { KV_BENCH_BIN, "--target", target, "-n", "200", NULL };
+	char *argv[] = { KV_BENCH_BIN, "--micro", "--target", target, "-n", "200", NULL };
 
 	start_server(&srv, "7614");
 	snprintf(target, sizeof(target), "rdma://%s:7614", kvt_rdma_addr());
@@ -126,4 +127,79 @@ Test(programs, sigterm_shuts_down_and_clients_fail_fast)
 	cr_expect_eq(rc, KVC_ESERVERGONE, "got %s", kvc_err_name(rc));
 	cr_expect_lt(time(NULL) - t0, 10, "noticed within seconds, not after transport timeouts");
 	kvi_rmem_destroy(rm);
+}
+
+Test(programs, kvbench_refuses_bad_workloads_and_parameters_before_sending_anything)
+{
+	static const char *const bad[][4] = {
+		{ "-w", "Z", "unknown workload", NULL },
+		{ "-w", "E", "range scans", NULL },
+		{ "--records", "0", "records", "B" },
+		{ "--distribution", "pareto", "distribution", "B" },
+		{ "--depth", "0", "depth", "B" },
+		{ "--value-size", "9-3", "value-size", "B" },
+	};
+
+	for (size_t i = 0; i < sizeof(bad) / sizeof(bad[0]); i++) {
+		struct kvt_proc p;
+		char *argv[] = { KV_BENCH_BIN, "--target", "rdma://192.0.2.1:7471", (char *)bad[i][0],
+				 (char *)bad[i][1], bad[i][3] ? "-w" : NULL, (char *)bad[i][3], NULL };
+
+		cr_expect_eq(run(&p, argv, 30000), 2, "%s %s: %s", bad[i][0], bad[i][1], p.all);
+		cr_expect_eq(count_lines(p.all), 1, "%s %s: %s", bad[i][0], bad[i][1], p.all);
+		cr_expect(strstr(p.all, bad[i][2]) != NULL, "%s %s: %s", bad[i][0], bad[i][1], p.all);
+	}
+}
+
+/* A short YCSB run: load and run phases complete without errors and the JSON
+ * report carries the documented fields. */
+static void ycsb_run(const char *target, const char *workload, const char *json)
+{
+	struct kvt_proc b;
+	char *argv[] = { KV_BENCH_BIN, "-w", (char *)workload, "--target", (char *)target, "--records", "2000",
+			 "--operations", "3000", "--threads", "2", "--depth", "4", "--warmup", "0.2",
+			 "--json", (char *)json, NULL };
+	char buf[16384];
+	FILE *f;
+	size_t n;
+
+	cr_expect_eq(run(&b, argv, 240000), 0, "output: %s", b.all);
+	cr_expect(strstr(b.all, "run phase") && strstr(b.all, "OVERALL"), "output: %s", b.all);
+	printf("%s", b.all);
+	f = fopen(json, "r");
+	cr_assert_not_null(f, "no JSON report");
+	n = fread(buf, 1, sizeof(buf) - 1, f);
+	buf[n] = '\0';
+	fclose(f);
+	cr_expect(strstr(buf, "\"throughput_ops_s\"") && strstr(buf, "\"p99\"") && strstr(buf, "\"run\"") &&
+			  strstr(buf, "\"server_cpu_percent\""),
+		  "JSON: %s", buf);
+}
+
+Test(programs, kvbench_runs_ycsb_a_and_d_against_kvserver)
+{
+	struct kvt_proc srv;
+	char target[128];
+
+	start_server(&srv, "7616");
+	snprintf(target, sizeof(target), "rdma://%s:7616", kvt_rdma_addr());
+	ycsb_run(target, "A", "/tmp/kvbench-a.json");
+	ycsb_run(target, "D", "/tmp/kvbench-d.json");
+	kvt_kill(&srv, SIGTERM);
+	cr_expect_eq(kvt_wait(&srv, 20000), 0, "kvserver output: %s", srv.all);
+}
+
+Test(programs, kvbench_drives_memcached_with_the_same_generator)
+{
+	struct kvt_proc mc;
+	char *argv[] = { "/usr/bin/memcached", "-l", "127.0.0.1", "-p", "11311", "-U", "0", "-u", "root", "-m", "64",
+			 NULL };
+
+	if (access(argv[0], X_OK))
+		cr_skip_test("memcached is not installed (deploy/setup.sh installs it)");
+	cr_assert_eq(kvt_start(&mc, argv), 0);
+	usleep(300000);
+	ycsb_run("memcached://127.0.0.1:11311", "B", "/tmp/kvbench-mc.json");
+	kvt_kill(&mc, SIGTERM);
+	kvt_wait(&mc, 10000);
 }

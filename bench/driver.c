@@ -1,0 +1,42 @@
+/* Target URLs: which driver, which host and port. */
+#include <stdio.h>
+#include <string.h>
+
+#include "driver.h"
+
+static const struct {
+	const struct kvb_driver *drv;
+	const char *default_port;
+} drivers[] = {
+	{ &kvb_driver_rdma, "7471" },
+	{ &kvb_driver_memcached, "11211" },
+};
+
+const struct kvb_driver *kvb_driver_parse(const char *url, char *host, size_t hl, char *port, size_t pl,
+					  char *err, size_t errlen)
+{
+	for (size_t i = 0; i < sizeof(drivers) / sizeof(drivers[0]); i++) {
+		size_t sl = strlen(drivers[i].drv->scheme);
+		const char *hp, *colon;
+		size_t hlen;
+
+		if (strncmp(url, drivers[i].drv->scheme, sl) != 0 || strncmp(url + sl, "://", 3) != 0)
+			continue;
+		hp = url + sl + 3;
+		colon = strrchr(hp, ':');
+		hlen = colon ? (size_t)(colon - hp) : strlen(hp);
+		if (hlen == 0 || hlen >= hl || strchr(hp, '/') ||
+		    (colon && (!colon[1] || strlen(colon + 1) >= pl ||
+			       strspn(colon + 1, "0123456789") != strlen(colon + 1)))) {
+			snprintf(err, errlen, "malformed target '%s': expected %s://HOST[:PORT]", url,
+				 drivers[i].drv->scheme);
+			return NULL;
+		}
+		memcpy(host, hp, hlen);
+		host[hlen] = '\0';
+		snprintf(port, pl, "%s", colon ? colon + 1 : drivers[i].default_port);
+		return drivers[i].drv;
+	}
+	snprintf(err, errlen, "unsupported target '%s': expected rdma://HOST[:PORT] or memcached://HOST[:PORT]", url);
+	return NULL;
+}

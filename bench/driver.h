@@ -1,0 +1,55 @@
+/* A benchmark target behind one interface, so one generator drives every
+ * system the same way: kvcache over RDMA (libkvclient) and memcached
+ * (libmemcached). A connection belongs to one benchmark thread. */
+#ifndef KVB_DRIVER_H
+#define KVB_DRIVER_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+enum kvb_prim { KVB_GET = 1, KVB_PUT = 2 };
+
+/* One request in flight. The driver owns it from submit until poll returns it. */
+struct kvb_req {
+	int prim; /* enum kvb_prim */
+	char key[40];
+	size_t key_len;
+	const void *value; /* PUT */
+	size_t value_len;  /* PUT: length; GET: set to the value's length */
+	void *buf;         /* GET destination */
+	size_t buf_len;
+	int status; /* 0, KVB_NOTFOUND, or a driver-specific negative code */
+	void *user; /* the runner's */
+};
+
+#define KVB_NOTFOUND (-1) /* same value as KVC_ENOTFOUND, for both drivers */
+
+struct kvb_driver {
+	const char *scheme; /* "rdma" or "memcached" */
+	const char *name;   /* for reports: "kvcache", "memcached" */
+	/* Connect to host:port with room for depth requests in flight. One line in err on failure. */
+	int (*connect)(const char *host, const char *port, unsigned depth, void **conn, char *err, size_t len);
+	/* Start r; 0, or a negative code (the request then never comes back from poll). */
+	int (*submit)(void *conn, struct kvb_req *r);
+	/* Up to max finished requests within timeout_ms; their count, or a negative code. */
+	int (*poll)(void *conn, struct kvb_req **done, unsigned max, int timeout_ms);
+	/* Name of a status code, for the error table. */
+	const char *(*errname)(int status);
+	/* Server process CPU time in seconds so far (user + system); NULL if unknown. */
+	int (*server_cpu)(void *conn, double *seconds);
+	/* Library round-trip counters: ops[i], rtts[i] for i < *kinds, named by names[i]. */
+	void (*round_trips)(void *conn, uint64_t *ops, uint64_t *rtts, const char **names, unsigned *kinds);
+	void (*close)(void *conn);
+	/* Requests this driver really keeps in flight per connection (1 = blocking). */
+	unsigned max_depth;
+};
+
+extern const struct kvb_driver kvb_driver_rdma;
+extern const struct kvb_driver kvb_driver_memcached;
+
+/* "rdma://host[:port]" or "memcached://host[:port]": the driver, host and port.
+ * Returns NULL and writes one line to err for anything else. */
+const struct kvb_driver *kvb_driver_parse(const char *url, char *host, size_t hl, char *port, size_t pl,
+					  char *err, size_t errlen);
+
+#endif

@@ -1,0 +1,157 @@
+/* kvbench driver: memcached through libmemcached, ASCII protocol over TCP with
+ * TCP_NODELAY. libmemcached's calls are blocking, so a connection has one
+ * request in flight; concurrency comes from threads (each its own connection).
+ * Requests complete inside submit and wait in a small queue for poll. */
+#include <errno.h>
+#include <libmemcached/memcached.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "driver.h"
+
+#define QUEUE 64
+
+struct mc_conn {
+	memcached_st *mc;
+	struct kvb_req *done[QUEUE];
+	unsigned head, count;
+};
+
+/* Status codes: memcached_return_t values, negated and offset so that they
+ * never collide with 0 and KVB_NOTFOUND. */
+static int mc_status(memcached_return_t rc)
+{
+	if (rc == MEMCACHED_SUCCESS)
+		return 0;
+	if (rc == MEMCACHED_NOTFOUND)
+		return KVB_NOTFOUND;
+	return -1000 - (int)rc;
+}
+
+static const char *mc_errname(int status)
+{
+	if (status == 0)
+		return "OK";
+	if (status == KVB_NOTFOUND)
+		return "NOT_FOUND";
+	return memcached_strerror(NULL, (memcached_return_t)(-(status + 1000)));
+}
+
+static int mc_connect(const char *host, const char *port, unsigned depth, void **out, char *err, size_t len)
+{
+	struct mc_conn *c = calloc(1, sizeof(*c));
+	memcached_return_t rc;
+	char *end;
+	long p = strtol(port, &end, 10);
+
+	(void)depth;
+	if (!c || !(c->mc = memcached_create(NULL))) {
+		snprintf(err, len, "out of memory");
+		free(c);
+		return -1;
+	}
+	memcached_behavior_set(c->mc, MEMCACHED_BEHAVIOR_TCP_NODELAY, 1);
+	memcached_behavior_set(c->mc, MEMCACHED_BEHAVIOR_CONNECT_TIMEOUT, 3000);
+	memcached_behavior_set(c->mc, MEMCACHED_BEHAVIOR_RCV_TIMEOUT, 5000000);
+	memcached_behavior_set(c->mc, MEMCACHED_BEHAVIOR_SND_TIMEOUT, 5000000);
+	rc = *end || p <= 0 || p > 65535 ? MEMCACHED_INVALID_ARGUMENTS
+					 : memcached_server_add(c->mc, host, (in_port_t)p);
+	if (rc == MEMCACHED_SUCCESS)
+		rc = memcached_version(c->mc); /* a real round trip: is anyone there? */
+	if (rc != MEMCACHED_SUCCESS) {
+		snprintf(err, len, "memcached at %s:%s unreachable: %s (is memcached running there?)", host, port,
+			 memcached_strerror(c->mc, rc));
+		memcached_free(c->mc);
+		free(c);
+		return -1;
+	}
+	*out = c;
+	return 0;
+}
+
+static int mc_submit(void *conn, struct kvb_req *r)
+{
+	struct mc_conn *c = conn;
+	memcached_return_t rc;
+
+	if (c->count == QUEUE)
+		return -EAGAIN;
+	if (r->prim == KVB_GET) {
+		size_t vlen = 0;
+		uint32_t flags;
+		char *v = memcached_get(c->mc, r->key, r->key_len, &vlen, &flags, &rc);
+
+		if (v) {
+			r->value_len = vlen;
+			memcpy(r->buf, v, vlen < r->buf_len ? vlen : r->buf_len);
+			free(v);
+		}
+	} else {
+		rc = memcached_set(c->mc, r->key, r->key_len, r->value, r->value_len, 0, 0);
+	}
+	r->status = mc_status(rc);
+	c->done[(c->head + c->count++) % QUEUE] = r;
+	return 0;
+}
+
+static int mc_poll(void *conn, struct kvb_req **done, unsigned max, int timeout_ms)
+{
+	struct mc_conn *c = conn;
+	unsigned n = 0;
+
+	(void)timeout_ms; /* everything submitted has already finished */
+	while (n < max && c->count > 0) {
+		done[n++] = c->done[c->head];
+		c->head = (c->head + 1) % QUEUE;
+		c->count--;
+	}
+	return (int)n;
+}
+
+/* memcached reports rusage_user / rusage_system as "seconds.microseconds". */
+static int mc_server_cpu(void *conn, double *seconds)
+{
+	struct mc_conn *c = conn;
+	memcached_return_t rc;
+	memcached_stat_st *st = memcached_stat(c->mc, NULL, &rc);
+	double total = 0;
+
+	if (!st || rc != MEMCACHED_SUCCESS) {
+		free(st);
+		return -1;
+	}
+	for (int i = 0; i < 2; i++) {
+		char *v = memcached_stat_get_value(c->mc, st, i ? "rusage_system" : "rusage_user", &rc);
+
+		if (v)
+			total += strtod(v, NULL);
+		free(v);
+	}
+	memcached_stat_free(c->mc, st);
+	*seconds = total;
+	return 0;
+}
+
+static void mc_close(void *conn)
+{
+	struct mc_conn *c = conn;
+
+	if (!c)
+		return;
+	memcached_free(c->mc);
+	free(c);
+}
+
+const struct kvb_driver kvb_driver_memcached = {
+	.scheme = "memcached",
+	.name = "memcached",
+	.connect = mc_connect,
+	.submit = mc_submit,
+	.poll = mc_poll,
+	.errname = mc_errname,
+	.server_cpu = mc_server_cpu,
+	.round_trips = NULL,
+	.close = mc_close,
+	.max_depth = 1,
+};

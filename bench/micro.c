@@ -1,0 +1,260 @@
+/* kvbench --micro and --raw: latency of single operations, one at a time.
+ *
+ * --micro times each kind of key-value operation separately through
+ * libkvclient (PUT insert, GET hit without and with a cached location, GET
+ * miss, PUT update without and with the cache, DELETE) with the round trips the
+ * library counted; --raw times the one-sided verbs doorbells underneath, for
+ * comparison with perftest on the same device. */
+#include <errno.h>
+#include <inttypes.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include "hist.h"
+#include "kvclient.h"
+#include "micro.h"
+#include "rmem_verbs.h"
+
+static uint64_t now_ns(void)
+{
+	struct timespec ts;
+
+	clock_gettime(CLOCK_MONOTONIC, &ts);
+	return (uint64_t)ts.tv_sec * 1000000000u + (uint64_t)ts.tv_nsec;
+}
+
+static void print_header(void)
+{
+	printf("%-18s %9s %9s %9s %9s %9s %9s %7s\n", "op", "count", "p50_us", "p90_us", "p99_us", "p99.9_us",
+	       "max_us", "rtt/op");
+}
+
+static void print_row(const char *name, const struct kvb_hist *hs, double rtt_per_op)
+{
+	printf("%-18s %9llu %9.1f %9.1f %9.1f %9.1f %9.1f %7.2f\n", name, (unsigned long long)hs->count,
+	       kvb_hist_quantile(hs, 0.5) / 1e3, kvb_hist_quantile(hs, 0.9) / 1e3,
+	       kvb_hist_quantile(hs, 0.99) / 1e3, kvb_hist_quantile(hs, 0.999) / 1e3, hs->max / 1e3,
+	       rtt_per_op);
+}
+
+/* One doorbell of raw operations, spelled as letters: R = READ, W = WRITE,
+ * C = CAS (o->size bytes for READ/WRITE). The data path's doorbells are
+ * shapes like these: "RR" is a GET miss, "CRCR" the lock step of a PUT. */
+struct raw_pattern {
+	const char *name;
+	const char *ops;
+};
+
+static const struct raw_pattern raw_patterns[] = {
+	{ "READ", "R" },
+	{ "WRITE", "W" },
+	{ "CAS", "C" },
+	{ "READ+READ", "RR" },
+	{ "(CAS+READ)x2", "CRCR" },
+	{ "WRITE+CASx2", "WCC" },
+};
+
+/* Time o->ops doorbells of one pattern, each one round trip. */
+static int run_pattern(struct kvi_rmem *rm, const struct bench_opts *o, const struct raw_pattern *p,
+		       uint64_t seg_off, uint64_t seg_size, struct kvb_hist *hs)
+{
+	unsigned char *lbuf = kvi_rmem_lbuf(rm, NULL);
+	size_t n = strlen(p->ops), stride = ((size_t)o->size + 63) & ~(size_t)63;
+	uint64_t span = seg_size - n * stride;
+
+	for (uint64_t i = 0; i < o->ops; i++) {
+		/* Walk the segment so every doorbell touches fresh cache lines at the server. */
+		uint64_t off = seg_off + (((i * 4096u) % (span + 1)) & ~(uint64_t)63);
+		struct kvi_rop ops[8];
+		uint64_t t0;
+		int rc;
+
+		for (size_t j = 0; j < n; j++) {
+			uint64_t r = off + j * stride;
+			unsigned char *l = lbuf + j * stride;
+
+			if (p->ops[j] == 'R')
+				ops[j] = kvi_rop_read(r, l, o->size);
+			else if (p->ops[j] == 'W')
+				ops[j] = kvi_rop_write(r, l, o->size);
+			else
+				ops[j] = kvi_rop_cas(r, (uint64_t *)(void *)l, i, i + 1);
+		}
+		t0 = now_ns();
+		rc = kvi_rmem_exec(rm, ops, (unsigned)n, 5000);
+		kvb_hist_record(hs, now_ns() - t0);
+		if (rc) {
+			fprintf(stderr, "kvbench: %s failed after %" PRIu64 " doorbells: %s\n", p->name, i,
+				kvc_strerror(rc));
+			return rc;
+		}
+	}
+	print_row(p->name, hs, 1.0);
+	return 0;
+}
+
+int kvb_raw(const struct bench_opts *o)
+{
+	struct kvi_errbuf e = { { 0 } };
+	struct kvi_welcome w;
+	struct kvi_rmem *rm;
+	struct kvb_hist *hs;
+	struct kvi_ctrl req = { .type = KVI_CTRL_SEG_REQ, .arg = { 1 } }, resp = { 0 };
+	int rc;
+
+	rc = kvi_rmem_verbs_connect(&(struct kvi_verbs_opts){ .host = o->host, .port = o->port,
+							      .device = o->device,
+							      .lbuf_size = 8 * (64 + (size_t)o->size),
+							      .timeout_ms = 5000 },
+				    &rm, &w, &e);
+	if (rc) {
+		fprintf(stderr, "kvbench: %s\n", e.msg);
+		return 1;
+	}
+	/* Raw WRITEs and CASes go only to memory the server granted to us: a
+	 * segment of our own, like the data path's objects. */
+	rc = kvi_rmem_ctrl_call(rm, &req, &resp, 5000);
+	if (rc == 0 && resp.type != KVI_CTRL_SEG_GRANT)
+		rc = resp.status ? resp.status : KVC_EPROTO;
+	hs = malloc(sizeof(*hs));
+	if (rc || !hs || resp.arg[1] < 8 * (64 + (uint64_t)o->size) || resp.arg[0] + resp.arg[1] > rm->region_size) {
+		fprintf(stderr, "kvbench: %s\n", rc ? kvc_strerror(rc) : !hs ? "out of memory"
+							 : "--size is larger than a segment");
+		free(hs);
+		kvi_rmem_destroy(rm);
+		return 1;
+	}
+	printf("kvbench: rdma://%s:%s via %s, client id %u, region %" PRIu64 " MiB, raw %u-byte verbs operations\n",
+	       o->host, o->port, kvi_rmem_verbs_device(rm), w.client_id, w.region_size >> 20, o->size);
+	print_header();
+	for (size_t k = 0; k < sizeof(raw_patterns) / sizeof(raw_patterns[0]) && rc == 0; k++) {
+		kvb_hist_init(hs);
+		rc = run_pattern(rm, o, &raw_patterns[k], resp.arg[0], resp.arg[1], hs);
+	}
+	free(hs);
+	kvi_rmem_destroy(rm);
+	return rc ? 1 : 0;
+}
+
+/* ---- key-value operations through libkvclient ------------------------- */
+
+struct phase {
+	const char *name;
+	int op;         /* enum kvc_op_type */
+	int use_cache;  /* 1: the handle with the location cache */
+	int absent;     /* 1: keys that were never written */
+	int expect;     /* expected status */
+	int stat_kind;  /* enum kvc_stat_kind whose round trips are reported */
+	int warm;       /* 1: one unmeasured GET per key first (fills the location cache) */
+};
+
+static const struct phase phases[] = {
+	{ "put_insert", KVC_OP_PUT, 0, 0, 0, KVC_STAT_PUT_INSERT, 0 },
+	{ "get_hit", KVC_OP_GET, 0, 0, 0, KVC_STAT_GET_HIT, 0 },
+	{ "get_hit_cached", KVC_OP_GET, 1, 0, 0, KVC_STAT_GET_HIT_CACHED, 1 },
+	{ "get_miss", KVC_OP_GET, 0, 1, KVC_ENOTFOUND, KVC_STAT_GET_MISS, 0 },
+	{ "put_update", KVC_OP_PUT, 0, 0, 0, KVC_STAT_PUT_UPDATE, 0 },
+	{ "put_update_cached", KVC_OP_PUT, 1, 0, 0, KVC_STAT_PUT_UPDATE_CACHED, 1 },
+	{ "delete", KVC_OP_DELETE, 0, 0, 0, KVC_STAT_DELETE, 0 },
+};
+
+static int kv_op(kvc_t *h, const struct phase *p, const char *key, char *val, size_t vlen)
+{
+	size_t got;
+
+	switch (p->op) {
+	case KVC_OP_PUT:
+		return kvc_put(h, key, strlen(key), val, vlen, 0);
+	case KVC_OP_GET:
+		return kvc_get(h, key, strlen(key), val, vlen, &got);
+	default:
+		return kvc_delete(h, key, strlen(key));
+	}
+}
+
+static int run_phase(kvc_t *h, const struct bench_opts *o, const struct phase *p, char *val, struct kvb_hist *hs)
+{
+	struct kvc_stats before, after;
+	char key[32];
+	uint64_t ops;
+
+	for (uint64_t i = 0; p->warm && i < o->ops; i++) {
+		size_t got;
+
+		snprintf(key, sizeof(key), "kvbench-%010" PRIu64, i);
+		kvc_get(h, key, strlen(key), val, o->size, &got);
+	}
+	kvc_get_stats(h, &before);
+	for (uint64_t i = 0; i < o->ops; i++) {
+		uint64_t t0;
+		int rc;
+
+		snprintf(key, sizeof(key), p->absent ? "kvbench-absent-%010" PRIu64 : "kvbench-%010" PRIu64, i);
+		t0 = now_ns();
+		rc = kv_op(h, p, key, val, o->size);
+		kvb_hist_record(hs, now_ns() - t0);
+		if (rc != p->expect) {
+			fprintf(stderr, "kvbench: %s of %s failed: %s\n", p->name, key, kvc_strerror(rc));
+			return 1;
+		}
+	}
+	kvc_get_stats(h, &after);
+	ops = after.ops[p->stat_kind] - before.ops[p->stat_kind];
+	print_row(p->name, hs,
+		  ops ? (double)(after.round_trips[p->stat_kind] - before.round_trips[p->stat_kind]) / (double)ops
+		      : 0.0);
+	return 0;
+}
+
+int kvb_micro(const struct bench_opts *o)
+{
+	char server[300], err[400];
+	struct kvc_opts ko;
+	kvc_t *h[2] = { NULL, NULL };
+	struct kvb_hist *hs = malloc(sizeof(*hs));
+	char *val = malloc(o->size);
+	int rc = 0;
+
+	if (!hs || !val) {
+		fprintf(stderr, "kvbench: out of memory\n");
+		rc = 1;
+		goto out;
+	}
+	memset(val, 'v', o->size);
+	snprintf(server, sizeof(server), "%s:%s", o->host, o->port);
+	kvc_opts_init(&ko);
+	ko.server = server;
+	ko.device = o->device;
+	ko.depth = 1;
+	for (int i = 0; i < 2; i++) {
+		ko.cache_entries = i ? 65536 : 0; /* h[0]: no location cache; h[1]: with */
+		rc = kvc_create(&ko, &h[i], err, sizeof(err));
+		if (rc) {
+			fprintf(stderr, "kvbench: %s\n", err);
+			rc = 1;
+			goto out;
+		}
+	}
+	if (o->size > kvc_max_value(h[0], 24)) {
+		fprintf(stderr, "kvbench: --size %u is larger than the server accepts (%zu)\n", o->size,
+			kvc_max_value(h[0], 24));
+		rc = 1;
+		goto out;
+	}
+	printf("kvbench: rdma://%s:%s, %" PRIu64 " operations per kind, %u-byte values, one at a time\n",
+	       o->host, o->port, o->ops, o->size);
+	print_header();
+	for (size_t i = 0; i < sizeof(phases) / sizeof(phases[0]) && rc == 0; i++) {
+		kvb_hist_init(hs);
+		rc = run_phase(h[phases[i].use_cache], o, &phases[i], val, hs);
+	}
+out:
+	kvc_destroy(h[0]);
+	kvc_destroy(h[1]);
+	free(hs);
+	free(val);
+	return rc;
+}
+

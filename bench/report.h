@@ -1,0 +1,14 @@
+/* kvbench results: a table for people on stdout, and the same numbers as JSON
+ * with stable field names (documented in README.md) for scripts. */
+#ifndef KVB_REPORT_H
+#define KVB_REPORT_H
+
+#include <stdio.h>
+
+#include "runner.h"
+
+void kvb_report_text(FILE *f, const struct kvb_cfg *c, const struct kvb_result *r);
+/* 0, or -1 with errno set. */
+int kvb_report_json(const char *path, const struct kvb_cfg *c, const struct kvb_result *r);
+
+#endif

@@ -1,0 +1,483 @@
+/* The load and run phases.
+ *
+ * Threads connect first (a failure there stops everything before any load is
+ * sent), then meet at barriers between phases so that the main thread can
+ * time each phase and sample the server's CPU at its edges. Each thread keeps
+ * `depth` requests in flight; a READ-MODIFY-WRITE is a GET followed by a PUT of
+ * the same key and is timed as one operation, as YCSB does. Only operations
+ * started after the warm-up are recorded. */
+#include "runner.h"
+
+#include <pthread.h>
+#include <stdatomic.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+#include <unistd.h>
+
+const char *const kvb_type_names[KVB_T_N] = { "READ", "UPDATE", "INSERT", "READ-MODIFY-WRITE" };
+
+struct shared {
+	const struct kvb_cfg *cfg;
+	pthread_barrier_t bar;
+	atomic_int abort;
+	atomic_uint_fast64_t issued;      /* run-phase operations claimed after the warm-up */
+	atomic_uint_fast64_t completed;   /* for the progress line */
+	struct kvb_ackcounter inserts;    /* run-phase INSERT key numbers, YCSB's acknowledged counter */
+	uint64_t warmup_end, run_end;     /* ns, CLOCK_MONOTONIC; run_end 0 = by count */
+};
+
+struct slot {
+	struct kvb_req req;
+	int type;  /* enum kvb_type */
+	int stage; /* RMW: 0 = reading, 1 = writing */
+	int recorded;
+	uint64_t t0, keynum;
+};
+
+struct thread {
+	pthread_t t;
+	unsigned id;
+	struct shared *sh;
+	void *conn;
+	char err[400];
+	int failed;
+	struct kvb_rng rng;
+	struct kvb_keychooser kc;
+	struct slot *slots;
+	unsigned inflight;
+	char *value; /* vmax bytes of payload */
+	char *bufs;  /* depth x vmax GET buffers */
+	struct kvb_phase *ph; /* the phase being recorded into (thread-private copy) */
+	struct kvb_phase load, run;
+};
+
+static uint64_t now_ns(void)
+{
+	struct timespec ts;
+
+	clock_gettime(CLOCK_MONOTONIC, &ts);
+	return (uint64_t)ts.tv_sec * 1000000000u + (uint64_t)ts.tv_nsec;
+}
+
+static void errs_add(struct kvb_errs *e, int status, uint64_t n)
+{
+	for (unsigned i = 0; i < e->kinds; i++) {
+		if (e->status[i] == status) {
+			e->n[i] += n;
+			return;
+		}
+	}
+	if (e->kinds == KVB_MAX_ERRS) {
+		e->other += n;
+		return;
+	}
+	e->status[e->kinds] = status;
+	e->n[e->kinds++] = n;
+}
+
+static void phase_init(struct kvb_phase *p)
+{
+	memset(p, 0, sizeof(*p));
+	for (int i = 0; i <= KVB_T_N; i++)
+		kvb_hist_init(&p->hist[i]);
+	p->server_cpu_s = -1;
+}
+
+static void phase_merge(struct kvb_phase *into, const struct kvb_phase *from)
+{
+	for (int i = 0; i <= KVB_T_N; i++) {
+		into->ops[i] += from->ops[i];
+		into->failed[i] += from->failed[i];
+		kvb_hist_merge(&into->hist[i], &from->hist[i]);
+	}
+	for (unsigned i = 0; i < from->errs.kinds; i++)
+		errs_add(&into->errs, from->errs.status[i], from->errs.n[i]);
+	into->errs.other += from->errs.other;
+}
+
+static uint32_t value_size(struct thread *th)
+{
+	const struct kvb_cfg *c = th->sh->cfg;
+
+	if (c->vmin == c->vmax)
+		return c->vmin;
+	return c->vmin + (uint32_t)(kvb_rng_next(&th->rng) % ((uint64_t)c->vmax - c->vmin + 1));
+}
+
+static int submit(struct thread *th, struct slot *s, int prim)
+{
+	struct kvb_req *r = &s->req;
+
+	r->prim = prim;
+	r->key_len = kvb_key_name(s->keynum, 0, 1, r->key, sizeof(r->key));
+	r->value = th->value;
+	r->value_len = prim == KVB_PUT ? value_size(th) : 0;
+	r->buf = th->bufs + (size_t)(s - th->slots) * th->sh->cfg->vmax;
+	r->buf_len = th->sh->cfg->vmax;
+	r->user = s;
+	return th->sh->cfg->drv->submit(th->conn, r);
+}
+
+/* A request came back: record it, or start the RMW's write. Returns 1 when
+ * the slot is free again. */
+static int finish(struct thread *th, struct slot *s)
+{
+	struct kvb_phase *ph = th->ph;
+	int st = s->req.status;
+
+	if (s->type == KVB_T_RMW && s->stage == 0 && st == 0) {
+		s->stage = 1;
+		if (submit(th, s, KVB_PUT) == 0)
+			return 0;
+		st = -1;
+	}
+	if (s->type == KVB_T_INSERT && th->ph == &th->run)
+		kvb_ackcounter_ack(&th->sh->inserts, s->keynum); /* failed ones too, or reads would stall */
+	atomic_fetch_add(&th->sh->completed, 1);
+	if (!s->recorded)
+		return 1;
+	ph->ops[s->type]++;
+	ph->ops[KVB_T_N]++;
+	if (st == 0) {
+		uint64_t lat = now_ns() - s->t0;
+
+		kvb_hist_record(&ph->hist[s->type], lat);
+		kvb_hist_record(&ph->hist[KVB_T_N], lat);
+	} else {
+		ph->failed[s->type]++;
+		ph->failed[KVB_T_N]++;
+		errs_add(&ph->errs, st, 1);
+	}
+	return 1;
+}
+
+static void release(struct slot *s)
+{
+	s->req.user = NULL;
+}
+
+static void drain(struct thread *th, int timeout_ms)
+{
+	struct kvb_req *done[64];
+	int n = th->sh->cfg->drv->poll(th->conn, done, 64, timeout_ms);
+
+	for (int i = 0; i < n; i++) {
+		struct slot *s = done[i]->user;
+
+		if (finish(th, s)) {
+			release(s);
+			th->inflight--;
+		}
+	}
+	if (n < 0) { /* the connection is gone: nothing in flight will come back */
+		errs_add(&th->ph->errs, n, th->inflight);
+		th->inflight = 0;
+		th->failed = 1;
+	}
+}
+
+static struct slot *free_slot(struct thread *th)
+{
+	unsigned depth = th->sh->cfg->depth;
+
+	for (unsigned i = 0; i < depth; i++)
+		if (!th->slots[i].req.user)
+			return &th->slots[i];
+	return NULL;
+}
+
+/* Load phase: this thread inserts keys id, id + threads, ... < records. */
+static void load(struct thread *th)
+{
+	const struct kvb_cfg *c = th->sh->cfg;
+	uint64_t next = th->id;
+
+	th->ph = &th->load;
+	while ((next < c->records || th->inflight) && !th->failed) {
+		while (next < c->records && th->inflight < c->depth) {
+			struct slot *s = free_slot(th);
+
+			*s = (struct slot){ .type = KVB_T_INSERT, .recorded = 1, .t0 = now_ns(), .keynum = next };
+			if (submit(th, s, KVB_PUT)) {
+				s->req.status = -1;
+				finish(th, s);
+				release(s);
+			} else {
+				th->inflight++;
+			}
+			next += c->threads;
+		}
+		if (th->inflight)
+			drain(th, 100);
+	}
+}
+
+/* Claim one run-phase operation: always during the warm-up, then up to the
+ * operation count or until the end time. Returns 1 = record it, 0 = warm-up, -1 = stop. */
+static int claim(struct shared *sh, uint64_t now)
+{
+	if (atomic_load(&sh->abort))
+		return -1;
+	if (now < sh->warmup_end)
+		return 0;
+	if (sh->run_end)
+		return now < sh->run_end ? 1 : -1;
+	return atomic_fetch_add(&sh->issued, 1) < sh->cfg->operations ? 1 : -1;
+}
+
+static void start_op(struct thread *th, struct slot *s, int recorded)
+{
+	const struct kvb_cfg *c = th->sh->cfg;
+	int prim = KVB_GET;
+
+	*s = (struct slot){ .recorded = recorded, .t0 = now_ns() };
+	switch (kvb_workload_next_op(c->w, &th->rng)) {
+	case KVB_OP_UPDATE:
+		s->type = KVB_T_UPDATE;
+		prim = KVB_PUT;
+		break;
+	case KVB_OP_INSERT:
+		s->type = KVB_T_INSERT;
+		prim = KVB_PUT;
+		s->keynum = kvb_ackcounter_next(&th->sh->inserts);
+		break;
+	case KVB_OP_RMW:
+		s->type = KVB_T_RMW;
+		break;
+	default:
+		s->type = KVB_T_READ;
+		break;
+	}
+	if (s->type != KVB_T_INSERT)
+		s->keynum = kvb_choose_key(&th->kc, &th->rng, kvb_ackcounter_last(&th->sh->inserts));
+	if (submit(th, s, prim)) {
+		s->req.status = -1;
+		finish(th, s);
+		release(s);
+	} else {
+		th->inflight++;
+	}
+}
+
+static void run(struct thread *th)
+{
+	const struct kvb_cfg *c = th->sh->cfg;
+	int more = 1;
+
+	th->ph = &th->run;
+	while ((more || th->inflight) && !th->failed) {
+		while (more && th->inflight < c->depth) {
+			int k = claim(th->sh, now_ns());
+
+			if (k < 0) {
+				more = 0;
+				break;
+			}
+			start_op(th, free_slot(th), k);
+		}
+		if (th->inflight)
+			drain(th, 100);
+	}
+}
+
+static void *thread_main(void *arg)
+{
+	struct thread *th = arg;
+	struct shared *sh = th->sh;
+	const struct kvb_cfg *c = sh->cfg;
+
+	if (c->drv->connect(c->host, c->port, c->depth, &th->conn, th->err, sizeof(th->err)))
+		th->failed = 1;
+	pthread_barrier_wait(&sh->bar); /* A: connected */
+	pthread_barrier_wait(&sh->bar); /* B: go (or abort) */
+	if (!atomic_load(&sh->abort) && c->load)
+		load(th);
+	pthread_barrier_wait(&sh->bar); /* C: load done */
+	pthread_barrier_wait(&sh->bar); /* D: run starts */
+	if (!atomic_load(&sh->abort))
+		run(th);
+	pthread_barrier_wait(&sh->bar); /* E: run done */
+	return NULL;
+}
+
+static double server_cpu(const struct kvb_cfg *c, void *conn)
+{
+	double s;
+
+	return conn && c->drv->server_cpu && c->drv->server_cpu(conn, &s) == 0 ? s : -1;
+}
+
+/* The progress line: a ticker thread prints the completion rate once a second
+ * while the main thread waits at the phase's closing barrier. */
+struct ticker {
+	pthread_t t;
+	struct shared *sh;
+	atomic_int stop;
+	const char *phase;
+	uint64_t start;
+};
+
+static void *ticker_main(void *arg)
+{
+	struct ticker *tk = arg;
+	uint64_t last_n = 0, last_t = now_ns();
+
+	while (!atomic_load(&tk->stop)) {
+		uint64_t n, t;
+
+		usleep(200000);
+		t = now_ns();
+		if (t - last_t < 1000000000u)
+			continue;
+		n = atomic_load(&tk->sh->completed);
+		fprintf(stderr, "\r%-5s %7.1f s %12llu ops %10.0f ops/s   ", tk->phase, (t - tk->start) / 1e9,
+			(unsigned long long)n, (double)(n - last_n) * 1e9 / (double)(t - last_t));
+		last_n = n;
+		last_t = t;
+	}
+	fprintf(stderr, "\r%60s\r", "");
+	return NULL;
+}
+
+static void tick_start(struct ticker *tk, struct shared *sh, const char *phase, int on)
+{
+	tk->sh = sh;
+	tk->phase = phase;
+	tk->start = now_ns();
+	atomic_store(&tk->stop, 0);
+	atomic_store(&sh->completed, 0);
+	if (!on || pthread_create(&tk->t, NULL, ticker_main, tk))
+		tk->t = 0;
+}
+
+static void tick_stop(struct ticker *tk)
+{
+	atomic_store(&tk->stop, 1);
+	if (tk->t)
+		pthread_join(tk->t, NULL);
+}
+
+static int init_thread(struct thread *th, const struct kvb_cfg *c)
+{
+	th->slots = calloc(c->depth, sizeof(*th->slots));
+	th->value = malloc(c->vmax ? c->vmax : 1);
+	th->bufs = malloc((size_t)c->depth * (c->vmax ? c->vmax : 1));
+	if (!th->slots || !th->value || !th->bufs)
+		return -1;
+	for (uint32_t i = 0; i < c->vmax; i++)
+		th->value[i] = (char)('a' + (i + th->id) % 26);
+	kvb_rng_seed(&th->rng, c->seed * 0x9e3779b97f4a7c15ull + th->id + 1);
+	phase_init(&th->load);
+	phase_init(&th->run);
+	/* YCSB sizes the zipfian key space by the operation count; for a timed run
+	 * assume a million operations (it only matters for workloads with inserts). */
+	return kvb_keychooser_init(&th->kc, c->dist, c->records, c->operations ? c->operations : 1000000,
+				   c->w->insert);
+}
+
+int kvb_run(const struct kvb_cfg *c, struct kvb_result *res, char *err, size_t errlen)
+{
+	struct shared sh = { .cfg = c };
+	struct thread *th = calloc(c->threads, sizeof(*th));
+	struct ticker tk = { 0 };
+	void *stats_conn = NULL;
+	char serr[400];
+	uint64_t t0, t1;
+	double cpu0, cpu1;
+	int rc = 0;
+
+	memset(res, 0, sizeof(*res));
+	phase_init(&res->load);
+	phase_init(&res->run);
+	if (!th) {
+		snprintf(err, errlen, "out of memory");
+		return -1;
+	}
+	if (kvb_ackcounter_init(&sh.inserts, c->records)) {
+		snprintf(err, errlen, "out of memory");
+		free(th);
+		return -1;
+	}
+	pthread_barrier_init(&sh.bar, NULL, c->threads + 1);
+	/* One more connection, the main thread's, only for server statistics. */
+	if (c->drv->server_cpu && c->drv->connect(c->host, c->port, 1, &stats_conn, serr, sizeof(serr)))
+		stats_conn = NULL;
+	for (unsigned i = 0; i < c->threads; i++) {
+		th[i].id = i;
+		th[i].sh = &sh;
+		if (init_thread(&th[i], c)) {
+			snprintf(err, errlen, "cannot set up thread %u (out of memory or bad distribution parameters)", i);
+			rc = -1;
+		}
+		pthread_create(&th[i].t, NULL, thread_main, &th[i]);
+	}
+	pthread_barrier_wait(&sh.bar); /* A */
+	for (unsigned i = 0; i < c->threads && rc == 0; i++) {
+		if (th[i].failed) {
+			snprintf(err, errlen, "%s", th[i].err);
+			rc = -1;
+		}
+	}
+	atomic_store(&sh.abort, rc != 0);
+
+	cpu0 = server_cpu(c, stats_conn);
+	t0 = now_ns();
+	tick_start(&tk, &sh, "load", c->progress && c->load && rc == 0);
+	pthread_barrier_wait(&sh.bar); /* B: load starts */
+	pthread_barrier_wait(&sh.bar); /* C: load done */
+	tick_stop(&tk);
+	t1 = now_ns();
+	cpu1 = server_cpu(c, stats_conn);
+	res->load.seconds = (t1 - t0) / 1e9;
+	res->load.server_cpu_s = cpu0 >= 0 && cpu1 >= 0 ? cpu1 - cpu0 : -1;
+
+	sh.warmup_end = now_ns() + (uint64_t)(c->warmup_s * 1e9);
+	sh.run_end = c->operations ? 0 : sh.warmup_end + (uint64_t)(c->duration_s * 1e9);
+	tick_start(&tk, &sh, "run", c->progress && rc == 0);
+	pthread_barrier_wait(&sh.bar); /* D: run starts */
+	/* Sample the server's CPU when the warm-up ends, i.e. over the recorded part. */
+	while (rc == 0 && now_ns() < sh.warmup_end)
+		usleep(1000);
+	cpu0 = server_cpu(c, stats_conn);
+	pthread_barrier_wait(&sh.bar); /* E: run done */
+	tick_stop(&tk);
+	t1 = now_ns();
+	cpu1 = server_cpu(c, stats_conn);
+	res->run.seconds = t1 > sh.warmup_end ? (t1 - sh.warmup_end) / 1e9 : 0;
+	res->run.server_cpu_s = cpu0 >= 0 && cpu1 >= 0 ? cpu1 - cpu0 : -1;
+
+	for (unsigned i = 0; i < c->threads; i++) {
+		pthread_join(th[i].t, NULL);
+		phase_merge(&res->load, &th[i].load);
+		phase_merge(&res->run, &th[i].run);
+		if (th[i].conn && c->drv->round_trips) {
+			uint64_t ops[16], rtts[16];
+			const char *names[16];
+			unsigned kinds = 0;
+
+			c->drv->round_trips(th[i].conn, ops, rtts, names, &kinds);
+			for (unsigned k = 0; k < kinds && k < 16; k++) {
+				res->rt_names[k] = names[k];
+				res->rt_ops[k] += ops[k];
+				res->rt_rtts[k] += rtts[k];
+			}
+			res->rt_kinds = kinds;
+		}
+		if (th[i].failed && rc == 0 && th[i].err[0]) {
+			snprintf(err, errlen, "%s", th[i].err);
+			rc = -1;
+		}
+		c->drv->close(th[i].conn);
+		free(th[i].slots);
+		free(th[i].value);
+		free(th[i].bufs);
+	}
+	if (stats_conn)
+		c->drv->close(stats_conn);
+	pthread_barrier_destroy(&sh.bar);
+	kvb_ackcounter_destroy(&sh.inserts);
+	free(th);
+	return rc;
+}

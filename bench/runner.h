@@ -1,0 +1,63 @@
+/* The YCSB run: a load phase that inserts the records, then a run phase that
+ * issues the workload's operation mix from `threads` threads, each keeping
+ * `depth` requests in flight on its own connection, with a warm-up whose
+ * operations are not recorded. */
+#ifndef KVB_RUNNER_H
+#define KVB_RUNNER_H
+
+#include <stdint.h>
+
+#include "driver.h"
+#include "hist.h"
+#include "ycsb_gen.h"
+
+/* Operation types in the results (YCSB's names). */
+enum kvb_type { KVB_T_READ, KVB_T_UPDATE, KVB_T_INSERT, KVB_T_RMW, KVB_T_N };
+extern const char *const kvb_type_names[KVB_T_N]; /* "READ", "UPDATE", "INSERT", "READ-MODIFY-WRITE" */
+
+struct kvb_cfg {
+	const struct kvb_workload *w;
+	enum kvb_dist dist; /* request distribution (the workload's unless overridden) */
+	const struct kvb_driver *drv;
+	char host[256], port[16];
+	uint64_t records;    /* inserted by the load phase; keys 0..records-1 */
+	uint64_t operations; /* run phase operations (0 = use duration) */
+	double duration_s;   /* run phase length when operations == 0 */
+	double warmup_s;     /* run-phase seconds not recorded */
+	unsigned threads, depth;
+	uint32_t vmin, vmax; /* value sizes, uniform in [vmin, vmax] */
+	uint64_t seed;
+	int load;     /* 1: run the load phase */
+	int progress; /* 1: live progress line on stderr */
+};
+
+#define KVB_MAX_ERRS 16
+struct kvb_errs {
+	int status[KVB_MAX_ERRS];
+	uint64_t n[KVB_MAX_ERRS];
+	unsigned kinds;
+	uint64_t other; /* statuses beyond the table */
+};
+
+struct kvb_phase {
+	double seconds;             /* measured wall time */
+	uint64_t ops[KVB_T_N + 1];  /* recorded operations per type; [KVB_T_N] = all */
+	struct kvb_hist hist[KVB_T_N + 1];
+	uint64_t failed[KVB_T_N + 1];
+	struct kvb_errs errs;
+	double server_cpu_s; /* server CPU time used during the phase; < 0 if unknown */
+};
+
+struct kvb_result {
+	struct kvb_phase load, run;
+	/* Library round-trip counters summed over the run phase's connections. */
+	unsigned rt_kinds;
+	const char *rt_names[16];
+	uint64_t rt_ops[16], rt_rtts[16];
+};
+
+/* Run the benchmark; 0, or -1 with one line in err (e.g. target unreachable:
+ * then nothing was sent). */
+int kvb_run(const struct kvb_cfg *cfg, struct kvb_result *res, char *err, size_t errlen);
+
+#endif
