@@ -62,6 +62,7 @@ struct kvi_opst {
 	unsigned lock_tries;   /* lock attempts that found a bucket held */
 	uint64_t deadline;     /* ns: the operation fails KVC_ETIMEDOUT after this */
 	uint64_t not_before;   /* ns: ST_BACKOFF retries at this time */
+	uint64_t posted;       /* ns: when the batch in flight was posted */
 
 	/* Scratch slice of the local buffer, owned while the op is in flight. */
 	struct kvi_bucket *bk; /* [2] */

@@ -203,6 +203,7 @@ int kvi_st_post(kvc_t *h, struct kvi_opst *st, const struct kvi_rop *ops, unsign
 {
 	int rc = kvi_rmem_post(h->rm, ops, n, st->index);
 
+	st->posted = kvi_now_ns();
 	if (rc) {
 		/* Every op has at most one batch in flight and depth <= the transport's
 		 * limit, so only a broken connection or a bug lands here. */
@@ -349,14 +350,18 @@ int kvc_submit(kvc_t *h, struct kvc_op *op)
 	return 0;
 }
 
-/* Batches that outlive every operation's deadline mean the server or path
- * stopped answering: break the connection so that nothing can land later. */
+/* A batch outstanding for longer than a whole operation may take means the
+ * server or the path stopped answering: break the connection so that nothing
+ * can land later. (Judged by the batch's age, not the operation's, so that a
+ * caller who polls late does not condemn a batch it has just posted.) */
 static void check_stuck(kvc_t *h, uint64_t now)
 {
+	uint64_t limit = (uint64_t)h->o.op_timeout_ms * 1000000u;
+
 	for (unsigned i = 0; i < h->o.depth; i++) {
 		struct kvi_opst *st = &h->st[i];
 
-		if (st->op && st->state != ST_BACKOFF && now > st->deadline + 1000000000ull) {
+		if (st->op && st->state != ST_BACKOFF && now - st->posted > limit) {
 			kvi_rmem_shutdown(h->rm, KVC_ETIMEDOUT);
 			return;
 		}
@@ -402,6 +407,7 @@ int kvc_poll(kvc_t *h, struct kvc_op **done, unsigned max, int timeout_ms)
 	uint64_t deadline = timeout_ms < 0 ? UINT64_MAX : start_ns + (uint64_t)timeout_ms * 1000000u;
 	struct kvi_rcomp comp[16];
 	unsigned n = 0;
+	int polled = 0;
 
 	if (!done || max == 0)
 		return KVC_EINVAL;
@@ -415,14 +421,16 @@ int kvc_poll(kvc_t *h, struct kvc_op **done, unsigned max, int timeout_ms)
 			h->done_head = (h->done_head + 1) % h->o.depth;
 			h->done_count--;
 		}
-		if (n > 0 || h->inflight == 0 || now >= deadline)
+		/* Even without time to wait, look at the transport once. */
+		if (n > 0 || h->inflight == 0 || (now >= deadline && polled))
 			return (int)n;
 		if (next_due > deadline)
 			next_due = deadline;
 		wait_ms = next_due == UINT64_MAX ? 1000 : (int)((next_due - now) / 1000000u);
 		if (wait_ms > 1000)
 			wait_ms = 1000;
-		got = kvi_rmem_wait(h->rm, comp, 16, wait_ms);
+		got = now >= deadline ? kvi_rmem_poll(h->rm, comp, 16) : kvi_rmem_wait(h->rm, comp, 16, wait_ms);
+		polled = 1;
 		for (int i = 0; i < got; i++)
 			on_complete(h, &comp[i]);
 		if (got == 0)

@@ -44,7 +44,9 @@ void kvi_write_start(kvc_t *h, struct kvi_opst *st)
 
 	st->held = 0;
 	st->cached = l && l->bucket < h->sb.bucket_count && l->idx < KVI_SLOTS_PER_BUCKET &&
-		     (l->bucket == st->kh.b[0] || l->bucket == st->kh.b[1]);
+		     (l->bucket == st->kh.b[0] || l->bucket == st->kh.b[1]) &&
+		     (st->op->type == KVC_OP_PUT ||
+		      (kvi_slot_in_heap(&h->sb, l->slot) && kvi_read_len(h, l->slot) <= h->obj_area));
 	if (st->cached) {
 		st->loc = *l;
 		st->nb = 1;
@@ -59,6 +61,14 @@ void kvi_write_start(kvc_t *h, struct kvi_opst *st)
 	for (unsigned i = 0; i < st->nb; i++) {
 		ops[n++] = kvi_rop_cas(lock_off(h, st->b[i]), &st->w[i], 0, held_word(h));
 		ops[n++] = kvi_rop_read(lock_off(h, st->b[i]), &st->bk[i], KVI_BUCKET_SIZE);
+	}
+	/* A cached DELETE reads the object too: an expired item is absent to the
+	 * caller (as to GET), though its slot is still cleared. */
+	if (st->cached && st->op->type == KVC_OP_DELETE) {
+		st->ncand = 1;
+		st->cand[0] = (struct kvi_cand){ .slot = st->loc.slot, .idx = st->loc.idx,
+						 .len = (uint32_t)kvi_read_len(h, st->loc.slot) };
+		ops[n++] = kvi_rop_read(kvi_slot_obj_off(st->loc.slot), st->obj, st->cand[0].len);
 	}
 	kvi_st_post(h, st, ops, n, st->cached ? ST_W_LOCK_CACHED : ST_W_LOCK);
 }
@@ -104,13 +114,16 @@ static uint64_t new_slot(const struct kvi_opst *st)
 	return kvi_slot_make(st->kh.fp, st->obj_off, st->obj_len);
 }
 
-/* The key is in bucket `which`, slot idx. */
-static void found(kvc_t *h, struct kvi_opst *st, uint32_t which, uint32_t idx, int cached)
+/* The key is in bucket `which`, slot idx (expired: its item has expired, so
+ * a DELETE clears the slot but reports the key absent, as GET would). */
+static void found(kvc_t *h, struct kvi_opst *st, uint32_t which, uint32_t idx, int cached, int expired)
 {
-	if (st->op->type == KVC_OP_PUT)
+	if (st->op->type == KVC_OP_PUT) {
 		commit(h, st, which, idx, new_slot(st), cached ? KVC_STAT_PUT_UPDATE_CACHED : KVC_STAT_PUT_UPDATE);
-	else
-		commit(h, st, which, idx, 0, KVC_STAT_DELETE);
+		return;
+	}
+	st->result = expired ? KVC_ENOTFOUND : 0;
+	commit(h, st, which, idx, 0, expired ? KVC_STAT_DELETE_MISS : KVC_STAT_DELETE);
 }
 
 /* The key is in neither bucket (both locked and checked). */
@@ -159,8 +172,12 @@ static void on_lock(kvc_t *h, struct kvi_opst *st)
 		return;
 	}
 	if (st->state == ST_W_LOCK_CACHED) {
-		if (st->bk[0].slot[st->loc.idx] == st->loc.slot) {
-			found(h, st, 0, st->loc.idx, 1);
+		enum kvi_objcheck res = OBJ_MATCH;
+
+		if (st->op->type == KVC_OP_DELETE)
+			res = kvi_obj_check(st, &st->cand[0]);
+		if (st->bk[0].slot[st->loc.idx] == st->loc.slot && (res == OBJ_MATCH || res == OBJ_EXPIRED)) {
+			found(h, st, 0, st->loc.idx, 1, res == OBJ_EXPIRED);
 			return;
 		}
 		/* Stale hint: let go and take the general path at once. */
@@ -185,7 +202,7 @@ static void on_keycheck(kvc_t *h, struct kvi_opst *st)
 	const struct kvi_cand *c = kvi_check_round(h, st, &res);
 
 	if (c) { /* an expired item is replaced or removed in place */
-		found(h, st, c->which, c->idx, 0);
+		found(h, st, c->which, c->idx, 0, res == OBJ_EXPIRED);
 		return;
 	}
 	if (st->cand_next < st->ncand && kvi_read_cands(h, st, ST_W_KEYCHECK) != 0)
@@ -225,7 +242,7 @@ static void on_commit(kvc_t *h, struct kvi_opst *st)
 				st->commit_slot);
 	else
 		kvi_locache_drop(&h->cache, st->kh.lo, st->kh.hi);
-	kvi_st_finish(h, st, 0, st->kind);
+	kvi_st_finish(h, st, st->result, st->kind);
 }
 
 static void on_release(kvc_t *h, struct kvi_opst *st)
