@@ -1,5 +1,6 @@
 /* Target URLs: which driver, which host and port. */
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 
 #include "driver.h"
@@ -30,6 +31,10 @@ const struct kvb_driver *kvb_driver_parse(const char *url, char *host, size_t hl
 			       strspn(colon + 1, "0123456789") != strlen(colon + 1)))) {
 			snprintf(err, errlen, "malformed target '%s': expected %s://HOST[:PORT]", url,
 				 drivers[i].drv->scheme);
+			return NULL;
+		}
+		if (colon && (strtoul(colon + 1, NULL, 10) == 0 || strtoul(colon + 1, NULL, 10) > 65535)) {
+			snprintf(err, errlen, "bad port in target '%s': expected 1..65535", url);
 			return NULL;
 		}
 		memcpy(host, hp, hlen);

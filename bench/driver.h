@@ -27,8 +27,11 @@ struct kvb_req {
 struct kvb_driver {
 	const char *scheme; /* "rdma" or "memcached" */
 	const char *name;   /* for reports: "kvcache", "memcached" */
-	/* Connect to host:port with room for depth requests in flight. One line in err on failure. */
-	int (*connect)(const char *host, const char *port, unsigned depth, void **conn, char *err, size_t len);
+	/* Connect to host:port (through RDMA device `device` if not NULL; drivers
+	 * without devices ignore it) with room for depth requests in flight. One
+	 * line in err on failure. */
+	int (*connect)(const char *host, const char *port, const char *device, unsigned depth, void **conn,
+		       char *err, size_t len);
 	/* Start r; 0, or a negative code (the request then never comes back from poll). */
 	int (*submit)(void *conn, struct kvb_req *r);
 	/* Up to max finished requests within timeout_ms; their count, or a negative code. */

@@ -38,7 +38,8 @@ static const char *mc_errname(int status)
 	return memcached_strerror(NULL, (memcached_return_t)(-(status + 1000)));
 }
 
-static int mc_connect(const char *host, const char *port, unsigned depth, void **out, char *err, size_t len)
+static int mc_connect(const char *host, const char *port, const char *device, unsigned depth, void **out,
+		      char *err, size_t len)
 {
 	struct mc_conn *c = calloc(1, sizeof(*c));
 	memcached_return_t rc;
@@ -46,6 +47,7 @@ static int mc_connect(const char *host, const char *port, unsigned depth, void *
 	long p = strtol(port, &end, 10);
 
 	(void)depth;
+	(void)device;
 	if (!c || !(c->mc = memcached_create(NULL))) {
 		snprintf(err, len, "out of memory");
 		free(c);
@@ -60,8 +62,12 @@ static int mc_connect(const char *host, const char *port, unsigned depth, void *
 	if (rc == MEMCACHED_SUCCESS)
 		rc = memcached_version(c->mc); /* a real round trip: is anyone there? */
 	if (rc != MEMCACHED_SUCCESS) {
-		snprintf(err, len, "memcached at %s:%s unreachable: %s (is memcached running there?)", host, port,
-			 memcached_strerror(c->mc, rc));
+		memcached_return_t why = memcached_last_error(c->mc);
+		int eno = memcached_last_error_errno(c->mc);
+
+		snprintf(err, len, "memcached at %s:%s unreachable: %s%s%s%s (is memcached running there?)", host,
+			 port, memcached_strerror(c->mc, why == MEMCACHED_SUCCESS ? rc : why), eno ? " (" : "",
+			 eno ? strerror(eno) : "", eno ? ")" : "");
 		memcached_free(c->mc);
 		free(c);
 		return -1;
@@ -84,7 +90,10 @@ static int mc_submit(void *conn, struct kvb_req *r)
 
 		if (v) {
 			r->value_len = vlen;
-			memcpy(r->buf, v, vlen < r->buf_len ? vlen : r->buf_len);
+			if (vlen > r->buf_len) /* as the rdma driver's KVC_ETRUNC: never a silent cut */
+				rc = MEMCACHED_E2BIG;
+			else
+				memcpy(r->buf, v, vlen);
 			free(v);
 		}
 	} else {
@@ -118,7 +127,8 @@ static int mc_server_cpu(void *conn, double *seconds)
 	double total = 0;
 
 	if (!st || rc != MEMCACHED_SUCCESS) {
-		free(st);
+		if (st)
+			memcached_stat_free(c->mc, st);
 		return -1;
 	}
 	for (int i = 0; i < 2; i++) {

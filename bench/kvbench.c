@@ -247,10 +247,13 @@ static int check_ycsb(struct cli *cl)
 		else
 			return bad("--distribution", cl->dist, "uniform, zipfian or latest");
 	}
-	if (c->duration_s > 0 && !cl->have_ops)
+	if (c->duration_s > 0 && !cl->have_ops) {
 		c->operations = 0;
-	else if (c->duration_s > 0)
-		return bad("--duration", "with --operations", "one of the two");
+	} else if (c->duration_s > 0) {
+		fprintf(stderr, "kvbench: --duration and --operations exclude each other: give one\n");
+		return 2;
+	}
+	c->device = cl->device;
 	c->drv = kvb_driver_parse(cl->target, c->host, sizeof(c->host), c->port, sizeof(c->port), err, sizeof(err));
 	if (!c->drv) {
 		fprintf(stderr, "kvbench: %s\n", err);
@@ -265,42 +268,66 @@ static int check_ycsb(struct cli *cl)
 	return -1;
 }
 
+/* Open an output file before the run, so that a bad path is found before any
+ * load is sent. */
+static int open_out(const char *path, FILE **f)
+{
+	*f = NULL;
+	if (!path)
+		return 0;
+	*f = fopen(path, "w");
+	if (!*f) {
+		fprintf(stderr, "kvbench: cannot write %s: %s\n", path, strerror(errno));
+		return -1;
+	}
+	return 0;
+}
+
+static int close_out(const char *path, FILE *f)
+{
+	if (f && fclose(f)) {
+		fprintf(stderr, "kvbench: cannot write %s: %s\n", path, strerror(errno));
+		return -1;
+	}
+	return 0;
+}
+
 static int run_ycsb(struct cli *cl)
 {
 	struct kvb_result *res = malloc(sizeof(*res));
+	FILE *json = NULL, *cdf = NULL;
 	char err[400];
-	int rc;
+	int rc, status;
 
 	if (!res) {
 		fprintf(stderr, "kvbench: out of memory\n");
 		return 1;
 	}
-	rc = kvb_run(&cl->cfg, res, err, sizeof(err));
-	if (rc) {
-		fprintf(stderr, "kvbench: %s\n", err);
+	if (open_out(cl->json, &json) || open_out(cl->cdf, &cdf)) {
+		if (json)
+			fclose(json);
 		free(res);
 		return 1;
+	}
+	rc = kvb_run(&cl->cfg, res, err, sizeof(err));
+	if (rc < 0) {
+		fprintf(stderr, "kvbench: %s\n", err);
+		status = 1;
+		goto out;
 	}
 	kvb_report_text(stdout, &cl->cfg, res);
-	if (cl->json && kvb_report_json(cl->json, &cl->cfg, res)) {
-		fprintf(stderr, "kvbench: cannot write %s: %s\n", cl->json, strerror(errno));
-		free(res);
-		return 1;
-	}
-	if (cl->cdf) {
-		FILE *f = fopen(cl->cdf, "w");
-
-		if (f)
-			kvb_hist_write_cdf(&res->run.hist[KVB_T_N], f);
-		if (!f || fclose(f)) {
-			fprintf(stderr, "kvbench: cannot write %s: %s\n", cl->cdf, strerror(errno));
-			free(res);
-			return 1;
-		}
-	}
-	rc = res->run.failed[KVB_T_N] || res->load.failed[KVB_T_N] ? 3 : 0;
+	if (json)
+		kvb_report_json(json, &cl->cfg, res);
+	if (cdf)
+		kvb_hist_write_cdf(&res->run.hist[KVB_T_N], cdf);
+	if (rc > 0)
+		fprintf(stderr, "kvbench: %s\n", err);
+	status = rc > 0 || res->run.failed[KVB_T_N] || res->load.failed[KVB_T_N] ? 3 : 0;
+out:
+	if (close_out(cl->json, json) | close_out(cl->cdf, cdf))
+		status = status ? status : 1;
 	free(res);
-	return rc;
+	return status;
 }
 
 int main(int argc, char **argv)
@@ -311,10 +338,14 @@ int main(int argc, char **argv)
 	if (rc >= 0)
 		return rc;
 	if (cl.micro || cl.raw) {
-		struct bench_opts o = { .device = cl.device, .ops = cl.have_ops ? cl.cfg.operations : 2000,
-					.size = cl.have_size ? cl.cfg.vmax : 64 };
+		struct kvb_micro_opts o = { .device = cl.device, .ops = cl.have_ops ? cl.cfg.operations : 2000,
+					    .size = cl.have_size ? cl.cfg.vmax : 64 };
 		char err[400];
 
+		if (cl.have_size && (cl.cfg.vmin != cl.cfg.vmax || o.size == 0)) {
+			fprintf(stderr, "kvbench: --micro and --raw take one --size of at least 1 byte\n");
+			return 2;
+		}
 		if (kvb_driver_parse(cl.target, o.host, sizeof(o.host), o.port, sizeof(o.port), err, sizeof(err)) !=
 		    &kvb_driver_rdma) {
 			fprintf(stderr, "kvbench: --micro and --raw need an rdma:// target\n");

@@ -57,7 +57,7 @@ static const struct raw_pattern raw_patterns[] = {
 };
 
 /* Time o->ops doorbells of one pattern, each one round trip. */
-static int run_pattern(struct kvi_rmem *rm, const struct bench_opts *o, const struct raw_pattern *p,
+static int run_pattern(struct kvi_rmem *rm, const struct kvb_micro_opts *o, const struct raw_pattern *p,
 		       uint64_t seg_off, uint64_t seg_size, struct kvb_hist *hs)
 {
 	unsigned char *lbuf = kvi_rmem_lbuf(rm, NULL);
@@ -95,7 +95,7 @@ static int run_pattern(struct kvi_rmem *rm, const struct bench_opts *o, const st
 	return 0;
 }
 
-int kvb_raw(const struct bench_opts *o)
+int kvb_raw(const struct kvb_micro_opts *o)
 {
 	struct kvi_errbuf e = { { 0 } };
 	struct kvi_welcome w;
@@ -174,7 +174,7 @@ static int kv_op(kvc_t *h, const struct phase *p, const char *key, char *val, si
 	}
 }
 
-static int run_phase(kvc_t *h, const struct bench_opts *o, const struct phase *p, char *val, struct kvb_hist *hs)
+static int run_phase(kvc_t *h, const struct kvb_micro_opts *o, const struct phase *p, char *val, struct kvb_hist *hs)
 {
 	struct kvc_stats before, after;
 	char key[32];
@@ -208,7 +208,7 @@ static int run_phase(kvc_t *h, const struct bench_opts *o, const struct phase *p
 	return 0;
 }
 
-int kvb_micro(const struct bench_opts *o)
+int kvb_micro(const struct kvb_micro_opts *o)
 {
 	char server[300], err[400];
 	struct kvc_opts ko;
@@ -220,7 +220,7 @@ int kvb_micro(const struct bench_opts *o)
 	if (!hs || !val) {
 		fprintf(stderr, "kvbench: out of memory\n");
 		rc = 1;
-		goto out;
+		goto clean_handles;
 	}
 	memset(val, 'v', o->size);
 	snprintf(server, sizeof(server), "%s:%s", o->host, o->port);
@@ -234,14 +234,14 @@ int kvb_micro(const struct bench_opts *o)
 		if (rc) {
 			fprintf(stderr, "kvbench: %s\n", err);
 			rc = 1;
-			goto out;
+			goto clean_handles;
 		}
 	}
 	if (o->size > kvc_max_value(h[0], 24)) {
 		fprintf(stderr, "kvbench: --size %u is larger than the server accepts (%zu)\n", o->size,
 			kvc_max_value(h[0], 24));
 		rc = 1;
-		goto out;
+		goto clean_handles;
 	}
 	printf("kvbench: rdma://%s:%s, %" PRIu64 " operations per kind, %u-byte values, one at a time\n",
 	       o->host, o->port, o->ops, o->size);
@@ -250,7 +250,7 @@ int kvb_micro(const struct bench_opts *o)
 		kvb_hist_init(hs);
 		rc = run_phase(h[phases[i].use_cache], o, &phases[i], val, hs);
 	}
-out:
+clean_handles:
 	kvc_destroy(h[0]);
 	kvc_destroy(h[1]);
 	free(hs);

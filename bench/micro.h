@@ -4,7 +4,7 @@
 
 #include <stdint.h>
 
-struct bench_opts {
+struct kvb_micro_opts {
 	char host[256];
 	char port[16];
 	const char *device;
@@ -13,7 +13,7 @@ struct bench_opts {
 };
 
 /* Each returns the process exit status: 0, or 1 with one line on stderr. */
-int kvb_micro(const struct bench_opts *o);
-int kvb_raw(const struct bench_opts *o);
+int kvb_micro(const struct kvb_micro_opts *o);
+int kvb_raw(const struct kvb_micro_opts *o);
 
 #endif

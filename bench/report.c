@@ -7,6 +7,13 @@ static const char *dist_name(enum kvb_dist d)
 	return d == KVB_DIST_UNIFORM ? "uniform" : d == KVB_DIST_LATEST ? "latest" : "zipfian";
 }
 
+/* Throughput counts the operations that succeeded; failures are reported
+ * beside it, never as throughput. */
+static double ok_rate(const struct kvb_phase *p, int t)
+{
+	return p->seconds > 0 ? (double)(p->ops[t] - p->failed[t]) / p->seconds : 0.0;
+}
+
 /* ---- text ---------------------------------------------------------------- */
 
 static void text_row(FILE *f, const char *name, const struct kvb_phase *p, int t)
@@ -16,7 +23,7 @@ static void text_row(FILE *f, const char *name, const struct kvb_phase *p, int t
 	if (p->ops[t] == 0)
 		return;
 	fprintf(f, "%-18s %10llu %11.0f %9.1f %9.1f %9.1f %9.1f %9.1f %8llu\n", name,
-		(unsigned long long)p->ops[t], p->seconds > 0 ? (double)p->ops[t] / p->seconds : 0.0,
+		(unsigned long long)p->ops[t], ok_rate(p, t),
 		kvb_hist_quantile(h, 0.5) / 1e3, kvb_hist_quantile(h, 0.9) / 1e3, kvb_hist_quantile(h, 0.99) / 1e3,
 		kvb_hist_quantile(h, 0.999) / 1e3, h->max / 1e3, (unsigned long long)p->failed[t]);
 }
@@ -45,7 +52,8 @@ void kvb_report_text(FILE *f, const struct kvb_cfg *c, const struct kvb_result *
 	if (c->vmax != c->vmin)
 		fprintf(f, "-%u", c->vmax);
 	fprintf(f, " B, %u threads x %u in flight%s, seed %llu, warm-up %.1f s not recorded\n", c->threads,
-		c->depth, c->depth > c->drv->max_depth ? " (this driver: 1, blocking)" : "",
+		c->depth < c->drv->max_depth ? c->depth : c->drv->max_depth,
+		c->depth > c->drv->max_depth ? " (this driver blocks: one per thread)" : "",
 		(unsigned long long)c->seed, c->warmup_s);
 	if (c->load)
 		text_phase(f, c, "load", &r->load);
@@ -92,7 +100,7 @@ static void json_phase(FILE *f, const struct kvb_cfg *c, const struct kvb_phase 
 			continue;
 		fprintf(f, "%s\"%s\": {\"count\": %llu, \"errors\": %llu, \"throughput_ops_s\": %.1f, \"latency_us\": ",
 			first ? "" : ", ", t == KVB_T_N ? "OVERALL" : kvb_type_names[t], (unsigned long long)p->ops[t],
-			(unsigned long long)p->failed[t], p->seconds > 0 ? (double)p->ops[t] / p->seconds : 0.0);
+			(unsigned long long)p->failed[t], ok_rate(p, t));
 		json_hist(f, &p->hist[t]);
 		fprintf(f, ", \"latency_cdf\": ");
 		json_cdf(f, &p->hist[t]);
@@ -103,15 +111,13 @@ static void json_phase(FILE *f, const struct kvb_cfg *c, const struct kvb_phase 
 	for (unsigned i = 0; i < p->errs.kinds; i++)
 		fprintf(f, "%s\"%s\": %llu", i ? ", " : "", c->drv->errname(p->errs.status[i]),
 			(unsigned long long)p->errs.n[i]);
+	if (p->errs.other)
+		fprintf(f, "%s\"other\": %llu", p->errs.kinds ? ", " : "", (unsigned long long)p->errs.other);
 	fprintf(f, "}}");
 }
 
-int kvb_report_json(const char *path, const struct kvb_cfg *c, const struct kvb_result *r)
+void kvb_report_json(FILE *f, const struct kvb_cfg *c, const struct kvb_result *r)
 {
-	FILE *f = fopen(path, "w");
-
-	if (!f)
-		return -1;
 	fprintf(f, "{\"kvbench_format\": 1, \"system\": \"%s\", \"target\": \"%s://%s:%s\", \"workload\": \"%c\", "
 		   "\"distribution\": \"%s\", \"records\": %llu, \"threads\": %u, "
 		   "\"depth\": %u, \"effective_depth\": %u, \"value_size\": {\"min\": %u, \"max\": %u}, "
@@ -136,5 +142,4 @@ int kvb_report_json(const char *path, const struct kvb_cfg *c, const struct kvb_
 		first = 0;
 	}
 	fprintf(f, "}}\n");
-	return fclose(f) == 0 ? 0 : -1;
 }

@@ -8,7 +8,6 @@
 #include "runner.h"
 
 void kvb_report_text(FILE *f, const struct kvb_cfg *c, const struct kvb_result *r);
-/* 0, or -1 with errno set. */
-int kvb_report_json(const char *path, const struct kvb_cfg *c, const struct kvb_result *r);
+void kvb_report_json(FILE *f, const struct kvb_cfg *c, const struct kvb_result *r);
 
 #endif

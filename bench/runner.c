@@ -8,6 +8,7 @@
  * started after the warm-up are recorded. */
 #include "runner.h"
 
+#include <errno.h>
 #include <pthread.h>
 #include <stdatomic.h>
 #include <stdio.h>
@@ -20,6 +21,14 @@ const char *const kvb_type_names[KVB_T_N] = { "READ", "UPDATE", "INSERT", "READ-
 
 struct shared {
 	const struct kvb_cfg *cfg;
+	/* Requests a thread keeps in flight: the configured depth, but never more
+	 * than the driver really overlaps. A blocking driver (memcached) finishes a
+	 * request inside submit; holding several would only make each one wait
+	 * for the next ones to be recorded, inflating its latency. */
+	unsigned depth;
+	pthread_mutex_t gate; /* threads start once the barrier is sized */
+	pthread_cond_t gate_cv;
+	int gate_open;
 	pthread_barrier_t bar;
 	atomic_int abort;
 	atomic_uint_fast64_t issued;      /* run-phase operations claimed after the warm-up */
@@ -129,9 +138,9 @@ static int finish(struct thread *th, struct slot *s)
 
 	if (s->type == KVB_T_RMW && s->stage == 0 && st == 0) {
 		s->stage = 1;
-		if (submit(th, s, KVB_PUT) == 0)
+		st = submit(th, s, KVB_PUT);
+		if (st == 0)
 			return 0;
-		st = -1;
 	}
 	if (s->type == KVB_T_INSERT && th->ph == &th->run)
 		kvb_ackcounter_ack(&th->sh->inserts, s->keynum); /* failed ones too, or reads would stall */
@@ -172,17 +181,25 @@ static void drain(struct thread *th, int timeout_ms)
 		}
 	}
 	if (n < 0) { /* the connection is gone: nothing in flight will come back */
-		errs_add(&th->ph->errs, n, th->inflight);
+		for (unsigned i = 0; i < th->sh->depth; i++) {
+			struct slot *s = &th->slots[i];
+
+			if (!s->req.user)
+				continue;
+			s->req.status = n;
+			finish(th, s);
+			release(s);
+		}
 		th->inflight = 0;
 		th->failed = 1;
+		snprintf(th->err, sizeof(th->err), "connection to %s:%s lost: %s", th->sh->cfg->host,
+			 th->sh->cfg->port, th->sh->cfg->drv->errname(n));
 	}
 }
 
 static struct slot *free_slot(struct thread *th)
 {
-	unsigned depth = th->sh->cfg->depth;
-
-	for (unsigned i = 0; i < depth; i++)
+	for (unsigned i = 0; i < th->sh->depth; i++)
 		if (!th->slots[i].req.user)
 			return &th->slots[i];
 	return NULL;
@@ -196,12 +213,14 @@ static void load(struct thread *th)
 
 	th->ph = &th->load;
 	while ((next < c->records || th->inflight) && !th->failed) {
-		while (next < c->records && th->inflight < c->depth) {
+		while (next < c->records && th->inflight < th->sh->depth) {
 			struct slot *s = free_slot(th);
 
 			*s = (struct slot){ .type = KVB_T_INSERT, .recorded = 1, .t0 = now_ns(), .keynum = next };
-			if (submit(th, s, KVB_PUT)) {
-				s->req.status = -1;
+			int rc = submit(th, s, KVB_PUT);
+
+			if (rc) {
+				s->req.status = rc;
 				finish(th, s);
 				release(s);
 			} else {
@@ -252,8 +271,10 @@ static void start_op(struct thread *th, struct slot *s, int recorded)
 	}
 	if (s->type != KVB_T_INSERT)
 		s->keynum = kvb_choose_key(&th->kc, &th->rng, kvb_ackcounter_last(&th->sh->inserts));
-	if (submit(th, s, prim)) {
-		s->req.status = -1;
+	int rc = submit(th, s, prim);
+
+	if (rc) {
+		s->req.status = rc;
 		finish(th, s);
 		release(s);
 	} else {
@@ -263,12 +284,11 @@ static void start_op(struct thread *th, struct slot *s, int recorded)
 
 static void run(struct thread *th)
 {
-	const struct kvb_cfg *c = th->sh->cfg;
 	int more = 1;
 
 	th->ph = &th->run;
 	while ((more || th->inflight) && !th->failed) {
-		while (more && th->inflight < c->depth) {
+		while (more && th->inflight < th->sh->depth) {
 			int k = claim(th->sh, now_ns());
 
 			if (k < 0) {
@@ -288,7 +308,13 @@ static void *thread_main(void *arg)
 	struct shared *sh = th->sh;
 	const struct kvb_cfg *c = sh->cfg;
 
-	if (c->drv->connect(c->host, c->port, c->depth, &th->conn, th->err, sizeof(th->err)))
+	/* Wait until the main thread knows how many threads exist (the barriers'
+	 * size), then connect. */
+	pthread_mutex_lock(&sh->gate);
+	while (!sh->gate_open)
+		pthread_cond_wait(&sh->gate_cv, &sh->gate);
+	pthread_mutex_unlock(&sh->gate);
+	if (c->drv->connect(c->host, c->port, c->device, sh->depth, &th->conn, th->err, sizeof(th->err)))
 		th->failed = 1;
 	pthread_barrier_wait(&sh->bar); /* A: connected */
 	pthread_barrier_wait(&sh->bar); /* B: go (or abort) */
@@ -384,6 +410,7 @@ int kvb_run(const struct kvb_cfg *c, struct kvb_result *res, char *err, size_t e
 	struct ticker tk = { 0 };
 	void *stats_conn = NULL;
 	char serr[400];
+	unsigned nthreads = 0;
 	uint64_t t0, t1;
 	double cpu0, cpu1;
 	int rc = 0;
@@ -400,21 +427,38 @@ int kvb_run(const struct kvb_cfg *c, struct kvb_result *res, char *err, size_t e
 		free(th);
 		return -1;
 	}
-	pthread_barrier_init(&sh.bar, NULL, c->threads + 1);
-	/* One more connection, the main thread's, only for server statistics. */
-	if (c->drv->server_cpu && c->drv->connect(c->host, c->port, 1, &stats_conn, serr, sizeof(serr)))
-		stats_conn = NULL;
-	for (unsigned i = 0; i < c->threads; i++) {
+	sh.depth = c->depth < c->drv->max_depth ? c->depth : c->drv->max_depth;
+	pthread_mutex_init(&sh.gate, NULL);
+	pthread_cond_init(&sh.gate_cv, NULL);
+	for (unsigned i = 0; i < c->threads && rc == 0; i++) {
 		th[i].id = i;
 		th[i].sh = &sh;
 		if (init_thread(&th[i], c)) {
-			snprintf(err, errlen, "cannot set up thread %u (out of memory or bad distribution parameters)", i);
+			snprintf(err, errlen, "cannot set up thread %u: out of memory or bad distribution parameters", i);
 			rc = -1;
 		}
-		pthread_create(&th[i].t, NULL, thread_main, &th[i]);
 	}
+	for (nthreads = 0; nthreads < c->threads && rc == 0; nthreads++) {
+		if (pthread_create(&th[nthreads].t, NULL, thread_main, &th[nthreads])) {
+			snprintf(err, errlen, "cannot start thread %u: %s", nthreads, strerror(errno));
+			rc = -1;
+			break;
+		}
+	}
+	/* The barriers count the threads that exist (and this one); those run
+	 * through every phase doing nothing when rc says to abort. */
+	pthread_barrier_init(&sh.bar, NULL, nthreads + 1);
+	atomic_store(&sh.abort, rc != 0);
+	pthread_mutex_lock(&sh.gate);
+	sh.gate_open = 1;
+	pthread_cond_broadcast(&sh.gate_cv);
+	pthread_mutex_unlock(&sh.gate);
+	/* One more connection, the main thread's, only for server statistics. */
+	if (rc == 0 && c->drv->server_cpu &&
+	    c->drv->connect(c->host, c->port, c->device, 1, &stats_conn, serr, sizeof(serr)))
+		stats_conn = NULL;
 	pthread_barrier_wait(&sh.bar); /* A */
-	for (unsigned i = 0; i < c->threads && rc == 0; i++) {
+	for (unsigned i = 0; i < nthreads && rc == 0; i++) {
 		if (th[i].failed) {
 			snprintf(err, errlen, "%s", th[i].err);
 			rc = -1;
@@ -449,7 +493,8 @@ int kvb_run(const struct kvb_cfg *c, struct kvb_result *res, char *err, size_t e
 	res->run.server_cpu_s = cpu0 >= 0 && cpu1 >= 0 ? cpu1 - cpu0 : -1;
 
 	for (unsigned i = 0; i < c->threads; i++) {
-		pthread_join(th[i].t, NULL);
+		if (i < nthreads)
+			pthread_join(th[i].t, NULL);
 		phase_merge(&res->load, &th[i].load);
 		phase_merge(&res->run, &th[i].run);
 		if (th[i].conn && c->drv->round_trips) {
@@ -465,11 +510,13 @@ int kvb_run(const struct kvb_cfg *c, struct kvb_result *res, char *err, size_t e
 			}
 			res->rt_kinds = kinds;
 		}
+		/* A connection lost during the phases: the results stand, but say so. */
 		if (th[i].failed && rc == 0 && th[i].err[0]) {
 			snprintf(err, errlen, "%s", th[i].err);
-			rc = -1;
+			rc = 1;
 		}
-		c->drv->close(th[i].conn);
+		if (th[i].conn)
+			c->drv->close(th[i].conn);
 		free(th[i].slots);
 		free(th[i].value);
 		free(th[i].bufs);
@@ -477,6 +524,8 @@ int kvb_run(const struct kvb_cfg *c, struct kvb_result *res, char *err, size_t e
 	if (stats_conn)
 		c->drv->close(stats_conn);
 	pthread_barrier_destroy(&sh.bar);
+	pthread_cond_destroy(&sh.gate_cv);
+	pthread_mutex_destroy(&sh.gate);
 	kvb_ackcounter_destroy(&sh.inserts);
 	free(th);
 	return rc;

@@ -20,6 +20,7 @@ struct kvb_cfg {
 	enum kvb_dist dist; /* request distribution (the workload's unless overridden) */
 	const struct kvb_driver *drv;
 	char host[256], port[16];
+	const char *device; /* RDMA device for rdma:// targets, or NULL */
 	uint64_t records;    /* inserted by the load phase; keys 0..records-1 */
 	uint64_t operations; /* run phase operations (0 = use duration) */
 	double duration_s;   /* run phase length when operations == 0 */
@@ -50,14 +51,15 @@ struct kvb_phase {
 
 struct kvb_result {
 	struct kvb_phase load, run;
-	/* Library round-trip counters summed over the run phase's connections. */
+	/* Library round-trip counters summed over the connections (load, warm-up and run). */
 	unsigned rt_kinds;
 	const char *rt_names[16];
 	uint64_t rt_ops[16], rt_rtts[16];
 };
 
-/* Run the benchmark; 0, or -1 with one line in err (e.g. target unreachable:
- * then nothing was sent). */
+/* Run the benchmark. 0; -1 with one line in err when it could not start (e.g.
+ * target unreachable: then nothing was sent); 1 with one line in err when it
+ * ran but a connection was lost on the way (the results count what happened). */
 int kvb_run(const struct kvb_cfg *cfg, struct kvb_result *res, char *err, size_t errlen);
 
 #endif

@@ -28,16 +28,16 @@
 #define KVI_VERIFY_TRIES 8 /* reads that fail verification before KVC_ECORRUPT */
 
 enum kvi_state {
-	ST_FREE = 0,
-	ST_GET_CACHED,   /* READ cached slot word + object */
-	ST_GET_BUCKETS,  /* READ both buckets */
-	ST_GET_OBJECTS,  /* READ fingerprint-matching objects */
-	ST_W_LOCK,       /* [WRITE object] + CAS-lock and READ both buckets */
-	ST_W_LOCK_CACHED, /* [WRITE object] + CAS-lock and READ the cached bucket */
-	ST_W_KEYCHECK,   /* READ fingerprint-matching objects under the locks */
-	ST_W_COMMIT,     /* WRITE slot + CAS-unlock */
-	ST_W_RELEASE,    /* CAS-unlock without change */
-	ST_BACKOFF,      /* waiting to retry after a lock conflict */
+	KVI_ST_FREE = 0,
+	KVI_ST_GET_CACHED,   /* READ cached slot word + object */
+	KVI_ST_GET_BUCKETS,  /* READ both buckets */
+	KVI_ST_GET_OBJECTS,  /* READ fingerprint-matching objects */
+	KVI_ST_W_LOCK,       /* [WRITE object] + CAS-lock and READ both buckets */
+	KVI_ST_W_LOCK_CACHED, /* [WRITE object] + CAS-lock and READ the cached bucket */
+	KVI_ST_W_KEYCHECK,   /* READ fingerprint-matching objects under the locks */
+	KVI_ST_W_COMMIT,     /* WRITE slot + CAS-unlock */
+	KVI_ST_W_RELEASE,    /* CAS-unlock without change */
+	KVI_ST_BACKOFF,      /* waiting to retry after a lock conflict */
 };
 
 /* A slot whose fingerprint matched: an object to read and check. */
@@ -50,7 +50,7 @@ struct kvi_cand {
 };
 
 /* What an object read says about our key. */
-enum kvi_objcheck { OBJ_BAD, OBJ_OTHER, OBJ_MATCH, OBJ_EXPIRED };
+enum kvi_objcheck { KVI_OBJ_BAD, KVI_OBJ_OTHER, KVI_OBJ_MATCH, KVI_OBJ_EXPIRED };
 
 struct kvi_opst {
 	struct kvc_op *op; /* NULL when free */
@@ -61,7 +61,7 @@ struct kvi_opst {
 	unsigned verify_tries; /* reads that failed verification */
 	unsigned lock_tries;   /* lock attempts that found a bucket held */
 	uint64_t deadline;     /* ns: the operation fails KVC_ETIMEDOUT after this */
-	uint64_t not_before;   /* ns: ST_BACKOFF retries at this time */
+	uint64_t not_before;   /* ns: KVI_ST_BACKOFF retries at this time */
 	uint64_t posted;       /* ns: when the batch in flight was posted */
 
 	/* Scratch slice of the local buffer, owned while the op is in flight. */
@@ -90,7 +90,7 @@ struct kvi_opst {
 	uint64_t commit_slot;
 	int result;
 	int kind;  /* enum kvc_stat_kind for the statistics */
-	int retry; /* after ST_W_RELEASE: retry (1) or finish (0) */
+	int retry; /* after KVI_ST_W_RELEASE: retry (1) or finish (0) */
 };
 
 struct kvc {
@@ -129,7 +129,7 @@ unsigned kvi_collect_cands(const kvc_t *h, struct kvi_opst *st);
 int kvi_read_cands(kvc_t *h, struct kvi_opst *st, int state);
 enum kvi_objcheck kvi_obj_check(const struct kvi_opst *st, const struct kvi_cand *c);
 /* Check the candidates read in the last round: the one holding the key (*res is
- * OBJ_MATCH or OBJ_EXPIRED), or NULL; unreadable ones are counted in cand_bad. */
+ * KVI_OBJ_MATCH or KVI_OBJ_EXPIRED), or NULL; unreadable ones are counted in cand_bad. */
 const struct kvi_cand *kvi_check_round(const kvc_t *h, struct kvi_opst *st, enum kvi_objcheck *res);
 
 /* State machines. */

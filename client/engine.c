@@ -173,12 +173,12 @@ enum kvi_objcheck kvi_obj_check(const struct kvi_opst *st, const struct kvi_cand
 	const struct kvc_op *op = st->op;
 
 	if (kvi_obj_verify(buf, c->len))
-		return OBJ_BAD;
+		return KVI_OBJ_BAD;
 	if (oh->key_len != op->key_len || memcmp(buf + sizeof(*oh), op->key, op->key_len) != 0)
-		return OBJ_OTHER;
+		return KVI_OBJ_OTHER;
 	if (oh->expiry && (uint64_t)time(NULL) >= oh->expiry)
-		return OBJ_EXPIRED;
-	return OBJ_MATCH;
+		return KVI_OBJ_EXPIRED;
+	return KVI_OBJ_MATCH;
 }
 
 const struct kvi_cand *kvi_check_round(const kvc_t *h, struct kvi_opst *st, enum kvi_objcheck *res)
@@ -189,9 +189,9 @@ const struct kvi_cand *kvi_check_round(const kvc_t *h, struct kvi_opst *st, enum
 		if (c->len > h->obj_area) /* never read: garbage */
 			continue;
 		*res = kvi_obj_check(st, c);
-		if (*res == OBJ_MATCH || *res == OBJ_EXPIRED)
+		if (*res == KVI_OBJ_MATCH || *res == KVI_OBJ_EXPIRED)
 			return c;
-		if (*res == OBJ_BAD)
+		if (*res == KVI_OBJ_BAD)
 			st->cand_bad++;
 	}
 	return NULL;
@@ -226,7 +226,7 @@ void kvi_st_finish(kvc_t *h, struct kvi_opst *st, int status, int kind)
 	h->done[(h->done_head + h->done_count) % h->o.depth] = op;
 	h->done_count++;
 	st->op = NULL;
-	st->state = ST_FREE;
+	st->state = KVI_ST_FREE;
 	h->inflight--;
 }
 
@@ -361,7 +361,7 @@ static void check_stuck(kvc_t *h, uint64_t now)
 	for (unsigned i = 0; i < h->o.depth; i++) {
 		struct kvi_opst *st = &h->st[i];
 
-		if (st->op && st->state != ST_BACKOFF && now - st->posted > limit) {
+		if (st->op && st->state != KVI_ST_BACKOFF && now - st->posted > limit) {
 			kvi_rmem_shutdown(h->rm, KVC_ETIMEDOUT);
 			return;
 		}
@@ -373,7 +373,7 @@ static void run_backoffs(kvc_t *h, uint64_t now, uint64_t *next_due)
 	for (unsigned i = 0; i < h->o.depth; i++) {
 		struct kvi_opst *st = &h->st[i];
 
-		if (!st->op || st->state != ST_BACKOFF)
+		if (!st->op || st->state != KVI_ST_BACKOFF)
 			continue;
 		if (st->not_before <= now)
 			start(h, st);
@@ -384,10 +384,11 @@ static void run_backoffs(kvc_t *h, uint64_t now, uint64_t *next_due)
 
 static void on_complete(kvc_t *h, const struct kvi_rcomp *c)
 {
-	struct kvi_opst *st = &h->st[c->cookie];
+	struct kvi_opst *st;
 
-	if (c->cookie >= h->o.depth || !st->op)
+	if (c->cookie >= h->o.depth || !h->st[c->cookie].op)
 		return;
+	st = &h->st[c->cookie];
 	st->rtt++;
 	if (c->status) {
 		/* The connection is gone; locks this op held are released by the

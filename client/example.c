@@ -11,7 +11,7 @@ int main(int argc, char **argv)
 {
 	struct kvc_opts o;
 	struct kvc_op ops[8], *done[8];
-	char err[400], buf[64], keys[8][16], vals[8][32];
+	char err[400], buf[64], keys[8][16], vals[8][32] = { { 0 } };
 	size_t len = 0;
 	unsigned finished = 0;
 	kvc_t *h;
@@ -40,10 +40,15 @@ int main(int argc, char **argv)
 	}
 	printf("greeting = %.*s\n", (int)len, buf);
 
-	/* Asynchronous: submit several, then collect them as they complete. */
+	/* Asynchronous: submit several, then collect them as they complete.
+	 * (Blocking calls need an idle handle, so the PUTs come first.) */
 	for (int i = 0; i < 8; i++) {
 		snprintf(keys[i], sizeof(keys[i]), "item-%d", i);
-		kvc_put(h, keys[i], strlen(keys[i]), keys[i], strlen(keys[i]), 0);
+		rc = kvc_put(h, keys[i], strlen(keys[i]), keys[i], strlen(keys[i]), 0);
+		if (rc)
+			fprintf(stderr, "put %s: %s\n", keys[i], kvc_strerror(rc));
+	}
+	for (int i = 0; i < 8; i++) {
 		ops[i] = (struct kvc_op){ .type = KVC_OP_GET, .key = keys[i], .key_len = strlen(keys[i]),
 					  .buf = vals[i], .buf_len = sizeof(vals[i]) };
 		rc = kvc_submit(h, &ops[i]);
@@ -59,7 +64,7 @@ int main(int argc, char **argv)
 		}
 		for (int i = 0; i < n; i++, finished++)
 			printf("%.*s -> %s\n", (int)done[i]->key_len, (const char *)done[i]->key,
-			       done[i]->status ? kvc_strerror(done[i]->status) : "found");
+			       done[i]->status ? kvc_strerror(done[i]->status) : (const char *)done[i]->buf);
 	}
 	printf("%u asynchronous GETs completed\n", finished);
 

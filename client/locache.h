@@ -17,6 +17,7 @@ struct kvi_loc {
 	uint32_t idx;      /* slot index in the bucket */
 	uint32_t pad;
 };
+_Static_assert(sizeof(struct kvi_loc) == 40, "kvc_opts.cache_entries documents 40 bytes an entry");
 
 struct kvi_locache {
 	struct kvi_loc *e;

@@ -24,7 +24,7 @@ static void read_buckets(kvc_t *h, struct kvi_opst *st)
 	st->b[1] = st->kh.b[1];
 	ops[0] = kvi_rop_read(kvi_bucket_off(&h->sb, st->b[0]), &st->bk[0], KVI_BUCKET_SIZE);
 	ops[1] = kvi_rop_read(kvi_bucket_off(&h->sb, st->b[1]), &st->bk[1], KVI_BUCKET_SIZE);
-	kvi_st_post(h, st, ops, 2, ST_GET_BUCKETS);
+	kvi_st_post(h, st, ops, 2, KVI_ST_GET_BUCKETS);
 }
 
 void kvi_get_start(kvc_t *h, struct kvi_opst *st)
@@ -43,7 +43,7 @@ void kvi_get_start(kvc_t *h, struct kvi_opst *st)
 	st->cand[0] = (struct kvi_cand){ .slot = l->slot, .idx = l->idx, .len = (uint32_t)kvi_read_len(h, l->slot) };
 	ops[0] = kvi_rop_read(kvi_bucket_off(&h->sb, l->bucket) + 8 + 8u * l->idx, &st->w[0], 8);
 	ops[1] = kvi_rop_read(kvi_slot_obj_off(l->slot), st->obj, st->cand[0].len);
-	kvi_st_post(h, st, ops, 2, ST_GET_CACHED);
+	kvi_st_post(h, st, ops, 2, KVI_ST_GET_CACHED);
 }
 
 /* Copy the value of the matching object in c out to the caller. */
@@ -77,10 +77,10 @@ static void on_cached(kvc_t *h, struct kvi_opst *st)
 {
 	if (st->w[0] == st->loc.slot) {
 		switch (kvi_obj_check(st, &st->cand[0])) {
-		case OBJ_MATCH:
+		case KVI_OBJ_MATCH:
 			deliver(h, st, &st->cand[0], KVC_STAT_GET_HIT_CACHED);
 			return;
-		case OBJ_EXPIRED:
+		case KVI_OBJ_EXPIRED:
 			kvi_st_finish(h, st, KVC_ENOTFOUND, KVC_STAT_GET_MISS);
 			return;
 		default:
@@ -99,14 +99,14 @@ static void on_objects(kvc_t *h, struct kvi_opst *st)
 	const struct kvi_cand *c = kvi_check_round(h, st, &res);
 
 	if (c) {
-		if (res == OBJ_MATCH)
+		if (res == KVI_OBJ_MATCH)
 			deliver(h, st, c, KVC_STAT_GET_HIT);
 		else
 			kvi_st_finish(h, st, KVC_ENOTFOUND, KVC_STAT_GET_MISS);
 		return;
 	}
 	if (st->cand_next < st->ncand) {
-		if (kvi_read_cands(h, st, ST_GET_OBJECTS) != 0)
+		if (kvi_read_cands(h, st, KVI_ST_GET_OBJECTS) != 0)
 			return;
 	}
 	if (st->cand_bad)
@@ -118,18 +118,18 @@ static void on_objects(kvc_t *h, struct kvi_opst *st)
 void kvi_get_step(kvc_t *h, struct kvi_opst *st)
 {
 	switch (st->state) {
-	case ST_GET_CACHED:
+	case KVI_ST_GET_CACHED:
 		on_cached(h, st);
 		break;
-	case ST_GET_BUCKETS:
+	case KVI_ST_GET_BUCKETS:
 		if (kvi_collect_cands(h, st) == 0) {
 			kvi_st_finish(h, st, KVC_ENOTFOUND, KVC_STAT_GET_MISS);
 			break;
 		}
-		if (kvi_read_cands(h, st, ST_GET_OBJECTS) == 0) /* every match is garbage */
+		if (kvi_read_cands(h, st, KVI_ST_GET_OBJECTS) == 0) /* every match is garbage */
 			kvi_st_finish(h, st, KVC_ENOTFOUND, KVC_STAT_GET_MISS);
 		break;
-	case ST_GET_OBJECTS:
+	case KVI_ST_GET_OBJECTS:
 		on_objects(h, st);
 		break;
 	}

@@ -70,7 +70,7 @@ void kvi_write_start(kvc_t *h, struct kvi_opst *st)
 						 .len = (uint32_t)kvi_read_len(h, st->loc.slot) };
 		ops[n++] = kvi_rop_read(kvi_slot_obj_off(st->loc.slot), st->obj, st->cand[0].len);
 	}
-	kvi_st_post(h, st, ops, n, st->cached ? ST_W_LOCK_CACHED : ST_W_LOCK);
+	kvi_st_post(h, st, ops, n, st->cached ? KVI_ST_W_LOCK_CACHED : KVI_ST_W_LOCK);
 }
 
 /* Release the locks this attempt holds; then retry (after backoff) or finish
@@ -85,11 +85,11 @@ static void release(kvc_t *h, struct kvi_opst *st, int retry)
 		if (st->held & (1u << i))
 			ops[n++] = kvi_rop_cas(lock_off(h, st->b[i]), &st->w[2 + i], held_word(h), 0);
 	if (n == 0) {
-		st->state = ST_W_RELEASE;
+		st->state = KVI_ST_W_RELEASE;
 		kvi_write_step(h, st); /* nothing to release: go straight on */
 		return;
 	}
-	kvi_st_post(h, st, ops, n, ST_W_RELEASE);
+	kvi_st_post(h, st, ops, n, KVI_ST_W_RELEASE);
 }
 
 /* WRITE the decided slot word and release every lock, in one doorbell. */
@@ -106,7 +106,7 @@ static void commit(kvc_t *h, struct kvi_opst *st, uint32_t which, uint32_t idx, 
 	ops[n++] = kvi_rop_write(lock_off(h, st->b[which]) + 8 + 8u * idx, &st->w[4], 8);
 	for (unsigned i = 0; i < st->nb; i++)
 		ops[n++] = kvi_rop_cas(lock_off(h, st->b[i]), &st->w[2 + i], held_word(h), 0);
-	kvi_st_post(h, st, ops, n, ST_W_COMMIT);
+	kvi_st_post(h, st, ops, n, KVI_ST_W_COMMIT);
 }
 
 static uint64_t new_slot(const struct kvi_opst *st)
@@ -171,13 +171,13 @@ static void on_lock(kvc_t *h, struct kvi_opst *st)
 		release(h, st, 1);
 		return;
 	}
-	if (st->state == ST_W_LOCK_CACHED) {
-		enum kvi_objcheck res = OBJ_MATCH;
+	if (st->state == KVI_ST_W_LOCK_CACHED) {
+		enum kvi_objcheck res = KVI_OBJ_MATCH;
 
 		if (st->op->type == KVC_OP_DELETE)
 			res = kvi_obj_check(st, &st->cand[0]);
-		if (st->bk[0].slot[st->loc.idx] == st->loc.slot && (res == OBJ_MATCH || res == OBJ_EXPIRED)) {
-			found(h, st, 0, st->loc.idx, 1, res == OBJ_EXPIRED);
+		if (st->bk[0].slot[st->loc.idx] == st->loc.slot && (res == KVI_OBJ_MATCH || res == KVI_OBJ_EXPIRED)) {
+			found(h, st, 0, st->loc.idx, 1, res == KVI_OBJ_EXPIRED);
 			return;
 		}
 		/* Stale hint: let go and take the general path at once. */
@@ -190,7 +190,7 @@ static void on_lock(kvc_t *h, struct kvi_opst *st)
 		absent(h, st);
 		return;
 	}
-	if (kvi_read_cands(h, st, ST_W_KEYCHECK) == 0) {
+	if (kvi_read_cands(h, st, KVI_ST_W_KEYCHECK) == 0) {
 		/* Every candidate is garbage (too large for any object): not our key. */
 		absent(h, st);
 	}
@@ -202,10 +202,10 @@ static void on_keycheck(kvc_t *h, struct kvi_opst *st)
 	const struct kvi_cand *c = kvi_check_round(h, st, &res);
 
 	if (c) { /* an expired item is replaced or removed in place */
-		found(h, st, c->which, c->idx, 0, res == OBJ_EXPIRED);
+		found(h, st, c->which, c->idx, 0, res == KVI_OBJ_EXPIRED);
 		return;
 	}
-	if (st->cand_next < st->ncand && kvi_read_cands(h, st, ST_W_KEYCHECK) != 0)
+	if (st->cand_next < st->ncand && kvi_read_cands(h, st, KVI_ST_W_KEYCHECK) != 0)
 		return;
 	if (st->cand_bad == 0) {
 		absent(h, st);
@@ -222,7 +222,7 @@ static void on_keycheck(kvc_t *h, struct kvi_opst *st)
 	}
 	st->cand_next = 0;
 	st->cand_bad = 0;
-	if (kvi_read_cands(h, st, ST_W_KEYCHECK) == 0)
+	if (kvi_read_cands(h, st, KVI_ST_W_KEYCHECK) == 0)
 		absent(h, st);
 }
 
@@ -274,23 +274,23 @@ static void on_release(kvc_t *h, struct kvi_opst *st)
 		cap = BACKOFF_MAX_NS;
 	wait = kvi_rand(h) % cap;
 	st->not_before = now + wait;
-	st->state = ST_BACKOFF;
+	st->state = KVI_ST_BACKOFF;
 }
 
 void kvi_write_step(kvc_t *h, struct kvi_opst *st)
 {
 	switch (st->state) {
-	case ST_W_LOCK:
-	case ST_W_LOCK_CACHED:
+	case KVI_ST_W_LOCK:
+	case KVI_ST_W_LOCK_CACHED:
 		on_lock(h, st);
 		break;
-	case ST_W_KEYCHECK:
+	case KVI_ST_W_KEYCHECK:
 		on_keycheck(h, st);
 		break;
-	case ST_W_COMMIT:
+	case KVI_ST_W_COMMIT:
 		on_commit(h, st);
 		break;
-	case ST_W_RELEASE:
+	case KVI_ST_W_RELEASE:
 		on_release(h, st);
 		break;
 	}

@@ -2,7 +2,8 @@
  *
  * The library never prints on its own: messages go to the callback installed with
  * kvi_log_set (libkvclient exposes it as kvc_set_log); with none installed they
- * are dropped. Programs (kvserver, kvbench, kvcli) install kvi_log_stderr. */
+ * are dropped. kvserver installs kvi_log_stderr; kvbench and kvcli do not:
+ * they print the one line that their failing call returned. */
 #ifndef KVI_LOG_H
 #define KVI_LOG_H
 

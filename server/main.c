@@ -56,8 +56,8 @@ static void usage(FILE *f)
 		"  -d, --device NAME       RDMA device to serve on (default: the one the address is on,\n"
 		"                          or the only one with atomics)\n"
 		"      --hugepages MODE    auto|on|off: back the region with 2 MiB pages (default auto)\n"
-		"      --buckets N         index buckets of 7 slots, at least 2 (default: one per KiB\n"
-		"                          of memory, at least 64)\n"
+		"      --buckets N         index buckets of 15 slots, at least 2 (default: one per\n"
+		"                          2 KiB of memory, at least 64)\n"
 		"      --segment-size KIB  heap segment granted to clients: 64, 128, 256, 512 or 1024\n"
 		"                          (default 1024; it bounds the largest item)\n"
 		"  -v, --verbose           more log (repeat for debug)\n"
@@ -114,8 +114,9 @@ static int parse_args(int argc, char **argv, struct kvs_opts *o)
 			o->port = optarg;
 			break;
 		case 'm':
-			if (parse_u64(optarg, 1, 1u << 24, &o->memory_mib)) {
-				fprintf(stderr, "kvserver: invalid --memory '%s': expected MiB in 1..16777216\n",
+			/* Slots address 4 TiB (layout.h): the region can be no larger. */
+			if (parse_u64(optarg, 1, 1u << 22, &o->memory_mib)) {
+				fprintf(stderr, "kvserver: invalid --memory '%s': expected MiB in 1..4194304 (4 TiB)\n",
 					optarg);
 				return 2;
 			}
@@ -244,9 +245,15 @@ static int serve(struct kvs_server *s, const struct kvi_listen_cb *cb)
 		goto clean_fds;
 	}
 	ev.data.fd = sfd;
-	epoll_ctl(ep, EPOLL_CTL_ADD, sfd, &ev);
-	ev.data.fd = kvi_listener_fd(s->l);
-	epoll_ctl(ep, EPOLL_CTL_ADD, ev.data.fd, &ev);
+	if (epoll_ctl(ep, EPOLL_CTL_ADD, sfd, &ev) == 0) {
+		ev.data.fd = kvi_listener_fd(s->l);
+		if (epoll_ctl(ep, EPOLL_CTL_ADD, ev.data.fd, &ev) == 0)
+			goto run;
+	}
+	kvi_err("cannot set up the event loop: epoll_ctl: %s", strerror(errno));
+	rc = 1;
+	goto clean_fds;
+run:
 	while (!stop) {
 		int n = epoll_wait(ep, got, 4, -1);
 
@@ -326,7 +333,8 @@ int main(int argc, char **argv)
 	fflush(stdout);
 
 	rc = serve(&s, &cb);
-	/* Tell every client first (they fail fast and reconnect with backoff), give
+	/* Tell every client first (their operations fail fast with
+	 * KVC_ESERVERGONE; reconnecting is the application's choice), give
 	 * the notices a moment to leave, then disconnect: their next operation
 	 * fails at once with KVC_ESERVERGONE instead of waiting for transport
 	 * timeouts. */

@@ -43,9 +43,14 @@ struct kvc_opts {
 	const char *server;     /* "HOST[:PORT]" (required) */
 	const char *device;     /* RDMA device to use, or NULL for the one routing to HOST */
 	int connect_timeout_ms; /* each connection set-up step; default 5000 */
-	int op_timeout_ms;      /* an operation older than this fails KVC_ETIMEDOUT; default 2000 */
+	/* Lock waits give up after this (KVC_ETIMEDOUT for that operation). A batch
+	 * unanswered for this long means the server or path is gone: the handle's
+	 * connection is then broken on purpose, every operation in flight fails
+	 * KVC_ETIMEDOUT and later calls KVC_ESERVERGONE; create a new handle.
+	 * Default 2000. */
+	int op_timeout_ms;
 	unsigned depth;         /* asynchronous operations in flight, 1..64; default 16 */
-	unsigned cache_entries; /* client-side location cache entries (32 B each); 0 = off; default 4096 */
+	unsigned cache_entries; /* client-side location cache entries (40 B each); 0 = off; default 4096 */
 };
 
 /* Fill o with the defaults (server NULL). */
@@ -54,6 +59,8 @@ KVC_EXPORT void kvc_opts_init(struct kvc_opts *o);
 /* Connect to the server in o. On failure returns a KVC_ code and, if err is not
  * NULL, writes one line there: what failed, where, and what to do. */
 KVC_EXPORT int kvc_create(const struct kvc_opts *o, kvc_t **out, char *err, size_t errlen);
+/* Disconnect and free. Operations still in flight are abandoned: they are not
+ * returned, and their buffers are the caller's again. */
 KVC_EXPORT void kvc_destroy(kvc_t *h);
 
 /* Blocking operations (the handle must have no asynchronous ones in flight,
@@ -93,11 +100,16 @@ struct kvc_op {
 	int status;        /* 0 or a KVC_ code, set on completion */
 };
 
-/* Start op. KVC_EAGAIN when `depth` operations are already in flight; a bad
- * key or value fails at once (nothing was sent). */
+/* Start op. KVC_EAGAIN when `depth` operations are in flight or finished but
+ * not yet returned by kvc_poll; a bad key or value fails at once (nothing was
+ * sent). A PUT that needs a new segment from the server waits for that
+ * control-path round trip here (rarely: a segment holds many objects) and may
+ * then fail with KVC_ENOMEM (heap full), KVC_ETIMEDOUT or KVC_ESERVERGONE. */
 KVC_EXPORT int kvc_submit(kvc_t *h, struct kvc_op *op);
 /* Wait up to timeout_ms (0: do not wait; negative: until one completes) and
- * return up to max finished ops in done[]; returns their number or a KVC_ code. */
+ * return up to max finished ops in done[]; returns their number, or KVC_EINVAL
+ * for bad arguments. Failures, a lost connection included, arrive as each
+ * op's status. */
 KVC_EXPORT int kvc_poll(kvc_t *h, struct kvc_op **done, unsigned max, int timeout_ms);
 KVC_EXPORT unsigned kvc_inflight(const kvc_t *h);
 
