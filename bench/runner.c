@@ -197,6 +197,20 @@ static void drain(struct thread *th, int timeout_ms)
 	}
 }
 
+/* Submit the slot's first request; one refused at once is a finished failure. */
+static void launch(struct thread *th, struct slot *s, int prim)
+{
+	int rc = submit(th, s, prim);
+
+	if (rc) {
+		s->req.status = rc;
+		finish(th, s);
+		release(s);
+	} else {
+		th->inflight++;
+	}
+}
+
 static struct slot *free_slot(struct thread *th)
 {
 	for (unsigned i = 0; i < th->sh->depth; i++)
@@ -217,15 +231,7 @@ static void load(struct thread *th)
 			struct slot *s = free_slot(th);
 
 			*s = (struct slot){ .type = KVB_T_INSERT, .recorded = 1, .t0 = now_ns(), .keynum = next };
-			int rc = submit(th, s, KVB_PUT);
-
-			if (rc) {
-				s->req.status = rc;
-				finish(th, s);
-				release(s);
-			} else {
-				th->inflight++;
-			}
+			launch(th, s, KVB_PUT);
 			next += c->threads;
 		}
 		if (th->inflight)
@@ -271,15 +277,7 @@ static void start_op(struct thread *th, struct slot *s, int recorded)
 	}
 	if (s->type != KVB_T_INSERT)
 		s->keynum = kvb_choose_key(&th->kc, &th->rng, kvb_ackcounter_last(&th->sh->inserts));
-	int rc = submit(th, s, prim);
-
-	if (rc) {
-		s->req.status = rc;
-		finish(th, s);
-		release(s);
-	} else {
-		th->inflight++;
-	}
+	launch(th, s, prim);
 }
 
 static void run(struct thread *th)
