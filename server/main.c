@@ -22,6 +22,7 @@
 #include "kvclient_errors.h"
 #include "listener.h"
 #include "log.h"
+#include "fence.h"
 #include "region.h"
 
 #define KVS_VERSION "0.1.0"
@@ -42,6 +43,8 @@ struct kvs_server {
 	struct kvi_listener *l;
 	struct kvs_region region;
 	struct kvs_core *core;
+	struct kvs_fence *fence; /* releases dead clients' locks; NULL if unavailable */
+	int stopping;            /* shutting down: clients leave by our doing */
 	uint32_t next_client_id;
 	unsigned nclients;
 };
@@ -209,11 +212,30 @@ static void on_established(void *arg, struct kvi_peer *p)
 	kvi_info("client %u connected (%u connected)", p->client_id, s->nclients);
 }
 
+/* A client left (or died): fence it, then release the locks it still holds. */
+static void fence_client(struct kvs_server *s, struct kvi_peer *p)
+{
+	struct ibv_qp_attr err = { .qp_state = IBV_QPS_ERR };
+	int n;
+
+	/* No late WRITE of the dead client may land after its locks are released. */
+	if (p->id && p->id->qp)
+		ibv_modify_qp(p->id->qp, &err, IBV_QP_STATE);
+	n = kvs_fence_client(s->fence, kvs_core_superblock(s->core), s->region.base, p->client_id);
+	if (n > 0)
+		kvi_warn("client %u left holding %d bucket lock%s: released", p->client_id, n, n == 1 ? "" : "s");
+	else if (n < 0)
+		kvi_err("client %u left; its bucket locks (if any) could not be released: %s", p->client_id,
+			kvc_strerror(n));
+}
+
 static void on_disconnect(void *arg, struct kvi_peer *p)
 {
 	struct kvs_server *s = arg;
 	char sum[160];
 
+	if (!s->stopping && p->role == KVI_ROLE_CLIENT)
+		fence_client(s, p);
 	if (p->established)
 		s->nclients--;
 	kvs_core_client_left(s->core, p->client_id);
@@ -332,7 +354,20 @@ int main(int argc, char **argv)
 	       sb->bucket_count, sb->heap_size / sb->segment_size, sb->segment_size >> 10);
 	fflush(stdout);
 
+	/* The loopback for fencing connects to our own listening address; with a
+	 * wildcard listener there is no address to name. */
+	if (s.o.listen && s.o.listen[0]) {
+		char port[8];
+
+		snprintf(port, sizeof(port), "%u", kvi_listener_port(s.l));
+		if (kvs_fence_start(&s.fence, s.o.listen, port, kvi_listener_device(s.l)))
+			kvi_warn("cannot start the loopback connection: locks of clients that die are not released");
+	} else {
+		kvi_warn("listening on all addresses: locks held by clients that die are not released "
+			 "(give -l ADDR to enable fencing)");
+	}
 	rc = serve(&s, &cb);
+	s.stopping = 1;
 	/* Tell every client first (their operations fail fast with
 	 * KVC_ESERVERGONE; reconnecting is the application's choice), give
 	 * the notices a moment to leave, then disconnect: their next operation
@@ -342,6 +377,7 @@ int main(int argc, char **argv)
 	    kvi_listener_flush_sends(s.l, 500))
 		kvi_info("some clients did not take the shutdown notice in time");
 	kvi_listener_disconnect_all(s.l, &cb);
+	kvs_fence_destroy(s.fence);
 	kvs_core_destroy(s.core);
 clean_region:
 	kvs_region_destroy(&s.region);

@@ -282,3 +282,37 @@ Test(kv, the_example_program_works_against_a_server)
 		  "%s", p.all);
 	stop_server(&srv);
 }
+
+Test(kv, locks_of_a_client_that_dies_are_released_by_the_server)
+{
+	struct kvt_proc srv, holder;
+	char *argv[] = { KV_LOCK_HOLDER_BIN, (char *)kvt_rdma_addr(), "7638", "victim", NULL };
+	char server[128], err[400], line[128];
+	struct kvc_opts o;
+	time_t t0;
+	kvc_t *h;
+	int rc;
+
+	kvt_start_server(&srv, "7638", NULL);
+	cr_assert_eq(kvt_start(&holder, argv), 0);
+	cr_assert_eq(kvt_line(&holder, line, sizeof(line), 60000), 0, "%s", holder.all);
+	cr_assert(strncmp(line, "LOCKED", 6) == 0, "%s", holder.all);
+	snprintf(server, sizeof(server), "%s:7638", kvt_rdma_addr());
+	kvc_opts_init(&o);
+	o.server = server;
+	o.op_timeout_ms = 1000;
+	cr_assert_eq(kvc_create(&o, &h, err, sizeof(err)), 0, "%s", err);
+	rc = kvc_put(h, "victim", 6, "v", 1, 0);
+	cr_expect_eq(rc, KVC_ETIMEDOUT, "the held lock must stop writers: got %s", kvc_err_name(rc));
+	kvt_kill(&holder, SIGKILL); /* dies holding both locks */
+	kvt_wait(&holder, 10000);
+	t0 = time(NULL);
+	do
+		rc = kvc_put(h, "victim", 6, "v", 1, 0);
+	while (rc == KVC_ETIMEDOUT && time(NULL) - t0 < 30);
+	cr_expect_eq(rc, 0, "after the holder died: %s", kvc_err_name(rc));
+	printf("locks of a dead client released within %ld s\n", (long)(time(NULL) - t0));
+	kvc_destroy(h);
+	stop_server(&srv);
+	cr_expect(strstr(srv.all, "holding 2 bucket locks: released") != NULL, "kvserver: %s", srv.all);
+}
