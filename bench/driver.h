@@ -40,6 +40,8 @@ struct kvb_driver {
 	const char *(*errname)(int status);
 	/* Server process CPU time in seconds so far (user + system); NULL if unknown. */
 	int (*server_cpu)(void *conn, double *seconds);
+	/* Bytes the server uses to hold items (storage and index); NULL if unknown. */
+	int (*server_mem)(void *conn, uint64_t *bytes);
 	/* Library round-trip counters: ops[i], rtts[i] for i < *kinds, named by names[i]. */
 	void (*round_trips)(void *conn, uint64_t *ops, uint64_t *rtts, const char **names, unsigned *kinds);
 	void (*close)(void *conn);

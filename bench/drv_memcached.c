@@ -143,6 +143,41 @@ static int mc_server_cpu(void *conn, double *seconds)
 	return 0;
 }
 
+/* memcached's memory for items: the slab pages it allocated (`stats slabs`
+ * total_malloced) plus its hash table (`stats` hash_bytes). */
+struct mc_mem {
+	uint64_t bytes;
+	int found;
+};
+
+static memcached_return_t mc_stat_cb(const memcached_instance_st *server, const char *key, size_t key_length,
+				     const char *value, size_t value_length, void *context)
+{
+	struct mc_mem *m = context;
+	char buf[32];
+
+	(void)server;
+	if ((key_length == 14 && memcmp(key, "total_malloced", 14) == 0) ||
+	    (key_length == 10 && memcmp(key, "hash_bytes", 10) == 0)) {
+		snprintf(buf, sizeof(buf), "%.*s", (int)value_length, value);
+		m->bytes += strtoull(buf, NULL, 10);
+		m->found++;
+	}
+	return MEMCACHED_SUCCESS;
+}
+
+static int mc_server_mem(void *conn, uint64_t *bytes)
+{
+	struct mc_conn *c = conn;
+	struct mc_mem m = { 0 };
+
+	if (memcached_stat_execute(c->mc, "slabs", mc_stat_cb, &m) != MEMCACHED_SUCCESS ||
+	    memcached_stat_execute(c->mc, NULL, mc_stat_cb, &m) != MEMCACHED_SUCCESS || m.found < 2)
+		return -1;
+	*bytes = m.bytes;
+	return 0;
+}
+
 static void mc_close(void *conn)
 {
 	struct mc_conn *c = conn;
@@ -161,6 +196,7 @@ const struct kvb_driver kvb_driver_memcached = {
 	.poll = mc_poll,
 	.errname = mc_errname,
 	.server_cpu = mc_server_cpu,
+	.server_mem = mc_server_mem,
 	.round_trips = NULL,
 	.close = mc_close,
 	.max_depth = 1,

@@ -108,6 +108,17 @@ static int rdma_server_cpu(void *conn, double *seconds)
 	return rc;
 }
 
+static int rdma_server_mem(void *conn, uint64_t *bytes)
+{
+	struct rdma_conn *c = conn;
+	struct kvc_server_stats ss;
+	int rc = kvc_server_stats(c->h, &ss);
+
+	if (rc == 0)
+		*bytes = ss.bytes_used;
+	return rc;
+}
+
 static void rdma_round_trips(void *conn, uint64_t *ops, uint64_t *rtts, const char **names, unsigned *kinds)
 {
 	struct rdma_conn *c = conn;
@@ -142,6 +153,7 @@ const struct kvb_driver kvb_driver_rdma = {
 	.poll = rdma_poll,
 	.errname = kvc_err_name,
 	.server_cpu = rdma_server_cpu,
+	.server_mem = rdma_server_mem,
 	.round_trips = rdma_round_trips,
 	.close = rdma_close,
 	.max_depth = 64,

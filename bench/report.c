@@ -57,6 +57,9 @@ void kvb_report_text(FILE *f, const struct kvb_cfg *c, const struct kvb_result *
 		(unsigned long long)c->seed, c->warmup_s);
 	if (c->load)
 		text_phase(f, c, "load", &r->load);
+	if (c->load && r->mem_after_load >= 0)
+		fprintf(f, "server memory holding items after the load: %lld bytes, %.1f bytes per record\n",
+			(long long)r->mem_after_load, (double)r->mem_after_load / (double)c->records);
 	text_phase(f, c, "run", &r->run);
 	if (r->rt_kinds) {
 		fprintf(f, "\nround trips per operation (library counters, load and run):\n");
@@ -129,7 +132,12 @@ void kvb_report_json(FILE *f, const struct kvb_cfg *c, const struct kvb_result *
 	if (c->load) {
 		fprintf(f, " \"load\": ");
 		json_phase(f, c, &r->load);
-		fprintf(f, ",\n");
+		fprintf(f, ",\n \"server_bytes_after_load\": ");
+		if (r->mem_after_load >= 0)
+			fprintf(f, "%lld, \"bytes_per_record\": %.2f,\n", (long long)r->mem_after_load,
+				(double)r->mem_after_load / (double)c->records);
+		else
+			fprintf(f, "null, \"bytes_per_record\": null,\n");
 	}
 	fprintf(f, " \"run\": ");
 	json_phase(f, c, &r->run);

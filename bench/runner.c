@@ -414,6 +414,7 @@ int kvb_run(const struct kvb_cfg *c, struct kvb_result *res, char *err, size_t e
 	int rc = 0;
 
 	memset(res, 0, sizeof(*res));
+	res->mem_after_load = -1;
 	phase_init(&res->load);
 	phase_init(&res->run);
 	if (!th) {
@@ -474,6 +475,13 @@ int kvb_run(const struct kvb_cfg *c, struct kvb_result *res, char *err, size_t e
 	cpu1 = server_cpu(c, stats_conn);
 	res->load.seconds = (t1 - t0) / 1e9;
 	res->load.server_cpu_s = cpu0 >= 0 && cpu1 >= 0 ? cpu1 - cpu0 : -1;
+	{
+		uint64_t bytes;
+
+		res->mem_after_load = stats_conn && c->drv->server_mem && c->drv->server_mem(stats_conn, &bytes) == 0
+					      ? (int64_t)bytes
+					      : -1;
+	}
 
 	sh.warmup_end = now_ns() + (uint64_t)(c->warmup_s * 1e9);
 	sh.run_end = c->operations ? 0 : sh.warmup_end + (uint64_t)(c->duration_s * 1e9);

@@ -51,6 +51,7 @@ struct kvb_phase {
 
 struct kvb_result {
 	struct kvb_phase load, run;
+	int64_t mem_after_load; /* server bytes holding items after the load; -1 unknown */
 	/* Library round-trip counters summed over the connections (load, warm-up and run). */
 	unsigned rt_kinds;
 	const char *rt_names[16];

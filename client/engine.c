@@ -469,7 +469,8 @@ int kvc_server_stats(kvc_t *h, struct kvc_server_stats *out)
 	if (resp.type != KVI_CTRL_STATS)
 		return resp.type == KVI_CTRL_ERROR && resp.status < 0 ? resp.status : KVC_EPROTO;
 	*out = (struct kvc_server_stats){ .cpu_ns = resp.arg[0], .segments_used = resp.arg[1],
-					  .segments_total = resp.arg[2], .clients = resp.arg[3] };
+					  .segments_total = resp.arg[2], .clients = resp.arg[3],
+					  .bytes_used = resp.arg[4] };
 	return 0;
 }
 

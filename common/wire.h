@@ -83,7 +83,8 @@ enum kvi_ctrl_type {
 	KVI_CTRL_SHUTDOWN = 4,  /* server -> client notice: the server is going away */
 	KVI_CTRL_STATS_REQ = 5, /* client -> server: how are you doing */
 	KVI_CTRL_STATS = 6,     /* server -> client: arg0 = server process CPU time (user + system, ns),
-				 * arg1 = segments in use, arg2 = segments in all, arg3 = clients */
+				 * arg1 = segments in use, arg2 = segments in all, arg3 = clients,
+				 * arg4 = bytes holding items (index + segments handed out) */
 	KVI_CTRL_TYPE_MAX = 6,
 };
 

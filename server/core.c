@@ -275,6 +275,8 @@ static int stats_reply(const struct kvs_core *c, struct kvi_ctrl *resp)
 	resp->arg[1] = st.segments_total - st.segments_free;
 	resp->arg[2] = st.segments_total;
 	resp->arg[3] = st.clients;
+	/* Memory holding items: the index and every segment handed out. */
+	resp->arg[4] = st.index_bytes + st.segments_granted * c->sb.segment_size;
 	return 0;
 }
 

@@ -85,7 +85,8 @@ void kvs_core_destroy(struct kvs_core *c);
  *           -> ERROR status = KVC_ENOMEM (heap exhausted)
  *   STATS_REQ -> STATS arg[0] = this process's CPU time (user + system, ns),
  *                      arg[1] = segments in use, arg[2] = segments in all,
- *                      arg[3] = clients holding segments
+ *                      arg[3] = clients holding segments,
+ *                      arg[4] = bytes holding items (index + granted segments)
  * Request arguments are reserved and ignored. */
 int kvs_core_ctrl(void *core, uint32_t client_id, const struct kvi_ctrl *req, struct kvi_ctrl *resp);
 

@@ -146,6 +146,7 @@ struct kvc_server_stats {
 	uint64_t segments_used;  /* heap segments granted to clients */
 	uint64_t segments_total;
 	uint64_t clients;        /* clients holding segments */
+	uint64_t bytes_used;     /* memory holding items: index + segments handed out */
 };
 KVC_EXPORT int kvc_server_stats(kvc_t *h, struct kvc_server_stats *out);
 KVC_EXPORT void kvc_reset_stats(kvc_t *h);

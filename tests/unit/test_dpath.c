@@ -550,6 +550,8 @@ Test(dpath, server_stats_report_segments_and_cpu)
 	cr_expect_geq(ss.segments_used, 1);
 	cr_expect_gt(ss.segments_total, ss.segments_used);
 	cr_expect_gt(ss.cpu_ns, 0);
+	cr_expect_eq(ss.bytes_used, kvs_core_superblock(env.core)->bucket_count * KVI_BUCKET_SIZE +
+					    ss.segments_used * kvs_core_superblock(env.core)->segment_size);
 }
 
 Test(dpath, stat_names_cover_every_kind)
