@@ -65,3 +65,17 @@ int kvt_env_client(struct kvt_env *env, const struct kvi_local_hooks *hooks, uns
 	kvi_rmem_local_set_ctrl(rm, locked_ctrl, env, __atomic_fetch_add(&env->next_client, 1, __ATOMIC_RELAXED));
 	return kvi_client_open(rm, &o, out);
 }
+
+int kvt_put_s(kvc_t *c, const char *k, const char *v)
+{
+	return kvc_put(c, k, strlen(k), v, strlen(v), 0);
+}
+
+int kvt_get_s(kvc_t *c, const char *k, char *out, size_t cap)
+{
+	size_t len = 0;
+	int rc = kvc_get(c, k, strlen(k), out, cap - 1, &len);
+
+	out[rc == 0 ? len : 0] = '\0';
+	return rc;
+}

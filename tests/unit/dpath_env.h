@@ -25,4 +25,9 @@ void kvt_env_fini(struct kvt_env *env);
 int kvt_env_client(struct kvt_env *env, const struct kvi_local_hooks *hooks, unsigned cache_entries,
 		   unsigned depth, kvc_t **out);
 
+/* PUT / GET with NUL-terminated keys and values, for readable tests. kvt_get_s
+ * leaves the value NUL-terminated in out (empty unless found); returns the code. */
+int kvt_put_s(kvc_t *c, const char *k, const char *v);
+int kvt_get_s(kvc_t *c, const char *k, char *out, size_t cap);
+
 #endif

@@ -28,20 +28,6 @@ static void teardown(void)
 
 TestSuite(dpath, .init = setup, .fini = teardown, .timeout = 60);
 
-static int put_s(kvc_t *c, const char *k, const char *v)
-{
-	return kvc_put(c, k, strlen(k), v, strlen(v), 0);
-}
-
-/* GET into a string; returns the code. */
-static int get_s(kvc_t *c, const char *k, char *out, size_t cap)
-{
-	size_t len = 0;
-	int rc = kvc_get(c, k, strlen(k), out, cap - 1, &len);
-
-	out[rc == 0 ? len : 0] = '\0';
-	return rc;
-}
 
 /* Round trips of the last operation of a kind: stats delta. */
 static uint64_t rtts(kvc_t *c, int kind, uint64_t *ops)
@@ -57,8 +43,8 @@ Test(dpath, put_then_get_returns_the_value)
 {
 	char v[64];
 
-	cr_assert_eq(put_s(h, "alpha", "one"), 0);
-	cr_assert_eq(get_s(h, "alpha", v, sizeof(v)), 0);
+	cr_assert_eq(kvt_put_s(h, "alpha", "one"), 0);
+	cr_assert_eq(kvt_get_s(h, "alpha", v, sizeof(v)), 0);
 	cr_expect_str_eq(v, "one");
 }
 
@@ -66,7 +52,7 @@ Test(dpath, missing_key_is_enotfound_for_get_and_delete)
 {
 	char v[8];
 
-	cr_expect_eq(get_s(h, "nope", v, sizeof(v)), KVC_ENOTFOUND);
+	cr_expect_eq(kvt_get_s(h, "nope", v, sizeof(v)), KVC_ENOTFOUND);
 	cr_expect_eq(kvc_delete(h, "nope", 4), KVC_ENOTFOUND);
 }
 
@@ -74,15 +60,15 @@ Test(dpath, update_replaces_and_delete_removes)
 {
 	char v[64];
 
-	cr_assert_eq(put_s(h, "k", "v1"), 0);
-	cr_assert_eq(put_s(h, "k", "version-two"), 0);
-	cr_assert_eq(get_s(h, "k", v, sizeof(v)), 0);
+	cr_assert_eq(kvt_put_s(h, "k", "v1"), 0);
+	cr_assert_eq(kvt_put_s(h, "k", "version-two"), 0);
+	cr_assert_eq(kvt_get_s(h, "k", v, sizeof(v)), 0);
 	cr_expect_str_eq(v, "version-two");
 	cr_assert_eq(kvc_delete(h, "k", 1), 0);
-	cr_expect_eq(get_s(h, "k", v, sizeof(v)), KVC_ENOTFOUND);
+	cr_expect_eq(kvt_get_s(h, "k", v, sizeof(v)), KVC_ENOTFOUND);
 	cr_expect_eq(kvc_delete(h, "k", 1), KVC_ENOTFOUND);
-	cr_assert_eq(put_s(h, "k", "back"), 0);
-	cr_assert_eq(get_s(h, "k", v, sizeof(v)), 0);
+	cr_assert_eq(kvt_put_s(h, "k", "back"), 0);
+	cr_assert_eq(kvt_get_s(h, "k", v, sizeof(v)), 0);
 	cr_expect_str_eq(v, "back");
 }
 
@@ -92,14 +78,14 @@ Test(dpath, another_client_sees_writes_and_deletes)
 	char v[64];
 
 	cr_assert_eq(kvt_env_client(&env, NULL, 1024, 4, &o), 0);
-	cr_assert_eq(put_s(h, "shared", "from-h"), 0);
-	cr_assert_eq(get_s(o, "shared", v, sizeof(v)), 0);
+	cr_assert_eq(kvt_put_s(h, "shared", "from-h"), 0);
+	cr_assert_eq(kvt_get_s(o, "shared", v, sizeof(v)), 0);
 	cr_expect_str_eq(v, "from-h");
-	cr_assert_eq(put_s(o, "shared", "from-o"), 0);
-	cr_assert_eq(get_s(h, "shared", v, sizeof(v)), 0, "h's cached location is stale and must be rechecked");
+	cr_assert_eq(kvt_put_s(o, "shared", "from-o"), 0);
+	cr_assert_eq(kvt_get_s(h, "shared", v, sizeof(v)), 0, "h's cached location is stale and must be rechecked");
 	cr_expect_str_eq(v, "from-o");
 	cr_assert_eq(kvc_delete(o, "shared", 6), 0);
-	cr_expect_eq(get_s(h, "shared", v, sizeof(v)), KVC_ENOTFOUND);
+	cr_expect_eq(kvt_get_s(h, "shared", v, sizeof(v)), KVC_ENOTFOUND);
 	kvc_destroy(o);
 }
 
@@ -112,24 +98,24 @@ Test(dpath, round_trips_meet_the_spec_targets)
 	cr_assert_eq(kvt_env_client(&env, NULL, 0, 4, &nc), 0);
 	/* PUT insert <= 2 */
 	r0 = rtts(nc, KVC_STAT_PUT_INSERT, &n0);
-	cr_assert_eq(put_s(nc, "rt-key", "v"), 0);
+	cr_assert_eq(kvt_put_s(nc, "rt-key", "v"), 0);
 	r1 = rtts(nc, KVC_STAT_PUT_INSERT, &n1);
 	cr_expect_eq(n1 - n0, 1);
 	cr_expect_leq(r1 - r0, 2, "PUT insert took %llu round trips", (unsigned long long)(r1 - r0));
 	/* GET hit <= 2 */
 	r0 = rtts(nc, KVC_STAT_GET_HIT, &n0);
-	cr_assert_eq(get_s(nc, "rt-key", v, sizeof(v)), 0);
+	cr_assert_eq(kvt_get_s(nc, "rt-key", v, sizeof(v)), 0);
 	r1 = rtts(nc, KVC_STAT_GET_HIT, &n1);
 	cr_expect_eq(n1 - n0, 1);
 	cr_expect_leq(r1 - r0, 2, "GET hit took %llu", (unsigned long long)(r1 - r0));
 	/* GET miss == 1 */
 	r0 = rtts(nc, KVC_STAT_GET_MISS, &n0);
-	cr_assert_eq(get_s(nc, "rt-absent", v, sizeof(v)), KVC_ENOTFOUND);
+	cr_assert_eq(kvt_get_s(nc, "rt-absent", v, sizeof(v)), KVC_ENOTFOUND);
 	r1 = rtts(nc, KVC_STAT_GET_MISS, &n1);
 	cr_expect_eq(r1 - r0, 1, "GET miss took %llu", (unsigned long long)(r1 - r0));
 	/* PUT update <= 3 */
 	r0 = rtts(nc, KVC_STAT_PUT_UPDATE, &n0);
-	cr_assert_eq(put_s(nc, "rt-key", "v2"), 0);
+	cr_assert_eq(kvt_put_s(nc, "rt-key", "v2"), 0);
 	r1 = rtts(nc, KVC_STAT_PUT_UPDATE, &n1);
 	cr_expect_eq(n1 - n0, 1);
 	cr_expect_leq(r1 - r0, 3, "PUT update took %llu", (unsigned long long)(r1 - r0));
@@ -141,14 +127,14 @@ Test(dpath, round_trips_meet_the_spec_targets)
 	kvc_destroy(nc);
 
 	/* With the location cache: GET hit 1, PUT update 2. */
-	cr_assert_eq(put_s(h, "rt-cached", "v"), 0);
+	cr_assert_eq(kvt_put_s(h, "rt-cached", "v"), 0);
 	r0 = rtts(h, KVC_STAT_GET_HIT_CACHED, &n0);
-	cr_assert_eq(get_s(h, "rt-cached", v, sizeof(v)), 0);
+	cr_assert_eq(kvt_get_s(h, "rt-cached", v, sizeof(v)), 0);
 	r1 = rtts(h, KVC_STAT_GET_HIT_CACHED, &n1);
 	cr_expect_eq(n1 - n0, 1, "the cache was used");
 	cr_expect_eq(r1 - r0, 1, "cached GET hit took %llu", (unsigned long long)(r1 - r0));
 	r0 = rtts(h, KVC_STAT_PUT_UPDATE_CACHED, &n0);
-	cr_assert_eq(put_s(h, "rt-cached", "v2"), 0);
+	cr_assert_eq(kvt_put_s(h, "rt-cached", "v2"), 0);
 	r1 = rtts(h, KVC_STAT_PUT_UPDATE_CACHED, &n1);
 	cr_expect_eq(n1 - n0, 1, "the cache was used");
 	cr_expect_leq(r1 - r0, 2, "cached PUT update took %llu", (unsigned long long)(r1 - r0));
@@ -163,7 +149,7 @@ Test(dpath, size_limits_are_enforced_and_change_nothing)
 
 	cr_assert_not_null(big);
 	memset(key, 'k', sizeof(key));
-	cr_assert_eq(put_s(h, "keep", "safe"), 0);
+	cr_assert_eq(kvt_put_s(h, "keep", "safe"), 0);
 	cr_expect_eq(kvc_put(h, key, 0, "v", 1, 0), KVC_EKEYSIZE);
 	cr_expect_eq(kvc_put(h, key, KVC_MAX_KEY + 1, "v", 1, 0), KVC_EKEYSIZE);
 	cr_expect_eq(kvc_get(h, key, KVC_MAX_KEY + 1, v, sizeof(v), &len), KVC_EKEYSIZE);
@@ -174,7 +160,7 @@ Test(dpath, size_limits_are_enforced_and_change_nothing)
 	cr_expect_eq(kvc_put(h, "bigvalue", 8, big, maxv, 0), 0, "the largest value fits");
 	cr_assert_eq(kvc_get(h, "bigvalue", 8, big, maxv, &len), 0);
 	cr_expect_eq(len, maxv);
-	cr_assert_eq(get_s(h, "keep", v, sizeof(v)), 0);
+	cr_assert_eq(kvt_get_s(h, "keep", v, sizeof(v)), 0);
 	cr_expect_str_eq(v, "safe");
 	free(big);
 }
@@ -184,7 +170,7 @@ Test(dpath, small_buffer_gets_etrunc_and_the_needed_length)
 	char v[4];
 	size_t len = 0;
 
-	cr_assert_eq(put_s(h, "long", "0123456789"), 0);
+	cr_assert_eq(kvt_put_s(h, "long", "0123456789"), 0);
 	cr_expect_eq(kvc_get(h, "long", 4, v, sizeof(v), &len), KVC_ETRUNC);
 	cr_expect_eq(len, 10);
 }
@@ -205,15 +191,15 @@ Test(dpath, expired_items_read_as_misses)
 
 	cr_assert_eq(kvc_put(h, "ttl", 3, "soon", 4, 1), 0);
 	cr_assert_eq(kvc_put(h, "forever", 7, "yes", 3, 0), 0);
-	cr_assert_eq(get_s(h, "ttl", v, sizeof(v)), 0);
+	cr_assert_eq(kvt_get_s(h, "ttl", v, sizeof(v)), 0);
 	sleep(2);
-	cr_expect_eq(get_s(h, "ttl", v, sizeof(v)), KVC_ENOTFOUND, "expired via the cached location");
+	cr_expect_eq(kvt_get_s(h, "ttl", v, sizeof(v)), KVC_ENOTFOUND, "expired via the cached location");
 	kvc_t *nc;
 	cr_assert_eq(kvt_env_client(&env, NULL, 0, 4, &nc), 0);
-	cr_expect_eq(get_s(nc, "ttl", v, sizeof(v)), KVC_ENOTFOUND, "expired via the buckets");
-	cr_expect_eq(get_s(nc, "forever", v, sizeof(v)), 0);
+	cr_expect_eq(kvt_get_s(nc, "ttl", v, sizeof(v)), KVC_ENOTFOUND, "expired via the buckets");
+	cr_expect_eq(kvt_get_s(nc, "forever", v, sizeof(v)), 0);
 	cr_assert_eq(kvc_put(nc, "ttl", 3, "again", 5, 0), 0, "an expired item can be replaced");
-	cr_assert_eq(get_s(h, "ttl", v, sizeof(v)), 0);
+	cr_assert_eq(kvt_get_s(h, "ttl", v, sizeof(v)), 0);
 	cr_expect_str_eq(v, "again");
 	kvc_destroy(nc);
 }
@@ -249,19 +235,19 @@ Test(dpath_small, fingerprint_collisions_keep_both_keys)
 	cr_assert_eq(kvt_env_init(&e2, 4, 64, 64), 0);
 	colliding_keys(kvs_core_superblock(e2.core)->bucket_count, a, b);
 	cr_assert_eq(kvt_env_client(&e2, NULL, 0, 4, &nc), 0);
-	cr_assert_eq(put_s(nc, a, "value-a"), 0);
-	cr_assert_eq(put_s(nc, b, "value-b"), 0);
-	cr_assert_eq(get_s(nc, a, v, sizeof(v)), 0);
+	cr_assert_eq(kvt_put_s(nc, a, "value-a"), 0);
+	cr_assert_eq(kvt_put_s(nc, b, "value-b"), 0);
+	cr_assert_eq(kvt_get_s(nc, a, v, sizeof(v)), 0);
 	cr_expect_str_eq(v, "value-a");
-	cr_assert_eq(get_s(nc, b, v, sizeof(v)), 0);
+	cr_assert_eq(kvt_get_s(nc, b, v, sizeof(v)), 0);
 	cr_expect_str_eq(v, "value-b");
-	cr_assert_eq(put_s(nc, b, "value-b2"), 0, "update one of the pair");
-	cr_assert_eq(get_s(nc, a, v, sizeof(v)), 0);
+	cr_assert_eq(kvt_put_s(nc, b, "value-b2"), 0, "update one of the pair");
+	cr_assert_eq(kvt_get_s(nc, a, v, sizeof(v)), 0);
 	cr_expect_str_eq(v, "value-a");
 	cr_assert_eq(kvc_delete(nc, a, strlen(a)), 0);
-	cr_assert_eq(get_s(nc, b, v, sizeof(v)), 0);
+	cr_assert_eq(kvt_get_s(nc, b, v, sizeof(v)), 0);
 	cr_expect_str_eq(v, "value-b2");
-	cr_expect_eq(get_s(nc, a, v, sizeof(v)), KVC_ENOTFOUND);
+	cr_expect_eq(kvt_get_s(nc, a, v, sizeof(v)), KVC_ENOTFOUND);
 	kvc_destroy(nc);
 	kvt_env_fini(&e2);
 }
@@ -281,22 +267,22 @@ Test(dpath_small, full_buckets_give_eindexfull_and_lose_no_key, .timeout = 60)
 	for (i = 0; i < 100 && rc == 0; i++) {
 		snprintf(k, sizeof(k), "full-%d", i);
 		snprintf(v, sizeof(v), "val-%d", i);
-		rc = put_s(c, k, v);
+		rc = kvt_put_s(c, k, v);
 		if (rc == 0)
 			stored++;
 	}
 	cr_expect_eq(rc, KVC_EINDEXFULL, "got %s", kvc_err_name(rc));
 	cr_expect_eq(stored, 2 * KVI_SLOTS_PER_BUCKET);
-	cr_expect_eq(get_s(c, k, got, sizeof(got)), KVC_ENOTFOUND, "the refused key is not there");
+	cr_expect_eq(kvt_get_s(c, k, got, sizeof(got)), KVC_ENOTFOUND, "the refused key is not there");
 	for (int j = 0; j < stored; j++) {
 		snprintf(k, sizeof(k), "full-%d", j);
 		snprintf(v, sizeof(v), "val-%d", j);
-		cr_assert_eq(get_s(c, k, got, sizeof(got)), 0, "%s lost", k);
+		cr_assert_eq(kvt_get_s(c, k, got, sizeof(got)), 0, "%s lost", k);
 		cr_expect_str_eq(got, v);
 	}
-	cr_expect_eq(put_s(c, "full-0", "updated"), 0, "updates still work when full");
+	cr_expect_eq(kvt_put_s(c, "full-0", "updated"), 0, "updates still work when full");
 	cr_assert_eq(kvc_delete(c, "full-1", 6), 0);
-	cr_expect_eq(put_s(c, "newcomer", "fits now"), 0, "a delete makes room");
+	cr_expect_eq(kvt_put_s(c, "newcomer", "fits now"), 0, "a delete makes room");
 	kvc_destroy(c);
 	kvt_env_fini(&e2);
 }
@@ -342,12 +328,12 @@ Test(dpath_small, heap_exhaustion_is_enomem_and_changes_nothing, .timeout = 60)
 		char k[32];
 
 		snprintf(k, sizeof(k), "fill-%d", i);
-		rc = put_s(c, k, v);
+		rc = kvt_put_s(c, k, v);
 		stored += rc == 0;
 	}
 	cr_expect_eq(rc, KVC_ENOMEM, "got %s", kvc_err_name(rc));
 	cr_expect_gt(stored, 100);
-	cr_assert_eq(get_s(c, "fill-0", got, sizeof(got)), 0);
+	cr_assert_eq(kvt_get_s(c, "fill-0", got, sizeof(got)), 0);
 	cr_expect_str_eq(got, v);
 	kvc_destroy(c);
 	kvt_env_fini(&e2);
@@ -410,7 +396,7 @@ static void check_never_wrong(struct tear *t, int expect_some_hits)
 	for (int i = 0; i < 64; i++) {
 		snprintf(k, sizeof(k), "torn-%d", i);
 		snprintf(v, sizeof(v), "value-%d-%s", i, "padding-to-make-it-longer");
-		cr_assert_eq(put_s(h, k, v), 0);
+		cr_assert_eq(kvt_put_s(h, k, v), 0);
 	}
 	cr_assert_eq(kvt_env_client(&env, &hooks, 0, 4, &c), 0);
 	for (int round = 0; round < 10; round++) {
@@ -419,7 +405,7 @@ static void check_never_wrong(struct tear *t, int expect_some_hits)
 
 			snprintf(k, sizeof(k), "torn-%d", i);
 			snprintf(v, sizeof(v), "value-%d-%s", i, "padding-to-make-it-longer");
-			rc = get_s(c, k, got, sizeof(got));
+			rc = kvt_get_s(c, k, got, sizeof(got));
 			if (rc == 0) {
 				cr_assert_str_eq(got, v, "a torn read produced a wrong value");
 				hits++;
@@ -465,7 +451,7 @@ Test(dpath, corrupt_index_and_heap_do_not_crash_the_client)
 
 	for (int i = 0; i < 200; i++) {
 		snprintf(k, sizeof(k), "victim-%d", i);
-		cr_assert_eq(put_s(h, k, "v"), 0);
+		cr_assert_eq(kvt_put_s(h, k, "v"), 0);
 	}
 	/* A malicious writer scribbles over every slot of the index and over the heap. */
 	for (uint64_t b = 0; b < sb->bucket_count; b++)
@@ -485,7 +471,7 @@ Test(dpath, corrupt_index_and_heap_do_not_crash_the_client)
 		int rc;
 
 		snprintf(k, sizeof(k), "victim-%d", i);
-		rc = get_s(nc, k, got, sizeof(got));
+		rc = kvt_get_s(nc, k, got, sizeof(got));
 		cr_expect(rc == 0 || rc == KVC_ENOTFOUND || rc == KVC_ECORRUPT, "%s", kvc_err_name(rc));
 		if (rc == 0)
 			cr_expect_str_eq(got, "v");
@@ -545,7 +531,7 @@ Test(dpath, server_stats_report_segments_and_cpu)
 {
 	struct kvc_server_stats ss;
 
-	cr_assert_eq(put_s(h, "s", "v"), 0);
+	cr_assert_eq(kvt_put_s(h, "s", "v"), 0);
 	cr_assert_eq(kvc_server_stats(h, &ss), 0);
 	cr_expect_geq(ss.segments_used, 1);
 	cr_expect_gt(ss.segments_total, ss.segments_used);

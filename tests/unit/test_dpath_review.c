@@ -160,19 +160,6 @@ static kvc_t *impatient(void)
 	return c;
 }
 
-static int put_s(kvc_t *c, const char *k, const char *v)
-{
-	return kvc_put(c, k, strlen(k), v, strlen(v), 0);
-}
-
-static int get_s(kvc_t *c, const char *k, char *out, size_t cap)
-{
-	size_t len = 0;
-	int rc = kvc_get(c, k, strlen(k), out, cap - 1, &len);
-
-	out[rc == 0 ? len : 0] = '\0';
-	return rc;
-}
 
 static int del_s(kvc_t *c, const char *k)
 {
@@ -204,7 +191,7 @@ static void key_with_first_bucket(const char *prefix, uint64_t bucket, char out[
 static void occupy_first_bucket_of(kvc_t *c, const char *key, char filler[48])
 {
 	key_with_first_bucket("filler", hash_of(key).b[0], filler);
-	cr_assert_eq(put_s(c, filler, "f"), 0);
+	cr_assert_eq(kvt_put_s(c, filler, "f"), 0);
 }
 
 /* ---- a one-shot trigger on one client's operations ----------------------- */
@@ -271,7 +258,7 @@ static void fire_impatient_put(struct trig *t, const struct kvi_rop *op)
 
 	(void)t;
 	(void)op;
-	fire_rc[0] = put_s(other, the_key, "from-b");
+	fire_rc[0] = kvt_put_s(other, the_key, "from-b");
 	fire_lock[0] = lock_word(kh.b[0]);
 	fire_lock[1] = lock_word(kh.b[1]);
 }
@@ -286,7 +273,7 @@ Test(review_locks, writer_timing_out_on_a_held_lock_releases_the_lock_it_did_tak
 	other = impatient();
 	the_key = "contended";
 	on_lock_cas(&t, hash_of(the_key).b[1]);
-	cr_assert_eq(put_s(a, the_key, "from-a"), 0);
+	cr_assert_eq(kvt_put_s(a, the_key, "from-a"), 0);
 	cr_assert_eq(t.fired, 1);
 	cr_expect_eq(fire_rc[0], KVC_ETIMEDOUT, "B got %s", kvc_err_name(fire_rc[0]));
 	cr_expect_eq(fire_lock[0], kvi_lock_held_by(a->rm->client_id), "A still holds its first bucket");
@@ -335,7 +322,7 @@ Test(review_locks, partial_lock_is_released_before_backing_off)
 	the_key = "half-locked";
 	fake_holder_b = hash_of(the_key).b[1];
 	on_lock_cas(&t, fake_holder_b);
-	cr_assert_eq(put_s(a, the_key, "v"), 0);
+	cr_assert_eq(kvt_put_s(a, the_key, "v"), 0);
 	cr_assert_eq(t.fired, 2);
 	cr_expect_eq(fire_lock[0], 0, "A backed off still holding bucket %llu",
 		     (unsigned long long)hash_of(the_key).b[0]);
@@ -351,9 +338,9 @@ static void fire_during_commit(struct trig *t, const struct kvi_rop *op)
 {
 	(void)t;
 	(void)op;
-	fire_rc[0] = get_s(other, the_key, fire_val[0], sizeof(fire_val[0]));
+	fire_rc[0] = kvt_get_s(other, the_key, fire_val[0], sizeof(fire_val[0]));
 	fire_rc[1] = del_s(other, the_key);
-	fire_rc[2] = put_s(other, the_key, "from-b");
+	fire_rc[2] = kvt_put_s(other, the_key, "from-b");
 }
 
 Test(review_locks, commit_in_progress_blocks_writers_cleanly_and_readers_see_the_old_value)
@@ -365,11 +352,11 @@ Test(review_locks, commit_in_progress_blocks_writers_cleanly_and_readers_see_the
 
 	other = impatient();
 	the_key = "committing";
-	cr_assert_eq(put_s(a, the_key, "old"), 0);
+	cr_assert_eq(kvt_put_s(a, the_key, "old"), 0);
 	t.lo = sb()->index_off;
 	t.hi = sb()->heap_off; /* the slot WRITE, not the object WRITE */
 	t.armed = 1;
-	cr_assert_eq(put_s(a, the_key, "new"), 0);
+	cr_assert_eq(kvt_put_s(a, the_key, "new"), 0);
 	cr_assert_eq(t.fired, 1);
 	cr_expect_eq(fire_rc[0], 0);
 	cr_expect_str_eq(fire_val[0], "old", "the slot is not written yet");
@@ -378,7 +365,7 @@ Test(review_locks, commit_in_progress_blocks_writers_cleanly_and_readers_see_the
 	cr_expect_eq(locked_buckets(), 0);
 	cr_expect_eq(key_slots(the_key, v, sizeof(v), NULL), 1);
 	cr_expect_str_eq(v, "new");
-	cr_assert_eq(get_s(other, the_key, v, sizeof(v)), 0);
+	cr_assert_eq(kvt_get_s(other, the_key, v, sizeof(v)), 0);
 	cr_expect_str_eq(v, "new");
 	kvc_destroy(other);
 	kvc_destroy(a);
@@ -403,15 +390,15 @@ Test(review_locks, put_whose_key_check_reads_stay_corrupt_fails_ecorrupt_and_rel
 
 	corrupt_from = sb()->heap_off;
 	a = client(&hk, 0, 4);
-	cr_assert_eq(put_s(b, "fragile", "intact"), 0);
-	cr_expect_eq(put_s(a, "fragile", "overwrite"), KVC_ECORRUPT);
+	cr_assert_eq(kvt_put_s(b, "fragile", "intact"), 0);
+	cr_expect_eq(kvt_put_s(a, "fragile", "overwrite"), KVC_ECORRUPT);
 	cr_expect_eq(del_s(a, "fragile"), KVC_ECORRUPT);
 	kvc_get_stats(a, &s);
 	cr_expect_eq(s.verify_retries, 2 * KVI_VERIFY_TRIES);
 	cr_expect_eq(locked_buckets(), 0);
 	cr_expect_eq(key_slots("fragile", v, sizeof(v), NULL), 1, "no duplicate was inserted");
 	cr_expect_str_eq(v, "intact");
-	cr_assert_eq(get_s(b, "fragile", v, sizeof(v)), 0);
+	cr_assert_eq(kvt_get_s(b, "fragile", v, sizeof(v)), 0);
 	cr_expect_str_eq(v, "intact");
 	kvc_destroy(a);
 	kvc_destroy(b);
@@ -425,12 +412,12 @@ Test(review_small, refused_inserts_and_delete_misses_release_both_locks)
 
 	for (i = 0; i < 100 && rc == 0; i++) {
 		snprintf(k, sizeof(k), "fill-%d", i);
-		rc = put_s(c, k, "v");
+		rc = kvt_put_s(c, k, "v");
 	}
 	cr_assert_eq(rc, KVC_EINDEXFULL);
 	cr_expect_eq(lock_word(0), 0);
 	cr_expect_eq(lock_word(1), 0);
-	cr_expect_eq(put_s(c, "one-more", "v"), KVC_EINDEXFULL, "a second refusal is not a lock conflict");
+	cr_expect_eq(kvt_put_s(c, "one-more", "v"), KVC_EINDEXFULL, "a second refusal is not a lock conflict");
 	cr_expect_eq(del_s(c, "absent"), KVC_ENOTFOUND);
 	cr_expect_eq(lock_word(0), 0);
 	cr_expect_eq(lock_word(1), 0);
@@ -445,7 +432,7 @@ static void fire_put_b(struct trig *t, const struct kvi_rop *op)
 {
 	(void)t;
 	(void)op;
-	fire_rc[0] = put_s(other, the_key, "from-b");
+	fire_rc[0] = kvt_put_s(other, the_key, "from-b");
 }
 
 Test(review_race, insert_racing_another_insert_before_its_locks_updates_the_one_slot)
@@ -458,7 +445,7 @@ Test(review_race, insert_racing_another_insert_before_its_locks_updates_the_one_
 	other = client(NULL, 0, 4);
 	the_key = "both-insert";
 	on_lock_cas(&t, hash_of(the_key).b[0]);
-	cr_assert_eq(put_s(a, the_key, "from-a"), 0);
+	cr_assert_eq(kvt_put_s(a, the_key, "from-a"), 0);
 	cr_assert_eq(t.fired, 1);
 	cr_expect_eq(fire_rc[0], 0);
 	cr_expect_eq(stat_ops(a, KVC_STAT_PUT_UPDATE), 1, "A found B's insert under its locks");
@@ -480,14 +467,14 @@ Test(review_race, get_never_misses_a_key_updated_in_place_between_its_two_bucket
 	other = client(NULL, 0, 4);
 	the_key = "second-bucket";
 	occupy_first_bucket_of(other, the_key, filler_key);
-	cr_assert_eq(put_s(other, the_key, "before"), 0);
+	cr_assert_eq(kvt_put_s(other, the_key, "before"), 0);
 	cr_assert_eq(key_slots(the_key, NULL, 0, &which), 1);
 	cr_assert_eq(which, 1, "the key lives in its second bucket");
 	/* Fire between the READ of the first bucket and the READ of the second. */
 	t.lo = kvi_bucket_off(sb(), hash_of(the_key).b[1]);
 	t.hi = t.lo + 1;
 	t.armed = 1;
-	cr_assert_eq(get_s(a, the_key, v, sizeof(v)), 0, "an in-place update never makes the key absent");
+	cr_assert_eq(kvt_get_s(a, the_key, v, sizeof(v)), 0, "an in-place update never makes the key absent");
 	cr_assert_eq(t.fired, 1);
 	cr_expect_str_eq(v, "from-b");
 	kvc_destroy(other);
@@ -503,17 +490,17 @@ Test(review_race, get_updated_before_its_object_read_returns_the_old_value_and_t
 
 	other = client(NULL, 0, 4);
 	the_key = "reread";
-	cr_assert_eq(put_s(other, the_key, "old"), 0);
+	cr_assert_eq(kvt_put_s(other, the_key, "old"), 0);
 	t.lo = sb()->heap_off;
 	t.hi = heap_end();
 	t.armed = 1;
-	cr_assert_eq(get_s(a, the_key, v, sizeof(v)), 0);
+	cr_assert_eq(kvt_get_s(a, the_key, v, sizeof(v)), 0);
 	cr_assert_eq(t.fired, 1);
 	cr_expect_str_eq(v, "old", "the slot was read before the update: objects are immutable");
 	/* A cached the superseded location; it must be rechecked, not trusted. */
-	cr_assert_eq(get_s(a, the_key, v, sizeof(v)), 0);
+	cr_assert_eq(kvt_get_s(a, the_key, v, sizeof(v)), 0);
 	cr_expect_str_eq(v, "from-b");
-	cr_assert_eq(get_s(a, the_key, v, sizeof(v)), 0);
+	cr_assert_eq(kvt_get_s(a, the_key, v, sizeof(v)), 0);
 	cr_expect_str_eq(v, "from-b");
 	cr_expect_eq(stat_ops(a, KVC_STAT_GET_HIT_CACHED), 1, "the new location was cached");
 	kvc_destroy(other);
@@ -532,8 +519,8 @@ static void fire_move_to_other_bucket(struct trig *t, const struct kvi_rop *op)
 	(void)op;
 	fire_rc[0] = del_s(other, the_key);
 	key_with_first_bucket("filler", hash_of(the_key).b[0], filler_key);
-	fire_rc[1] = put_s(other, filler_key, "f");
-	fire_rc[2] = put_s(other, the_key, "from-b");
+	fire_rc[1] = kvt_put_s(other, filler_key, "f");
+	fire_rc[2] = kvt_put_s(other, the_key, "from-b");
 }
 
 Test(review_cache, cached_put_after_the_key_moved_to_its_other_bucket_updates_it_there_without_a_duplicate)
@@ -546,12 +533,12 @@ Test(review_cache, cached_put_after_the_key_moved_to_its_other_bucket_updates_it
 
 	other = client(NULL, 0, 4);
 	the_key = "mover";
-	cr_assert_eq(put_s(a, the_key, "a1"), 0); /* cached: first bucket */
+	cr_assert_eq(kvt_put_s(a, the_key, "a1"), 0); /* cached: first bucket */
 	cr_assert_eq(key_slots(the_key, NULL, 0, &which), 1);
 	cr_assert_eq(which, 0);
 	on_lock_cas(&t, hash_of(the_key).b[0]);
 	t.armed = 1;
-	cr_assert_eq(put_s(a, the_key, "a2"), 0);
+	cr_assert_eq(kvt_put_s(a, the_key, "a2"), 0);
 	cr_assert_eq(t.fired, 1);
 	cr_expect(fire_rc[0] == 0 && fire_rc[1] == 0 && fire_rc[2] == 0);
 	cr_expect_eq(key_slots(the_key, v, sizeof(v), &which), 1, "exactly one slot holds the key");
@@ -559,7 +546,7 @@ Test(review_cache, cached_put_after_the_key_moved_to_its_other_bucket_updates_it
 	cr_expect_str_eq(v, "a2");
 	cr_expect_eq(stat_ops(a, KVC_STAT_PUT_UPDATE), 1, "the stale hint fell back to the general path");
 	cr_expect_eq(locked_buckets(), 0);
-	cr_assert_eq(get_s(other, filler_key, v, sizeof(v)), 0, "the key now in the old slot is intact");
+	cr_assert_eq(kvt_get_s(other, filler_key, v, sizeof(v)), 0, "the key now in the old slot is intact");
 	cr_expect_str_eq(v, "f");
 	kvc_destroy(other);
 	kvc_destroy(a);
@@ -569,7 +556,7 @@ static void fire_replace(struct trig *t, const struct kvi_rop *op)
 {
 	(void)t;
 	(void)op;
-	fire_rc[0] = put_s(other, the_key, "from-b");
+	fire_rc[0] = kvt_put_s(other, the_key, "from-b");
 }
 
 Test(review_cache, cached_delete_after_another_client_replaced_the_value_removes_the_key)
@@ -581,15 +568,15 @@ Test(review_cache, cached_delete_after_another_client_replaced_the_value_removes
 
 	other = client(NULL, 0, 4);
 	the_key = "replaced";
-	cr_assert_eq(put_s(a, the_key, "a1"), 0);
+	cr_assert_eq(kvt_put_s(a, the_key, "a1"), 0);
 	on_lock_cas(&t, hash_of(the_key).b[0]);
 	t.armed = 1;
 	cr_assert_eq(del_s(a, the_key), 0);
 	cr_assert_eq(t.fired, 1);
 	cr_expect_eq(fire_rc[0], 0);
 	cr_expect_eq(key_slots(the_key, NULL, 0, NULL), 0);
-	cr_expect_eq(get_s(other, the_key, v, sizeof(v)), KVC_ENOTFOUND);
-	cr_expect_eq(get_s(a, the_key, v, sizeof(v)), KVC_ENOTFOUND);
+	cr_expect_eq(kvt_get_s(other, the_key, v, sizeof(v)), KVC_ENOTFOUND);
+	cr_expect_eq(kvt_get_s(a, the_key, v, sizeof(v)), KVC_ENOTFOUND);
 	cr_expect_eq(locked_buckets(), 0);
 	kvc_destroy(other);
 	kvc_destroy(a);
@@ -611,10 +598,10 @@ Test(review_cache, cached_put_of_a_key_deleted_meanwhile_reinserts_it_once)
 
 	other = client(NULL, 0, 4);
 	the_key = "deleted-meanwhile";
-	cr_assert_eq(put_s(a, the_key, "a1"), 0);
+	cr_assert_eq(kvt_put_s(a, the_key, "a1"), 0);
 	on_lock_cas(&t, hash_of(the_key).b[0]);
 	t.armed = 1;
-	cr_assert_eq(put_s(a, the_key, "a2"), 0);
+	cr_assert_eq(kvt_put_s(a, the_key, "a2"), 0);
 	cr_assert_eq(t.fired, 1);
 	cr_expect_eq(fire_rc[0], 0);
 	cr_expect_eq(stat_ops(a, KVC_STAT_PUT_INSERT), 2, "the stale hint became an insert");
@@ -647,11 +634,11 @@ Test(review_cache, cached_location_outside_the_key_buckets_is_never_locked)
 
 	if (bogus == kh.b[1])
 		bogus = (bogus + 1) % sb()->bucket_count;
-	cr_assert_eq(put_s(a, "misplaced", "v1"), 0);
+	cr_assert_eq(kvt_put_s(a, "misplaced", "v1"), 0);
 	/* A cache entry that names a foreign bucket (e.g. from before a resize). */
 	kvi_locache_put(&a->cache, kh.lo, kh.hi, bogus, 3, *slot_ptr(kh.b[0], 0));
 	ncas = 0;
-	cr_assert_eq(put_s(a, "misplaced", "v2"), 0);
+	cr_assert_eq(kvt_put_s(a, "misplaced", "v2"), 0);
 	for (unsigned i = 0; i < ncas; i++)
 		cr_expect(cas_roff[i] == kvi_bucket_off(sb(), kh.b[0]) || cas_roff[i] == kvi_bucket_off(sb(), kh.b[1]),
 			  "locked bucket at offset %llu", (unsigned long long)cas_roff[i]);
@@ -749,7 +736,7 @@ Test(review_async, many_puts_to_one_key_from_one_handle_end_with_the_last_commit
 		value_of_slot(writes[nwrites - 1].word, last, sizeof(last));
 		cr_expect_eq(key_slots("hot", v, sizeof(v), NULL), 1);
 		cr_expect_str_eq(v, last);
-		cr_assert_eq(get_s(a, "hot", v, sizeof(v)), 0);
+		cr_assert_eq(kvt_get_s(a, "hot", v, sizeof(v)), 0);
 		cr_expect_str_eq(v, last, "a GET after every acknowledgement sees the last commit");
 		cr_expect_eq(locked_buckets(), 0);
 	}
@@ -780,14 +767,14 @@ Test(review_async, mixed_puts_and_deletes_on_one_key_from_one_handle_match_the_l
 		cr_assert_gt(nwrites, 0);
 		if (writes[nwrites - 1].word == 0) {
 			cr_expect_eq(key_slots("flip", NULL, 0, NULL), 0);
-			cr_expect_eq(get_s(a, "flip", v, sizeof(v)), KVC_ENOTFOUND);
-			cr_expect_eq(get_s(b, "flip", v, sizeof(v)), KVC_ENOTFOUND);
+			cr_expect_eq(kvt_get_s(a, "flip", v, sizeof(v)), KVC_ENOTFOUND);
+			cr_expect_eq(kvt_get_s(b, "flip", v, sizeof(v)), KVC_ENOTFOUND);
 		} else {
 			value_of_slot(writes[nwrites - 1].word, last, sizeof(last));
 			cr_expect_eq(key_slots("flip", v, sizeof(v), NULL), 1);
-			cr_assert_eq(get_s(a, "flip", v, sizeof(v)), 0);
+			cr_assert_eq(kvt_get_s(a, "flip", v, sizeof(v)), 0);
 			cr_expect_str_eq(v, last);
-			cr_assert_eq(get_s(b, "flip", v, sizeof(v)), 0);
+			cr_assert_eq(kvt_get_s(b, "flip", v, sizeof(v)), 0);
 			cr_expect_str_eq(v, last);
 		}
 		cr_expect_eq(locked_buckets(), 0);
@@ -910,7 +897,7 @@ Test(review_expiry, delete_of_an_expired_item_is_enotfound_through_the_buckets)
 
 	cr_assert_eq(kvc_put(a, "gone", 4, "x", 1, 1), 0);
 	sleep(2);
-	cr_assert_eq(get_s(a, "gone", v, sizeof(v)), KVC_ENOTFOUND, "GET: an expired key is absent");
+	cr_assert_eq(kvt_get_s(a, "gone", v, sizeof(v)), KVC_ENOTFOUND, "GET: an expired key is absent");
 	cr_expect_eq(del_s(a, "gone"), KVC_ENOTFOUND, "DELETE must agree with GET that the key is absent");
 	cr_expect_eq(stat_ops(a, KVC_STAT_DELETE), 0, "counted as a successful delete");
 	kvc_destroy(a);
@@ -923,7 +910,7 @@ Test(review_expiry, delete_of_an_expired_item_is_enotfound_through_the_cached_lo
 
 	cr_assert_eq(kvc_put(a, "gone", 4, "x", 1, 1), 0); /* location cached */
 	sleep(2);
-	cr_assert_eq(get_s(a, "gone", v, sizeof(v)), KVC_ENOTFOUND, "GET: an expired key is absent");
+	cr_assert_eq(kvt_get_s(a, "gone", v, sizeof(v)), KVC_ENOTFOUND, "GET: an expired key is absent");
 	cr_expect_eq(del_s(a, "gone"), KVC_ENOTFOUND, "DELETE must agree with GET that the key is absent");
 	kvc_destroy(a);
 }
@@ -964,22 +951,22 @@ Test(review_rounds, seventeen_fingerprint_twins_are_found_across_read_rounds_and
 
 	fingerprint_twins(N, twins);
 	for (int i = 0; i < N - 1; i++)
-		cr_assert_eq(put_s(a, twins[i], twins[i]), 0, "%d", i);
+		cr_assert_eq(kvt_put_s(a, twins[i], twins[i]), 0, "%d", i);
 	/* The new key must be compared with all 17 candidates before it is inserted. */
-	cr_assert_eq(put_s(a, twins[N - 1], "last"), 0);
+	cr_assert_eq(kvt_put_s(a, twins[N - 1], "last"), 0);
 	for (int i = 0; i < N; i++) {
 		snprintf(want, sizeof(want), "%s", i == N - 1 ? "last" : twins[i]);
 		cr_expect_eq(key_slots(twins[i], NULL, 0, NULL), 1, "%s", twins[i]);
-		cr_assert_eq(get_s(a, twins[i], v, sizeof(v)), 0, "%s", twins[i]);
+		cr_assert_eq(kvt_get_s(a, twins[i], v, sizeof(v)), 0, "%s", twins[i]);
 		cr_expect_str_eq(v, want);
 	}
 	/* Updates through the buckets (a) and through the cache (c, after a GET). */
 	for (int i = 0; i < N; i++) {
 		snprintf(want, sizeof(want), "upd-%d", i);
-		cr_assert_eq(put_s(a, twins[i], want), 0);
-		cr_assert_eq(get_s(c, twins[i], v, sizeof(v)), 0);
+		cr_assert_eq(kvt_put_s(a, twins[i], want), 0);
+		cr_assert_eq(kvt_get_s(c, twins[i], v, sizeof(v)), 0);
 		cr_expect_str_eq(v, want);
-		cr_assert_eq(put_s(c, twins[i], "again"), 0);
+		cr_assert_eq(kvt_put_s(c, twins[i], "again"), 0);
 		cr_expect_eq(key_slots(twins[i], v, sizeof(v), NULL), 1, "%s", twins[i]);
 		cr_expect_str_eq(v, "again");
 	}
@@ -992,7 +979,7 @@ Test(review_rounds, seventeen_fingerprint_twins_are_found_across_read_rounds_and
 	}
 	for (int i = N - 1; i >= 0; i--) {
 		cr_assert_eq(del_s(a, twins[i]), 0, "%s", twins[i]);
-		cr_expect_eq(get_s(c, twins[i], v, sizeof(v)), KVC_ENOTFOUND);
+		cr_expect_eq(kvt_get_s(c, twins[i], v, sizeof(v)), KVC_ENOTFOUND);
 		cr_expect_eq(key_slots(twins[i], NULL, 0, NULL), 0);
 	}
 	cr_expect_eq(locked_buckets(), 0);
@@ -1086,16 +1073,16 @@ Test(review_malicious, garbage_headers_and_slots_matching_the_key_never_crash_or
 	for (unsigned i = 0; i < ng; i++)
 		*slot_ptr(kh.b[i & 1], i / 2) = g[i];
 
-	rc = get_s(a, key, v, sizeof(v));
+	rc = kvt_get_s(a, key, v, sizeof(v));
 	cr_expect(rc == KVC_ENOTFOUND || rc == KVC_ECORRUPT, "GET got %s", kvc_err_name(rc));
 	rc = del_s(a, key);
 	cr_expect(rc == KVC_ENOTFOUND || rc == KVC_ECORRUPT, "DELETE got %s", kvc_err_name(rc));
-	rc = put_s(a, key, "real");
+	rc = kvt_put_s(a, key, "real");
 	cr_expect(rc == 0 || rc == KVC_ECORRUPT, "PUT got %s", kvc_err_name(rc));
 	if (rc == 0) {
-		cr_assert_eq(get_s(c, key, v, sizeof(v)), 0);
+		cr_assert_eq(kvt_get_s(c, key, v, sizeof(v)), 0);
 		cr_expect_str_eq(v, "real");
-		cr_assert_eq(get_s(c, key, v, sizeof(v)), 0, "through the cache");
+		cr_assert_eq(kvt_get_s(c, key, v, sizeof(v)), 0, "through the cache");
 		cr_expect_str_eq(v, "real");
 	}
 	cr_expect_eq(locked_buckets(), 0);
@@ -1111,7 +1098,7 @@ Test(review_malicious, object_corrupted_under_a_still_valid_cached_location_is_n
 	uint64_t s = 0;
 	char v[64];
 
-	cr_assert_eq(put_s(a, "victim", "value"), 0);
+	cr_assert_eq(kvt_put_s(a, "victim", "value"), 0);
 	for (unsigned w = 0; w < 2 && !s; w++)
 		for (unsigned i = 0; i < KVI_SLOTS_PER_BUCKET && !s; i++)
 			if (*slot_ptr(kh.b[w], i))
@@ -1119,13 +1106,13 @@ Test(review_malicious, object_corrupted_under_a_still_valid_cached_location_is_n
 	cr_assert_neq(s, 0);
 	oh = (struct kvi_obj_hdr *)(void *)(base() + kvi_slot_obj_off(s));
 	oh->value_len = 0xffffffffu; /* the slot word is unchanged: the cache check passes */
-	cr_expect_eq(get_s(a, "victim", v, sizeof(v)), KVC_ECORRUPT);
+	cr_expect_eq(kvt_get_s(a, "victim", v, sizeof(v)), KVC_ECORRUPT);
 	oh->value_len = 5;
 	oh->key_len = 0xffff;
-	cr_expect_eq(get_s(a, "victim", v, sizeof(v)), KVC_ECORRUPT);
+	cr_expect_eq(kvt_get_s(a, "victim", v, sizeof(v)), KVC_ECORRUPT);
 	/* The failed GETs dropped the cached location: a PUT cannot tell whether the
 	 * unreadable object is its key, so it refuses rather than risk a duplicate. */
-	cr_expect_eq(put_s(a, "victim", "new"), KVC_ECORRUPT);
+	cr_expect_eq(kvt_put_s(a, "victim", "new"), KVC_ECORRUPT);
 	cr_expect_eq(locked_buckets(), 0);
 	kvc_destroy(a);
 }
