@@ -97,6 +97,7 @@ struct kvc {
 	struct kvi_rmem *rm;
 	struct kvi_superblock sb; /* validated copy, read at open */
 	struct kvc_opts o;
+	uint32_t op_timeout_ms; /* o.op_timeout_ms, at most the server's max_op_ms */
 	uint32_t obj_area; /* bytes of each op's object area */
 	uint64_t max_object;
 
@@ -105,7 +106,7 @@ struct kvc {
 	struct kvc_op **done; /* finished, not yet handed out: ring of depth */
 	unsigned done_head, done_count;
 
-	/* The segment this client appends objects to (granted by the server). */
+	/* The extent this client appends objects to (granted by the server). */
 	uint64_t seg_off, seg_size, seg_used;
 
 	struct kvi_locache cache;

@@ -11,6 +11,9 @@
 
 #define SB_READ_TIMEOUT_MS 5000
 #define CTRL_TIMEOUT_MS 5000
+#define RETURN_TIMEOUT_MS 200
+#define GRANT_RETRY_MIN_US 500u
+#define GRANT_RETRY_MAX_US 20000u
 
 uint64_t kvi_now_ns(void)
 {
@@ -73,6 +76,12 @@ int kvi_client_open(struct kvi_rmem *rm, const struct kvc_opts *o, kvc_t **out)
 		kvi_err("the server's region does not hold a valid layout (magic, version or bounds)");
 		goto clean_h;
 	}
+	/* The server reuses reclaimed memory on the assumption that no operation
+	 * outlives its deadline: ours may be shorter than the server's limit,
+	 * never longer. */
+	h->op_timeout_ms = (uint32_t)o->op_timeout_ms;
+	if (rm->max_op_ms && rm->max_op_ms < h->op_timeout_ms)
+		h->op_timeout_ms = rm->max_op_ms;
 	h->max_object = h->sb.segment_size < KVI_MAX_OBJECT ? h->sb.segment_size : KVI_MAX_OBJECT;
 	h->obj_area = (uint32_t)((h->max_object + 63) & ~(uint64_t)63);
 
@@ -103,10 +112,25 @@ clean_h:
 	return rc;
 }
 
+/* Tell the server how much of our extent we used, so that its tail serves
+ * the next client (one short control round trip; skipped when anything is in
+ * flight or the connection is gone: the server then keeps the whole extent
+ * until it is reclaimed). */
+static void return_extent(kvc_t *h)
+{
+	struct kvi_ctrl req = { .type = KVI_CTRL_SEG_RETURN, .arg = { h->seg_used } }, resp;
+
+	if (!h->seg_off || h->inflight || h->rm->broken)
+		return;
+	(void)kvi_rmem_ctrl_call(h->rm, &req, &resp, RETURN_TIMEOUT_MS);
+}
+
 void kvc_destroy(kvc_t *h)
 {
-	if (h)
-		close_handle(h);
+	if (!h)
+		return;
+	return_extent(h);
+	close_handle(h);
 }
 
 /* ---- helpers shared by the state machines ---------------------------- */
@@ -199,15 +223,46 @@ const struct kvi_cand *kvi_check_round(const kvc_t *h, struct kvi_opst *st, enum
 
 /* ---- posting and finishing -------------------------------------------- */
 
+/* Could st hold bucket locks? Set from a lock doorbell's post until its
+ * release completed: while a CAS is in flight its outcome is unknown. */
+static int may_hold_locks(const struct kvi_opst *st)
+{
+	return st->op->type != KVC_OP_GET && st->state != KVI_ST_BACKOFF && st->state != KVI_ST_FREE &&
+	       (st->held || st->state == KVI_ST_W_LOCK || st->state == KVI_ST_W_LOCK_CACHED);
+}
+
+/* An operation that cannot go on while it may hold locks: nothing else can
+ * release them, so the connection is broken and the server fences us
+ * (releasing them). Every operation in flight then fails. */
+static void abandon_with_locks(kvc_t *h, struct kvi_opst *st, int status)
+{
+	kvi_rmem_shutdown(h->rm, status);
+	kvi_st_finish(h, st, status, KVC_STAT_FAILED);
+}
+
 int kvi_st_post(kvc_t *h, struct kvi_opst *st, const struct kvi_rop *ops, unsigned n, int state)
 {
-	int rc = kvi_rmem_post(h->rm, ops, n, st->index);
+	uint64_t now = kvi_now_ns();
+	int rc;
 
-	st->posted = kvi_now_ns();
+	/* Past its deadline an operation posts nothing more: the server reuses
+	 * memory on that promise (segtab.h). */
+	if (now >= st->deadline) {
+		if (st->held)
+			abandon_with_locks(h, st, KVC_ETIMEDOUT);
+		else
+			kvi_st_finish(h, st, KVC_ETIMEDOUT, KVC_STAT_FAILED);
+		return KVC_ETIMEDOUT;
+	}
+	rc = kvi_rmem_post(h->rm, ops, n, st->index);
+	st->posted = now;
 	if (rc) {
 		/* Every op has at most one batch in flight and depth <= the transport's
 		 * limit, so only a broken connection or a bug lands here. */
-		kvi_st_finish(h, st, rc, KVC_STAT_FAILED);
+		if (st->held)
+			abandon_with_locks(h, st, rc);
+		else
+			kvi_st_finish(h, st, rc, KVC_STAT_FAILED);
 		return rc;
 	}
 	st->state = state;
@@ -232,24 +287,49 @@ void kvi_st_finish(kvc_t *h, struct kvi_opst *st, int status, int kind)
 
 /* ---- segments ----------------------------------------------------------- */
 
-/* Room for `bytes` in our segment, asking the server for a new one when the
- * current one is full. Returns the region offset to write at, or a code. */
-static int64_t reserve(kvc_t *h, uint64_t bytes)
+/* Is a grant for `bytes` well-formed: inside the heap, 16-byte aligned, no
+ * larger than a segment and large enough? */
+static int grant_ok(const kvc_t *h, const struct kvi_ctrl *r, uint64_t bytes)
 {
-	struct kvi_ctrl req = { .type = KVI_CTRL_SEG_REQ, .arg = { 1 } }, resp;
+	uint64_t heap_end = h->sb.heap_off + h->sb.heap_size;
+
+	return r->type == KVI_CTRL_SEG_GRANT && r->arg[1] >= bytes && r->arg[1] <= h->sb.segment_size &&
+	       r->arg[0] >= h->sb.heap_off && r->arg[0] <= heap_end && heap_end - r->arg[0] >= r->arg[1] &&
+	       r->arg[0] % KVI_OBJ_ALIGN == 0;
+}
+
+/* Room for `bytes` in our extent, asking the server for a new one when the
+ * current one is full. While reclamation makes room the server answers
+ * KVC_EAGAIN: ask again with a growing pause until the deadline. Returns the
+ * region offset to write at, or a code. */
+static int64_t reserve(kvc_t *h, uint64_t bytes, uint64_t deadline)
+{
+	struct kvi_ctrl req = { .type = KVI_CTRL_SEG_REQ, .arg = { bytes, h->seg_used } }, resp;
+	unsigned pause_us = GRANT_RETRY_MIN_US;
 	uint64_t off;
 	int rc;
 
-	if (h->seg_size - h->seg_used < bytes) {
-		rc = kvi_rmem_ctrl_call(h->rm, &req, &resp, CTRL_TIMEOUT_MS);
+	while (h->seg_size - h->seg_used < bytes) {
+		uint64_t now = kvi_now_ns();
+		int64_t left_ms = now < deadline ? (int64_t)((deadline - now) / 1000000u) : 0;
+
+		if (left_ms <= 0)
+			return KVC_ENOMEM; /* the server kept saying "not yet" */
+		rc = kvi_rmem_ctrl_call(h->rm, &req, &resp, left_ms < CTRL_TIMEOUT_MS ? (int)left_ms : CTRL_TIMEOUT_MS);
 		if (rc)
 			return rc;
+		if (resp.type == KVI_CTRL_ERROR && resp.status == KVC_EAGAIN) {
+			/* Our old extent is sealed either way: nothing more goes there. */
+			h->seg_off = h->seg_size = h->seg_used = 0;
+			req.arg[1] = 0;
+			h->stats.grants_deferred++;
+			nanosleep(&(struct timespec){ .tv_nsec = (long)pause_us * 1000 }, NULL);
+			pause_us = pause_us * 2 > GRANT_RETRY_MAX_US ? GRANT_RETRY_MAX_US : pause_us * 2;
+			continue;
+		}
 		if (resp.type == KVI_CTRL_ERROR)
 			return resp.status < 0 ? resp.status : KVC_EPROTO;
-		/* A grant must be a whole segment inside the heap. */
-		if (resp.type != KVI_CTRL_SEG_GRANT || resp.arg[1] != h->sb.segment_size ||
-		    resp.arg[0] < h->sb.heap_off || resp.arg[0] > h->sb.heap_off + h->sb.heap_size ||
-		    h->sb.heap_off + h->sb.heap_size - resp.arg[0] < resp.arg[1] || (resp.arg[0] % KVI_OBJ_ALIGN))
+		if (!grant_ok(h, &resp, bytes))
 			return KVC_EPROTO;
 		h->seg_off = resp.arg[0];
 		h->seg_size = resp.arg[1];
@@ -331,12 +411,12 @@ int kvc_submit(kvc_t *h, struct kvc_op *op)
 		st->obj = keep.obj;
 	}
 	kvi_key_hash(op->key, op->key_len, h->sb.bucket_count, &st->kh);
-	st->deadline = kvi_now_ns() + (uint64_t)h->o.op_timeout_ms * 1000000u;
+	st->deadline = kvi_now_ns() + (uint64_t)h->op_timeout_ms * 1000000u;
 	if (op->type == KVC_OP_PUT) {
 		int64_t off;
 
 		st->obj_len = (uint32_t)kvi_obj_len((uint32_t)op->key_len, (uint32_t)op->value_len);
-		off = reserve(h, kvi_obj_footprint(st->obj_len));
+		off = reserve(h, kvi_obj_footprint(st->obj_len), st->deadline);
 		if (off < 0)
 			return (int)off;
 		st->obj_off = (uint64_t)off;
@@ -356,12 +436,16 @@ int kvc_submit(kvc_t *h, struct kvc_op *op)
  * caller who polls late does not condemn a batch it has just posted.) */
 static void check_stuck(kvc_t *h, uint64_t now)
 {
-	uint64_t limit = (uint64_t)h->o.op_timeout_ms * 1000000u;
+	uint64_t limit = (uint64_t)h->op_timeout_ms * 1000000u;
 
 	for (unsigned i = 0; i < h->o.depth; i++) {
 		struct kvi_opst *st = &h->st[i];
 
-		if (st->op && st->state != KVI_ST_BACKOFF && now - st->posted > limit) {
+		if (!st->op || st->state == KVI_ST_BACKOFF)
+			continue;
+		/* A write past its deadline that may still hold locks cannot
+		 * release them any more (it must post nothing): only fencing can. */
+		if (now - st->posted > limit || (now >= st->deadline && may_hold_locks(st))) {
 			kvi_rmem_shutdown(h->rm, KVC_ETIMEDOUT);
 			return;
 		}
@@ -396,10 +480,17 @@ static void on_complete(kvc_t *h, const struct kvi_rcomp *c)
 		kvi_st_finish(h, st, c->status, KVC_STAT_FAILED);
 		return;
 	}
-	if (st->op->type == KVC_OP_GET)
+	if (st->op->type == KVC_OP_GET) {
+		/* A READ that completed past the deadline may have read memory the
+		 * server has since reused: never a result (segtab.h). */
+		if (kvi_now_ns() >= st->deadline) {
+			kvi_st_finish(h, st, KVC_ETIMEDOUT, KVC_STAT_FAILED);
+			return;
+		}
 		kvi_get_step(h, st);
-	else
+	} else {
 		kvi_write_step(h, st);
+	}
 }
 
 int kvc_poll(kvc_t *h, struct kvc_op **done, unsigned max, int timeout_ms)

@@ -162,6 +162,7 @@ static inline uint64_t kvi_slot_obj_off(uint64_t s)
 
 enum kvi_obj_flags {
 	KVI_OBJ_F_NONE = 0,
+	KVI_OBJ_F_FETCHED = 1, /* a copy the reclaimer made of an object that had been read */
 };
 
 struct kvi_obj_hdr {

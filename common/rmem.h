@@ -91,6 +91,9 @@ struct kvi_rmem {
 	unsigned inflight; /* batches posted and not yet returned by poll */
 	int broken;        /* 0, or the code that broke the connection */
 	uint32_t client_id; /* given by the server at join; the lock owner id */
+	/* Given by the server at join (wire.h welcome): the longest operation
+	 * deadline allowed, and how long reclaimed memory stays unused. */
+	uint32_t max_op_ms, quarantine_ms;
 	uint32_t ctrl_seq;  /* last control request number */
 };
 

@@ -221,6 +221,12 @@ void kvi_rmem_local_set_ctrl(struct kvi_rmem *rm, kvi_ctrl_handler handler, void
 	rm->client_id = client_id;
 }
 
+void kvi_rmem_local_set_limits(struct kvi_rmem *rm, uint32_t max_op_ms, uint32_t quarantine_ms)
+{
+	rm->max_op_ms = max_op_ms;
+	rm->quarantine_ms = quarantine_ms;
+}
+
 static int local_set_lbuf(struct kvi_rmem *rm, size_t size)
 {
 	size_t rounded = (size + 63) & ~(size_t)63;

@@ -46,4 +46,8 @@ int kvi_rmem_local_create(struct kvi_local_region *reg, size_t lbuf_size,
  * core's), as client client_id. Without one, control calls fail KVC_ESERVERGONE. */
 void kvi_rmem_local_set_ctrl(struct kvi_rmem *rm, kvi_ctrl_handler handler, void *arg, uint32_t client_id);
 
+/* The limits a server states at join (wire.h welcome), as the verbs
+ * transport learns them. */
+void kvi_rmem_local_set_limits(struct kvi_rmem *rm, uint32_t max_op_ms, uint32_t quarantine_ms);
+
 #endif

@@ -597,6 +597,8 @@ int kvi_rmem_verbs_connect(const struct kvi_verbs_opts *o, struct kvi_rmem **out
 		goto clean_ai;
 	}
 	v->rm.client_id = welcome->client_id;
+	v->rm.max_op_ms = welcome->max_op_ms;
+	v->rm.quarantine_ms = welcome->quarantine_ms;
 	v->raddr = welcome->region_addr;
 	v->rkey = welcome->rkey;
 	v->rm.region_size = welcome->region_size;

@@ -49,6 +49,8 @@ void kvi_wire_welcome_encode(struct kvi_wire_welcome *w, const struct kvi_welcom
 	w->region_addr = htole64(h->region_addr);
 	w->region_size = htole64(h->region_size);
 	w->epoch = htole64(h->epoch);
+	w->max_op_ms = htole32(h->max_op_ms);
+	w->quarantine_ms = htole32(h->quarantine_ms);
 }
 
 int kvi_wire_welcome_decode(const void *buf, size_t len, struct kvi_welcome *out)
@@ -65,7 +67,12 @@ int kvi_wire_welcome_decode(const void *buf, size_t len, struct kvi_welcome *out
 	out->region_addr = le64toh(w.region_addr);
 	out->region_size = le64toh(w.region_size);
 	out->epoch = le64toh(w.epoch);
-	/* A region the client could not address without wrapping is a lie. */
+	out->max_op_ms = le32toh(w.max_op_ms);
+	out->quarantine_ms = le32toh(w.quarantine_ms);
+	/* A region the client could not address without wrapping is a lie; so
+	 * is a quarantine too short for the deadline (layout.h "Reuse"). */
+	if (out->max_op_ms == 0 || (uint64_t)out->quarantine_ms < 2ull * out->max_op_ms)
+		return KVC_EPROTO;
 	if (out->client_id == 0 || out->region_size == 0 ||
 	    out->region_addr + out->region_size < out->region_addr)
 		return KVC_EPROTO;

@@ -48,7 +48,9 @@ struct kvi_wire_welcome {
 	uint64_t region_addr; /* remote virtual address of region offset 0 */
 	uint64_t region_size; /* bytes */
 	uint64_t epoch;       /* layout epoch the client starts from */
-	uint8_t reserved[24];
+	uint32_t max_op_ms;   /* longest operation deadline a client may use (>= 1) */
+	uint32_t quarantine_ms; /* reclaimed memory is reused after this (> 2 x max_op_ms) */
+	uint8_t reserved[16];
 };
 _Static_assert(sizeof(struct kvi_wire_welcome) == 64, "welcome layout");
 _Static_assert(sizeof(struct kvi_wire_welcome) <= KVI_CM_ACCEPT_PDATA_MAX, "welcome fits REP");
@@ -77,16 +79,47 @@ _Static_assert(sizeof(struct kvi_wire_reject) <= KVI_CM_REJECT_PDATA_MAX, "rejec
 #define KVI_CTRL_RECV_DEPTH 8u
 
 enum kvi_ctrl_type {
-	KVI_CTRL_SEG_REQ = 1,   /* client -> server: grant me a segment */
-	KVI_CTRL_SEG_GRANT = 2, /* server -> client: arg0 = offset, arg1 = size */
+	KVI_CTRL_SEG_REQ = 1,   /* client -> server: arg0 = bytes needed, arg1 = bytes of my extent used */
+	KVI_CTRL_SEG_GRANT = 2, /* server -> client: arg0 = extent offset, arg1 = extent length */
 	KVI_CTRL_ERROR = 3,     /* server -> client: status = KVC_ code for request seq */
 	KVI_CTRL_SHUTDOWN = 4,  /* server -> client notice: the server is going away */
-	KVI_CTRL_STATS_REQ = 5, /* client -> server: how are you doing */
-	KVI_CTRL_STATS = 6,     /* server -> client: arg0 = server process CPU time (user + system, ns),
-				 * arg1 = segments in use, arg2 = segments in all, arg3 = clients,
-				 * arg4 = bytes holding items (index + segments handed out) */
-	KVI_CTRL_TYPE_MAX = 6,
+	KVI_CTRL_STATS_REQ = 5, /* client -> server: arg0 = page (0 .. KVI_STATS_PAGES - 1) */
+	KVI_CTRL_STATS = 6,     /* server -> client: arg0..4 = statistics 5 x page .. 5 x page + 4 */
+	KVI_CTRL_SEG_RETURN = 7,   /* client -> server, when leaving: arg0 = bytes of my extent used */
+	KVI_CTRL_SEG_RETURNED = 8, /* server -> client: the extent's unused tail is the server's again */
+	KVI_CTRL_TYPE_MAX = 8,
 };
+
+/* Server statistics, five to a STATS page. Names follow memcached's "stats"
+ * where the quantity is the same thing. */
+enum kvi_stat_id {
+	KVI_STAT_CPU_NS,           /* server process CPU time, user + system */
+	KVI_STAT_SEGMENTS_USED,    /* segments not free (open, sealed, quarantined) */
+	KVI_STAT_SEGMENTS_TOTAL,
+	KVI_STAT_CLIENTS,          /* clients holding an open extent */
+	KVI_STAT_BYTES_USED,       /* index + bytes handed to writers, not yet reclaimed */
+	KVI_STAT_BYTES,            /* bytes handed to writers, not yet reclaimed (items and garbage) */
+	KVI_STAT_LIMIT_MAXBYTES,   /* heap size */
+	KVI_STAT_EVICTIONS,        /* live items dropped to make room */
+	KVI_STAT_RECLAIMED,        /* segments reclaimed */
+	KVI_STAT_EXPIRED_UNFETCHED, /* expired items reclaimed that were never read */
+	KVI_STAT_EVICTED_UNFETCHED, /* evicted items that were never read */
+	KVI_STAT_MOVED,            /* live items copied forward by the reclaimer */
+	KVI_STAT_EXPIRED,          /* expired items whose slot the reclaimer cleared */
+	KVI_STAT_DROPPED,          /* superseded or deleted objects freed with their segment */
+	KVI_STAT_SEGMENTS_FREE,
+	KVI_STAT_SEGMENTS_OPEN,
+	KVI_STAT_SEGMENTS_SEALED,
+	KVI_STAT_SEGMENTS_QUARANTINED,
+	KVI_STAT_RECLAIM_CPU_NS,   /* CPU time of the reclaimer thread */
+	KVI_STAT_GRANTS,           /* extents granted */
+	KVI_STAT_GRANTS_DEFERRED,  /* grants answered KVC_EAGAIN (no free segment yet) */
+	KVI_STAT_GRANTS_REFUSED,   /* grants answered KVC_ENOMEM (live data fills the heap) */
+	KVI_STAT_RECLAIM_ABORTS,   /* segment walks given up and retried later */
+	KVI_STAT_LOCK_RETRIES,     /* reclaimer lock attempts that found a bucket held */
+	KVI_STAT_COUNT
+};
+#define KVI_STATS_PAGES ((KVI_STAT_COUNT + 4) / 5)
 
 struct kvi_wire_ctrl {
 	uint32_t magic;
@@ -118,6 +151,8 @@ struct kvi_welcome {
 	uint64_t region_addr;
 	uint64_t region_size;
 	uint64_t epoch;
+	uint32_t max_op_ms;
+	uint32_t quarantine_ms;
 };
 
 void kvi_wire_hello_encode(struct kvi_wire_hello *w, const struct kvi_hello *h);

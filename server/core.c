@@ -5,44 +5,49 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/resource.h>
+#include <pthread.h>
+#include <time.h>
 
 #include "kvclient_errors.h"
 #include "log.h"
 
-enum kvs_seg_state {
-	KVS_SEG_FREE = 0,
-	KVS_SEG_OPEN,   /* granted to owner, which may append */
-	KVS_SEG_SEALED, /* no more appends; objects stay readable */
-};
-
-/* One entry per segment, indexed by segment number ((offset - heap_off) /
- * stride). Server-private memory: never in the region. */
-struct kvs_seg {
-	uint32_t owner; /* client id it was granted to (kept when sealed, for diagnostics) */
-	uint8_t state;  /* enum kvs_seg_state */
-};
-
-/* A client holding open segments. Created on its first grant, freed when it
- * leaves. open[] lists segment numbers, oldest first. */
+/* A client holding an open extent. Created on its first grant, freed when it
+ * leaves. */
 struct kvs_client {
 	struct kvs_client *next;
 	uint32_t id;
-	unsigned nopen;
-	uint32_t open[KVS_MAX_OPEN_SEGMENTS];
+	struct kvs_extent x;
 };
 
 #define KVS_CLIENT_BUCKETS 256u
 
 struct kvs_core {
+	pthread_mutex_t mu; /* guards everything below */
 	uint8_t *base;
 	struct kvi_superblock sb; /* private copy: the region's may be scribbled on */
+	struct kvs_core_opts o;   /* with defaults filled in */
 	struct kvs_heap *heap;
-	struct kvs_seg *segs;
+	struct kvs_segtab *segs;
 	uint64_t nsegs;
 	uint64_t stride; /* bytes from one segment to the next (heap.h) */
-	uint64_t nopen, nsealed, grants_refused, nclients;
+	uint64_t low, high; /* reclamation watermarks, in free + quarantined segments */
+	int reclaiming;     /* between the watermarks: keep going until high */
+	int full;           /* no-evict: nothing left to compact (kvs_core_set_full) */
+	uint64_t grants_refused, nclients;
+	struct kvs_reclaim_stats rc;
 	struct kvs_client *clients[KVS_CLIENT_BUCKETS];
 };
+
+static void kvs_core_stats_locked(struct kvs_core *c, struct kvs_core_stats *out);
+static int policy_opts(const struct kvs_core_opts *in, struct kvs_core_opts *o, struct kvi_errbuf *e);
+
+static uint64_t now_ns(void)
+{
+	struct timespec ts;
+
+	clock_gettime(CLOCK_MONOTONIC, &ts);
+	return (uint64_t)ts.tv_sec * 1000000000u + (uint64_t)ts.tv_nsec;
+}
 
 static uint64_t align_up(uint64_t v, uint64_t a)
 {
@@ -65,6 +70,12 @@ int kvs_core_plan(uintptr_t base, uint64_t region_size, const struct kvs_core_op
 		kvi_errbuf_set(e, "region of %" PRIu64 " bytes: must be larger than %u bytes and at most 4 TiB",
 			       region_size, KVI_SUPERBLOCK_SIZE);
 		return KVC_EINVAL;
+	}
+	{
+		struct kvs_core_opts full;
+
+		if (policy_opts(o, &full, e))
+			return KVC_EINVAL;
 	}
 	buckets = o && o->buckets ? o->buckets : region_size / KVS_BYTES_PER_BUCKET;
 	if (!(o && o->buckets) && buckets < KVS_MIN_BUCKETS)
@@ -110,6 +121,37 @@ int kvs_core_plan(uintptr_t base, uint64_t region_size, const struct kvs_core_op
 	return 0;
 }
 
+/* Defaults filled in, and the combinations that cannot work refused. */
+static int policy_opts(const struct kvs_core_opts *in, struct kvs_core_opts *o, struct kvi_errbuf *e)
+{
+	*o = in ? *in : (struct kvs_core_opts){ 0 };
+	if (!o->max_op_ms)
+		o->max_op_ms = KVS_DEFAULT_MAX_OP_MS;
+	if (!o->quarantine_ms)
+		o->quarantine_ms = o->max_op_ms == KVS_DEFAULT_MAX_OP_MS
+					   ? KVS_DEFAULT_QUARANTINE_MS
+					   : 2 * o->max_op_ms + KVS_QUARANTINE_MARGIN_MS;
+	if (!o->reclaim_low_pct)
+		o->reclaim_low_pct = KVS_DEFAULT_RECLAIM_LOW_PCT;
+	if (!o->reclaim_high_pct)
+		o->reclaim_high_pct = o->reclaim_low_pct + (KVS_DEFAULT_RECLAIM_HIGH_PCT - KVS_DEFAULT_RECLAIM_LOW_PCT);
+	if (o->max_op_ms > 600000u) {
+		kvi_errbuf_set(e, "an operation deadline of %u ms is too long: at most 600000", o->max_op_ms);
+		return KVC_EINVAL;
+	}
+	if ((uint64_t)o->quarantine_ms < 2ull * o->max_op_ms + KVS_QUARANTINE_MARGIN_MS) {
+		kvi_errbuf_set(e, "a quarantine of %u ms is unsafe with operations of up to %u ms: it must be at "
+			       "least twice that plus %u ms", o->quarantine_ms, o->max_op_ms, KVS_QUARANTINE_MARGIN_MS);
+		return KVC_EINVAL;
+	}
+	if (o->reclaim_low_pct > 90 || o->reclaim_high_pct > 95 || o->reclaim_high_pct <= o->reclaim_low_pct) {
+		kvi_errbuf_set(e, "reclaim watermarks %u%% / %u%%: the low one must be 1..90 and below the high one "
+			       "(at most 95)", o->reclaim_low_pct, o->reclaim_high_pct);
+		return KVC_EINVAL;
+	}
+	return 0;
+}
+
 int kvs_core_create(void *region_base, uint64_t region_size, const struct kvs_core_opts *o,
 		    struct kvs_core **out, struct kvi_errbuf *e)
 {
@@ -130,6 +172,7 @@ int kvs_core_create(void *region_base, uint64_t region_size, const struct kvs_co
 	rc = kvs_core_plan((uintptr_t)region_base, region_size, o, &c->sb, e);
 	if (rc)
 		goto clean_core;
+	policy_opts(o, &c->o, e); /* checked by kvs_core_plan */
 	if (kvi_superblock_check(&c->sb, region_size)) { /* the readers' view of it */
 		kvi_errbuf_set(e, "internal error: planned layout fails the superblock check");
 		rc = KVC_EINVAL;
@@ -137,15 +180,29 @@ int kvs_core_create(void *region_base, uint64_t region_size, const struct kvs_co
 	}
 	c->stride = kvs_heap_stride(c->sb.segment_size);
 	c->nsegs = c->sb.heap_size / c->stride;
-	c->segs = calloc(c->nsegs, sizeof(*c->segs));
-	if (!c->segs) {
-		kvi_errbuf_set(e, "out of memory for the table of %" PRIu64 " segments", c->nsegs);
-		rc = KVC_ENOMEM;
-		goto clean_core;
-	}
+	c->low = c->nsegs * c->o.reclaim_low_pct / 100;
+	if (c->low < KVS_RESERVE_SEGMENTS + 2)
+		c->low = KVS_RESERVE_SEGMENTS + 2;
+	c->high = c->nsegs * c->o.reclaim_high_pct / 100;
+	if (c->high <= c->low)
+		c->high = c->low + 1;
 	rc = kvs_heap_create(c->base + c->sb.heap_off, c->sb.heap_size, c->sb.segment_size, &c->heap, e);
 	if (rc)
-		goto clean_segs;
+		goto clean_core;
+	rc = kvs_segtab_create(&(struct kvs_segtab_opts){ .base = c->base, .heap = c->heap,
+							  .heap_off = c->sb.heap_off,
+							  .segment_size = c->sb.segment_size, .stride = c->stride,
+							  .nsegs = c->nsegs,
+							  .settle_ns = ((uint64_t)c->o.max_op_ms +
+									KVS_QUARANTINE_MARGIN_MS) * 1000000u,
+							  .quarantine_ns = (uint64_t)c->o.quarantine_ms * 1000000u,
+							  .reserve = c->nsegs > 8 ? KVS_RESERVE_SEGMENTS : 0 },
+			       &c->segs);
+	if (rc) {
+		kvi_errbuf_set(e, "out of memory for the table of %" PRIu64 " segments", c->nsegs);
+		goto clean_heap;
+	}
+	pthread_mutex_init(&c->mu, NULL);
 	/* Index first, superblock last: a reader that sees the magic sees an
 	 * empty index (no client is connected yet anyway). */
 	memset(c->base + c->sb.index_off, 0, c->sb.bucket_count * KVI_BUCKET_SIZE);
@@ -153,8 +210,8 @@ int kvs_core_create(void *region_base, uint64_t region_size, const struct kvs_co
 	memcpy(c->base, &c->sb, sizeof(c->sb));
 	*out = c;
 	return 0;
-clean_segs:
-	free(c->segs);
+clean_heap:
+	kvs_heap_destroy(c->heap);
 clean_core:
 	free(c);
 	return rc;
@@ -172,8 +229,9 @@ void kvs_core_destroy(struct kvs_core *c)
 			free(cl);
 		}
 	}
+	kvs_segtab_destroy(c->segs);
 	kvs_heap_destroy(c->heap);
-	free(c->segs);
+	pthread_mutex_destroy(&c->mu);
 	free(c);
 }
 
@@ -186,18 +244,6 @@ static struct kvs_client **client_slot(struct kvs_core *c, uint32_t id)
 	return pp;
 }
 
-static uint64_t seg_off(const struct kvs_core *c, uint64_t n)
-{
-	return c->sb.heap_off + n * c->stride;
-}
-
-static void seal(struct kvs_core *c, uint32_t n)
-{
-	c->segs[n].state = KVS_SEG_SEALED;
-	c->nopen--;
-	c->nsealed++;
-}
-
 static void reply_error(const struct kvi_ctrl *req, struct kvi_ctrl *resp, int status)
 {
 	resp->type = KVI_CTRL_ERROR;
@@ -205,35 +251,40 @@ static void reply_error(const struct kvi_ctrl *req, struct kvi_ctrl *resp, int s
 	resp->status = status;
 }
 
+/* Is reclamation wanted? Hysteresis between the watermarks, counting
+ * quarantined segments as (soon) free. Caller holds the lock. */
+static int wanted(struct kvs_core *c)
+{
+	struct kvs_segtab_counts n;
+	uint64_t avail;
+
+	kvs_segtab_counts(c->segs, &n);
+	avail = n.free + n.quarantined;
+	if (avail < c->low)
+		c->reclaiming = 1;
+	else if (avail >= c->high)
+		c->reclaiming = 0;
+	return c->reclaiming && !c->full;
+}
+
+static void poke(struct kvs_core *c)
+{
+	if (wanted(c) && c->o.wake)
+		c->o.wake(c->o.wake_arg);
+}
+
 static int seg_request(struct kvs_core *c, uint32_t id, const struct kvi_ctrl *req, struct kvi_ctrl *resp)
 {
 	struct kvs_client **pp = client_slot(c, id), *cl = *pp;
-	uint64_t n, sealed_off = 0;
-	char sum[160];
-	uint8_t *p;
+	int rc;
 
-	p = kvs_heap_alloc_segment(c->heap);
-	if (!p) {
-		/* Eviction (a later issue) will make room here; until then the client
-		 * hears ENOMEM and keeps its open segments. */
-		c->grants_refused++;
-		reply_error(req, resp, KVC_ENOMEM);
-		kvi_dbg("client %u: no free segment", id);
-		return 0;
-	}
-	n = (uint64_t)(p - (c->base + c->sb.heap_off)) / c->stride;
-	if (c->segs[n].state != KVS_SEG_FREE) {
-		/* The allocator handed out a segment we consider in use: a bug. Keep
-		 * it allocated (freeing could hand it out again) and refuse. */
-		kvi_err("heap returned segment %" PRIu64 " that is still in use by client %u", n,
-			c->segs[n].owner);
-		reply_error(req, resp, KVC_EIO);
+	if (req->arg[0] > c->sb.segment_size) {
+		reply_error(req, resp, KVC_EINVAL);
 		return 0;
 	}
 	if (!cl) {
 		cl = calloc(1, sizeof(*cl));
 		if (!cl) {
-			kvs_heap_free_segment(c->heap, p);
 			reply_error(req, resp, KVC_ENOMEM);
 			return 0;
 		}
@@ -241,48 +292,97 @@ static int seg_request(struct kvs_core *c, uint32_t id, const struct kvi_ctrl *r
 		*pp = cl;
 		c->nclients++;
 	}
-	if (cl->nopen == KVS_MAX_OPEN_SEGMENTS) {
-		sealed_off = seg_off(c, cl->open[0]);
-		seal(c, cl->open[0]);
-		memmove(cl->open, cl->open + 1, (KVS_MAX_OPEN_SEGMENTS - 1) * sizeof(cl->open[0]));
-		cl->nopen--;
+	kvs_segtab_tick(c->segs, now_ns());
+	rc = kvs_segtab_grant(c->segs, &cl->x, req->arg[0], req->arg[1], 0, now_ns());
+	if (rc) {
+		/* Nothing free right now. With eviction (or garbage left to
+		 * compact) the reclaimer will make room: the client asks again. */
+		poke(c);
+		if (c->o.no_evict && c->full) {
+			c->grants_refused++;
+			rc = KVC_ENOMEM;
+		}
+		reply_error(req, resp, rc);
+		kvi_dbg("client %u: no free segment (%s)", id, kvc_err_name(rc));
+		return 0;
 	}
-	cl->open[cl->nopen++] = (uint32_t)n;
-	c->segs[n] = (struct kvs_seg){ .owner = id, .state = KVS_SEG_OPEN };
-	c->nopen++;
+	poke(c);
 	resp->type = KVI_CTRL_SEG_GRANT;
 	resp->seq = req->seq;
-	resp->arg[0] = seg_off(c, n);
-	resp->arg[1] = c->sb.segment_size;
-	resp->arg[2] = sealed_off;
-	kvs_core_summary(c, sum, sizeof(sum));
-	kvi_dbg("client %u granted segment at %#" PRIx64 "; %s", id, resp->arg[0], sum);
+	resp->arg[0] = cl->x.off;
+	resp->arg[1] = cl->x.len;
+	kvi_dbg("client %u granted %" PRIu64 " bytes at %#" PRIx64, id, cl->x.len, cl->x.off);
 	return 0;
 }
 
-/* The process's CPU time lets a benchmark on another machine show that the
- * data path costs the server nothing. */
-static int stats_reply(const struct kvs_core *c, struct kvi_ctrl *resp)
+static int seg_return(struct kvs_core *c, uint32_t id, const struct kvi_ctrl *req, struct kvi_ctrl *resp)
+{
+	struct kvs_client *cl = *client_slot(c, id);
+
+	if (cl)
+		kvs_segtab_release(c->segs, &cl->x, req->arg[0], now_ns());
+	resp->type = KVI_CTRL_SEG_RETURNED;
+	resp->seq = req->seq;
+	return 0;
+}
+
+static void fill_stats(struct kvs_core *c, uint64_t *v)
 {
 	struct kvs_core_stats st;
 	struct rusage ru;
 
-	kvs_core_stats(c, &st);
-	resp->type = KVI_CTRL_STATS;
+	kvs_core_stats_locked(c, &st);
 	if (getrusage(RUSAGE_SELF, &ru) == 0)
-		resp->arg[0] = ((uint64_t)ru.ru_utime.tv_sec + (uint64_t)ru.ru_stime.tv_sec) * 1000000000u +
-			       ((uint64_t)ru.ru_utime.tv_usec + (uint64_t)ru.ru_stime.tv_usec) * 1000u;
-	resp->arg[1] = st.segments_total - st.segments_free;
-	resp->arg[2] = st.segments_total;
-	resp->arg[3] = st.clients;
-	/* Memory holding items: the index and every segment handed out. */
-	resp->arg[4] = st.index_bytes + st.segments_granted * c->sb.segment_size;
+		v[KVI_STAT_CPU_NS] =
+			((uint64_t)ru.ru_utime.tv_sec + (uint64_t)ru.ru_stime.tv_sec) * 1000000000u +
+			((uint64_t)ru.ru_utime.tv_usec + (uint64_t)ru.ru_stime.tv_usec) * 1000u;
+	v[KVI_STAT_SEGMENTS_USED] = st.segments_total - st.segments_free;
+	v[KVI_STAT_SEGMENTS_TOTAL] = st.segments_total;
+	v[KVI_STAT_CLIENTS] = st.clients;
+	/* Memory holding items: the index and every byte handed to writers that
+	 * has not been reclaimed (live items and garbage alike). */
+	v[KVI_STAT_BYTES_USED] = st.index_bytes + st.carved_bytes;
+	v[KVI_STAT_BYTES] = st.carved_bytes;
+	v[KVI_STAT_LIMIT_MAXBYTES] = st.heap_bytes;
+	v[KVI_STAT_EVICTIONS] = st.rc.evictions;
+	v[KVI_STAT_RECLAIMED] = st.rc.segments;
+	v[KVI_STAT_EXPIRED_UNFETCHED] = st.rc.expired_unfetched;
+	v[KVI_STAT_EVICTED_UNFETCHED] = st.rc.evicted_unfetched;
+	v[KVI_STAT_MOVED] = st.rc.moved;
+	v[KVI_STAT_EXPIRED] = st.rc.expired;
+	v[KVI_STAT_DROPPED] = st.rc.dropped;
+	v[KVI_STAT_SEGMENTS_FREE] = st.segments_free;
+	v[KVI_STAT_SEGMENTS_OPEN] = st.segments_open;
+	v[KVI_STAT_SEGMENTS_SEALED] = st.segments_sealed;
+	v[KVI_STAT_SEGMENTS_QUARANTINED] = st.segments_quarantined;
+	v[KVI_STAT_RECLAIM_CPU_NS] = st.rc.cpu_ns;
+	v[KVI_STAT_GRANTS] = st.grants;
+	v[KVI_STAT_GRANTS_DEFERRED] = st.grants_deferred;
+	v[KVI_STAT_GRANTS_REFUSED] = st.grants_refused;
+	v[KVI_STAT_RECLAIM_ABORTS] = st.rc.aborted;
+	v[KVI_STAT_LOCK_RETRIES] = st.rc.lock_retries;
+}
+
+/* The process's CPU time lets a benchmark on another machine show that the
+ * data path costs the server nothing. */
+static int stats_reply(struct kvs_core *c, const struct kvi_ctrl *req, struct kvi_ctrl *resp)
+{
+	uint64_t v[KVI_STATS_PAGES * 5] = { 0 };
+
+	if (req->arg[0] >= KVI_STATS_PAGES) {
+		reply_error(req, resp, KVC_EINVAL);
+		return 0;
+	}
+	fill_stats(c, v);
+	resp->type = KVI_CTRL_STATS;
+	memcpy(resp->arg, v + 5 * req->arg[0], sizeof(resp->arg));
 	return 0;
 }
 
 int kvs_core_ctrl(void *core, uint32_t client_id, const struct kvi_ctrl *req, struct kvi_ctrl *resp)
 {
 	struct kvs_core *c = core;
+	int rc;
 
 	memset(resp, 0, sizeof(*resp));
 	resp->seq = req->seq;
@@ -291,52 +391,143 @@ int kvs_core_ctrl(void *core, uint32_t client_id, const struct kvi_ctrl *req, st
 		kvi_warn("control request from invalid client id %u", client_id);
 		return KVC_EINVAL;
 	}
+	pthread_mutex_lock(&c->mu);
 	switch (req->type) {
 	case KVI_CTRL_SEG_REQ:
-		return seg_request(c, client_id, req, resp);
+		rc = seg_request(c, client_id, req, resp);
+		break;
+	case KVI_CTRL_SEG_RETURN:
+		rc = seg_return(c, client_id, req, resp);
+		break;
 	case KVI_CTRL_STATS_REQ:
-		return stats_reply(c, resp);
+		rc = stats_reply(c, req, resp);
+		break;
 	case KVI_CTRL_SEG_GRANT:
 	case KVI_CTRL_ERROR:
 	case KVI_CTRL_SHUTDOWN:
 	case KVI_CTRL_STATS:
+	case KVI_CTRL_SEG_RETURNED:
 		kvi_warn("client %u sent control type %u, which only the server sends", client_id, req->type);
-		return KVC_EPROTO;
+		rc = KVC_EPROTO;
+		break;
 	default:
 		kvi_warn("client %u sent unknown control type %u", client_id, req->type);
-		return KVC_EPROTO;
+		rc = KVC_EPROTO;
+		break;
 	}
+	pthread_mutex_unlock(&c->mu);
+	return rc;
 }
 
 void kvs_core_client_left(struct kvs_core *c, uint32_t client_id)
 {
-	struct kvs_client **pp = client_slot(c, client_id), *cl = *pp;
+	struct kvs_client **pp, *cl;
 
-	if (!cl)
-		return;
-	for (unsigned i = 0; i < cl->nopen; i++)
-		seal(c, cl->open[i]);
-	kvi_dbg("client %u left: sealed its %u open segments", client_id, cl->nopen);
-	*pp = cl->next;
-	free(cl);
-	c->nclients--;
+	pthread_mutex_lock(&c->mu);
+	pp = client_slot(c, client_id);
+	cl = *pp;
+	if (cl) {
+		/* Whatever it used is unknown: keep the whole extent. */
+		kvs_segtab_release(c->segs, &cl->x, cl->x.len, now_ns());
+		*pp = cl->next;
+		free(cl);
+		c->nclients--;
+		c->full = 0;
+		poke(c);
+	}
+	pthread_mutex_unlock(&c->mu);
 }
 
-int kvs_core_free_segment(struct kvs_core *c, uint64_t off)
+int kvs_core_reclaim_wanted(struct kvs_core *c)
 {
-	uint64_t n;
+	int w;
 
-	if (off < c->sb.heap_off || off - c->sb.heap_off >= c->sb.heap_size ||
-	    (off - c->sb.heap_off) % c->stride)
-		return KVC_EINVAL;
-	n = (off - c->sb.heap_off) / c->stride;
-	/* Only sealed segments: an open one may still receive appends. */
-	if (c->segs[n].state != KVS_SEG_SEALED)
-		return KVC_EINVAL;
-	c->segs[n] = (struct kvs_seg){ .state = KVS_SEG_FREE };
-	c->nsealed--;
-	kvs_heap_free_segment(c->heap, c->base + off);
-	return 0;
+	pthread_mutex_lock(&c->mu);
+	w = wanted(c);
+	pthread_mutex_unlock(&c->mu);
+	return w;
+}
+
+int kvs_core_reclaim_begin(struct kvs_core *c, uint64_t *off, uint64_t *len)
+{
+	int rc;
+
+	pthread_mutex_lock(&c->mu);
+	rc = kvs_segtab_reclaim_begin(c->segs, now_ns(), off, len);
+	pthread_mutex_unlock(&c->mu);
+	return rc;
+}
+
+static void add_stats(struct kvs_reclaim_stats *a, const struct kvs_reclaim_stats *b)
+{
+	const uint64_t *src = (const uint64_t *)b;
+	uint64_t *dst = (uint64_t *)a;
+
+	_Static_assert(sizeof(*a) % sizeof(uint64_t) == 0, "reclaim stats are counters");
+	for (size_t i = 0; i < sizeof(*a) / sizeof(uint64_t); i++)
+		dst[i] += src[i];
+}
+
+void kvs_core_reclaim_end(struct kvs_core *c, uint64_t off, int done, int rotate, const struct kvs_reclaim_stats *st)
+{
+	pthread_mutex_lock(&c->mu);
+	kvs_segtab_reclaim_end(c->segs, off, done, rotate, now_ns());
+	if (st)
+		add_stats(&c->rc, st);
+	pthread_mutex_unlock(&c->mu);
+}
+
+int kvs_core_server_extent(struct kvs_core *c, struct kvs_extent *x, uint64_t used)
+{
+	int rc;
+
+	pthread_mutex_lock(&c->mu);
+	kvs_segtab_tick(c->segs, now_ns());
+	rc = kvs_segtab_grant(c->segs, x, c->sb.segment_size, used, 1, now_ns());
+	pthread_mutex_unlock(&c->mu);
+	return rc;
+}
+
+void kvs_core_server_release(struct kvs_core *c, struct kvs_extent *x, uint64_t used)
+{
+	pthread_mutex_lock(&c->mu);
+	kvs_segtab_release(c->segs, x, used, now_ns());
+	pthread_mutex_unlock(&c->mu);
+}
+
+int kvs_core_tick(struct kvs_core *c, int max_ms)
+{
+	uint64_t now = now_ns(), due;
+
+	pthread_mutex_lock(&c->mu);
+	kvs_segtab_tick(c->segs, now);
+	due = kvs_segtab_next_due(c->segs, now);
+	pthread_mutex_unlock(&c->mu);
+	due = (due + 999999) / 1000000;
+	return due < (uint64_t)max_ms ? (int)due : max_ms;
+}
+
+int kvs_core_no_evict(const struct kvs_core *c)
+{
+	return c->o.no_evict;
+}
+
+void kvs_core_limits(const struct kvs_core *c, uint32_t *max_op_ms, uint32_t *quarantine_ms)
+{
+	*max_op_ms = c->o.max_op_ms;
+	*quarantine_ms = c->o.quarantine_ms;
+}
+
+void kvs_core_set_full(struct kvs_core *c)
+{
+	pthread_mutex_lock(&c->mu);
+	c->full = 1;
+	pthread_mutex_unlock(&c->mu);
+}
+
+uint8_t *kvs_core_region(const struct kvs_core *c)
+{
+	return c->base;
 }
 
 const struct kvi_superblock *kvs_core_superblock(const struct kvs_core *c)
@@ -344,26 +535,46 @@ const struct kvi_superblock *kvs_core_superblock(const struct kvs_core *c)
 	return &c->sb;
 }
 
-void kvs_core_stats(const struct kvs_core *c, struct kvs_core_stats *out)
+static void kvs_core_stats_locked(struct kvs_core *c, struct kvs_core_stats *out)
 {
+	struct kvs_segtab_counts n;
+
+	kvs_segtab_counts(c->segs, &n);
 	*out = (struct kvs_core_stats){
 		.segments_total = c->nsegs,
-		.segments_granted = c->nopen + c->nsealed,
-		.segments_free = c->nsegs - c->nopen - c->nsealed,
+		.segments_granted = n.open + n.sealed + n.reclaiming,
+		.segments_free = n.free,
+		.segments_open = n.open,
+		.segments_sealed = n.sealed + n.reclaiming,
+		.segments_quarantined = n.quarantined,
 		.heap_bytes = c->sb.heap_size,
 		.index_bytes = c->sb.bucket_count * KVI_BUCKET_SIZE,
+		.carved_bytes = n.carved_bytes,
+		.grants = n.grants,
+		.grants_deferred = n.grants_deferred,
 		.grants_refused = c->grants_refused,
-		.segments_sealed = c->nsealed,
+		.tails_returned = n.tails_returned,
 		.clients = c->nclients,
+		.rc = c->rc,
 	};
 }
 
-void kvs_core_summary(const struct kvs_core *c, char *buf, size_t len)
+void kvs_core_stats(struct kvs_core *c, struct kvs_core_stats *out)
 {
-	snprintf(buf, len, "segments %" PRIu64 " open, %" PRIu64 " sealed, %" PRIu64 " free of %" PRIu64
-		 " x %" PRIu64 " KiB; %" PRIu64 " refused",
-		 c->nopen, c->nsealed, c->nsegs - c->nopen - c->nsealed, c->nsegs, c->sb.segment_size >> 10,
-		 c->grants_refused);
+	pthread_mutex_lock(&c->mu);
+	kvs_core_stats_locked(c, out);
+	pthread_mutex_unlock(&c->mu);
+}
+
+void kvs_core_summary(struct kvs_core *c, char *buf, size_t len)
+{
+	struct kvs_core_stats st;
+
+	kvs_core_stats(c, &st);
+	snprintf(buf, len, "segments %" PRIu64 " open, %" PRIu64 " sealed, %" PRIu64 " quarantined, %" PRIu64
+		 " free of %" PRIu64 " x %" PRIu64 " KiB; %" PRIu64 " reclaimed, %" PRIu64 " evictions",
+		 st.segments_open, st.segments_sealed, st.segments_quarantined, st.segments_free, c->nsegs,
+		 c->sb.segment_size >> 10, st.rc.segments, st.rc.evictions);
 }
 
 const struct kvs_heap *kvs_core_heap(const struct kvs_core *c)

@@ -13,15 +13,14 @@
  * The region memory itself belongs to the caller (kvserver's kvs_region) and
  * must outlive the core.
  *
- * Segment life cycle (SPEC "Memory management"):
- *   FREE --SEG_REQ--> OPEN (granted to one client, which appends objects)
- *   OPEN --client asks for more than KVS_MAX_OPEN_SEGMENTS, or leaves--> SEALED
- *   SEALED --kvs_core_free_segment (eviction, later issue)--> FREE
- * Objects in a sealed segment stay valid and readable; it only receives no
- * more appends. A segment is granted to one client at a time: no two clients
- * ever append to the same segment.
+ * Segment life cycle: segtab.h (extents, sealing, settling, quarantine).
+ * Reclaiming sealed segments is the reclaimer's job (reclaim.h); the core
+ * hands it segments, gives it a segment to copy live objects into, and keeps
+ * its counters, so that one STATS request reports everything.
  *
- * Threading: one thread (kvserver's control loop) at a time. */
+ * Threading: every function may be called from any thread; one mutex inside
+ * serialises them (the control loop and the reclaimer thread share the core;
+ * neither holds it across an RDMA operation). */
 #ifndef KVS_CORE_H
 #define KVS_CORE_H
 
@@ -29,6 +28,7 @@
 #include <stdint.h>
 
 #include "heap.h"
+#include "segtab.h"
 #include "layout.h"
 #include "verbs_util.h" /* struct kvi_errbuf */
 #include "wire.h"
@@ -42,12 +42,30 @@
  * ~137 bytes: about one per object for small items (16 B keys, 100 B values
  * take 160 bytes), so the index fills up around when the heap does. */
 #define KVS_BYTES_PER_BUCKET 2048u
-/* Unsealed segments a client may hold; granting one more seals its oldest. */
-#define KVS_MAX_OPEN_SEGMENTS 4u
+/* Operation deadline clients must keep (they clamp their own to it), and the
+ * quarantine of reclaimed segments, which must exceed twice that (segtab.h). */
+#define KVS_DEFAULT_MAX_OP_MS 1000u
+#define KVS_DEFAULT_QUARANTINE_MS 2500u
+#define KVS_QUARANTINE_MARGIN_MS 100u
+/* Reclamation starts when free (plus quarantined) segments fall below
+ * low_pct of the heap and stops at high_pct. */
+#define KVS_DEFAULT_RECLAIM_LOW_PCT 8u
+#define KVS_DEFAULT_RECLAIM_HIGH_PCT 12u
+/* Free segments client grants leave to the reclaimer (it needs somewhere to
+ * copy live objects to). */
+#define KVS_RESERVE_SEGMENTS 2u
 
 struct kvs_core_opts {
 	uint64_t buckets;      /* 0 = default: region_size / 2048, at least 64; else >= 2 */
 	uint64_t segment_size; /* bytes, 0 = default 1 MiB; power of two, 64 KiB .. 1 MiB */
+	uint32_t max_op_ms;    /* 0 = default */
+	uint32_t quarantine_ms; /* 0 = default (at least 2 x max_op_ms + margin) */
+	unsigned reclaim_low_pct, reclaim_high_pct; /* 0 = defaults; 1..90, low < high */
+	int no_evict; /* keep every live item: reclamation only compacts garbage away */
+	/* Called (with the core's lock held: do not call back into the core)
+	 * when reclamation is wanted, so that kvserver can wake its reclaimer. */
+	void (*wake)(void *arg);
+	void *wake_arg;
 };
 
 struct kvs_core;
@@ -71,51 +89,84 @@ void kvs_core_destroy(struct kvs_core *c);
 /* Handle one control request from client_id (a kvi_ctrl_handler; core is a
  * struct kvs_core *). Fills resp (its seq echoes req->seq) and returns 0 --
  * including for refusals the client should hear about, such as
- * KVI_CTRL_ERROR/KVC_ENOMEM when the heap is exhausted -- or returns a
- * negative code for a request no well-behaved client sends (a server-to-client
- * type, an unknown type, client id 0): the transport then disconnects that
- * client, never the server.
+ * KVI_CTRL_ERROR/KVC_ENOMEM -- or returns a negative code for a request no
+ * well-behaved client sends (a server-to-client type, an unknown type, client
+ * id 0): the transport then disconnects that client, never the server.
  *
- *   SEG_REQ -> SEG_GRANT arg[0] = segment offset in the region (page-aligned,
- *                                 not segment-aligned: heap.h "Segment grid"),
- *                        arg[1] = segment size in bytes,
- *                        arg[2] = offset of the client's segment this grant
- *                                 sealed, 0 if none (it stays readable but
- *                                 must receive no more appends)
- *           -> ERROR status = KVC_ENOMEM (heap exhausted)
- *   STATS_REQ -> STATS arg[0] = this process's CPU time (user + system, ns),
- *                      arg[1] = segments in use, arg[2] = segments in all,
- *                      arg[3] = clients holding segments,
- *                      arg[4] = bytes holding items (index + granted segments)
- * Request arguments are reserved and ignored. */
+ *   SEG_REQ    arg[0] = bytes needed (the object to append), arg[1] = bytes of
+ *              the current extent used (its tail may be given back)
+ *           -> SEG_GRANT arg[0] = extent offset in the region (16-byte
+ *                        aligned), arg[1] = extent length (>= needed)
+ *           -> ERROR status = KVC_EAGAIN (no free segment right now:
+ *              reclamation is running; ask again shortly), KVC_ENOMEM (live
+ *              data fills the heap and eviction is off), KVC_EINVAL (need
+ *              larger than a segment)
+ *   SEG_RETURN arg[0] = bytes of the current extent used (the client leaves)
+ *           -> SEG_RETURNED
+ *   STATS_REQ  arg[0] = page -> STATS arg[0..4] as kvi_stats_page() lays out. */
 int kvs_core_ctrl(void *core, uint32_t client_id, const struct kvi_ctrl *req, struct kvi_ctrl *resp);
 
-/* client_id is gone: seal every segment it holds open. The segments and the
- * objects in them stay (readable until reclaimed). */
+/* client_id is gone: seal its open extent (objects stay readable until their
+ * segment is reclaimed). */
 void kvs_core_client_left(struct kvs_core *c, uint32_t client_id);
 
-/* Return a sealed segment to the heap (eviction's job, a later issue; the
- * caller is responsible for the quarantine SPEC requires before reuse).
- * 0, or KVC_EINVAL if seg_off is not the start of a sealed segment. */
-int kvs_core_free_segment(struct kvs_core *c, uint64_t seg_off);
+/* What reclaiming one segment did (reclaim.c fills it, the core adds it up). */
+struct kvs_reclaim_stats {
+	uint64_t segments;          /* reclaimed and quarantined */
+	uint64_t aborted;           /* walks that had to give a segment back */
+	uint64_t dropped;           /* objects no slot pointed to: superseded or deleted */
+	uint64_t moved;             /* live and accessed: copied forward */
+	uint64_t evictions;         /* live and cold: slot cleared */
+	uint64_t evicted_unfetched; /* evicted without ever having been read */
+	uint64_t expired;           /* expired items whose slot was cleared */
+	uint64_t expired_unfetched; /* of those, never read */
+	uint64_t lock_retries;      /* bucket locks found held by a client */
+	uint64_t cpu_ns;            /* reclaimer thread CPU time */
+};
+
+/* The reclaimer's side. Segments are named by their region offset. */
+int kvs_core_reclaim_wanted(struct kvs_core *c);
+/* kvs_segtab_reclaim_begin / _end, under the core's lock; end also adds st. */
+int kvs_core_reclaim_begin(struct kvs_core *c, uint64_t *off, uint64_t *len);
+void kvs_core_reclaim_end(struct kvs_core *c, uint64_t off, int done, int rotate,
+			  const struct kvs_reclaim_stats *st);
+/* The reclaimer's own append extent (whole segments, may use the reserve).
+ * 0 or KVC_EAGAIN. */
+int kvs_core_server_extent(struct kvs_core *c, struct kvs_extent *x, uint64_t used);
+void kvs_core_server_release(struct kvs_core *c, struct kvs_extent *x, uint64_t used);
+/* Release quarantined segments whose time is over; returns ms until
+ * something (quarantine or settling) is due, at most max_ms. */
+int kvs_core_tick(struct kvs_core *c, int max_ms);
+int kvs_core_no_evict(const struct kvs_core *c);
+/* What clients are told at join (wire.h welcome). */
+void kvs_core_limits(const struct kvs_core *c, uint32_t *max_op_ms, uint32_t *quarantine_ms);
+/* The compaction (no-evict) reclaimer found nothing worth compacting: client
+ * grants answer KVC_ENOMEM instead of KVC_EAGAIN until a segment is sealed. */
+void kvs_core_set_full(struct kvs_core *c);
+
+/* The region's first byte (the caller's memory; the reclaimer reads objects
+ * and copies live ones with the CPU, and changes slots only through the NIC). */
+uint8_t *kvs_core_region(const struct kvs_core *c);
 
 /* The layout as the core formatted it (its private copy, never the region's). */
 const struct kvi_superblock *kvs_core_superblock(const struct kvs_core *c);
 
 struct kvs_core_stats {
-	uint64_t segments_total;   /* heap_bytes / stride (segment size + one page, heap.h) */
-	uint64_t segments_granted; /* open + sealed */
-	uint64_t segments_free;
+	uint64_t segments_total; /* heap_bytes / stride (segment size + one page, heap.h) */
+	uint64_t segments_granted; /* open + sealed + reclaiming (holding objects) */
+	uint64_t segments_free, segments_open, segments_sealed, segments_quarantined;
 	uint64_t heap_bytes;
 	uint64_t index_bytes;
-	uint64_t grants_refused; /* SEG_REQs answered with KVC_ENOMEM */
-	uint64_t segments_sealed;
-	uint64_t clients; /* clients holding open segments */
+	uint64_t carved_bytes;   /* handed out to writers and not yet reclaimed */
+	uint64_t grants, grants_deferred, grants_refused;
+	uint64_t tails_returned;
+	uint64_t clients; /* clients holding an open extent */
+	struct kvs_reclaim_stats rc;
 };
-void kvs_core_stats(const struct kvs_core *c, struct kvs_core_stats *out);
+void kvs_core_stats(struct kvs_core *c, struct kvs_core_stats *out);
 
 /* One line for the log: "segments 3 open, 1 sealed, 60 free of 64 x 1024 KiB; 0 refused". */
-void kvs_core_summary(const struct kvs_core *c, char *buf, size_t len);
+void kvs_core_summary(struct kvs_core *c, char *buf, size_t len);
 
 /* The heap allocator, for its statistics (tests prove with them where
  * jemalloc's memory came from). */

@@ -22,6 +22,7 @@
 #include "kvclient_errors.h"
 #include "listener.h"
 #include "log.h"
+#include "evictor.h"
 #include "fence.h"
 #include "region.h"
 
@@ -44,6 +45,7 @@ struct kvs_server {
 	struct kvs_region region;
 	struct kvs_core *core;
 	struct kvs_fence *fence; /* releases dead clients' locks; NULL if unavailable */
+	struct kvs_evictor *evictor; /* reclaims sealed segments */
 	int stopping;            /* shutting down: clients leave by our doing */
 	uint32_t next_client_id;
 	unsigned nclients;
@@ -63,9 +65,22 @@ static void usage(FILE *f)
 		"                          2 KiB of memory, at least 64)\n"
 		"      --segment-size KIB  heap segment granted to clients: 64, 128, 256, 512 or 1024\n"
 		"                          (default 1024; it bounds the largest item)\n"
+		"Cache policy:\n"
+		"      --no-evict          never evict a live item: a PUT fails with 'out of memory'\n"
+		"                          when live data fills the heap (memcached -M); garbage\n"
+		"                          (replaced, deleted, expired items) is still reclaimed\n"
+		"      --reclaim-low PCT   start reclaiming when free segments fall below PCT %%\n"
+		"                          of the heap (default %u)\n"
+		"      --reclaim-high PCT  ... and stop when they reach PCT %% (default %u)\n"
+		"      --max-op-ms MS      longest operation deadline clients may use; they clamp\n"
+		"                          theirs to it (default %u)\n"
+		"      --quarantine-ms MS  reclaimed memory is reused after this; at least\n"
+		"                          2 x max-op-ms + %u (default %u)\n"
 		"  -v, --verbose           more log (repeat for debug)\n"
 		"  -h, --help              this text\n"
-		"  -V, --version           print the version\n");
+		"  -V, --version           print the version\n",
+		KVS_DEFAULT_RECLAIM_LOW_PCT, KVS_DEFAULT_RECLAIM_HIGH_PCT, KVS_DEFAULT_MAX_OP_MS,
+		KVS_QUARANTINE_MARGIN_MS, KVS_DEFAULT_QUARANTINE_MS);
 }
 
 static int parse_u64(const char *s, uint64_t lo, uint64_t hi, uint64_t *out)
@@ -93,6 +108,11 @@ static int parse_args(int argc, char **argv, struct kvs_opts *o)
 		{ "hugepages", required_argument, NULL, 'H' },
 		{ "buckets", required_argument, NULL, 'B' },
 		{ "segment-size", required_argument, NULL, 'S' },
+		{ "no-evict", no_argument, NULL, 'E' },
+		{ "reclaim-low", required_argument, NULL, 'L' },
+		{ "reclaim-high", required_argument, NULL, 'U' },
+		{ "max-op-ms", required_argument, NULL, 'O' },
+		{ "quarantine-ms", required_argument, NULL, 'Q' },
 		{ "verbose", no_argument, NULL, 'v' },
 		{ "help", no_argument, NULL, 'h' },
 		{ "version", no_argument, NULL, 'V' },
@@ -157,6 +177,27 @@ static int parse_args(int argc, char **argv, struct kvs_opts *o)
 			}
 			o->core.segment_size = v << 10;
 			break;
+		case 'E':
+			o->core.no_evict = 1;
+			break;
+		case 'L':
+		case 'U':
+			if (parse_u64(optarg, 1, 95, &v)) {
+				fprintf(stderr, "kvserver: invalid --reclaim-%s '%s': expected a percentage, 1..95\n",
+					c == 'L' ? "low" : "high", optarg);
+				return 2;
+			}
+			*(c == 'L' ? &o->core.reclaim_low_pct : &o->core.reclaim_high_pct) = (unsigned)v;
+			break;
+		case 'O':
+		case 'Q':
+			if (parse_u64(optarg, 1, 3600000, &v)) {
+				fprintf(stderr, "kvserver: invalid --%s '%s': expected milliseconds, 1..3600000\n",
+					c == 'O' ? "max-op-ms" : "quarantine-ms", optarg);
+				return 2;
+			}
+			*(c == 'O' ? &o->core.max_op_ms : &o->core.quarantine_ms) = (uint32_t)v;
+			break;
 		case 'v':
 			o->verbose++;
 			break;
@@ -178,7 +219,7 @@ static int parse_args(int argc, char **argv, struct kvs_opts *o)
 	/* Flags that only make sense together (buckets for this much memory) are
 	 * a usage error too: check the layout now, before mapping anything. */
 	if (kvs_core_plan(0, o->memory_mib << 20, &o->core, &sb, &e)) {
-		fprintf(stderr, "kvserver: %s (--memory, --buckets, --segment-size)\n", e.msg);
+		fprintf(stderr, "kvserver: %s\n", e.msg);
 		return 2;
 	}
 	return -1; /* go on */
@@ -199,6 +240,7 @@ static int on_connect(void *arg, struct kvi_peer *p, const struct kvi_hello *h, 
 	w->region_addr = (uintptr_t)s->region.base;
 	w->region_size = s->region.size;
 	w->epoch = kvs_core_superblock(s->core)->epoch;
+	kvs_core_limits(s->core, &w->max_op_ms, &w->quarantine_ms);
 	kvi_info("client %u joining", w->client_id);
 	(void)p;
 	return 0;
@@ -341,6 +383,13 @@ int main(int argc, char **argv)
 		fprintf(stderr, "kvserver: %s\n", e.msg);
 		goto clean_listener;
 	}
+	if (kvs_evictor_create(&s.evictor)) {
+		fprintf(stderr, "kvserver: out of memory\n");
+		rc = 1;
+		goto clean_region;
+	}
+	s.o.core.wake = kvs_evictor_wake;
+	s.o.core.wake_arg = s.evictor;
 	rc = kvs_core_create(s.region.base, s.region.size, &s.o.core, &s.core, &e);
 	if (rc) {
 		fprintf(stderr, "kvserver: %s\n", e.msg);
@@ -362,9 +411,11 @@ int main(int argc, char **argv)
 		snprintf(port, sizeof(port), "%u", kvi_listener_port(s.l));
 		if (kvs_fence_start(&s.fence, s.o.listen, port, kvi_listener_device(s.l)))
 			kvi_warn("cannot start the loopback connection: locks of clients that die are not released");
+		if (kvs_evictor_start(s.evictor, s.core, s.o.listen, port, kvi_listener_device(s.l)))
+			kvi_warn("cannot start the reclaimer thread: memory is never reclaimed");
 	} else {
-		kvi_warn("listening on all addresses: locks held by clients that die are not released "
-			 "(give -l ADDR to enable fencing)");
+		kvi_warn("listening on all addresses: locks held by clients that die are not released and "
+			 "memory is never reclaimed (give -l ADDR for the loopback connection both need)");
 	}
 	rc = serve(&s, &cb);
 	s.stopping = 1;
@@ -376,10 +427,13 @@ int main(int argc, char **argv)
 	if (kvi_listener_notify_all(s.l, &(struct kvi_ctrl){ .type = KVI_CTRL_SHUTDOWN }) > 0 &&
 	    kvi_listener_flush_sends(s.l, 500))
 		kvi_info("some clients did not take the shutdown notice in time");
+	kvs_evictor_destroy(s.evictor);
+	s.evictor = NULL;
 	kvi_listener_disconnect_all(s.l, &cb);
 	kvs_fence_destroy(s.fence);
 	kvs_core_destroy(s.core);
 clean_region:
+	kvs_evictor_destroy(s.evictor);
 	kvs_region_destroy(&s.region);
 clean_listener:
 	kvi_listener_destroy(s.l, NULL);

@@ -133,7 +133,8 @@ struct kvc_stats {
 	uint64_t round_trips[KVC_STAT_KINDS];
 	uint64_t lock_conflicts;   /* lock attempts that found a bucket held */
 	uint64_t verify_retries;   /* object or bucket reads that failed verification */
-	uint64_t segments_granted; /* control-path calls for memory */
+	uint64_t segments_granted; /* extents granted by the server (control-path calls for memory) */
+	uint64_t grants_deferred;  /* requests the server answered "not yet" (reclamation running) */
 };
 
 KVC_EXPORT void kvc_get_stats(const kvc_t *h, struct kvc_stats *out);

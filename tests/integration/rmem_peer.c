@@ -36,6 +36,8 @@ static int on_connect(void *arg, struct kvi_peer *p, const struct kvi_hello *h, 
 	w->region_addr = (uintptr_t)s->base;
 	w->region_size = s->size + s->extra;
 	w->epoch = 1;
+	w->max_op_ms = 1000;
+	w->quarantine_ms = 2500;
 	return 0;
 }
 

@@ -20,7 +20,14 @@ static int locked_ctrl(void *arg, uint32_t client_id, const struct kvi_ctrl *req
 
 int kvt_env_init(struct kvt_env *env, uint64_t region_mib, uint64_t buckets, uint64_t segment_kib)
 {
-	struct kvs_core_opts o = { .buckets = buckets, .segment_size = segment_kib << 10 };
+	struct kvs_core_opts o = { .buckets = buckets, .segment_size = segment_kib << 10, .max_op_ms = 20000,
+				   .quarantine_ms = 40100 };
+
+	return kvt_env_init_opts(env, region_mib, &o);
+}
+
+int kvt_env_init_opts(struct kvt_env *env, uint64_t region_mib, const struct kvs_core_opts *o)
+{
 	struct kvi_errbuf e = { { 0 } };
 	int rc;
 
@@ -30,7 +37,7 @@ int kvt_env_init(struct kvt_env *env, uint64_t region_mib, uint64_t buckets, uin
 	env->reg = kvi_local_region_create(region_mib << 20);
 	if (!env->reg)
 		return KVC_ENOMEM;
-	rc = kvs_core_create(kvi_local_region_base(env->reg), region_mib << 20, &o, &env->core, &e);
+	rc = kvs_core_create(kvi_local_region_base(env->reg), region_mib << 20, o, &env->core, &e);
 	if (rc) {
 		fprintf(stderr, "kvt_env_init: %s\n", e.msg);
 		kvi_local_region_destroy(env->reg);
@@ -47,6 +54,27 @@ void kvt_env_fini(struct kvt_env *env)
 	memset(env, 0, sizeof(*env));
 }
 
+static void set_limits(struct kvt_env *env, struct kvi_rmem *rm)
+{
+	uint32_t max_op, quarantine;
+
+	kvs_core_limits(env->core, &max_op, &quarantine);
+	kvi_rmem_local_set_limits(rm, max_op, quarantine);
+}
+
+int kvt_env_reclaimer(struct kvt_env *env, const struct kvs_reclaim_hooks *hooks, struct kvs_reclaimer **out)
+{
+	struct kvi_rmem *rm;
+	int rc;
+
+	rc = kvi_rmem_local_create(env->reg, 4096, NULL, &rm);
+	if (rc)
+		return rc;
+	kvi_rmem_local_set_ctrl(rm, locked_ctrl, env, __atomic_fetch_add(&env->next_client, 1, __ATOMIC_RELAXED));
+	set_limits(env, rm);
+	return kvs_reclaimer_create(env->core, rm, hooks, out);
+}
+
 int kvt_env_client(struct kvt_env *env, const struct kvi_local_hooks *hooks, unsigned cache_entries,
 		   unsigned depth, kvc_t **out)
 {
@@ -57,10 +85,11 @@ int kvt_env_client(struct kvt_env *env, const struct kvi_local_hooks *hooks, uns
 	kvc_opts_init(&o);
 	o.cache_entries = cache_entries;
 	o.depth = depth;
-	o.op_timeout_ms = 20000; /* threads on a loaded 2-core machine */
+	o.op_timeout_ms = 20000; /* threads on a loaded 2-core machine; the server may cap it */
 	rc = kvi_rmem_local_create(env->reg, 4096, hooks, &rm);
 	if (rc)
 		return rc;
+	set_limits(env, rm);
 	/* Handles may be created from several threads. */
 	kvi_rmem_local_set_ctrl(rm, locked_ctrl, env, __atomic_fetch_add(&env->next_client, 1, __ATOMIC_RELAXED));
 	return kvi_client_open(rm, &o, out);

@@ -9,6 +9,7 @@
 
 #include "client.h"
 #include "core.h"
+#include "reclaim.h"
 #include "rmem_local.h"
 
 struct kvt_env {
@@ -18,8 +19,13 @@ struct kvt_env {
 	pthread_mutex_t lock; /* the core is single-threaded, like kvserver's event loop */
 };
 
-/* region_mib of region, `buckets` buckets (0 = default), segment_kib segments. */
+/* region_mib of region, `buckets` buckets (0 = default), segment_kib segments;
+ * operations may take 20 s (a loaded 2-core machine), so memory is reused only
+ * after a 40 s quarantine: tests of reclamation use kvt_env_init_opts. */
 int kvt_env_init(struct kvt_env *env, uint64_t region_mib, uint64_t buckets, uint64_t segment_kib);
+int kvt_env_init_opts(struct kvt_env *env, uint64_t region_mib, const struct kvs_core_opts *o);
+/* The server's reclaimer over its own loopback-like local connection. */
+int kvt_env_reclaimer(struct kvt_env *env, const struct kvs_reclaim_hooks *hooks, struct kvs_reclaimer **out);
 void kvt_env_fini(struct kvt_env *env);
 /* A client handle; hooks may be NULL; cache_entries 0 disables the cache. */
 int kvt_env_client(struct kvt_env *env, const struct kvi_local_hooks *hooks, unsigned cache_entries,

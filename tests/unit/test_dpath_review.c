@@ -156,7 +156,7 @@ static kvc_t *impatient(void)
 {
 	kvc_t *c = client(NULL, 0, 4);
 
-	c->o.op_timeout_ms = 50;
+	c->op_timeout_ms = 50;
 	return c;
 }
 

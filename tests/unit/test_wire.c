@@ -48,7 +48,7 @@ Test(wire, welcome_round_trip_with_padding_from_cm)
 	unsigned char buf[KVI_CM_ACCEPT_PDATA_MAX] = { 0 };
 	struct kvi_wire_welcome w;
 	struct kvi_welcome in = { .client_id = 7, .rkey = 0xabcdef01u, .region_addr = 0x7f0000001000ull,
-				  .region_size = 1ull << 30, .epoch = 3 };
+				  .region_size = 1ull << 30, .epoch = 3, .max_op_ms = 1000, .quarantine_ms = 2500 };
 	struct kvi_welcome out;
 
 	kvi_wire_welcome_encode(&w, &in);
@@ -59,13 +59,16 @@ Test(wire, welcome_round_trip_with_padding_from_cm)
 	cr_expect_eq(out.region_addr, 0x7f0000001000ull);
 	cr_expect_eq(out.region_size, 1ull << 30);
 	cr_expect_eq(out.epoch, 3);
+	cr_expect_eq(out.max_op_ms, 1000);
+	cr_expect_eq(out.quarantine_ms, 2500);
 }
 
 Test(wire, welcome_rejects_impossible_values)
 {
 	struct kvi_wire_welcome w;
 	struct kvi_welcome out;
-	struct kvi_welcome base = { .client_id = 1, .rkey = 1, .region_addr = 4096, .region_size = 4096 };
+	struct kvi_welcome base = { .client_id = 1, .rkey = 1, .region_addr = 4096, .region_size = 4096,
+				    .max_op_ms = 10, .quarantine_ms = 20 };
 	struct kvi_welcome bad;
 
 	bad = base;
@@ -80,7 +83,16 @@ Test(wire, welcome_rejects_impossible_values)
 	bad.region_addr = UINT64_MAX - 10; /* wraps */
 	kvi_wire_welcome_encode(&w, &bad);
 	cr_expect_eq(kvi_wire_welcome_decode(&w, sizeof(w), &out), KVC_EPROTO);
+	bad = base;
+	bad.quarantine_ms = 19; /* reuse before every operation has ended */
+	kvi_wire_welcome_encode(&w, &bad);
+	cr_expect_eq(kvi_wire_welcome_decode(&w, sizeof(w), &out), KVC_EPROTO);
+	bad = base;
+	bad.max_op_ms = 0;
+	kvi_wire_welcome_encode(&w, &bad);
+	cr_expect_eq(kvi_wire_welcome_decode(&w, sizeof(w), &out), KVC_EPROTO);
 	kvi_wire_welcome_encode(&w, &base);
+	cr_expect_eq(kvi_wire_welcome_decode(&w, sizeof(w), &out), 0);
 	w.flags = 1;
 	cr_expect_eq(kvi_wire_welcome_decode(&w, sizeof(w), &out), KVC_EPROTO);
 	cr_expect_eq(kvi_wire_welcome_decode(&w, 10, &out), KVC_EPROTO);

@@ -1,0 +1,26 @@
+/* kvserver's reclaimer thread. It owns a loopback connection to the server's
+ * own region (the bucket locks of reclamation are RDMA CAS through the NIC,
+ * layout.h I1) and runs reclaim.h whenever the core asks for memory, or when a
+ * quarantine or a settling segment comes due. Blocking RDMA calls happen here,
+ * never on the control loop. The connection is made by this thread (the
+ * control loop must be running to accept it) and remade if it breaks.
+ *
+ * Life cycle: create (before the core, whose wake callback it provides),
+ * start (once the listener runs), destroy. */
+#ifndef KVS_EVICTOR_H
+#define KVS_EVICTOR_H
+
+#include "core.h"
+
+struct kvs_evictor;
+
+int kvs_evictor_create(struct kvs_evictor **out);
+/* The core's wake callback (struct kvs_core_opts.wake; arg = the evictor). */
+void kvs_evictor_wake(void *arg);
+/* Start the thread: loopback to host:port through device. 0 or a code. */
+int kvs_evictor_start(struct kvs_evictor *ev, struct kvs_core *core, const char *host, const char *port,
+		      const char *device);
+/* Stop and join the thread, close the loopback; accepts NULL. */
+void kvs_evictor_destroy(struct kvs_evictor *ev);
+
+#endif

@@ -1,0 +1,446 @@
+#include "reclaim.h"
+
+#include <inttypes.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include "hash.h"
+#include "kvclient_errors.h"
+#include "layout.h"
+#include "log.h"
+
+#define LOCK_BATCH 7u          /* buckets per lock doorbell: CAS + READ each, <= 16 ops */
+#define RECLAIM_RDMA_MS 5000   /* one loopback doorbell; past it the loopback is broken */
+#define BACKOFF_MIN_US 100u
+#define BACKOFF_MAX_US 10000u
+/* Evict mode: copy forward at most this share of a segment (eighths), so that
+ * every reclaimed segment frees at least an eighth of itself even when every
+ * object in it was read. */
+#define COPY_LIMIT_EIGHTHS 7u
+
+/* A live-looking object of the segment being reclaimed. */
+struct item {
+	uint32_t pos;    /* offset in the segment */
+	uint32_t len;    /* object length */
+	uint64_t slot;   /* the slot word that names it */
+	uint64_t bucket; /* where that slot was seen */
+	uint32_t idx;
+	uint32_t done;
+};
+
+/* Local buffer of the loopback connection. */
+struct lbuf {
+	struct kvi_bucket bk[LOCK_BATCH];
+	uint64_t cas[LOCK_BATCH];
+	uint64_t unlock[LOCK_BATCH];
+	uint64_t slotw[KVI_RMEM_MAX_BATCH * LOCK_BATCH];
+};
+
+struct kvs_reclaimer {
+	struct kvs_core *core;
+	struct kvi_rmem *rm;
+	struct kvs_reclaim_hooks hooks;
+	struct kvi_superblock sb; /* the core's private copy */
+	uint8_t *base;
+	uint8_t *snap; /* private copy of the segment being walked */
+	struct item *items;
+	uint32_t nitems, cap_items;
+	struct kvs_extent x; /* where live objects are copied to */
+	uint64_t x_used;
+	int no_evict;
+};
+
+static uint64_t thread_cpu_ns(void)
+{
+	struct timespec ts;
+
+	clock_gettime(CLOCK_THREAD_CPUTIME_ID, &ts);
+	return (uint64_t)ts.tv_sec * 1000000000u + (uint64_t)ts.tv_nsec;
+}
+
+int kvs_reclaimer_create(struct kvs_core *core, struct kvi_rmem *rm, const struct kvs_reclaim_hooks *hooks,
+			 struct kvs_reclaimer **out)
+{
+	struct kvs_reclaimer *r = calloc(1, sizeof(*r));
+	int rc = KVC_ENOMEM;
+
+	*out = NULL;
+	if (!r)
+		goto fail;
+	r->core = core;
+	r->rm = rm;
+	if (hooks)
+		r->hooks = *hooks;
+	r->sb = *kvs_core_superblock(core);
+	r->base = kvs_core_region(core);
+	r->no_evict = kvs_core_no_evict(core);
+	r->snap = malloc(r->sb.segment_size);
+	/* At most one object per 48 bytes (a header and a 1-byte key, aligned). */
+	r->cap_items = (uint32_t)(r->sb.segment_size / 48 + 1);
+	r->items = calloc(r->cap_items, sizeof(*r->items));
+	if (!r->snap || !r->items)
+		goto fail;
+	rc = kvi_rmem_set_lbuf(rm, sizeof(struct lbuf));
+	if (rc)
+		goto fail;
+	*out = r;
+	return 0;
+fail:
+	if (r) {
+		r->rm = NULL;
+		kvs_reclaimer_destroy(r);
+	}
+	kvi_rmem_destroy(rm);
+	return rc;
+}
+
+void kvs_reclaimer_destroy(struct kvs_reclaimer *r)
+{
+	if (!r)
+		return;
+	if (r->x.off)
+		kvs_core_server_release(r->core, &r->x, r->x_used);
+	kvi_rmem_destroy(r->rm);
+	free(r->items);
+	free(r->snap);
+	free(r);
+}
+
+static uint64_t held(const struct kvs_reclaimer *r)
+{
+	return kvi_lock_held_by(r->rm->client_id);
+}
+
+/* Step 1 and 2: walk the snapshot, keep the objects some slot names. */
+static void walk(struct kvs_reclaimer *r, uint64_t off, uint64_t len, struct kvs_reclaim_stats *st)
+{
+	const struct kvi_bucket *index = (const void *)(r->base + r->sb.index_off);
+	uint64_t p = 0;
+
+	r->nitems = 0;
+	while (p + sizeof(struct kvi_obj_hdr) <= len) {
+		const struct kvi_obj_hdr *h = (const void *)(r->snap + p);
+		uint64_t olen = kvi_obj_len(h->key_len, h->value_len);
+		struct kvi_keyhash kh;
+		uint64_t slot;
+		int found = 0;
+
+		if (h->version != KVI_LAYOUT_VERSION || h->key_len == 0 || h->key_len > KVI_MAX_KEY ||
+		    olen > len - p || kvi_obj_verify(h, len - p)) {
+			p += KVI_OBJ_ALIGN;
+			continue;
+		}
+		kvi_key_hash(r->snap + p + sizeof(*h), h->key_len, r->sb.bucket_count, &kh);
+		slot = kvi_slot_make(kh.fp, off + p, olen);
+		for (unsigned w = 0; w < 2 && !found; w++) {
+			for (unsigned i = 0; i < KVI_SLOTS_PER_BUCKET; i++) {
+				/* A hint only: the decision is taken again under the lock. */
+				if (__atomic_load_n(&index[kh.b[w]].slot[i], __ATOMIC_RELAXED) != slot)
+					continue;
+				if (r->nitems < r->cap_items)
+					r->items[r->nitems++] = (struct item){ .pos = (uint32_t)p,
+									       .len = (uint32_t)olen,
+									       .slot = slot, .bucket = kh.b[w],
+									       .idx = i };
+				found = 1;
+				break;
+			}
+		}
+		if (!found)
+			st->dropped++;
+		p += kvi_obj_footprint(olen);
+	}
+}
+
+/* Room for len bytes in the server's own segment: the region offset, or 0. */
+static uint64_t copy_room(struct kvs_reclaimer *r, uint64_t len)
+{
+	uint64_t fp = kvi_obj_footprint(len), at;
+
+	if (!r->x.off || r->x.len - r->x_used < fp) {
+		if (kvs_core_server_extent(r->core, &r->x, r->x_used))
+			return 0;
+		r->x_used = 0;
+	}
+	at = r->x.off + r->x_used;
+	r->x_used += fp;
+	return at;
+}
+
+/* Copy the (verified) object of it into the server's segment: the new slot
+ * word, or 0 when there is no room. The copy starts unread again; that it was
+ * read before is kept in its flags (for evicted_unfetched). */
+static uint64_t copy_forward(struct kvs_reclaimer *r, const struct item *it)
+{
+	const struct kvi_obj_hdr *src = (const void *)(r->snap + it->pos);
+	uint64_t at = copy_room(r, it->len);
+	struct kvi_obj_hdr *dst;
+
+	if (!at)
+		return 0;
+	dst = (void *)(r->base + at);
+	memcpy(dst, src, it->len);
+	dst->access = 0;
+	dst->flags |= KVI_OBJ_F_FETCHED;
+	dst->checksum = kvi_obj_checksum(dst);
+	/* The object is complete in memory before the slot WRITE that publishes
+	 * it is posted (ibv_post_send orders our stores before the doorbell). */
+	__atomic_thread_fence(__ATOMIC_RELEASE);
+	return kvi_slot_make(kvi_slot_fp(it->slot), at, it->len);
+}
+
+struct batch {
+	uint64_t bucket[LOCK_BATCH];
+	unsigned nb;
+};
+
+/* Decide, under the lock of bucket bi (its contents in bk), what happens to
+ * item it. Returns the new slot word to write (== it->slot: nothing to do),
+ * or sets *abort (no-evict and no room to copy). */
+static uint64_t decide(struct kvs_reclaimer *r, const struct item *it, const struct kvi_bucket *bk,
+		       uint64_t *copied, uint64_t seg_bytes, struct kvs_reclaim_stats *st, int *abort)
+{
+	const struct kvi_obj_hdr *h = (const void *)(r->snap + it->pos);
+	uint64_t access, now = (uint64_t)time(NULL), ns;
+	int fetched;
+
+	if (bk->slot[it->idx] != it->slot) {
+		st->dropped++; /* replaced or deleted since the walk */
+		return it->slot;
+	}
+	/* The live access word (clients mark it after the snapshot was taken). */
+	access = __atomic_load_n((const uint64_t *)(const void *)(r->base + kvi_slot_obj_off(it->slot) + 8),
+				 __ATOMIC_RELAXED);
+	fetched = access != 0 || (h->flags & KVI_OBJ_F_FETCHED);
+	if (h->expiry && now >= h->expiry) {
+		st->expired++;
+		st->expired_unfetched += !fetched;
+		return 0;
+	}
+	if (r->no_evict || (access && *copied + it->len <= seg_bytes / 8 * COPY_LIMIT_EIGHTHS)) {
+		ns = copy_forward(r, it);
+		if (ns) {
+			*copied += kvi_obj_footprint(it->len);
+			st->moved++;
+			return ns;
+		}
+		if (r->no_evict) {
+			*abort = 1;
+			return it->slot;
+		}
+	}
+	st->evictions++;
+	st->evicted_unfetched += !fetched;
+	return 0;
+}
+
+/* Lock a batch of buckets, decide for every pending item in them, switch the
+ * slots and unlock. Returns 0, KVC_EAGAIN (no-evict: out of room), or a
+ * transport error. Items in buckets found held stay pending. */
+static int do_batch(struct kvs_reclaimer *r, struct batch *b, uint64_t *copied, uint64_t seg_bytes,
+		    struct kvs_reclaim_stats *st)
+{
+	struct lbuf *lb = kvi_rmem_lbuf(r->rm, NULL);
+	struct kvi_rop ops[KVI_RMEM_MAX_BATCH];
+	unsigned n = 0, nw = 0;
+	int rc, abort = 0;
+
+	for (unsigned i = 0; i < b->nb; i++) {
+		uint64_t lo = kvi_bucket_off(&r->sb, b->bucket[i]);
+
+		ops[n++] = kvi_rop_cas(lo, &lb->cas[i], 0, held(r));
+		ops[n++] = kvi_rop_read(lo, &lb->bk[i], KVI_BUCKET_SIZE);
+	}
+	rc = kvi_rmem_exec(r->rm, ops, n, RECLAIM_RDMA_MS);
+	if (rc)
+		return rc;
+	for (unsigned i = 0; i < b->nb; i++) {
+		if (lb->cas[i] != 0) {
+			st->lock_retries++;
+			continue;
+		}
+		for (uint32_t k = 0; k < r->nitems; k++) {
+			struct item *it = &r->items[k];
+
+			if (it->done || it->bucket != b->bucket[i])
+				continue;
+			if (!abort) {
+				uint64_t ns = decide(r, it, &lb->bk[i], copied, seg_bytes, st, &abort);
+
+				if (abort)
+					continue;
+				it->done = 1;
+				if (ns != it->slot) {
+					/* Remember the switch in the bucket image; written below. */
+					lb->bk[i].slot[it->idx] = ns;
+					lb->slotw[nw++] = ((uint64_t)i << 8) | it->idx;
+				}
+			}
+		}
+	}
+	if (r->hooks.before_switch)
+		r->hooks.before_switch(r->hooks.arg);
+	/* WRITE the changed slots and unlock, bucket by bucket in posting order
+	 * (RC: each slot WRITE lands before the unlock after it). The slot
+	 * words to write live in the bucket images. */
+	n = 0;
+	for (unsigned i = 0; i < b->nb; i++) {
+		uint64_t lo = kvi_bucket_off(&r->sb, b->bucket[i]);
+
+		if (lb->cas[i] != 0)
+			continue;
+		for (unsigned w = 0; w < nw; w++) {
+			unsigned bi = (unsigned)(lb->slotw[w] >> 8), idx = (unsigned)(lb->slotw[w] & 0xff);
+
+			if (bi != i)
+				continue;
+			if (n == KVI_RMEM_MAX_BATCH) {
+				rc = kvi_rmem_exec(r->rm, ops, n, RECLAIM_RDMA_MS);
+				if (rc)
+					return rc;
+				n = 0;
+			}
+			ops[n++] = kvi_rop_write(lo + 8 + 8u * idx, &lb->bk[i].slot[idx], 8);
+		}
+		if (n == KVI_RMEM_MAX_BATCH) {
+			rc = kvi_rmem_exec(r->rm, ops, n, RECLAIM_RDMA_MS);
+			if (rc)
+				return rc;
+			n = 0;
+		}
+		ops[n++] = kvi_rop_cas(lo, &lb->unlock[i], held(r), 0);
+	}
+	if (n) {
+		rc = kvi_rmem_exec(r->rm, ops, n, RECLAIM_RDMA_MS);
+		if (rc)
+			return rc;
+	}
+	for (unsigned i = 0; i < b->nb; i++) {
+		if (lb->cas[i] == 0 && lb->unlock[i] != held(r)) {
+			/* Only a writer that ignores the protocol can have changed a lock
+			 * we hold. Our slot writes landed; say so and go on. */
+			kvi_err("bucket %" PRIu64 ": lock word %#" PRIx64 " while the reclaimer held it",
+				b->bucket[i], lb->unlock[i]);
+		}
+	}
+	return abort ? KVC_EAGAIN : 0;
+}
+
+/* Step 3 over every item, retrying buckets found locked (a writer holds a
+ * lock for at most one operation deadline; a dead one is fenced) until
+ * `patience` runs out. 0 when every item is settled. */
+static int settle_items(struct kvs_reclaimer *r, uint64_t seg_bytes, struct kvs_reclaim_stats *st)
+{
+	uint64_t copied = 0, waited_us = 0, patience_us = 2000ull * r->rm->max_op_ms + 1000000u;
+	unsigned backoff = BACKOFF_MIN_US;
+
+	for (;;) {
+		uint32_t pending = 0, k = 0;
+		int rc;
+
+		while (k < r->nitems) {
+			struct batch b = { .nb = 0 };
+
+			for (; k < r->nitems && b.nb < LOCK_BATCH; k++) {
+				const struct item *it = &r->items[k];
+				unsigned j;
+
+				if (it->done)
+					continue;
+				for (j = 0; j < b.nb && b.bucket[j] != it->bucket; j++)
+					;
+				if (j == b.nb)
+					b.bucket[b.nb++] = it->bucket;
+			}
+			if (b.nb == 0)
+				break;
+			rc = do_batch(r, &b, &copied, seg_bytes, st);
+			if (rc)
+				return rc;
+		}
+		for (k = 0; k < r->nitems; k++)
+			pending += !r->items[k].done;
+		if (!pending)
+			return 0;
+		if (waited_us >= patience_us)
+			return KVC_ETIMEDOUT;
+		nanosleep(&(struct timespec){ .tv_nsec = (long)backoff * 1000 }, NULL);
+		waited_us += backoff;
+		backoff = backoff * 2 > BACKOFF_MAX_US ? BACKOFF_MAX_US : backoff * 2;
+	}
+}
+
+/* Reclaim [off, off + len). 1 done, 2 given back, < 0 transport error. */
+static int reclaim_segment(struct kvs_reclaimer *r, uint64_t off, uint64_t len)
+{
+	struct kvs_reclaim_stats st = { 0 };
+	uint64_t cpu0 = thread_cpu_ns(), live = 0;
+	int rc, rotate = 0;
+
+	memcpy(r->snap, r->base + off, len);
+	walk(r, off, len, &st);
+	if (r->no_evict) {
+		/* Compaction only pays when enough of the segment is garbage. */
+		for (uint32_t k = 0; k < r->nitems; k++)
+			live += kvi_obj_footprint(r->items[k].len);
+		if (live > r->sb.segment_size / 8 * COPY_LIMIT_EIGHTHS) {
+			st.cpu_ns = thread_cpu_ns() - cpu0;
+			kvs_core_reclaim_end(r->core, off, 0, 1, &st);
+			return 2;
+		}
+	}
+	rc = settle_items(r, r->sb.segment_size, &st);
+	st.cpu_ns = thread_cpu_ns() - cpu0;
+	if (rc) {
+		/* Try it again later; what was already switched stays switched. */
+		st.aborted++;
+		rotate = rc == KVC_EAGAIN;
+		kvs_core_reclaim_end(r->core, off, 0, rotate, &st);
+		if (rc != KVC_EAGAIN && rc != KVC_ETIMEDOUT)
+			return rc;
+		kvi_info("reclaiming segment at %#" PRIx64 " postponed: %s", off, kvc_strerror(rc));
+		return 2;
+	}
+	st.segments = 1;
+	kvs_core_reclaim_end(r->core, off, 1, 0, &st);
+	return 1;
+}
+
+int kvs_reclaim_one(struct kvs_reclaimer *r)
+{
+	uint64_t off, len;
+
+	kvs_core_tick(r->core, 0);
+	if (kvs_core_reclaim_begin(r->core, &off, &len))
+		return 0;
+	return reclaim_segment(r, off, len);
+}
+
+int kvs_reclaim_run(struct kvs_reclaimer *r)
+{
+	struct kvs_core_stats cs;
+	int done = 0, skipped = 0, rc;
+
+	while (kvs_core_reclaim_wanted(r->core)) {
+		rc = kvs_reclaim_one(r);
+		if (rc < 0)
+			return rc;
+		if (rc == 0)
+			break; /* nothing settled yet */
+		if (rc == 2) {
+			/* Postponed, or (no-evict) not worth compacting: after a whole
+			 * round of those, live data fills the heap. */
+			kvs_core_stats(r->core, &cs);
+			if (++skipped > (int)cs.segments_sealed) {
+				if (r->no_evict)
+					kvs_core_set_full(r->core);
+				break;
+			}
+			continue;
+		}
+		skipped = 0;
+		done++;
+	}
+	return done;
+}

@@ -1,0 +1,64 @@
+/* The reclaimer: turns the oldest sealed segments back into free memory
+ * (SPEC "Cache semantics"; Segcache's FIFO of segments with copy-forward of
+ * what was read since it was written, i.e. FIFO-reinsertion / CLOCK).
+ *
+ * One segment at a time, work proportional to that segment, never to the
+ * index:
+ *   1. copy the segment's carved bytes to private memory and walk the objects
+ *      in it (each verified by its checksum; a bad header skips 16 bytes);
+ *   2. for each object, hash its key and look at its two buckets: no slot
+ *      names this exact object -> superseded or deleted: dropped for free;
+ *   3. the rest, a batch of buckets at a time: CAS-lock each bucket and READ
+ *      it (one doorbell), and with the lock held decide per object:
+ *        slot changed meanwhile      -> dropped (never resurrected);
+ *        expired                     -> slot cleared;
+ *        read since written (access) -> copied into the server's own
+ *                                       segment, slot switched old -> new;
+ *        cold                        -> evicted: slot cleared;
+ *      then WRITE the changed slots and CAS-unlock (one doorbell);
+ *   4. the segment is zeroed and quarantined (segtab.h).
+ * Every bucket lock goes through the NIC on the server's loopback QP
+ * (layout.h I1: a slot changes only under its bucket's lock; IBV_ATOMIC_HCA
+ * makes CPU atomics useless against the NIC's). The CPU only reads the index
+ * (a hint in step 2; the decision is made again under the lock).
+ *
+ * With eviction off (kvserver --no-evict) every live object is copied: the
+ * reclaimer only compacts garbage away, and a segment with too little garbage
+ * to be worth it is skipped.
+ *
+ * Owned by one thread (kvserver's reclaimer thread, or a test). */
+#ifndef KVS_RECLAIM_H
+#define KVS_RECLAIM_H
+
+#include <stdint.h>
+
+#include "core.h"
+#include "rmem.h"
+
+struct kvs_reclaim_hooks {
+	void *arg;
+	/* Copies made, locks held, slots not yet switched: a test may run other
+	 * clients' operations here to race the switch. */
+	void (*before_switch)(void *arg);
+};
+
+struct kvs_reclaimer;
+
+/* rm: a connection to the core's own region (the loopback; owned from now
+ * on, also on failure). hooks may be NULL. 0 or KVC_ENOMEM. */
+int kvs_reclaimer_create(struct kvs_core *core, struct kvi_rmem *rm, const struct kvs_reclaim_hooks *hooks,
+			 struct kvs_reclaimer **out);
+/* Seals the reclaimer's own open segment; accepts NULL. */
+void kvs_reclaimer_destroy(struct kvs_reclaimer *r);
+
+/* Reclaim while the core wants memory (its watermarks) and a settled sealed
+ * segment exists. Returns the segments reclaimed, or a negative code when the
+ * loopback broke (the caller reconnects). */
+int kvs_reclaim_run(struct kvs_reclaimer *r);
+
+/* Reclaim the oldest settled sealed segment whatever the watermarks say:
+ * 1 done, 0 none ready, 2 given back (postponed, or not worth compacting),
+ * or a negative code. */
+int kvs_reclaim_one(struct kvs_reclaimer *r);
+
+#endif

@@ -1,0 +1,310 @@
+#include "segtab.h"
+
+#include <stdlib.h>
+#include <string.h>
+
+#include "kvclient_errors.h"
+#include "layout.h"
+#include "log.h"
+
+enum seg_state {
+	SEG_FREE = 0,
+	SEG_OPEN,        /* being carved, or extents of it still open */
+	SEG_SEALED,      /* in the FIFO, waiting to settle and be reclaimed */
+	SEG_RECLAIMING,  /* the reclaimer is walking it */
+	SEG_QUARANTINED, /* reclaimed and zeroed; reused after the quarantine */
+};
+
+struct seg {
+	uint8_t state;   /* enum seg_state */
+	uint8_t carving; /* the shared carving segment, or a private one still carving */
+	uint32_t holders; /* open extents in it */
+	uint32_t carved;  /* bytes handed out from its start */
+	uint32_t next;    /* FIFO link (sealed or quarantine queue) */
+	uint64_t t;       /* ns: sealed at (SEALED) or quarantined at (QUARANTINED) */
+};
+
+struct queue {
+	uint32_t head, tail;
+};
+
+struct kvs_segtab {
+	struct kvs_segtab_opts o;
+	struct seg *s;
+	uint32_t shared; /* the carving segment small extents come from, or KVS_NO_SEG */
+	struct queue sealed, quarantine;
+	struct kvs_segtab_counts n;
+};
+
+static void q_push_tail(struct kvs_segtab *t, struct queue *q, uint32_t i)
+{
+	t->s[i].next = KVS_NO_SEG;
+	if (q->tail == KVS_NO_SEG)
+		q->head = i;
+	else
+		t->s[q->tail].next = i;
+	q->tail = i;
+}
+
+static void q_push_head(struct kvs_segtab *t, struct queue *q, uint32_t i)
+{
+	t->s[i].next = q->head;
+	q->head = i;
+	if (q->tail == KVS_NO_SEG)
+		q->tail = i;
+}
+
+static uint32_t q_pop(struct kvs_segtab *t, struct queue *q)
+{
+	uint32_t i = q->head;
+
+	if (i != KVS_NO_SEG) {
+		q->head = t->s[i].next;
+		if (q->head == KVS_NO_SEG)
+			q->tail = KVS_NO_SEG;
+	}
+	return i;
+}
+
+int kvs_segtab_create(const struct kvs_segtab_opts *o, struct kvs_segtab **out)
+{
+	struct kvs_segtab *t = calloc(1, sizeof(*t));
+
+	*out = NULL;
+	if (!t || o->nsegs == 0 || o->nsegs >= KVS_NO_SEG) {
+		free(t);
+		return KVC_ENOMEM;
+	}
+	t->o = *o;
+	t->s = calloc(o->nsegs, sizeof(*t->s));
+	if (!t->s) {
+		free(t);
+		return KVC_ENOMEM;
+	}
+	t->shared = KVS_NO_SEG;
+	t->sealed = t->quarantine = (struct queue){ KVS_NO_SEG, KVS_NO_SEG };
+	t->n.free = o->nsegs;
+	*out = t;
+	return 0;
+}
+
+void kvs_segtab_destroy(struct kvs_segtab *t)
+{
+	if (!t)
+		return;
+	free(t->s);
+	free(t);
+}
+
+static uint64_t seg_off(const struct kvs_segtab *t, uint32_t i)
+{
+	return t->o.heap_off + (uint64_t)i * t->o.stride;
+}
+
+uint32_t kvs_segtab_seg_of(const struct kvs_segtab *t, uint64_t off)
+{
+	uint64_t rel;
+
+	if (off < t->o.heap_off)
+		return KVS_NO_SEG;
+	rel = (off - t->o.heap_off) / t->o.stride;
+	return rel < t->o.nsegs ? (uint32_t)rel : KVS_NO_SEG;
+}
+
+/* A segment from the heap, as OPEN and carving; KVS_NO_SEG if none. */
+static uint32_t take_free(struct kvs_segtab *t)
+{
+	uint8_t *p = kvs_heap_alloc_segment(t->o.heap);
+	uint32_t i;
+
+	if (!p)
+		return KVS_NO_SEG;
+	i = kvs_segtab_seg_of(t, (uint64_t)(p - t->o.base));
+	if (i == KVS_NO_SEG || t->s[i].state != SEG_FREE) {
+		/* The allocator handed out something we consider in use: a bug. Keep
+		 * it allocated (freeing could hand it out again) and refuse. */
+		kvi_err("heap returned %p, which is not a free segment: refused", (void *)p);
+		return KVS_NO_SEG;
+	}
+	t->s[i] = (struct seg){ .state = SEG_OPEN, .carving = 1, .next = KVS_NO_SEG };
+	t->n.free--;
+	t->n.open++;
+	return i;
+}
+
+/* Seal i if nothing can be appended to it any more. */
+static void maybe_seal(struct kvs_segtab *t, uint32_t i, uint64_t now)
+{
+	struct seg *s = &t->s[i];
+
+	if (s->state != SEG_OPEN || s->carving || s->holders)
+		return;
+	s->state = SEG_SEALED;
+	s->t = now;
+	t->n.open--;
+	t->n.sealed++;
+	q_push_tail(t, &t->sealed, i);
+}
+
+static void stop_carving(struct kvs_segtab *t, uint32_t i, uint64_t now)
+{
+	t->s[i].carving = 0;
+	if (t->shared == i)
+		t->shared = KVS_NO_SEG;
+	maybe_seal(t, i, now);
+}
+
+void kvs_segtab_release(struct kvs_segtab *t, struct kvs_extent *x, uint64_t used, uint64_t now)
+{
+	struct seg *s;
+	uint64_t rel;
+
+	if (!x->off)
+		return;
+	s = &t->s[x->seg];
+	if (used > x->len)
+		used = x->len;
+	used = kvi_obj_footprint(used);
+	rel = x->off - seg_off(t, x->seg);
+	/* The unused tail goes back if it is the last thing carved from a
+	 * segment that is still being carved: the next extent starts there. */
+	if (s->carving && rel + x->len == s->carved && used < x->len) {
+		t->n.tails_returned += x->len - used;
+		t->n.carved_bytes -= x->len - used;
+		s->carved = (uint32_t)(rel + used);
+	}
+	s->holders--;
+	x->off = x->len = 0;
+	maybe_seal(t, x->seg, now);
+}
+
+int kvs_segtab_grant(struct kvs_segtab *t, struct kvs_extent *x, uint64_t need, uint64_t used, int privileged,
+		     uint64_t now)
+{
+	uint64_t seg = t->o.segment_size, want;
+	uint32_t i;
+
+	kvs_segtab_release(t, x, used, now);
+	if (need == 0)
+		need = KVI_OBJ_ALIGN;
+	need = kvi_obj_footprint(need);
+	want = x->next_size ? x->next_size : KVS_MIN_EXTENT;
+	if (want < need)
+		want = (need + 4095) & ~4095ull;
+	if (privileged || want > seg)
+		want = seg;
+	/* The shared carving segment serves extents smaller than a segment; one
+	 * it cannot serve any more stops carving (its tail is lost until it is
+	 * reclaimed: less than one extent). */
+	i = t->shared;
+	if (want < seg && i != KVS_NO_SEG && seg - t->s[i].carved < need)
+		stop_carving(t, i, now);
+	i = want < seg ? t->shared : KVS_NO_SEG;
+	if (i == KVS_NO_SEG) {
+		if (!privileged && t->n.free <= t->o.reserve) {
+			t->n.grants_deferred++;
+			return KVC_EAGAIN;
+		}
+		i = take_free(t);
+		if (i == KVS_NO_SEG) {
+			t->n.grants_deferred++;
+			return KVC_EAGAIN;
+		}
+		if (want < seg)
+			t->shared = i;
+	}
+	if (want > seg - t->s[i].carved)
+		want = seg - t->s[i].carved; /* >= need: checked above */
+	x->off = seg_off(t, i) + t->s[i].carved;
+	x->len = want;
+	x->seg = i;
+	x->next_size = want * 2 > seg ? (uint32_t)seg : (uint32_t)(want * 2);
+	t->s[i].carved += (uint32_t)want;
+	t->s[i].holders++;
+	t->n.carved_bytes += want;
+	t->n.grants++;
+	/* A private segment is done; the shared one carries on until a grant
+	 * does not fit, so that a returned tail can still be carved again. */
+	if (t->s[i].carved == seg && i != t->shared)
+		stop_carving(t, i, now);
+	return 0;
+}
+
+int kvs_segtab_reclaim_begin(struct kvs_segtab *t, uint64_t now, uint64_t *off, uint64_t *len)
+{
+	uint32_t i = t->sealed.head;
+
+	if (i == KVS_NO_SEG || now - t->s[i].t < t->o.settle_ns)
+		return KVC_ENOTFOUND;
+	q_pop(t, &t->sealed);
+	t->s[i].state = SEG_RECLAIMING;
+	t->n.sealed--;
+	t->n.reclaiming++;
+	*off = seg_off(t, i);
+	*len = t->s[i].carved;
+	return 0;
+}
+
+void kvs_segtab_reclaim_end(struct kvs_segtab *t, uint64_t off, int done, int rotate, uint64_t now)
+{
+	uint32_t i = kvs_segtab_seg_of(t, off);
+	struct seg *s;
+
+	if (i == KVS_NO_SEG || t->s[i].state != SEG_RECLAIMING)
+		return;
+	s = &t->s[i];
+	t->n.reclaiming--;
+	if (!done) {
+		s->state = SEG_SEALED;
+		t->n.sealed++;
+		if (rotate)
+			q_push_tail(t, &t->sealed, i);
+		else
+			q_push_head(t, &t->sealed, i);
+		return;
+	}
+	/* No slot points here any more. Zero it now, at the start of the
+	 * quarantine: a reader that still holds an old slot word reads zeros and
+	 * retries, and no old object can outlive the quarantine to be read
+	 * together with a newer slot word (layout.h "Reuse"). */
+	memset(t->o.base + off, 0, s->carved);
+	t->n.carved_bytes -= s->carved;
+	s->state = SEG_QUARANTINED;
+	s->t = now;
+	t->n.quarantined++;
+	q_push_tail(t, &t->quarantine, i);
+}
+
+void kvs_segtab_tick(struct kvs_segtab *t, uint64_t now)
+{
+	uint32_t i;
+
+	while ((i = t->quarantine.head) != KVS_NO_SEG && now - t->s[i].t >= t->o.quarantine_ns) {
+		q_pop(t, &t->quarantine);
+		t->s[i] = (struct seg){ .state = SEG_FREE, .next = KVS_NO_SEG };
+		t->n.quarantined--;
+		t->n.free++;
+		kvs_heap_free_segment(t->o.heap, t->o.base + seg_off(t, i));
+	}
+}
+
+uint64_t kvs_segtab_next_due(const struct kvs_segtab *t, uint64_t now)
+{
+	uint64_t due = UINT64_MAX;
+	uint32_t i;
+
+	if ((i = t->quarantine.head) != KVS_NO_SEG)
+		due = now - t->s[i].t >= t->o.quarantine_ns ? 0 : t->o.quarantine_ns - (now - t->s[i].t);
+	if ((i = t->sealed.head) != KVS_NO_SEG) {
+		uint64_t d = now - t->s[i].t >= t->o.settle_ns ? 0 : t->o.settle_ns - (now - t->s[i].t);
+
+		if (d < due)
+			due = d;
+	}
+	return due;
+}
+
+void kvs_segtab_counts(const struct kvs_segtab *t, struct kvs_segtab_counts *out)
+{
+	*out = t->n;
+}

@@ -1,0 +1,108 @@
+/* The segment table: the life cycle of every heap segment (SPEC "Memory
+ * management", issue 7). Server-private memory; nothing here is in the region.
+ *
+ *   FREE --grant--> OPEN --carving done, no open extent--> SEALED (FIFO)
+ *        ^                                                   |
+ *        |                                        settled: reclaim_begin
+ *        |                                                   v
+ *        +--quarantine over-- QUARANTINED <--reclaim_end-- RECLAIMING
+ *                                                 (failed: back to SEALED)
+ *
+ * Extents. Writers do not get whole segments: they get extents, carved from a
+ * segment front to back. A writer's first extent is small (KVS_MIN_EXTENT) and
+ * each next one doubles, up to a whole segment, so that a thousand one-shot
+ * clients cost a few KiB each while a busy writer soon appends into whole
+ * segments. Small extents of many writers share one "carving" segment; no two
+ * writers ever get overlapping bytes. A writer holds at most one open extent:
+ * asking for the next one seals the previous one (and gives back its unused
+ * tail when nothing was carved after it), and so does leaving.
+ *
+ * Why a sealed segment must settle before it is reclaimed: a writer reserves
+ * room for an object when its PUT starts and publishes the object (slot WRITE)
+ * up to one operation deadline later, possibly after it moved to its next
+ * extent. Clients never post anything past an operation's deadline (the server
+ * tells them the longest deadline allowed, max_op), so once a segment has been
+ * sealed for settle_ns >= max_op no new slot can come to point into it, and a
+ * walk over its objects sees every object that will ever be referenced.
+ *
+ * Why quarantine (see also layout.h "Reuse"): a reader may have read a slot
+ * pointing into a segment just before the reclaimer switched that slot away,
+ * and read the object afterwards. Every read of an operation completes within
+ * its deadline (max_op), so a segment is handed out again only after
+ * quarantine_ns > 2 x max_op (the factor covers a write posted just before a
+ * deadline: its completion is waited for up to another max_op).
+ *
+ * Not thread-safe: the core serialises every call. */
+#ifndef KVS_SEGTAB_H
+#define KVS_SEGTAB_H
+
+#include <stdint.h>
+
+#include "heap.h"
+
+#define KVS_MIN_EXTENT (16u << 10)
+#define KVS_NO_SEG UINT32_MAX
+
+/* A writer's open extent (embedded in the writer's record; zeroed = none). */
+struct kvs_extent {
+	uint64_t off;       /* region offset; 0 = no open extent */
+	uint64_t len;       /* bytes */
+	uint32_t seg;       /* segment number */
+	uint32_t next_size; /* size of the next extent to ask for (grows) */
+};
+
+struct kvs_segtab_opts {
+	uint8_t *base;         /* region base (segments are zeroed with the CPU) */
+	struct kvs_heap *heap; /* where free segments come from */
+	uint64_t heap_off, segment_size, stride, nsegs;
+	uint64_t settle_ns, quarantine_ns;
+	unsigned reserve; /* free segments only privileged grants may take */
+};
+
+struct kvs_segtab_counts {
+	uint64_t free, open, sealed, reclaiming, quarantined;
+	uint64_t carved_bytes; /* bytes handed out in segments that are not free */
+	uint64_t grants, grants_deferred;
+	uint64_t tails_returned; /* bytes given back from leaving writers' extents */
+};
+
+struct kvs_segtab;
+
+int kvs_segtab_create(const struct kvs_segtab_opts *o, struct kvs_segtab **out);
+void kvs_segtab_destroy(struct kvs_segtab *t);
+
+/* Seal x (if open), keeping the first `used` bytes (clamped to the extent),
+ * then grant a new extent of at least need bytes (need <= segment size) and
+ * store it in x. privileged: the server's own appends (the reclaimer): a whole
+ * segment, and may take the reserve. 0, or KVC_EAGAIN when no free segment is
+ * left for this grant (x is then sealed and empty). */
+int kvs_segtab_grant(struct kvs_segtab *t, struct kvs_extent *x, uint64_t need, uint64_t used, int privileged,
+		     uint64_t now);
+
+/* Seal x; its bytes after `used` go back to the carving segment when nothing
+ * was carved after them. x becomes empty. */
+void kvs_segtab_release(struct kvs_segtab *t, struct kvs_extent *x, uint64_t used, uint64_t now);
+
+/* The oldest sealed segment if it has settled: moves it to RECLAIMING and
+ * returns 0 with its region offset and the bytes ever carved from it (objects
+ * lie only there). KVC_ENOTFOUND if there is none. */
+int kvs_segtab_reclaim_begin(struct kvs_segtab *t, uint64_t now, uint64_t *off, uint64_t *len);
+
+/* Finish reclaiming off. done: every slot pointing into it was switched away
+ * and it was zeroed: it is quarantined. Otherwise it goes back to the sealed
+ * FIFO (at the tail when `rotate`, else at the head, to be tried first). */
+void kvs_segtab_reclaim_end(struct kvs_segtab *t, uint64_t off, int done, int rotate, uint64_t now);
+
+/* Hand quarantined segments whose time is over back to the heap. */
+void kvs_segtab_tick(struct kvs_segtab *t, uint64_t now);
+
+/* Nanoseconds until the next quarantined or sealed segment matures (settles
+ * or leaves quarantine); UINT64_MAX if none is waiting. */
+uint64_t kvs_segtab_next_due(const struct kvs_segtab *t, uint64_t now);
+
+void kvs_segtab_counts(const struct kvs_segtab *t, struct kvs_segtab_counts *out);
+
+/* Segment number of a region offset inside the heap, or KVS_NO_SEG. */
+uint32_t kvs_segtab_seg_of(const struct kvs_segtab *t, uint64_t off);
+
+#endif
