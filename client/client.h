@@ -26,6 +26,18 @@
 
 #define KVI_MAX_CAND (2 * KVI_SLOTS_PER_BUCKET)
 #define KVI_VERIFY_TRIES 8 /* reads that fail verification before KVC_ECORRUPT */
+#define KVI_MARKS 32       /* access marks waiting for a doorbell to ride in */
+
+/* An access mark: a GET read an object whose access word was 0, and will set
+ * it (layout.h "Access tracking") by an 8-byte WRITE posted in the next
+ * doorbell this handle rings anyway. A mark rides only while the GET that
+ * made it could still have posted it (its deadline): later, the object's
+ * segment might have been reclaimed and reused (segtab.h), and the WRITE
+ * would land in someone else's bytes. Late marks are dropped (sampling). */
+struct kvi_mark {
+	uint64_t off;      /* region offset of the access word */
+	uint64_t deadline; /* ns */
+};
 
 enum kvi_state {
 	KVI_ST_FREE = 0,
@@ -37,6 +49,7 @@ enum kvi_state {
 	KVI_ST_W_KEYCHECK,   /* READ fingerprint-matching objects under the locks */
 	KVI_ST_W_COMMIT,     /* WRITE slot + CAS-unlock */
 	KVI_ST_W_RELEASE,    /* CAS-unlock without change */
+	KVI_ST_W_EXPCHECK,   /* both buckets full: READ the headers of their objects for an expired one */
 	KVI_ST_BACKOFF,      /* waiting to retry after a lock conflict */
 };
 
@@ -60,6 +73,7 @@ struct kvi_opst {
 	unsigned rtt;          /* round trips so far */
 	unsigned verify_tries; /* reads that failed verification */
 	unsigned lock_tries;   /* lock attempts that found a bucket held */
+	uint64_t start;        /* ns: when the operation was submitted */
 	uint64_t deadline;     /* ns: the operation fails KVC_ETIMEDOUT after this */
 	uint64_t not_before;   /* ns: KVI_ST_BACKOFF retries at this time */
 	uint64_t posted;       /* ns: when the batch in flight was posted */
@@ -88,6 +102,7 @@ struct kvi_opst {
 	/* Commit decision, and the result reported once the locks are released. */
 	uint32_t commit_which, commit_idx;
 	uint64_t commit_slot;
+	unsigned exp_next; /* KVI_ST_W_EXPCHECK: next slot (0..2 x slots) to read */
 	int result;
 	int kind;  /* enum kvc_stat_kind for the statistics */
 	int retry; /* after KVI_ST_W_RELEASE: retry (1) or finish (0) */
@@ -110,6 +125,11 @@ struct kvc {
 	uint64_t seg_off, seg_size, seg_used;
 
 	struct kvi_locache cache;
+	/* Access marks (ring) and the word every mark WRITE sends: it never
+	 * changes, so a WRITE may read it whenever the NIC gets to it. */
+	struct kvi_mark marks[KVI_MARKS];
+	unsigned mark_head, mark_count;
+	uint64_t *one;
 	struct kvc_stats stats;
 	uint64_t rng;
 };
@@ -121,6 +141,8 @@ int kvi_client_open(struct kvi_rmem *rm, const struct kvc_opts *o, kvc_t **out);
 /* Engine services for the state machines. */
 int kvi_st_post(kvc_t *h, struct kvi_opst *st, const struct kvi_rop *ops, unsigned n, int state);
 void kvi_st_finish(kvc_t *h, struct kvi_opst *st, int status, int kind);
+/* Queue an access mark for the object at obj_off (op_get.c, on a first read). */
+void kvi_mark_access(kvc_t *h, uint64_t obj_off, uint64_t deadline);
 uint64_t kvi_now_ns(void);
 uint64_t kvi_rand(kvc_t *h);
 

@@ -1,6 +1,7 @@
 /* The engine: opens a handle over a transport, admits operations, posts their
  * batches, turns completions into state-machine steps, retries after backoff,
  * and hands finished operations back. */
+#include <stddef.h>
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
@@ -93,10 +94,12 @@ int kvi_client_open(struct kvi_rmem *rm, const struct kvc_opts *o, kvc_t **out)
 		goto clean_h;
 	}
 	scratch = scratch_size(h->obj_area);
-	rc = kvi_rmem_set_lbuf(rm, scratch * o->depth);
+	rc = kvi_rmem_set_lbuf(rm, scratch * o->depth + 64);
 	if (rc)
 		goto clean_h;
 	lb = kvi_rmem_lbuf(rm, NULL);
+	h->one = (uint64_t *)(void *)(lb + scratch * o->depth);
+	*h->one = 1;
 	for (unsigned i = 0; i < o->depth; i++) {
 		unsigned char *s = lb + i * scratch;
 
@@ -240,8 +243,35 @@ static void abandon_with_locks(kvc_t *h, struct kvi_opst *st, int status)
 	kvi_st_finish(h, st, status, KVC_STAT_FAILED);
 }
 
+void kvi_mark_access(kvc_t *h, uint64_t obj_off, uint64_t deadline)
+{
+	if (!h->o.track_access || h->mark_count == KVI_MARKS)
+		return; /* sampling: a full queue drops the mark */
+	h->marks[(h->mark_head + h->mark_count) % KVI_MARKS] = (struct kvi_mark){
+		.off = obj_off + offsetof(struct kvi_obj_hdr, access), .deadline = deadline };
+	h->mark_count++;
+}
+
+/* ops[0..n) followed by as many pending marks as fit one doorbell, in out. */
+static unsigned add_marks(kvc_t *h, const struct kvi_rop *ops, unsigned n, uint64_t now, struct kvi_rop *out)
+{
+	memcpy(out, ops, n * sizeof(*ops));
+	while (h->mark_count && n < KVI_RMEM_MAX_BATCH) {
+		const struct kvi_mark *m = &h->marks[h->mark_head];
+
+		h->mark_head = (h->mark_head + 1) % KVI_MARKS;
+		h->mark_count--;
+		if (now < m->deadline) {
+			out[n++] = kvi_rop_write(m->off, h->one, 8);
+			h->stats.access_marks++;
+		}
+	}
+	return n;
+}
+
 int kvi_st_post(kvc_t *h, struct kvi_opst *st, const struct kvi_rop *ops, unsigned n, int state)
 {
+	struct kvi_rop all[KVI_RMEM_MAX_BATCH];
 	uint64_t now = kvi_now_ns();
 	int rc;
 
@@ -254,7 +284,8 @@ int kvi_st_post(kvc_t *h, struct kvi_opst *st, const struct kvi_rop *ops, unsign
 			kvi_st_finish(h, st, KVC_ETIMEDOUT, KVC_STAT_FAILED);
 		return KVC_ETIMEDOUT;
 	}
-	rc = kvi_rmem_post(h->rm, ops, n, st->index);
+	n = add_marks(h, ops, n, now, all);
+	rc = kvi_rmem_post(h->rm, all, n, st->index);
 	st->posted = now;
 	if (rc) {
 		/* Every op has at most one batch in flight and depth <= the transport's
@@ -411,18 +442,22 @@ int kvc_submit(kvc_t *h, struct kvc_op *op)
 		st->obj = keep.obj;
 	}
 	kvi_key_hash(op->key, op->key_len, h->sb.bucket_count, &st->kh);
-	st->deadline = kvi_now_ns() + (uint64_t)h->op_timeout_ms * 1000000u;
 	if (op->type == KVC_OP_PUT) {
 		int64_t off;
 
+		/* Waiting for memory posts nothing: it may take the caller's whole
+		 * timeout; the operation's own deadline starts afterwards. */
 		st->obj_len = (uint32_t)kvi_obj_len((uint32_t)op->key_len, (uint32_t)op->value_len);
-		off = reserve(h, kvi_obj_footprint(st->obj_len), st->deadline);
+		off = reserve(h, kvi_obj_footprint(st->obj_len),
+			      kvi_now_ns() + (uint64_t)h->o.op_timeout_ms * 1000000u);
 		if (off < 0)
 			return (int)off;
 		st->obj_off = (uint64_t)off;
 		kvi_obj_build(st->obj, op->key, (uint16_t)op->key_len, op->value, (uint32_t)op->value_len,
 			      expiry_of(op->ttl_s), h->rm->client_id);
 	}
+	st->start = kvi_now_ns();
+	st->deadline = st->start + (uint64_t)h->op_timeout_ms * 1000000u;
 	op->status = 1; /* in flight */
 	st->op = op;
 	h->inflight++;

@@ -26,7 +26,7 @@ void kvc_set_log(kvc_log_fn fn, void *arg, int max_level)
 void kvc_opts_init(struct kvc_opts *o)
 {
 	*o = (struct kvc_opts){ .connect_timeout_ms = 5000, .op_timeout_ms = 2000, .depth = 16,
-				.cache_entries = 4096 };
+				.cache_entries = 4096, .track_access = 1 };
 }
 
 static void set_err(char *err, size_t len, const char *msg)

@@ -38,14 +38,24 @@ const struct kvi_loc *kvi_locache_get(const struct kvi_locache *c, uint64_t hlo,
 }
 
 void kvi_locache_put(struct kvi_locache *c, uint64_t hlo, uint64_t hhi, uint64_t bucket, uint32_t idx,
-		     uint64_t slot)
+		     uint64_t slot, uint64_t seen_ns)
 {
 	struct kvi_loc *l;
 
 	if (c->n == 0)
 		return;
 	l = slot_for(c, hlo);
-	*l = (struct kvi_loc){ .hlo = hlo, .hhi = hhi, .slot = slot, .bucket = bucket, .idx = idx };
+	*l = (struct kvi_loc){ .hlo = hlo, .hhi = hhi, .slot = slot, .bucket = bucket, .idx = (uint16_t)idx,
+			       .seen = (uint32_t)(seen_ns / KVI_LOC_TICK_NS) };
+}
+
+int kvi_locache_fresh(const struct kvi_loc *l, uint64_t now_ns, uint64_t max_age_ns)
+{
+	uint32_t age = (uint32_t)(now_ns / KVI_LOC_TICK_NS) - l->seen;
+
+	/* seen was rounded down, so the true age may be up to a tick less than
+	 * age ticks, or up to a tick more: count one tick extra. */
+	return ((uint64_t)age + 1) * KVI_LOC_TICK_NS < max_age_ns;
 }
 
 void kvi_locache_drop(struct kvi_locache *c, uint64_t hlo, uint64_t hhi)

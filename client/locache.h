@@ -4,7 +4,15 @@
  * An entry is only a hint. It is trusted for one thing: if the slot still holds
  * the cached word, the key's current object is the one that word points at
  * (objects are immutable and a key lives in at most one slot, layout.h I2).
- * Every use re-reads the slot word in the same doorbell as the object. */
+ * Every use re-reads the slot word in the same doorbell as the object.
+ *
+ * With memory reuse that holds only for a while: once the segment the word
+ * points into is reclaimed and reused, the same word may come back naming
+ * another key's object (layout.h "Reuse"). A GET checks the key anyway; a
+ * cached PUT does not read the object, so it trusts an entry only while it is
+ * younger than the server's quarantine minus an operation deadline: `seen`
+ * is when the word was last confirmed (the start of the operation that saw
+ * it), in units of KVI_LOC_TICK_NS, wrapping after 2^32 ticks (2.2 years). */
 #ifndef KVI_LOCACHE_H
 #define KVI_LOCACHE_H
 
@@ -14,9 +22,11 @@ struct kvi_loc {
 	uint64_t hlo, hhi; /* the key's 128-bit hash: identifies the key */
 	uint64_t slot;     /* slot word last seen; 0 = entry empty */
 	uint64_t bucket;   /* bucket index */
-	uint32_t idx;      /* slot index in the bucket */
-	uint32_t pad;
+	uint16_t idx;      /* slot index in the bucket */
+	uint16_t pad;
+	uint32_t seen;     /* KVI_LOC_TICK_NS ticks (see above) */
 };
+#define KVI_LOC_TICK_NS (1ull << 24) /* ~16.8 ms */
 _Static_assert(sizeof(struct kvi_loc) == 40, "kvc_opts.cache_entries documents 40 bytes an entry");
 
 struct kvi_locache {
@@ -29,7 +39,9 @@ void kvi_locache_fini(struct kvi_locache *c);
 /* The entry for this hash, or NULL. */
 const struct kvi_loc *kvi_locache_get(const struct kvi_locache *c, uint64_t hlo, uint64_t hhi);
 void kvi_locache_put(struct kvi_locache *c, uint64_t hlo, uint64_t hhi, uint64_t bucket, uint32_t idx,
-		     uint64_t slot);
+		     uint64_t slot, uint64_t seen_ns);
+/* Is l younger than max_age_ns at now_ns (rounded against trusting it)? */
+int kvi_locache_fresh(const struct kvi_loc *l, uint64_t now_ns, uint64_t max_age_ns);
 void kvi_locache_drop(struct kvi_locache *c, uint64_t hlo, uint64_t hhi);
 
 #endif

@@ -6,9 +6,12 @@
  *
  * Linearizable because each object is immutable and a key lives in at most one
  * slot: the value returned was the key's value when its slot word was read. A
- * read that fails verification (torn by a concurrent reuse, or corrupt) is
- * retried from the bucket reads, at most KVI_VERIFY_TRIES times; it is never a
- * result. */
+ * read that fails verification (torn by a concurrent reuse, zeroed by the
+ * reclaimer, or corrupt) is retried from the bucket reads, at most
+ * KVI_VERIFY_TRIES times; it is never a result. Nothing read is used once the
+ * deadline has passed (engine.c): the memory may have been reused since.
+ * Why the cached path (slot word and object in one doorbell, not ordered with
+ * each other) stays right under reuse: layout.h "Reuse". */
 #include <string.h>
 
 #include "client.h"
@@ -59,8 +62,16 @@ static void deliver(kvc_t *h, struct kvi_opst *st, const struct kvi_cand *c, int
 		status = KVC_ETRUNC;
 	else if (oh->value_len)
 		memcpy(op->buf, buf + sizeof(*oh) + oh->key_len, oh->value_len);
-	if (!st->cached)
-		kvi_locache_put(&h->cache, st->kh.lo, st->kh.hi, st->b[c->which], c->idx, c->slot);
+	/* The slot named this object of our key during this operation: the
+	 * location is confirmed as of its start (locache.h). */
+	if (st->cached)
+		kvi_locache_put(&h->cache, st->kh.lo, st->kh.hi, st->loc.bucket, st->loc.idx, c->slot, st->start);
+	else
+		kvi_locache_put(&h->cache, st->kh.lo, st->kh.hi, st->b[c->which], c->idx, c->slot, st->start);
+	/* First read since the item was written (or copied forward): tell the
+	 * reclaimer it is in use. */
+	if (oh->access == 0)
+		kvi_mark_access(h, kvi_slot_obj_off(c->slot), st->deadline);
 	kvi_st_finish(h, st, status, kind);
 }
 

@@ -19,6 +19,7 @@
  * after a randomised exponential backoff, until the operation's deadline. Locks
  * are never waited for while held, so two writers cannot deadlock. */
 #include <string.h>
+#include <time.h>
 
 #include "client.h"
 #include "kvclient_errors.h"
@@ -36,6 +37,18 @@ static uint64_t lock_off(const kvc_t *h, uint64_t bucket)
 	return kvi_bucket_off(&h->sb, bucket);
 }
 
+/* May a cached PUT that started at st->start trust the entry? Its locked
+ * re-read of the slot happens before its deadline; the slot word cannot name
+ * a different object until quarantine_ms after the entry was confirmed. */
+static int cache_trusted(const kvc_t *h, const struct kvi_opst *st, const struct kvi_loc *l)
+{
+	uint64_t q = (uint64_t)h->rm->quarantine_ms * 1000000u, op = (uint64_t)h->op_timeout_ms * 1000000u;
+
+	if (h->rm->quarantine_ms == 0)
+		return 1; /* a server that never reuses memory */
+	return q > op && kvi_locache_fresh(l, st->start, q - op);
+}
+
 void kvi_write_start(kvc_t *h, struct kvi_opst *st)
 {
 	const struct kvi_loc *l = kvi_locache_get(&h->cache, st->kh.lo, st->kh.hi);
@@ -43,10 +56,14 @@ void kvi_write_start(kvc_t *h, struct kvi_opst *st)
 	unsigned n = 0;
 
 	st->held = 0;
+	/* A cached PUT trusts the slot word without reading the object, so the
+	 * entry must be too young for its segment to have been reused since
+	 * (locache.h); a cached DELETE reads the object and checks the key. */
 	st->cached = l && l->bucket < h->sb.bucket_count && l->idx < KVI_SLOTS_PER_BUCKET &&
 		     (l->bucket == st->kh.b[0] || l->bucket == st->kh.b[1]) &&
-		     (st->op->type == KVC_OP_PUT ||
-		      (kvi_slot_in_heap(&h->sb, l->slot) && kvi_read_len(h, l->slot) <= h->obj_area));
+		     (st->op->type == KVC_OP_PUT ? cache_trusted(h, st, l)
+						  : (kvi_slot_in_heap(&h->sb, l->slot) &&
+						     kvi_read_len(h, l->slot) <= h->obj_area));
 	if (st->cached) {
 		st->loc = *l;
 		st->nb = 1;
@@ -126,6 +143,62 @@ static void found(kvc_t *h, struct kvi_opst *st, uint32_t which, uint32_t idx, i
 	commit(h, st, which, idx, 0, expired ? KVC_STAT_DELETE_MISS : KVC_STAT_DELETE);
 }
 
+/* Both buckets are full: READ the headers of the objects their slots name,
+ * KVI_RMEM_MAX_BATCH at a time, looking for an expired item whose slot an
+ * insert may take (issue: "an expired item's slot counts as free"). We hold
+ * both locks, so those objects cannot change or go away meanwhile: a slot
+ * changes only under its lock (layout.h I1) and a segment is reclaimed only
+ * after every slot into it was switched away. */
+static void read_headers(kvc_t *h, struct kvi_opst *st)
+{
+	struct kvi_rop ops[KVI_RMEM_MAX_BATCH];
+	unsigned n = 0;
+
+	for (unsigned k = st->exp_next; k < 2 * KVI_SLOTS_PER_BUCKET && n < KVI_RMEM_MAX_BATCH; k++) {
+		uint64_t s = st->bk[k / KVI_SLOTS_PER_BUCKET].slot[k % KVI_SLOTS_PER_BUCKET];
+
+		st->exp_next = k + 1;
+		if (!kvi_slot_in_heap(&h->sb, s))
+			continue;
+		ops[n++] = kvi_rop_read(kvi_slot_obj_off(s), st->obj + k * sizeof(struct kvi_obj_hdr),
+					sizeof(struct kvi_obj_hdr));
+	}
+	if (n == 0) {
+		st->result = KVC_EINDEXFULL;
+		st->kind = KVC_STAT_FAILED;
+		release(h, st, 0);
+		return;
+	}
+	kvi_st_post(h, st, ops, n, KVI_ST_W_EXPCHECK);
+}
+
+static void on_expcheck(kvc_t *h, struct kvi_opst *st)
+{
+	uint64_t now = (uint64_t)time(NULL);
+
+	for (unsigned k = 0; k < st->exp_next; k++) {
+		const struct kvi_obj_hdr *oh = (const void *)(st->obj + k * sizeof(struct kvi_obj_hdr));
+		uint64_t s = st->bk[k / KVI_SLOTS_PER_BUCKET].slot[k % KVI_SLOTS_PER_BUCKET];
+
+		/* Only the header was read: no checksum. A header that does not
+		 * parse is never taken for expired; a corrupt one that does can
+		 * only cost its own item. */
+		if (!kvi_slot_in_heap(&h->sb, s) || oh->version != KVI_LAYOUT_VERSION || oh->key_len == 0 ||
+		    oh->key_len > KVI_MAX_KEY || !oh->expiry || now < oh->expiry)
+			continue;
+		h->stats.expired_reused++;
+		commit(h, st, k / KVI_SLOTS_PER_BUCKET, k % KVI_SLOTS_PER_BUCKET, new_slot(st), KVC_STAT_PUT_INSERT);
+		return;
+	}
+	if (st->exp_next < 2 * KVI_SLOTS_PER_BUCKET) {
+		read_headers(h, st);
+		return;
+	}
+	st->result = KVC_EINDEXFULL;
+	st->kind = KVC_STAT_FAILED;
+	release(h, st, 0);
+}
+
 /* The key is in neither bucket (both locked and checked). */
 static void absent(kvc_t *h, struct kvi_opst *st)
 {
@@ -146,10 +219,9 @@ static void absent(kvc_t *h, struct kvi_opst *st)
 					first[w] = (int)i;
 			}
 	if (free_n[0] == 0 && free_n[1] == 0) {
-		/* Until online resize exists: refuse, never overwrite another key. */
-		st->result = KVC_EINDEXFULL;
-		st->kind = KVC_STAT_FAILED;
-		release(h, st, 0);
+		/* An expired item's slot is as good as a free one: look. */
+		st->exp_next = 0;
+		read_headers(h, st);
 		return;
 	}
 	/* The emptier bucket: keeps both choices balanced, which is what lets
@@ -239,7 +311,7 @@ static void on_commit(kvc_t *h, struct kvi_opst *st)
 	}
 	if (st->commit_slot)
 		kvi_locache_put(&h->cache, st->kh.lo, st->kh.hi, st->b[st->commit_which], st->commit_idx,
-				st->commit_slot);
+				st->commit_slot, st->start);
 	else
 		kvi_locache_drop(&h->cache, st->kh.lo, st->kh.hi);
 	kvi_st_finish(h, st, st->result, st->kind);
@@ -292,6 +364,9 @@ void kvi_write_step(kvc_t *h, struct kvi_opst *st)
 		break;
 	case KVI_ST_W_RELEASE:
 		on_release(h, st);
+		break;
+	case KVI_ST_W_EXPCHECK:
+		on_expcheck(h, st);
 		break;
 	}
 }

@@ -31,8 +31,12 @@ struct kvs_core {
 	uint64_t nsegs;
 	uint64_t stride; /* bytes from one segment to the next (heap.h) */
 	uint64_t low, high; /* reclamation watermarks, in free + quarantined segments */
+	/* Segments taken during the last quarantine-long window: reclamation
+	 * must keep at least twice that many free or quarantined, or writers
+	 * would wait for quarantines to end (segtab.h). */
+	uint64_t win_start, win_taken, win_rate;
 	int reclaiming;     /* between the watermarks: keep going until high */
-	int full;           /* no-evict: nothing left to compact (kvs_core_set_full) */
+	uint64_t full_at;   /* no-evict: when the reclaimer last found nothing to compact */
 	uint64_t grants_refused, nclients;
 	struct kvs_reclaim_stats rc;
 	struct kvs_client *clients[KVS_CLIENT_BUCKETS];
@@ -251,6 +255,16 @@ static void reply_error(const struct kvi_ctrl *req, struct kvi_ctrl *resp, int s
 	resp->status = status;
 }
 
+/* No-evict: the reclaimer's verdict "live data fills the heap" holds for
+ * FULL_HOLD_NS; then a grant that finds no room asks it to look again
+ * (deletes and expiry make garbage without telling the server). */
+#define FULL_HOLD_NS 200000000ull
+
+static int full_now(const struct kvs_core *c)
+{
+	return c->full_at && now_ns() - c->full_at < FULL_HOLD_NS;
+}
+
 /* Is reclamation wanted? Hysteresis between the watermarks, counting
  * quarantined segments as (soon) free. Caller holds the lock. */
 static int wanted(struct kvs_core *c)
@@ -258,13 +272,26 @@ static int wanted(struct kvs_core *c)
 	struct kvs_segtab_counts n;
 	uint64_t avail;
 
+	uint64_t now = now_ns(), low, high;
+
 	kvs_segtab_counts(c->segs, &n);
+	if (now - c->win_start >= (uint64_t)c->o.quarantine_ms * 1000000u) {
+		c->win_rate = n.taken - c->win_taken;
+		c->win_taken = n.taken;
+		c->win_start = now;
+	}
+	low = c->low;
+	if (low < KVS_RESERVE_SEGMENTS + 2 * c->win_rate)
+		low = KVS_RESERVE_SEGMENTS + 2 * c->win_rate;
+	if (low > c->nsegs / 2)
+		low = c->nsegs / 2;
+	high = low + (c->high - c->low);
 	avail = n.free + n.quarantined;
-	if (avail < c->low)
+	if (avail < low)
 		c->reclaiming = 1;
-	else if (avail >= c->high)
+	else if (avail >= high)
 		c->reclaiming = 0;
-	return c->reclaiming && !c->full;
+	return c->reclaiming && !full_now(c);
 }
 
 static void poke(struct kvs_core *c)
@@ -298,7 +325,7 @@ static int seg_request(struct kvs_core *c, uint32_t id, const struct kvi_ctrl *r
 		/* Nothing free right now. With eviction (or garbage left to
 		 * compact) the reclaimer will make room: the client asks again. */
 		poke(c);
-		if (c->o.no_evict && c->full) {
+		if (c->o.no_evict && full_now(c)) {
 			c->grants_refused++;
 			rc = KVC_ENOMEM;
 		}
@@ -432,7 +459,7 @@ void kvs_core_client_left(struct kvs_core *c, uint32_t client_id)
 		*pp = cl->next;
 		free(cl);
 		c->nclients--;
-		c->full = 0;
+		c->full_at = 0;
 		poke(c);
 	}
 	pthread_mutex_unlock(&c->mu);
@@ -521,7 +548,7 @@ void kvs_core_limits(const struct kvs_core *c, uint32_t *max_op_ms, uint32_t *qu
 void kvs_core_set_full(struct kvs_core *c)
 {
 	pthread_mutex_lock(&c->mu);
-	c->full = 1;
+	c->full_at = now_ns();
 	pthread_mutex_unlock(&c->mu);
 }
 

@@ -46,7 +46,8 @@
  * quarantine of reclaimed segments, which must exceed twice that (segtab.h). */
 #define KVS_DEFAULT_MAX_OP_MS 1000u
 #define KVS_DEFAULT_QUARANTINE_MS 2500u
-#define KVS_QUARANTINE_MARGIN_MS 100u
+/* Slack for packets already on the wire when a deadline passes. */
+#define KVS_QUARANTINE_MARGIN_MS 10u
 /* Reclamation starts when free (plus quarantined) segments fall below
  * low_pct of the heap and stops at high_pct. */
 #define KVS_DEFAULT_RECLAIM_LOW_PCT 8u
@@ -141,7 +142,8 @@ int kvs_core_no_evict(const struct kvs_core *c);
 /* What clients are told at join (wire.h welcome). */
 void kvs_core_limits(const struct kvs_core *c, uint32_t *max_op_ms, uint32_t *quarantine_ms);
 /* The compaction (no-evict) reclaimer found nothing worth compacting: client
- * grants answer KVC_ENOMEM instead of KVC_EAGAIN until a segment is sealed. */
+ * grants that find no room answer KVC_ENOMEM instead of KVC_EAGAIN for the
+ * next 200 ms (then the reclaimer is asked to look again). */
 void kvs_core_set_full(struct kvs_core *c);
 
 /* The region's first byte (the caller's memory; the reclaimer reads objects

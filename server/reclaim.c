@@ -371,7 +371,9 @@ static int settle_items(struct kvs_reclaimer *r, uint64_t seg_bytes, struct kvs_
 	}
 }
 
-/* Reclaim [off, off + len). 1 done, 2 given back, < 0 transport error. */
+/* Reclaim [off, off + len). 1 done, 2 given back (not worth it, or
+ * postponed), 3 given back for want of room to copy to (wait for the
+ * quarantine), < 0 transport error. */
 static int reclaim_segment(struct kvs_reclaimer *r, uint64_t off, uint64_t len)
 {
 	struct kvs_reclaim_stats st = { 0 };
@@ -381,15 +383,24 @@ static int reclaim_segment(struct kvs_reclaimer *r, uint64_t off, uint64_t len)
 	memcpy(r->snap, r->base + off, len);
 	walk(r, off, len, &st);
 	if (r->no_evict) {
-		/* Compaction only pays when enough of the segment is garbage. */
+		struct kvs_core_stats cs;
+
+		/* Compaction only pays when enough of the segment is garbage, and
+		 * is only started when every live object surely fits where we
+		 * copy to: a compaction given up halfway frees nothing, and could
+		 * leave no free segment to finish it with. */
 		for (uint32_t k = 0; k < r->nitems; k++)
 			live += kvi_obj_footprint(r->items[k].len);
-		if (live > r->sb.segment_size / 8 * COPY_LIMIT_EIGHTHS) {
+		kvs_core_stats(r->core, &cs);
+		if (live > r->sb.segment_size / 8 * COPY_LIMIT_EIGHTHS ||
+		    live > (r->x.off ? r->x.len - r->x_used : 0) + cs.segments_free * r->sb.segment_size) {
 			st.cpu_ns = thread_cpu_ns() - cpu0;
 			kvs_core_reclaim_end(r->core, off, 0, 1, &st);
-			return 2;
+			return live > r->sb.segment_size / 8 * COPY_LIMIT_EIGHTHS ? 2 : 3;
 		}
 	}
+	if (r->hooks.before_lock)
+		r->hooks.before_lock(r->hooks.arg);
 	rc = settle_items(r, r->sb.segment_size, &st);
 	st.cpu_ns = thread_cpu_ns() - cpu0;
 	if (rc) {
@@ -400,7 +411,7 @@ static int reclaim_segment(struct kvs_reclaimer *r, uint64_t off, uint64_t len)
 		if (rc != KVC_EAGAIN && rc != KVC_ETIMEDOUT)
 			return rc;
 		kvi_info("reclaiming segment at %#" PRIx64 " postponed: %s", off, kvc_strerror(rc));
-		return 2;
+		return rc == KVC_EAGAIN ? 3 : 2;
 	}
 	st.segments = 1;
 	kvs_core_reclaim_end(r->core, off, 1, 0, &st);
@@ -426,8 +437,8 @@ int kvs_reclaim_run(struct kvs_reclaimer *r)
 		rc = kvs_reclaim_one(r);
 		if (rc < 0)
 			return rc;
-		if (rc == 0)
-			break; /* nothing settled yet */
+		if (rc == 0 || rc == 3)
+			break; /* nothing settled yet, or no room until a quarantine ends */
 		if (rc == 2) {
 			/* Postponed, or (no-evict) not worth compacting: after a whole
 			 * round of those, live data fills the heap. */

@@ -37,6 +37,9 @@
 
 struct kvs_reclaim_hooks {
 	void *arg;
+	/* The segment was walked (live objects found by the unlocked look at
+	 * the index), nothing locked yet. */
+	void (*before_lock)(void *arg);
 	/* Copies made, locks held, slots not yet switched: a test may run other
 	 * clients' operations here to race the switch. */
 	void (*before_switch)(void *arg);
@@ -58,6 +61,7 @@ int kvs_reclaim_run(struct kvs_reclaimer *r);
 
 /* Reclaim the oldest settled sealed segment whatever the watermarks say:
  * 1 done, 0 none ready, 2 given back (postponed, or not worth compacting),
+ * 3 given back until a quarantine ends (no room to copy live objects to),
  * or a negative code. */
 int kvs_reclaim_one(struct kvs_reclaimer *r);
 

@@ -17,7 +17,8 @@ enum seg_state {
 
 struct seg {
 	uint8_t state;   /* enum seg_state */
-	uint8_t carving; /* the shared carving segment, or a private one still carving */
+	uint8_t carving; /* extents may still be carved from it */
+	uint8_t private_seg; /* one whole extent (a busy writer's, or the reclaimer's) */
 	uint32_t holders; /* open extents in it */
 	uint32_t carved;  /* bytes handed out from its start */
 	uint32_t next;    /* FIFO link (sealed or quarantine queue) */
@@ -129,6 +130,7 @@ static uint32_t take_free(struct kvs_segtab *t)
 	t->s[i] = (struct seg){ .state = SEG_OPEN, .carving = 1, .next = KVS_NO_SEG };
 	t->n.free--;
 	t->n.open++;
+	t->n.taken++;
 	return i;
 }
 
@@ -167,11 +169,16 @@ void kvs_segtab_release(struct kvs_segtab *t, struct kvs_extent *x, uint64_t use
 	used = kvi_obj_footprint(used);
 	rel = x->off - seg_off(t, x->seg);
 	/* The unused tail goes back if it is the last thing carved from a
-	 * segment that is still being carved: the next extent starts there. */
-	if (s->carving && rel + x->len == s->carved && used < x->len) {
+	 * segment that is still the shared one, or could become it again (full,
+	 * but not sealed: this extent is still open): the next extent starts
+	 * there. */
+	if (rel + x->len == s->carved && used < x->len && !s->private_seg &&
+	    (x->seg == t->shared || t->shared == KVS_NO_SEG)) {
 		t->n.tails_returned += x->len - used;
 		t->n.carved_bytes -= x->len - used;
 		s->carved = (uint32_t)(rel + used);
+		s->carving = 1;
+		t->shared = x->seg;
 	}
 	s->holders--;
 	x->off = x->len = 0;
@@ -223,9 +230,9 @@ int kvs_segtab_grant(struct kvs_segtab *t, struct kvs_extent *x, uint64_t need, 
 	t->s[i].holders++;
 	t->n.carved_bytes += want;
 	t->n.grants++;
-	/* A private segment is done; the shared one carries on until a grant
-	 * does not fit, so that a returned tail can still be carved again. */
-	if (t->s[i].carved == seg && i != t->shared)
+	if (want == seg && t->s[i].carved == seg)
+		t->s[i].private_seg = 1;
+	if (t->s[i].carved == seg)
 		stop_carving(t, i, now);
 	return 0;
 }
@@ -234,6 +241,12 @@ int kvs_segtab_reclaim_begin(struct kvs_segtab *t, uint64_t now, uint64_t *off, 
 {
 	uint32_t i = t->sealed.head;
 
+	/* Nothing else to reclaim: the shared segment stops taking new extents
+	 * so that it seals once its writers move on (or leave), rather than
+	 * keeping its garbage forever. */
+	if (i == KVS_NO_SEG && t->shared != KVS_NO_SEG)
+		stop_carving(t, t->shared, now);
+	i = t->sealed.head;
 	if (i == KVS_NO_SEG || now - t->s[i].t < t->o.settle_ns)
 		return KVC_ENOTFOUND;
 	q_pop(t, &t->sealed);

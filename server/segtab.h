@@ -64,6 +64,7 @@ struct kvs_segtab_counts {
 	uint64_t carved_bytes; /* bytes handed out in segments that are not free */
 	uint64_t grants, grants_deferred;
 	uint64_t tails_returned; /* bytes given back from leaving writers' extents */
+	uint64_t taken;          /* segments taken from the heap, ever */
 };
 
 struct kvs_segtab;

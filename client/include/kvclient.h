@@ -43,14 +43,24 @@ struct kvc_opts {
 	const char *server;     /* "HOST[:PORT]" (required) */
 	const char *device;     /* RDMA device to use, or NULL for the one routing to HOST */
 	int connect_timeout_ms; /* each connection set-up step; default 5000 */
-	/* Lock waits give up after this (KVC_ETIMEDOUT for that operation). A batch
-	 * unanswered for this long means the server or path is gone: the handle's
-	 * connection is then broken on purpose, every operation in flight fails
-	 * KVC_ETIMEDOUT and later calls KVC_ESERVERGONE; create a new handle.
-	 * Default 2000. */
+	/* Every operation's deadline, counted from kvc_submit: past it the
+	 * operation posts nothing more and fails KVC_ETIMEDOUT (a result read
+	 * after it is never returned: the server may have reused that memory).
+	 * The server states the longest deadline it allows (kvserver
+	 * --max-op-ms, default 1000) and this is capped to it. A write that
+	 * passes its deadline while it may hold bucket locks, or a batch
+	 * unanswered for this long (server or path gone), breaks the handle's
+	 * connection on purpose (the server then releases its locks): every
+	 * operation in flight fails KVC_ETIMEDOUT and later calls
+	 * KVC_ESERVERGONE; create a new handle. Default 2000. */
 	int op_timeout_ms;
 	unsigned depth;         /* asynchronous operations in flight, 1..64; default 16 */
 	unsigned cache_entries; /* client-side location cache entries (40 B each); 0 = off; default 4096 */
+	/* Tell the server which items are read (an 8-byte WRITE riding in a later
+	 * doorbell, once per item until the server copies it forward), so that
+	 * its reclaimer keeps them rather than evicting them. Default 1; 0 only
+	 * to measure what tracking costs. */
+	int track_access;
 };
 
 /* Fill o with the defaults (server NULL). */
@@ -135,6 +145,8 @@ struct kvc_stats {
 	uint64_t verify_retries;   /* object or bucket reads that failed verification */
 	uint64_t segments_granted; /* extents granted by the server (control-path calls for memory) */
 	uint64_t grants_deferred;  /* requests the server answered "not yet" (reclamation running) */
+	uint64_t access_marks;     /* access-word WRITEs posted (layout.h "Access tracking") */
+	uint64_t expired_reused;   /* inserts that took the slot of another key's expired item */
 };
 
 KVC_EXPORT void kvc_get_stats(const kvc_t *h, struct kvc_stats *out);

@@ -636,7 +636,7 @@ Test(review_cache, cached_location_outside_the_key_buckets_is_never_locked)
 		bogus = (bogus + 1) % sb()->bucket_count;
 	cr_assert_eq(kvt_put_s(a, "misplaced", "v1"), 0);
 	/* A cache entry that names a foreign bucket (e.g. from before a resize). */
-	kvi_locache_put(&a->cache, kh.lo, kh.hi, bogus, 3, *slot_ptr(kh.b[0], 0));
+	kvi_locache_put(&a->cache, kh.lo, kh.hi, bogus, 3, *slot_ptr(kh.b[0], 0), kvi_now_ns());
 	ncas = 0;
 	cr_assert_eq(kvt_put_s(a, "misplaced", "v2"), 0);
 	for (unsigned i = 0; i < ncas; i++)

@@ -1,0 +1,644 @@
+/* Reclamation: the server's reclaimer against real clients over the local
+ * transport. What is dropped, moved, evicted and expired; races of the slot
+ * switch with writers and readers (hooks pause either side); memory that
+ * stays bounded while clients write many times the heap. */
+#include <criterion/criterion.h>
+#include <pthread.h>
+#include <stdio.h>
+#include <string.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "dpath_env.h"
+#include "hash.h"
+#include "kvclient_errors.h"
+
+#define MAX_OP_MS 50u
+#define QUARANTINE_MS (2 * MAX_OP_MS + KVS_QUARANTINE_MARGIN_MS)
+#define SETTLE_US ((MAX_OP_MS + KVS_QUARANTINE_MARGIN_MS) * 1000u + 5000u)
+
+static struct kvt_env env;
+static struct kvs_reclaimer *rcl;
+static struct kvs_reclaim_hooks rhooks;
+
+static void setup_with(uint64_t mib, uint64_t buckets, int no_evict, uint32_t max_op_ms)
+{
+	struct kvs_core_opts o = { .buckets = buckets, .segment_size = 64u << 10, .max_op_ms = max_op_ms,
+				   .quarantine_ms = 2 * max_op_ms + KVS_QUARANTINE_MARGIN_MS,
+				   .no_evict = no_evict };
+
+	cr_assert_eq(kvt_env_init_opts(&env, mib, &o), 0);
+	cr_assert_eq(kvt_env_reclaimer(&env, &rhooks, &rcl), 0);
+}
+
+static void setup(void)
+{
+	setup_with(4, 0, 0, MAX_OP_MS);
+}
+
+static void teardown(void)
+{
+	kvs_reclaimer_destroy(rcl);
+	rcl = NULL;
+	kvt_env_fini(&env);
+	memset(&rhooks, 0, sizeof(rhooks));
+}
+
+static kvc_t *client(const struct kvi_local_hooks *hk, unsigned cache)
+{
+	kvc_t *c = NULL;
+
+	cr_assert_eq(kvt_env_client(&env, hk, cache, 4, &c), 0);
+	return c;
+}
+
+/* Wait until every sealed segment has settled, then reclaim them all. */
+static unsigned reclaim_all(void)
+{
+	unsigned n = 0;
+	int rc;
+
+	/* Twice: the first round also seals the shared carving segment, which
+	 * then has to settle. */
+	for (int round = 0; round < 2; round++) {
+		usleep(SETTLE_US);
+		while ((rc = kvs_reclaim_one(rcl)) != 0) {
+			cr_assert_geq(rc, 0, "reclaimer failed: %s", kvc_err_name(rc));
+			n += rc == 1;
+		}
+	}
+	return n;
+}
+
+static struct kvs_core_stats stats(void)
+{
+	struct kvs_core_stats st;
+
+	kvs_core_stats(env.core, &st);
+	return st;
+}
+
+/* How many slots in the key's two buckets name an object of this key. */
+static unsigned slots_of(const char *key)
+{
+	const struct kvi_superblock *sb = kvs_core_superblock(env.core);
+	const uint8_t *base = kvs_core_region(env.core);
+	struct kvi_keyhash kh;
+	unsigned n = 0;
+
+	kvi_key_hash(key, strlen(key), sb->bucket_count, &kh);
+	for (int w = 0; w < 2; w++) {
+		const struct kvi_bucket *b = (const void *)(base + kvi_bucket_off(sb, kh.b[w]));
+
+		for (unsigned i = 0; i < KVI_SLOTS_PER_BUCKET; i++) {
+			const struct kvi_obj_hdr *oh;
+
+			if (!b->slot[i] || kvi_slot_fp(b->slot[i]) != kh.fp)
+				continue;
+			oh = (const void *)(base + kvi_slot_obj_off(b->slot[i]));
+			n += oh->key_len == strlen(key) && memcmp(oh + 1, key, oh->key_len) == 0;
+		}
+	}
+	return n;
+}
+
+static void value_of(char *v, size_t cap, const char *tag, unsigned i)
+{
+	snprintf(v, cap, "%s-%u-%0*u", tag, i, 150, i); /* ~160 bytes */
+}
+
+TestSuite(reclaim, .init = setup, .fini = teardown, .timeout = 120);
+
+Test(reclaim, superseded_versions_are_dropped_and_the_key_keeps_its_last_value)
+{
+	kvc_t *a = client(NULL, 0), *b = client(NULL, 0);
+	char v[200], got[256];
+	struct kvs_core_stats st;
+	unsigned n;
+
+	for (unsigned i = 0; i < 2000; i++) {
+		value_of(v, sizeof(v), "k", i);
+		cr_assert_eq(kvt_put_s(a, "k", v), 0);
+	}
+	cr_assert_eq(kvt_get_s(b, "k", got, sizeof(got)), 0); /* read: it is kept */
+	cr_assert_eq(kvt_get_s(b, "k", got, sizeof(got)), 0); /* carries the access mark */
+	kvc_destroy(a);
+	n = reclaim_all();
+	st = stats();
+	cr_expect_gt(n, 3, "the writer's extents were reclaimed");
+	cr_expect_eq(st.rc.segments, n);
+	cr_expect_eq(st.rc.dropped, 1999, "every superseded version dropped: %lu", (unsigned long)st.rc.dropped);
+	cr_expect_eq(st.rc.moved, 1, "the last version, read, copied forward");
+	cr_expect_eq(st.rc.evictions, 0);
+	cr_expect_eq(st.segments_quarantined, n);
+	cr_assert_eq(kvt_get_s(b, "k", got, sizeof(got)), 0);
+	value_of(v, sizeof(v), "k", 1999);
+	cr_expect_str_eq(got, v);
+	cr_expect_eq(slots_of("k"), 1);
+	kvc_destroy(b);
+}
+
+Test(reclaim, cold_items_are_evicted_and_read_items_copied_forward)
+{
+	kvc_t *a = client(NULL, 0), *b = client(NULL, 1024);
+	char k[32], v[200], got[256];
+	struct kvs_core_stats st;
+
+	for (unsigned i = 0; i < 100; i++) {
+		snprintf(k, sizeof(k), "item-%u", i);
+		value_of(v, sizeof(v), k, i);
+		cr_assert_eq(kvt_put_s(a, k, v), 0);
+	}
+	kvc_destroy(a); /* seals its extent */
+	for (unsigned i = 0; i < 50; i++) {
+		snprintf(k, sizeof(k), "item-%u", i);
+		cr_assert_eq(kvt_get_s(b, k, got, sizeof(got)), 0);
+	}
+	cr_assert_eq(kvt_get_s(b, "item-0", got, sizeof(got)), 0); /* carries the last marks */
+	cr_assert_eq(kvt_get_s(b, "item-0", got, sizeof(got)), 0);
+	cr_expect_geq(reclaim_all(), 1);
+	st = stats();
+	cr_expect_eq(st.rc.moved, 50, "moved %lu", (unsigned long)st.rc.moved);
+	cr_expect_eq(st.rc.evictions, 50, "evicted %lu", (unsigned long)st.rc.evictions);
+	cr_expect_eq(st.rc.evicted_unfetched, 50);
+	for (unsigned i = 0; i < 100; i++) {
+		int rc;
+
+		snprintf(k, sizeof(k), "item-%u", i);
+		rc = kvt_get_s(b, k, got, sizeof(got)); /* b's cached locations are stale: it must notice */
+		if (i < 50) {
+			cr_expect_eq(rc, 0, "%s: %s", k, kvc_err_name(rc));
+			value_of(v, sizeof(v), k, i);
+			cr_expect_str_eq(got, v);
+		} else {
+			cr_expect_eq(rc, KVC_ENOTFOUND, "%s was cold and evicted: %s", k, kvc_err_name(rc));
+			cr_expect_eq(slots_of(k), 0);
+		}
+	}
+	kvc_destroy(b);
+}
+
+Test(reclaim, expired_items_are_cleared_and_counted)
+{
+	kvc_t *a = client(NULL, 0);
+	char k[32];
+	struct kvs_core_stats st;
+
+	for (unsigned i = 0; i < 20; i++) {
+		snprintf(k, sizeof(k), "ttl-%u", i);
+		cr_assert_eq(kvc_put(a, k, strlen(k), "v", 1, 1), 0);
+	}
+	cr_assert_eq(kvt_put_s(a, "forever", "v"), 0);
+	kvc_destroy(a);
+	sleep(2); /* whole-second expiry: past it for sure */
+	reclaim_all();
+	st = stats();
+	cr_expect_eq(st.rc.expired, 20);
+	cr_expect_eq(st.rc.expired_unfetched, 20);
+	cr_expect_eq(st.rc.evictions, 1, "the one live cold item");
+	for (unsigned i = 0; i < 20; i++) {
+		snprintf(k, sizeof(k), "ttl-%u", i);
+		cr_expect_eq(slots_of(k), 0, "%s still has a slot", k);
+	}
+}
+
+Test(reclaim, an_insert_takes_the_slot_of_an_expired_item)
+{
+	kvc_t *a;
+	char k[32], got[16];
+	struct kvc_stats cs;
+	unsigned n = 0;
+
+	teardown();
+	setup_with(4, 2, 0, MAX_OP_MS); /* two buckets: 30 slots for every key */
+	a = client(NULL, 0);
+	for (unsigned i = 0; i < 2 * KVI_SLOTS_PER_BUCKET; i++) {
+		snprintf(k, sizeof(k), "short-%u", i);
+		n += kvc_put(a, k, strlen(k), "v", 1, 1) == 0;
+	}
+	cr_assert_eq(n, 2 * KVI_SLOTS_PER_BUCKET);
+	cr_expect_eq(kvt_put_s(a, "newcomer", "here"), KVC_EINDEXFULL, "every slot holds a live item");
+	sleep(2);
+	cr_expect_eq(kvt_put_s(a, "newcomer", "here"), 0);
+	cr_expect_eq(kvt_get_s(a, "newcomer", got, sizeof(got)), 0);
+	cr_expect_str_eq(got, "here");
+	kvc_get_stats(a, &cs);
+	cr_expect_eq(cs.expired_reused, 1);
+	kvc_destroy(a);
+}
+
+/* ---- races --------------------------------------------------------------- */
+
+static kvc_t *racer;
+static int race_rc;
+
+static void put_during_reclaim(void *arg)
+{
+	(void)arg;
+	race_rc = kvt_put_s(racer, "raced", "newer");
+}
+
+static void delete_during_reclaim(void *arg)
+{
+	(void)arg;
+	race_rc = kvc_delete(racer, "raced", strlen("raced"));
+}
+
+/* The item is live (and read) when the walk finds it; before the reclaimer
+ * locks its bucket, a writer replaces or deletes it. */
+static void race_walk_and(void (*fn)(void *), int want_get, const char *want_val)
+{
+	kvc_t *a = client(NULL, 0), *b = client(NULL, 0);
+	char got[64];
+	struct kvs_core_stats st;
+
+	racer = client(NULL, 0);
+	cr_assert_eq(kvt_put_s(a, "raced", "older"), 0);
+	cr_assert_eq(kvt_get_s(b, "raced", got, sizeof(got)), 0);
+	cr_assert_eq(kvt_get_s(b, "raced", got, sizeof(got)), 0);
+	kvc_destroy(a);
+	rhooks = (struct kvs_reclaim_hooks){ .before_lock = fn };
+	kvs_reclaimer_destroy(rcl);
+	cr_assert_eq(kvt_env_reclaimer(&env, &rhooks, &rcl), 0);
+	reclaim_all();
+	cr_assert_eq(race_rc, 0);
+	st = stats();
+	cr_expect_eq(st.rc.moved, 0, "the copy of a replaced item is never published");
+	cr_expect_eq(kvt_get_s(b, "raced", got, sizeof(got)), want_get);
+	cr_expect_str_eq(got, want_val);
+	cr_expect_eq(slots_of("raced"), want_get == 0);
+	kvc_destroy(b);
+	kvc_destroy(racer);
+}
+
+Test(reclaim, an_update_racing_the_switch_is_never_overwritten_by_the_copy)
+{
+	race_walk_and(put_during_reclaim, 0, "newer");
+}
+
+Test(reclaim, a_delete_racing_the_switch_is_never_undone)
+{
+	race_walk_and(delete_during_reclaim, KVC_ENOTFOUND, "");
+}
+
+/* With the bucket locked by the reclaimer (copy made, slot not switched), a
+ * writer cannot get in: the switch is atomic for everybody else. */
+static void impatient_put(void *arg)
+{
+	(void)arg;
+	racer->op_timeout_ms = 30;
+	race_rc = kvt_put_s(racer, "raced", "blocked");
+}
+
+Test(reclaim, writers_wait_while_the_reclaimer_holds_the_bucket)
+{
+	kvc_t *a = client(NULL, 0), *b = client(NULL, 0);
+	char got[64];
+
+	racer = client(NULL, 0);
+	cr_assert_eq(kvt_put_s(a, "raced", "older"), 0);
+	cr_assert_eq(kvt_get_s(b, "raced", got, sizeof(got)), 0);
+	cr_assert_eq(kvt_get_s(b, "raced", got, sizeof(got)), 0);
+	kvc_destroy(a);
+	rhooks = (struct kvs_reclaim_hooks){ .before_switch = impatient_put };
+	kvs_reclaimer_destroy(rcl);
+	cr_assert_eq(kvt_env_reclaimer(&env, &rhooks, &rcl), 0);
+	reclaim_all();
+	cr_expect_eq(race_rc, KVC_ETIMEDOUT, "the writer got %s", kvc_err_name(race_rc));
+	cr_expect_eq(stats().rc.moved, 1);
+	cr_expect_eq(kvt_get_s(b, "raced", got, sizeof(got)), 0);
+	cr_expect_str_eq(got, "older", "moved, not lost");
+	kvc_destroy(b);
+	kvc_destroy(racer);
+}
+
+/* A reader between its bucket READ and its object READ: the reclaimer runs
+ * in between (moving or evicting the object and zeroing the segment). */
+struct pause {
+	int armed, fired;
+	uint64_t heap_off;
+	void (*fn)(void);
+};
+static struct pause pz;
+
+static int pause_before_object_read(void *arg, struct kvi_rmem *rm, const struct kvi_rop *op)
+{
+	(void)arg;
+	(void)rm;
+	if (pz.armed && op->kind == KVI_ROP_READ && op->roff >= pz.heap_off && op->len != 8) {
+		pz.armed = 0;
+		pz.fired++;
+		pz.fn();
+	}
+	return 0;
+}
+
+static void reclaim_now(void)
+{
+	while (kvs_reclaim_one(rcl) > 0)
+		;
+}
+
+static void stalled_reader(int read_first, int want_rc, const char *want_val)
+{
+	struct kvi_local_hooks hk = { .before_op = pause_before_object_read };
+	kvc_t *a = client(NULL, 0), *b = client(NULL, 0), *r = client(&hk, 0);
+	char got[64];
+	struct kvc_stats cs;
+
+	cr_assert_eq(kvt_put_s(a, "paused", "the-value"), 0);
+	if (read_first) {
+		cr_assert_eq(kvt_get_s(b, "paused", got, sizeof(got)), 0);
+		cr_assert_eq(kvt_get_s(b, "paused", got, sizeof(got)), 0);
+	}
+	kvc_destroy(a);
+	/* Sealed and settled before the reader starts: its deadline is not spent
+	 * waiting (the first call seals the shared carving segment). */
+	cr_assert_eq(kvs_reclaim_one(rcl), 0);
+	usleep(SETTLE_US);
+	pz = (struct pause){ .armed = 1, .heap_off = kvs_core_superblock(env.core)->heap_off, .fn = reclaim_now };
+	cr_expect_eq(kvt_get_s(r, "paused", got, sizeof(got)), want_rc);
+	cr_expect_str_eq(got, want_val);
+	cr_expect_eq(pz.fired, 1);
+	kvc_get_stats(r, &cs);
+	cr_expect_geq(cs.verify_retries, 1, "the reader read the zeroed segment and looked again");
+	kvc_destroy(b);
+	kvc_destroy(r);
+}
+
+Test(reclaim, a_reader_paused_across_a_move_returns_the_value)
+{
+	stalled_reader(1, 0, "the-value");
+}
+
+Test(reclaim, a_reader_paused_across_an_eviction_misses)
+{
+	stalled_reader(0, KVC_ENOTFOUND, "");
+}
+
+/* Stalled across reclaim, quarantine and reuse: the bytes it reads at the old
+ * place now belong to other objects. It must fail with KVC_ETIMEDOUT. */
+static kvc_t *refiller;
+
+static void reclaim_and_reuse(void)
+{
+	char k[32], v[200];
+
+	reclaim_now();
+	usleep(QUARANTINE_MS * 1000u + 5000u);
+	kvs_core_tick(env.core, 0);
+	/* Rewrite the heap with the same key at new values: the old offset now
+	 * holds some newer object. */
+	for (unsigned i = 0; i < 3000; i++) {
+		snprintf(k, sizeof(k), "other-%u", i);
+		value_of(v, sizeof(v), k, i);
+		cr_assert_eq(kvt_put_s(refiller, k, v), 0);
+	}
+}
+
+Test(reclaim, a_reader_stalled_across_reuse_times_out_and_never_returns_foreign_bytes)
+{
+	struct kvi_local_hooks hk = { .before_op = pause_before_object_read };
+	kvc_t *a = client(NULL, 0), *r = client(&hk, 0);
+	char got[64];
+	int rc;
+
+	refiller = client(NULL, 0);
+	cr_assert_eq(kvt_put_s(a, "paused", "the-value"), 0);
+	kvc_destroy(a);
+	cr_assert_eq(kvs_reclaim_one(rcl), 0);
+	usleep(SETTLE_US);
+	pz = (struct pause){ .armed = 1, .heap_off = kvs_core_superblock(env.core)->heap_off,
+			     .fn = reclaim_and_reuse };
+	rc = kvt_get_s(r, "paused", got, sizeof(got));
+	cr_expect_eq(rc, KVC_ETIMEDOUT, "got %s '%s'", kvc_err_name(rc), got);
+	kvc_destroy(r);
+	kvc_destroy(refiller);
+}
+
+/* ---- memory stays bounded ------------------------------------------------ */
+
+struct bg {
+	pthread_t t;
+	int stop, err;
+	unsigned runs;
+};
+
+static void *reclaimer_thread(void *arg)
+{
+	struct bg *g = arg;
+
+	while (!__atomic_load_n(&g->stop, __ATOMIC_ACQUIRE)) {
+		int rc = kvs_reclaim_run(rcl);
+
+		if (rc < 0) {
+			g->err = rc;
+			break;
+		}
+		g->runs += (unsigned)rc;
+		kvs_core_tick(env.core, 0);
+		usleep(200);
+	}
+	return NULL;
+}
+
+static void bg_start(struct bg *g)
+{
+	memset(g, 0, sizeof(*g));
+	cr_assert_eq(pthread_create(&g->t, NULL, reclaimer_thread, g), 0);
+}
+
+static void bg_stop(struct bg *g)
+{
+	__atomic_store_n(&g->stop, 1, __ATOMIC_RELEASE);
+	pthread_join(g->t, NULL);
+	cr_expect_eq(g->err, 0, "reclaimer: %s", kvc_err_name(g->err));
+}
+
+/* Updates writing `times` x the heap over a working set of 30 % of it. */
+static void sustained_updates(int no_evict, unsigned times)
+{
+	const struct kvi_superblock *sb;
+	static uint32_t last[4096];
+	uint64_t written = 0;
+	unsigned keys, failed = 0, missing = 0, wrong = 0;
+	uint64_t rng = 88172645463325252ull;
+	struct kvs_core_stats st;
+	char k[32], v[600], got[700];
+	struct bg g;
+	kvc_t *a;
+
+	teardown();
+	setup_with(2, 0, no_evict, MAX_OP_MS);
+	sb = kvs_core_superblock(env.core);
+	a = client(NULL, 1024);
+	keys = (unsigned)(sb->heap_size * 3 / 10 / 560);
+	cr_assert_leq(keys, 4096);
+	memset(last, 0xff, sizeof(last));
+	bg_start(&g);
+	for (uint32_t seq = 0; written < times * sb->heap_size && failed < 100; seq++) {
+		unsigned i;
+		int rc;
+
+		rng ^= rng << 13, rng ^= rng >> 7, rng ^= rng << 17;
+		i = (unsigned)(rng % keys);
+		snprintf(k, sizeof(k), "key-%u", i);
+		snprintf(v, sizeof(v), "%u:%0500u", seq, seq);
+		rc = kvt_put_s(a, k, v);
+		if (rc) {
+			if (!failed++)
+				cr_log_warn("first failed PUT: %s after %lu bytes\n", kvc_err_name(rc),
+					    (unsigned long)written);
+			continue;
+		}
+		last[i] = seq;
+		written += kvi_obj_footprint(kvi_obj_len((uint32_t)strlen(k), (uint32_t)strlen(v)));
+	}
+	bg_stop(&g);
+	for (unsigned i = 0; i < keys; i++) {
+		int rc;
+
+		if (last[i] == UINT32_MAX)
+			continue;
+		snprintf(k, sizeof(k), "key-%u", i);
+		rc = kvt_get_s(a, k, got, sizeof(got));
+		if (rc == KVC_ENOTFOUND) {
+			missing++;
+			continue;
+		}
+		cr_assert_eq(rc, 0, "%s: %s", k, kvc_err_name(rc));
+		if ((uint32_t)strtoul(got, NULL, 10) != last[i])
+			wrong++;
+	}
+	st = stats();
+	cr_expect_eq(failed, 0, "%u PUTs failed", failed);
+	cr_expect_eq(wrong, 0, "%u keys read a value other than their last acknowledged one", wrong);
+	if (no_evict)
+		cr_expect_eq(missing, 0, "%u keys lost without eviction", missing);
+	cr_expect_gt(st.rc.segments, times, "reclaimed %lu segments", (unsigned long)st.rc.segments);
+	cr_log_info("%ux heap, no_evict=%d: %lu segments reclaimed, %lu dropped, %lu moved, %lu evicted, %u keys "
+		    "missing of %u, %lu grants deferred\n",
+		    times, no_evict, (unsigned long)st.rc.segments, (unsigned long)st.rc.dropped,
+		    (unsigned long)st.rc.moved, (unsigned long)st.rc.evictions, missing, keys,
+		    (unsigned long)st.grants_deferred);
+	kvc_destroy(a);
+}
+
+Test(reclaim, sustained_updates_of_50x_the_heap_without_eviction_keep_every_last_value)
+{
+	sustained_updates(1, 50);
+}
+
+Test(reclaim, sustained_updates_with_eviction_never_fail_or_read_an_old_value)
+{
+	sustained_updates(0, 20);
+}
+
+Test(reclaim, live_data_three_times_the_heap_keeps_the_newest_keys)
+{
+	const struct kvi_superblock *sb;
+	unsigned n, failed = 0, recent_missing = 0;
+	char k[32], v[600], got[700];
+	struct bg g;
+	kvc_t *a;
+
+	teardown();
+	setup_with(2, 0, 0, MAX_OP_MS);
+	sb = kvs_core_superblock(env.core);
+	a = client(NULL, 0);
+	n = (unsigned)(3 * sb->heap_size / 560);
+	bg_start(&g);
+	for (unsigned i = 0; i < n; i++) {
+		snprintf(k, sizeof(k), "fill-%u", i);
+		snprintf(v, sizeof(v), "%0500u", i);
+		failed += kvt_put_s(a, k, v) != 0;
+	}
+	bg_stop(&g);
+	cr_expect_eq(failed, 0, "%u of %u PUTs failed", failed, n);
+	/* The newest tenth of the heap was written after the last reclamation
+	 * could have reached it. */
+	for (unsigned i = n - (unsigned)(sb->heap_size / 10 / 560); i < n; i++) {
+		snprintf(k, sizeof(k), "fill-%u", i);
+		recent_missing += kvt_get_s(a, k, got, sizeof(got)) != 0;
+	}
+	cr_expect_eq(recent_missing, 0, "%u of the newest keys missing", recent_missing);
+	cr_expect_gt(stats().rc.evictions, 0);
+	kvc_destroy(a);
+}
+
+Test(reclaim, a_thousand_one_shot_clients_all_succeed)
+{
+	char k[32], got[64];
+	unsigned failed = 0, missing = 0;
+	struct bg g;
+
+	teardown();
+	setup_with(2, 0, 0, MAX_OP_MS);
+	bg_start(&g);
+	for (unsigned i = 0; i < 1000; i++) {
+		kvc_t *c = NULL;
+
+		snprintf(k, sizeof(k), "oneshot-%u", i);
+		if (kvt_env_client(&env, NULL, 0, 1, &c) || kvt_put_s(c, k, k))
+			failed++;
+		kvc_destroy(c);
+	}
+	bg_stop(&g);
+	cr_expect_eq(failed, 0);
+	{
+		kvc_t *c = client(NULL, 0);
+
+		for (unsigned i = 0; i < 1000; i++) {
+			snprintf(k, sizeof(k), "oneshot-%u", i);
+			missing += kvt_get_s(c, k, got, sizeof(got)) != 0;
+		}
+		kvc_destroy(c);
+	}
+	cr_expect_eq(missing, 0, "%u keys missing: 1000 small items fit a 2 MiB server", missing);
+	cr_expect_leq(stats().segments_total - stats().segments_free, 4);
+}
+
+Test(reclaim, no_evict_refuses_when_live_data_fills_the_heap_but_never_for_garbage)
+{
+	char k[32], v[600];
+	unsigned n = 0, again = 0;
+	struct bg g;
+	kvc_t *a;
+	int rc = 0;
+
+	teardown();
+	setup_with(2, 0, 1, MAX_OP_MS);
+	a = client(NULL, 0);
+	bg_start(&g);
+	for (; n < 100000; n++) {
+		snprintf(k, sizeof(k), "live-%u", n);
+		snprintf(v, sizeof(v), "%0500u", n);
+		rc = kvt_put_s(a, k, v);
+		if (rc)
+			break;
+	}
+	cr_expect_eq(rc, KVC_ENOMEM, "a full heap of live data: %s", kvc_err_name(rc));
+	cr_expect_gt(n, 1000, "%u items of 560 bytes in 2 MiB", n);
+	for (unsigned i = 0; i < n; i += 2) {
+		snprintf(k, sizeof(k), "live-%u", i);
+		cr_assert_eq(kvc_delete(a, k, strlen(k)), 0);
+	}
+	usleep(250000); /* the server's "full" verdict holds 200 ms */
+	for (unsigned i = 0; i < n / 4; i++) {
+		snprintf(k, sizeof(k), "more-%u", i);
+		snprintf(v, sizeof(v), "%0500u", i);
+		rc = kvt_put_s(a, k, v);
+		if (rc && again == i)
+			cr_log_warn("PUT after deletes: %s\n", kvc_err_name(rc));
+		again += rc == 0;
+	}
+	bg_stop(&g);
+	cr_expect_eq(again, n / 4, "deleted space is compacted and reused: %u of %u", again, n / 4);
+	for (unsigned i = 1; i < n; i += 2) {
+		char got[700];
+
+		snprintf(k, sizeof(k), "live-%u", i);
+		cr_assert_eq(kvt_get_s(a, k, got, sizeof(got)), 0, "%s lost without eviction", k);
+	}
+	kvc_destroy(a);
+}
