@@ -27,6 +27,7 @@ struct item {
 	uint64_t bucket; /* where that slot was seen */
 	uint32_t idx;
 	uint32_t done;
+	uint64_t copy_at; /* region offset of its copy, 0 if none */
 };
 
 /* Local buffer of the loopback connection. */
@@ -43,7 +44,8 @@ struct kvs_reclaimer {
 	struct kvs_reclaim_hooks hooks;
 	struct kvi_superblock sb; /* the core's private copy */
 	uint8_t *base;
-	uint8_t *snap; /* private copy of the segment being walked */
+	uint8_t *snap; /* private copy of the segment being walked; in the local
+			* buffer, because copies forward are RDMA WRITEs from it */
 	struct item *items;
 	uint32_t nitems, cap_items;
 	struct kvs_extent x; /* where live objects are copied to */
@@ -75,15 +77,15 @@ int kvs_reclaimer_create(struct kvs_core *core, struct kvi_rmem *rm, const struc
 	r->sb = *kvs_core_superblock(core);
 	r->base = kvs_core_region(core);
 	r->no_evict = kvs_core_no_evict(core);
-	r->snap = malloc(r->sb.segment_size);
 	/* At most one object per 48 bytes (a header and a 1-byte key, aligned). */
 	r->cap_items = (uint32_t)(r->sb.segment_size / 48 + 1);
 	r->items = calloc(r->cap_items, sizeof(*r->items));
-	if (!r->snap || !r->items)
+	if (!r->items)
 		goto fail;
-	rc = kvi_rmem_set_lbuf(rm, sizeof(struct lbuf));
+	rc = kvi_rmem_set_lbuf(rm, sizeof(struct lbuf) + r->sb.segment_size);
 	if (rc)
 		goto fail;
+	r->snap = (uint8_t *)kvi_rmem_lbuf(rm, NULL) + sizeof(struct lbuf);
 	*out = r;
 	return 0;
 fail:
@@ -103,7 +105,6 @@ void kvs_reclaimer_destroy(struct kvs_reclaimer *r)
 		kvs_core_server_release(r->core, &r->x, r->x_used);
 	kvi_rmem_destroy(r->rm);
 	free(r->items);
-	free(r->snap);
 	free(r);
 }
 
@@ -168,25 +169,22 @@ static uint64_t copy_room(struct kvs_reclaimer *r, uint64_t len)
 	return at;
 }
 
-/* Copy the (verified) object of it into the server's segment: the new slot
- * word, or 0 when there is no room. The copy starts unread again; that it was
- * read before is kept in its flags (for evicted_unfetched). */
-static uint64_t copy_forward(struct kvs_reclaimer *r, const struct item *it)
+/* Prepare the copy of the (verified) object of it, in the snapshot, for the
+ * server's segment: the new slot word, or 0 when there is no room. The copy
+ * starts unread again; that it was read before is kept in its flags (for
+ * evicted_unfetched). It is written by an RDMA WRITE posted before the slot
+ * WRITE that publishes it (layout.h I3), like any client's object. */
+static uint64_t copy_forward(struct kvs_reclaimer *r, struct item *it)
 {
-	const struct kvi_obj_hdr *src = (const void *)(r->snap + it->pos);
+	struct kvi_obj_hdr *h = (void *)(r->snap + it->pos);
 	uint64_t at = copy_room(r, it->len);
-	struct kvi_obj_hdr *dst;
 
 	if (!at)
 		return 0;
-	dst = (void *)(r->base + at);
-	memcpy(dst, src, it->len);
-	dst->access = 0;
-	dst->flags |= KVI_OBJ_F_FETCHED;
-	dst->checksum = kvi_obj_checksum(dst);
-	/* The object is complete in memory before the slot WRITE that publishes
-	 * it is posted (ibv_post_send orders our stores before the doorbell). */
-	__atomic_thread_fence(__ATOMIC_RELEASE);
+	h->access = 0;
+	h->flags |= KVI_OBJ_F_FETCHED;
+	h->checksum = kvi_obj_checksum(h);
+	it->copy_at = at;
 	return kvi_slot_make(kvi_slot_fp(it->slot), at, it->len);
 }
 
@@ -198,7 +196,7 @@ struct batch {
 /* Decide, under the lock of bucket bi (its contents in bk), what happens to
  * item it. Returns the new slot word to write (== it->slot: nothing to do),
  * or sets *abort (no-evict and no room to copy). */
-static uint64_t decide(struct kvs_reclaimer *r, const struct item *it, const struct kvi_bucket *bk,
+static uint64_t decide(struct kvs_reclaimer *r, struct item *it, const struct kvi_bucket *bk,
 		       uint64_t *copied, uint64_t seg_bytes, struct kvs_reclaim_stats *st, int *abort)
 {
 	const struct kvi_obj_hdr *h = (const void *)(r->snap + it->pos);
@@ -232,6 +230,21 @@ static uint64_t decide(struct kvs_reclaimer *r, const struct item *it, const str
 	}
 	st->evictions++;
 	st->evicted_unfetched += !fetched;
+	return 0;
+}
+
+/* Append op to the doorbell being built, ringing it first when full (the
+ * operations keep their order across doorbells: each waits for the last). */
+static int push(struct kvs_reclaimer *r, struct kvi_rop *ops, unsigned *n, struct kvi_rop op)
+{
+	if (*n == KVI_RMEM_MAX_BATCH) {
+		int rc = kvi_rmem_exec(r->rm, ops, *n, RECLAIM_RDMA_MS);
+
+		if (rc)
+			return rc;
+		*n = 0;
+	}
+	ops[(*n)++] = op;
 	return 0;
 }
 
@@ -274,16 +287,17 @@ static int do_batch(struct kvs_reclaimer *r, struct batch *b, uint64_t *copied, 
 				if (ns != it->slot) {
 					/* Remember the switch in the bucket image; written below. */
 					lb->bk[i].slot[it->idx] = ns;
-					lb->slotw[nw++] = ((uint64_t)i << 8) | it->idx;
+					lb->slotw[nw++] = ((uint64_t)k << 16) | ((uint64_t)i << 8) | it->idx;
 				}
 			}
 		}
 	}
 	if (r->hooks.before_switch)
 		r->hooks.before_switch(r->hooks.arg);
-	/* WRITE the changed slots and unlock, bucket by bucket in posting order
-	 * (RC: each slot WRITE lands before the unlock after it). The slot
-	 * words to write live in the bucket images. */
+	/* Per locked bucket, in posting order: WRITE each copy, WRITE the
+	 * changed slots, CAS-unlock. RC executes them in that order, so a copy
+	 * is in place before the slot naming it, and the slot before the unlock;
+	 * doorbells are cut at KVI_RMEM_MAX_BATCH without breaking the order. */
 	n = 0;
 	for (unsigned i = 0; i < b->nb; i++) {
 		uint64_t lo = kvi_bucket_off(&r->sb, b->bucket[i]);
@@ -291,25 +305,19 @@ static int do_batch(struct kvs_reclaimer *r, struct batch *b, uint64_t *copied, 
 		if (lb->cas[i] != 0)
 			continue;
 		for (unsigned w = 0; w < nw; w++) {
-			unsigned bi = (unsigned)(lb->slotw[w] >> 8), idx = (unsigned)(lb->slotw[w] & 0xff);
+			unsigned bi = (unsigned)(lb->slotw[w] >> 8 & 0xff), idx = (unsigned)(lb->slotw[w] & 0xff);
+			const struct item *it = &r->items[lb->slotw[w] >> 16];
 
 			if (bi != i)
 				continue;
-			if (n == KVI_RMEM_MAX_BATCH) {
-				rc = kvi_rmem_exec(r->rm, ops, n, RECLAIM_RDMA_MS);
-				if (rc)
-					return rc;
-				n = 0;
-			}
-			ops[n++] = kvi_rop_write(lo + 8 + 8u * idx, &lb->bk[i].slot[idx], 8);
-		}
-		if (n == KVI_RMEM_MAX_BATCH) {
-			rc = kvi_rmem_exec(r->rm, ops, n, RECLAIM_RDMA_MS);
-			if (rc)
+			if (it->copy_at &&
+			    (rc = push(r, ops, &n, kvi_rop_write(it->copy_at, r->snap + it->pos, it->len))))
 				return rc;
-			n = 0;
+			if ((rc = push(r, ops, &n, kvi_rop_write(lo + 8 + 8u * idx, &lb->bk[i].slot[idx], 8))))
+				return rc;
 		}
-		ops[n++] = kvi_rop_cas(lo, &lb->unlock[i], held(r), 0);
+		if ((rc = push(r, ops, &n, kvi_rop_cas(lo, &lb->unlock[i], held(r), 0))))
+			return rc;
 	}
 	if (n) {
 		rc = kvi_rmem_exec(r->rm, ops, n, RECLAIM_RDMA_MS);
@@ -380,7 +388,16 @@ static int reclaim_segment(struct kvs_reclaimer *r, uint64_t off, uint64_t len)
 	uint64_t cpu0 = thread_cpu_ns(), live = 0;
 	int rc, rotate = 0;
 
-	memcpy(r->snap, r->base + off, len);
+	/* Through the NIC, like every access to a region clients write to. */
+	if (len) {
+		struct kvi_rop op = kvi_rop_read(off, r->snap, (uint32_t)len);
+
+		rc = kvi_rmem_exec(r->rm, &op, 1, RECLAIM_RDMA_MS);
+		if (rc) {
+			kvs_core_reclaim_end(r->core, off, 0, 0, NULL);
+			return rc;
+		}
+	}
 	walk(r, off, len, &st);
 	if (r->no_evict) {
 		struct kvs_core_stats cs;
@@ -412,6 +429,20 @@ static int reclaim_segment(struct kvs_reclaimer *r, uint64_t off, uint64_t len)
 			return rc;
 		kvi_info("reclaiming segment at %#" PRIx64 " postponed: %s", off, kvc_strerror(rc));
 		return rc == KVC_EAGAIN ? 3 : 2;
+	}
+	/* No slot points here any more. Zero it now, at the start of the
+	 * quarantine: a reader that still holds an old slot word reads zeros and
+	 * retries, and no old object can outlive the quarantine to be read
+	 * together with a newer slot word (layout.h "Reuse"). */
+	memset(r->snap, 0, len);
+	if (len) {
+		struct kvi_rop op = kvi_rop_write(off, r->snap, (uint32_t)len);
+
+		rc = kvi_rmem_exec(r->rm, &op, 1, RECLAIM_RDMA_MS);
+		if (rc) {
+			kvs_core_reclaim_end(r->core, off, 0, 0, &st);
+			return rc;
+		}
 	}
 	st.segments = 1;
 	kvs_core_reclaim_end(r->core, off, 1, 0, &st);

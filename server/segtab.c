@@ -276,11 +276,6 @@ void kvs_segtab_reclaim_end(struct kvs_segtab *t, uint64_t off, int done, int ro
 			q_push_head(t, &t->sealed, i);
 		return;
 	}
-	/* No slot points here any more. Zero it now, at the start of the
-	 * quarantine: a reader that still holds an old slot word reads zeros and
-	 * retries, and no old object can outlive the quarantine to be read
-	 * together with a newer slot word (layout.h "Reuse"). */
-	memset(t->o.base + off, 0, s->carved);
 	t->n.carved_bytes -= s->carved;
 	s->state = SEG_QUARANTINED;
 	s->t = now;

@@ -52,7 +52,7 @@ struct kvs_extent {
 };
 
 struct kvs_segtab_opts {
-	uint8_t *base;         /* region base (segments are zeroed with the CPU) */
+	uint8_t *base;         /* region base */
 	struct kvs_heap *heap; /* where free segments come from */
 	uint64_t heap_off, segment_size, stride, nsegs;
 	uint64_t settle_ns, quarantine_ns;
@@ -90,7 +90,7 @@ void kvs_segtab_release(struct kvs_segtab *t, struct kvs_extent *x, uint64_t use
 int kvs_segtab_reclaim_begin(struct kvs_segtab *t, uint64_t now, uint64_t *off, uint64_t *len);
 
 /* Finish reclaiming off. done: every slot pointing into it was switched away
- * and it was zeroed: it is quarantined. Otherwise it goes back to the sealed
+ * and the reclaimer zeroed it: it is quarantined. Otherwise it goes back to the sealed
  * FIFO (at the tail when `rotate`, else at the head, to be tried first). */
 void kvs_segtab_reclaim_end(struct kvs_segtab *t, uint64_t off, int done, int rotate, uint64_t now);
 

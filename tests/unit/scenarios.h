@@ -15,7 +15,9 @@
 /* The data path under concurrency: needs the server core and the client. */
 #define KVT_DPATH_SCENARIOS(X)                                                              \
 	X(dpath_hammer_keeps_per_key_order_and_acked_values,                                \
-	  "4 clients, mixed PUT/GET/DELETE on shared and owned keys")
+	  "4 clients, mixed PUT/GET/DELETE on shared and owned keys")                      \
+	X(reclaim_races_readers_and_writers,                                                \
+	  "2 writers churn the heap 4x while a reader reads and the reclaimer runs")
 
 #define KVT_DECLARE_(name, what) const char *name(void);
 KVT_THREAD_SCENARIOS(KVT_DECLARE_)
