@@ -582,22 +582,63 @@ void kvc_get_stats(const kvc_t *h, struct kvc_stats *out)
 	*out = h->stats;
 }
 
+/* The public struct is the wire's statistics in the wire's order. */
+_Static_assert(sizeof(struct kvc_server_stats) == KVI_STAT_COUNT * sizeof(uint64_t),
+	       "kvc_server_stats mirrors enum kvi_stat_id");
+
 int kvc_server_stats(kvc_t *h, struct kvc_server_stats *out)
 {
-	struct kvi_ctrl req = { .type = KVI_CTRL_STATS_REQ }, resp;
+	uint64_t v[KVI_STATS_PAGES * 5];
 	int rc;
 
 	if (!h || !out)
 		return KVC_EINVAL;
-	rc = kvi_rmem_ctrl_call(h->rm, &req, &resp, CTRL_TIMEOUT_MS);
-	if (rc)
-		return rc;
-	if (resp.type != KVI_CTRL_STATS)
-		return resp.type == KVI_CTRL_ERROR && resp.status < 0 ? resp.status : KVC_EPROTO;
-	*out = (struct kvc_server_stats){ .cpu_ns = resp.arg[0], .segments_used = resp.arg[1],
-					  .segments_total = resp.arg[2], .clients = resp.arg[3],
-					  .bytes_used = resp.arg[4] };
+	for (unsigned p = 0; p < KVI_STATS_PAGES; p++) {
+		struct kvi_ctrl req = { .type = KVI_CTRL_STATS_REQ, .arg = { p } }, resp;
+
+		rc = kvi_rmem_ctrl_call(h->rm, &req, &resp, CTRL_TIMEOUT_MS);
+		if (rc)
+			return rc;
+		if (resp.type != KVI_CTRL_STATS)
+			return resp.type == KVI_CTRL_ERROR && resp.status < 0 ? resp.status : KVC_EPROTO;
+		memcpy(v + 5 * p, resp.arg, sizeof(resp.arg));
+	}
+	memcpy(out, v, sizeof(*out));
 	return 0;
+}
+
+const char *const *kvc_server_stat_names(size_t *n)
+{
+	static const char *const names[KVI_STAT_COUNT] = {
+		[KVI_STAT_CPU_NS] = "cpu_ns",
+		[KVI_STAT_SEGMENTS_USED] = "segments_used",
+		[KVI_STAT_SEGMENTS_TOTAL] = "segments_total",
+		[KVI_STAT_CLIENTS] = "clients",
+		[KVI_STAT_BYTES_USED] = "bytes_used",
+		[KVI_STAT_BYTES] = "bytes",
+		[KVI_STAT_LIMIT_MAXBYTES] = "limit_maxbytes",
+		[KVI_STAT_EVICTIONS] = "evictions",
+		[KVI_STAT_RECLAIMED] = "reclaimed",
+		[KVI_STAT_EXPIRED_UNFETCHED] = "expired_unfetched",
+		[KVI_STAT_EVICTED_UNFETCHED] = "evicted_unfetched",
+		[KVI_STAT_MOVED] = "moved",
+		[KVI_STAT_EXPIRED] = "expired",
+		[KVI_STAT_DROPPED] = "dropped",
+		[KVI_STAT_SEGMENTS_FREE] = "segments_free",
+		[KVI_STAT_SEGMENTS_OPEN] = "segments_open",
+		[KVI_STAT_SEGMENTS_SEALED] = "segments_sealed",
+		[KVI_STAT_SEGMENTS_QUARANTINED] = "segments_quarantined",
+		[KVI_STAT_RECLAIM_CPU_NS] = "reclaim_cpu_ns",
+		[KVI_STAT_GRANTS] = "grants",
+		[KVI_STAT_GRANTS_DEFERRED] = "grants_deferred",
+		[KVI_STAT_GRANTS_REFUSED] = "grants_refused",
+		[KVI_STAT_RECLAIM_ABORTS] = "reclaim_aborts",
+		[KVI_STAT_LOCK_RETRIES] = "reclaim_lock_retries",
+	};
+
+	if (n)
+		*n = KVI_STAT_COUNT;
+	return names;
 }
 
 void kvc_reset_stats(kvc_t *h)

@@ -20,6 +20,7 @@ static void usage(FILE *f)
 		   "  get KEY                        print the value (and a newline, unless -n)\n"
 		   "  put KEY VALUE [--ttl SECONDS]  store; VALUE '-' reads it from stdin\n"
 		   "  del KEY                        remove\n"
+		   "  stats                          the server's statistics, one \"STAT name value\" line each\n"
 		   "options:\n"
 		   "  -s, --server HOST[:PORT]  kvserver to use (port default %d)\n"
 		   "  -d, --device NAME         RDMA device (default: the one routing to HOST)\n"
@@ -74,6 +75,29 @@ static int parse_ttl(const char *s, uint32_t *ttl)
 		return -1;
 	*ttl = (uint32_t)v;
 	return 0;
+}
+
+/* "STAT name value" lines, as memcached's stats command prints them. */
+static int print_stats(const struct kvc_opts *o)
+{
+	struct kvc_server_stats st;
+	const char *const *names;
+	char err[400];
+	size_t n;
+	kvc_t *h;
+	int rc;
+
+	rc = kvc_create(o, &h, err, sizeof(err));
+	if (rc)
+		return fail("stats", err);
+	rc = kvc_server_stats(h, &st);
+	kvc_destroy(h);
+	if (rc)
+		return fail("stats", kvc_strerror(rc));
+	names = kvc_server_stat_names(&n);
+	for (size_t i = 0; i < n; i++)
+		printf("STAT %s %llu\n", names[i], (unsigned long long)((const uint64_t *)&st)[i]);
+	return fflush(stdout) == 0 ? 0 : fail("stats", "cannot write to stdout");
 }
 
 int main(int argc, char **argv)
@@ -131,10 +155,12 @@ int main(int argc, char **argv)
 	}
 	/* Options may also follow the command (put KEY VALUE --ttl 10). */
 	if (optind >= argc)
-		return fail("no command", "expected get, put or del (see --help)");
+		return fail("no command", "expected get, put, del or stats (see --help)");
 	cmd = argv[optind++];
 	if (!o.server)
 		return fail(cmd, "no server given: use -s HOST[:PORT]");
+	if (strcmp(cmd, "stats") == 0)
+		return optind < argc ? fail(cmd, "unexpected argument") : print_stats(&o);
 	if (optind >= argc)
 		return fail(cmd, "missing KEY");
 	key = argv[optind++];
@@ -156,7 +182,7 @@ int main(int argc, char **argv)
 		if (optind < argc)
 			return fail(what, "unexpected argument after KEY");
 	} else {
-		return fail(cmd, "unknown command: expected get, put or del");
+		return fail(cmd, "unknown command: expected get, put, del or stats");
 	}
 	if (strlen(key) == 0 || strlen(key) > KVC_MAX_KEY)
 		return fail(what, kvc_strerror(KVC_EKEYSIZE));

@@ -151,17 +151,37 @@ struct kvc_stats {
 
 KVC_EXPORT void kvc_get_stats(const kvc_t *h, struct kvc_stats *out);
 
-/* What the server says about itself (one control-path round trip; the data path
- * is not involved). cpu_ns grows only with the server's own work: sample it
- * twice to see what a load cost the server. */
+/* What the server says about itself (a few control-path round trips; the data
+ * path is not involved). cpu_ns grows only with the server's own work: sample
+ * it twice to see what a load cost the server. Names in memcached's style
+ * where the quantity is the same as memcached's "stats". */
 struct kvc_server_stats {
 	uint64_t cpu_ns;         /* server process CPU time, user + system */
-	uint64_t segments_used;  /* heap segments granted to clients */
+	uint64_t segments_used;  /* heap segments not free (open, sealed, quarantined) */
 	uint64_t segments_total;
-	uint64_t clients;        /* clients holding segments */
-	uint64_t bytes_used;     /* memory holding items: index + segments handed out */
+	uint64_t clients;        /* clients holding an open extent */
+	uint64_t bytes_used;     /* index + bytes handed to writers and not yet reclaimed */
+	uint64_t bytes;          /* bytes handed to writers, not yet reclaimed: items and garbage */
+	uint64_t limit_maxbytes; /* heap size */
+	uint64_t evictions;      /* live items dropped to make room (cold: not read since written) */
+	uint64_t reclaimed;      /* segments reclaimed */
+	uint64_t expired_unfetched; /* expired items reclaimed that were never read */
+	uint64_t evicted_unfetched; /* evicted items that were never read */
+	uint64_t moved;          /* live, read items copied forward by the reclaimer */
+	uint64_t expired;        /* expired items whose slot the reclaimer cleared */
+	uint64_t dropped;        /* replaced or deleted objects freed with their segment */
+	uint64_t segments_free, segments_open, segments_sealed, segments_quarantined;
+	uint64_t reclaim_cpu_ns; /* CPU time of the server's reclaimer thread */
+	uint64_t grants;         /* memory extents handed to writers */
+	uint64_t grants_deferred; /* ... answered "not yet" while reclamation made room */
+	uint64_t grants_refused;  /* ... answered KVC_ENOMEM (eviction off, live data fills the heap) */
+	uint64_t reclaim_aborts;  /* segment reclaims given up and retried later */
+	uint64_t reclaim_lock_retries; /* reclaimer lock attempts that found a bucket held */
 };
 KVC_EXPORT int kvc_server_stats(kvc_t *h, struct kvc_server_stats *out);
+/* The statistics above as (name, value) pairs, in struct order: for printing
+ * (kvcli stats). n receives the count; the names are static strings. */
+KVC_EXPORT const char *const *kvc_server_stat_names(size_t *n);
 KVC_EXPORT void kvc_reset_stats(kvc_t *h);
 /* "get_hit", "put_insert", ... for a kind; "unknown" otherwise. */
 KVC_EXPORT const char *kvc_stat_name(int kind);

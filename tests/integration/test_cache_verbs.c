@@ -1,0 +1,214 @@
+/* kvserver as a cache tier over real verbs: memory comes back. Many
+ * short-lived clients never exhaust a small server; sustained updates of
+ * several times the heap succeed while the reclaimer thread (its own loopback
+ * QP, bucket locks by RDMA CAS) moves and frees segments; live data larger
+ * than the heap evicts; and the statistics say so. */
+#include <criterion/criterion.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "harness.h"
+#include "kvclient.h"
+
+TestSuite(cache, .init = kvt_require_rdma, .timeout = 300);
+
+static kvc_t *connect_kv(const char *port, unsigned depth)
+{
+	char server[128], err[400];
+	struct kvc_opts o;
+	kvc_t *h;
+
+	snprintf(server, sizeof(server), "%s:%s", kvt_rdma_addr(), port);
+	kvc_opts_init(&o);
+	o.server = server;
+	o.depth = depth;
+	o.op_timeout_ms = 10000; /* capped by the server's --max-op-ms */
+	cr_assert_eq(kvc_create(&o, &h, err, sizeof(err)), 0, "%s", err);
+	return h;
+}
+
+static void stop_server(struct kvt_proc *srv)
+{
+	kvt_kill(srv, SIGTERM);
+	cr_expect_eq(kvt_wait(srv, 20000), 0, "kvserver: %s", srv->all);
+}
+
+static struct kvc_server_stats server_stats(const char *port)
+{
+	struct kvc_server_stats ss;
+	kvc_t *h = connect_kv(port, 1);
+
+	cr_assert_eq(kvc_server_stats(h, &ss), 0);
+	kvc_destroy(h);
+	return ss;
+}
+
+/* Before extents and tail returns, every connection took a 1 MiB segment for
+ * good: a 16 MiB server refused its 14th client's PUT. */
+Test(cache, short_lived_clients_never_exhaust_a_small_server)
+{
+	struct kvc_server_stats ss;
+	struct kvt_proc srv;
+	char k[32], v[64];
+	unsigned failed = 0, missing = 0;
+	kvc_t *h;
+
+	kvt_start_server(&srv, "7651", (const char *const[]){ "-m", "16", NULL });
+	for (unsigned i = 0; i < 40; i++) {
+		h = connect_kv("7651", 1);
+		snprintf(k, sizeof(k), "oneshot-%u", i);
+		failed += kvc_put(h, k, strlen(k), k, strlen(k), 0) != 0;
+		kvc_destroy(h);
+	}
+	h = connect_kv("7651", 1);
+	for (unsigned i = 0; i < 40; i++) {
+		size_t len = 0;
+
+		snprintf(k, sizeof(k), "oneshot-%u", i);
+		missing += kvc_get(h, k, strlen(k), v, sizeof(v), &len) != 0;
+	}
+	kvc_destroy(h);
+	ss = server_stats("7651");
+	stop_server(&srv);
+	cr_expect_eq(failed, 0);
+	cr_expect_eq(missing, 0);
+	cr_expect_leq(ss.segments_used, 1, "40 small items took %llu segments", (unsigned long long)ss.segments_used);
+	cr_expect_lt(ss.bytes, 4096, "40 items and returned tails: %llu bytes", (unsigned long long)ss.bytes);
+}
+
+/* PUT keys [0, n) with values of vlen bytes, depth in flight; returns the
+ * number of failures (first code in *first). */
+static unsigned put_many(kvc_t *h, const char *prefix, unsigned n, unsigned keyspace, size_t vlen, unsigned *seqs,
+			 int *first)
+{
+	static struct kvc_op ops[16];
+	static char keys[16][32], vals[16][1100];
+	unsigned next = 0, done = 0, inflight = 0, failed = 0;
+	uint64_t rng = 0x853c49e6748fea9bull;
+
+	while (done < n) {
+		struct kvc_op *got[16];
+		int m;
+
+		for (unsigned s = 0; s < 16 && next < n && inflight < 16; s++) {
+			unsigned key;
+
+			if (ops[s].status == 1)
+				continue;
+			rng ^= rng << 13, rng ^= rng >> 7, rng ^= rng << 17;
+			key = keyspace ? (unsigned)(rng % keyspace) : next;
+			snprintf(keys[s], sizeof(keys[s]), "%s-%u", prefix, key);
+			snprintf(vals[s], sizeof(vals[s]), "%u:%0*u", next, (int)vlen, key);
+			ops[s] = (struct kvc_op){ .type = KVC_OP_PUT, .key = keys[s], .key_len = strlen(keys[s]),
+						  .value = vals[s], .value_len = strlen(vals[s]),
+						  .user = (void *)(uintptr_t)key };
+			if (kvc_submit(h, &ops[s]) != 0) {
+				failed++;
+				done++;
+				next++;
+				continue;
+			}
+			ops[s].status = 1;
+			next++;
+			inflight++;
+		}
+		m = kvc_poll(h, got, 16, 1000);
+		cr_assert_geq(m, 0);
+		for (int j = 0; j < m; j++) {
+			unsigned key = (unsigned)(uintptr_t)got[j]->user;
+
+			inflight--;
+			done++;
+			if (got[j]->status) {
+				if (!failed++ && first)
+					*first = got[j]->status;
+			} else if (seqs) {
+				unsigned seq = (unsigned)strtoul(got[j]->value, NULL, 10);
+
+				if (seq >= seqs[key] || seqs[key] == UINT32_MAX)
+					seqs[key] = seq;
+			}
+		}
+	}
+	return failed;
+}
+
+Test(cache, sustained_updates_of_several_heaps_succeed_and_reads_see_the_last_value)
+{
+	static unsigned seqs[4096];
+	struct kvc_server_stats before, after;
+	struct kvt_proc srv;
+	unsigned keys, n, failed, wrong = 0, missing = 0;
+	int first = 0;
+	char v[1200];
+	kvc_t *h;
+
+	kvt_start_server(&srv, "7652", (const char *const[]){ "-m", "4", "--segment-size", "64", "--no-evict", NULL });
+	before = server_stats("7652");
+	/* Working set: 30 % of the heap in ~1 KiB items; written 4 times over. */
+	keys = (unsigned)(before.limit_maxbytes * 3 / 10 / 1100);
+	n = (unsigned)(4 * before.limit_maxbytes / 1100);
+	memset(seqs, 0xff, sizeof(seqs));
+	h = connect_kv("7652", 16);
+	failed = put_many(h, "upd", n, keys, 1000, seqs, &first);
+	for (unsigned i = 0; i < keys; i++) {
+		char k[32];
+		size_t len = 0;
+		int rc;
+
+		if (seqs[i] == UINT32_MAX)
+			continue;
+		snprintf(k, sizeof(k), "upd-%u", i);
+		rc = kvc_get(h, k, strlen(k), v, sizeof(v), &len);
+		if (rc) {
+			missing++;
+			continue;
+		}
+		v[len] = '\0';
+		wrong += (unsigned)strtoul(v, NULL, 10) != seqs[i];
+	}
+	kvc_destroy(h);
+	after = server_stats("7652");
+	stop_server(&srv);
+	cr_expect_eq(failed, 0, "%u of %u PUTs failed, first %s", failed, n, kvc_err_name(first));
+	cr_expect_eq(missing, 0, "no eviction: every key stays");
+	cr_expect_eq(wrong, 0, "%u keys not at their last acknowledged value", wrong);
+	cr_expect_gt(after.reclaimed, 4, "reclaimed %llu segments", (unsigned long long)after.reclaimed);
+	cr_expect_gt(after.dropped, 0);
+	cr_expect_eq(after.evictions, 0);
+	cr_expect_lt(after.bytes, after.limit_maxbytes, "what clients hold stays below the heap");
+}
+
+Test(cache, live_data_beyond_the_heap_is_evicted_not_refused)
+{
+	struct kvc_server_stats ss;
+	struct kvt_proc srv;
+	unsigned n, failed, recent_missing = 0;
+	int first = 0;
+	char v[1200];
+	kvc_t *h;
+
+	kvt_start_server(&srv, "7653", (const char *const[]){ "-m", "4", "--segment-size", "64", NULL });
+	ss = server_stats("7653");
+	n = (unsigned)(2 * ss.limit_maxbytes / 1100);
+	h = connect_kv("7653", 16);
+	failed = put_many(h, "fill", n, 0, 1000, NULL, &first);
+	for (unsigned i = n - 200; i < n; i++) {
+		char k[32];
+		size_t len = 0;
+
+		snprintf(k, sizeof(k), "fill-%u", i);
+		recent_missing += kvc_get(h, k, strlen(k), v, sizeof(v), &len) != 0;
+	}
+	kvc_destroy(h);
+	ss = server_stats("7653");
+	stop_server(&srv);
+	cr_expect_eq(failed, 0, "%u of %u PUTs failed, first %s", failed, n, kvc_err_name(first));
+	cr_expect_eq(recent_missing, 0, "%u of the 200 newest keys missing", recent_missing);
+	cr_expect_gt(ss.evictions, 0);
+	cr_expect_eq(ss.evictions, ss.evicted_unfetched, "nothing was read, so nothing evicted had been");
+	cr_expect_lt(ss.reclaim_cpu_ns, 60ull * 1000000000u);
+}
