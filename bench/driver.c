@@ -11,6 +11,7 @@ static const struct {
 } drivers[] = {
 	{ &kvb_driver_rdma, "7471" },
 	{ &kvb_driver_memcached, "11211" },
+	{ &kvb_driver_local, "0" },
 };
 
 const struct kvb_driver *kvb_driver_parse(const char *url, char *host, size_t hl, char *port, size_t pl,
@@ -42,6 +43,6 @@ const struct kvb_driver *kvb_driver_parse(const char *url, char *host, size_t hl
 		snprintf(port, pl, "%s", colon ? colon + 1 : drivers[i].default_port);
 		return drivers[i].drv;
 	}
-	snprintf(err, errlen, "unsupported target '%s': expected rdma://HOST[:PORT] or memcached://HOST[:PORT]", url);
+	snprintf(err, errlen, "unsupported target '%s': expected rdma://HOST[:PORT], memcached://HOST[:PORT] or local://MIB", url);
 	return NULL;
 }

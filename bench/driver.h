@@ -51,6 +51,21 @@ struct kvb_driver {
 
 extern const struct kvb_driver kvb_driver_rdma;
 extern const struct kvb_driver kvb_driver_memcached;
+/* local://MIB: kvcache's server core and reclaimer in this process, over the
+ * in-process transport (the same code as kvserver, without a NIC), with MIB
+ * MiB of segments for items. For hit-ratio runs at any scale: a hit ratio
+ * does not depend on the transport. */
+extern const struct kvb_driver kvb_driver_local;
+
+/* drv_rdma.c's functions, shared by drv_local.c (both drive a kvc_t). */
+struct kvc;
+int kvb_rdma_wrap(struct kvc *h, unsigned depth, void **out, char *err, size_t len);
+int kvb_rdma_submit(void *conn, struct kvb_req *r);
+int kvb_rdma_poll(void *conn, struct kvb_req **done, unsigned max, int timeout_ms);
+int kvb_rdma_server_cpu(void *conn, double *seconds);
+int kvb_rdma_server_mem(void *conn, uint64_t *bytes);
+void kvb_rdma_round_trips(void *conn, uint64_t *ops, uint64_t *rtts, const char **names, unsigned *kinds);
+void kvb_rdma_close(void *conn);
 
 /* "rdma://host[:port]" or "memcached://host[:port]": the driver, host and port.
  * Returns NULL and writes one line to err for anything else. */

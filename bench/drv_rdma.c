@@ -21,37 +21,26 @@ struct rdma_conn {
 #define DRV_CACHE_ENTRIES (1u << 16)
 #define DRV_OP_TIMEOUT_MS 10000
 
-static int rdma_connect(const char *host, const char *port, const char *device, unsigned depth, void **out,
-			char *err, size_t len)
+/* The driver's connection around an open handle (takes it, also on failure). */
+int kvb_rdma_wrap(kvc_t *h, unsigned depth, void **out, char *err, size_t len)
 {
 	struct rdma_conn *c = calloc(1, sizeof(*c));
-	char server[300];
-	struct kvc_opts o;
-	int rc;
 
-	if (!c) {
+	if (c) {
+		c->ops = calloc(depth, sizeof(*c->ops));
+		c->free = calloc(depth, sizeof(*c->free));
+	}
+	if (!c || !c->ops || !c->free) {
 		snprintf(err, len, "out of memory");
+		kvc_destroy(h);
+		if (c) {
+			free(c->ops);
+			free(c->free);
+		}
+		free(c);
 		return -1;
 	}
-	snprintf(server, sizeof(server), "%s:%s", host, port);
-	kvc_opts_init(&o);
-	o.server = server;
-	o.device = device;
-	o.depth = depth;
-	o.cache_entries = DRV_CACHE_ENTRIES;
-	o.op_timeout_ms = DRV_OP_TIMEOUT_MS;
-	rc = kvc_create(&o, &c->h, err, len);
-	c->ops = calloc(depth, sizeof(*c->ops));
-	c->free = calloc(depth, sizeof(*c->free));
-	if (rc || !c->ops || !c->free) {
-		if (!rc)
-			snprintf(err, len, "out of memory");
-		kvc_destroy(c->h);
-		free(c->ops);
-		free(c->free);
-		free(c);
-		return rc ? rc : -1;
-	}
+	c->h = h;
 	c->depth = depth;
 	for (unsigned i = 0; i < depth; i++)
 		c->free[c->nfree++] = &c->ops[i];
@@ -59,7 +48,28 @@ static int rdma_connect(const char *host, const char *port, const char *device, 
 	return 0;
 }
 
-static int rdma_submit(void *conn, struct kvb_req *r)
+static int rdma_connect(const char *host, const char *port, const char *device, unsigned depth, void **out,
+			char *err, size_t len)
+{
+	char server[300];
+	struct kvc_opts o;
+	kvc_t *h;
+	int rc;
+
+	snprintf(server, sizeof(server), "%s:%s", host, port);
+	kvc_opts_init(&o);
+	o.server = server;
+	o.device = device;
+	o.depth = depth;
+	o.cache_entries = DRV_CACHE_ENTRIES;
+	o.op_timeout_ms = DRV_OP_TIMEOUT_MS;
+	rc = kvc_create(&o, &h, err, len);
+	if (rc)
+		return rc;
+	return kvb_rdma_wrap(h, depth, out, err, len);
+}
+
+int kvb_rdma_submit(void *conn, struct kvb_req *r)
 {
 	struct rdma_conn *c = conn;
 	struct kvc_op *op;
@@ -77,7 +87,7 @@ static int rdma_submit(void *conn, struct kvb_req *r)
 	return rc;
 }
 
-static int rdma_poll(void *conn, struct kvb_req **done, unsigned max, int timeout_ms)
+int kvb_rdma_poll(void *conn, struct kvb_req **done, unsigned max, int timeout_ms)
 {
 	struct rdma_conn *c = conn;
 	struct kvc_op *ops[64];
@@ -97,7 +107,7 @@ static int rdma_poll(void *conn, struct kvb_req **done, unsigned max, int timeou
 	return n;
 }
 
-static int rdma_server_cpu(void *conn, double *seconds)
+int kvb_rdma_server_cpu(void *conn, double *seconds)
 {
 	struct rdma_conn *c = conn;
 	struct kvc_server_stats ss;
@@ -108,7 +118,7 @@ static int rdma_server_cpu(void *conn, double *seconds)
 	return rc;
 }
 
-static int rdma_server_mem(void *conn, uint64_t *bytes)
+int kvb_rdma_server_mem(void *conn, uint64_t *bytes)
 {
 	struct rdma_conn *c = conn;
 	struct kvc_server_stats ss;
@@ -119,7 +129,7 @@ static int rdma_server_mem(void *conn, uint64_t *bytes)
 	return rc;
 }
 
-static void rdma_round_trips(void *conn, uint64_t *ops, uint64_t *rtts, const char **names, unsigned *kinds)
+void kvb_rdma_round_trips(void *conn, uint64_t *ops, uint64_t *rtts, const char **names, unsigned *kinds)
 {
 	struct rdma_conn *c = conn;
 	struct kvc_stats s;
@@ -133,7 +143,7 @@ static void rdma_round_trips(void *conn, uint64_t *ops, uint64_t *rtts, const ch
 	*kinds = KVC_STAT_KINDS;
 }
 
-static void rdma_close(void *conn)
+void kvb_rdma_close(void *conn)
 {
 	struct rdma_conn *c = conn;
 
@@ -149,12 +159,12 @@ const struct kvb_driver kvb_driver_rdma = {
 	.scheme = "rdma",
 	.name = "kvcache",
 	.connect = rdma_connect,
-	.submit = rdma_submit,
-	.poll = rdma_poll,
+	.submit = kvb_rdma_submit,
+	.poll = kvb_rdma_poll,
 	.errname = kvc_err_name,
-	.server_cpu = rdma_server_cpu,
-	.server_mem = rdma_server_mem,
-	.round_trips = rdma_round_trips,
-	.close = rdma_close,
+	.server_cpu = kvb_rdma_server_cpu,
+	.server_mem = kvb_rdma_server_mem,
+	.round_trips = kvb_rdma_round_trips,
+	.close = kvb_rdma_close,
 	.max_depth = 64,
 };

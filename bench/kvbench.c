@@ -14,6 +14,8 @@
 #include <string.h>
 #include <unistd.h>
 
+#include "ca_seq.h"
+#include "cacheaside.h"
 #include "driver.h"
 #include "kvclient.h"
 #include "micro.h"
@@ -25,6 +27,7 @@ static void usage(FILE *f)
 	fprintf(f,
 		"usage: kvbench -w WORKLOAD --target URL [options]\n"
 		"       kvbench --micro | --raw --target rdma://HOST[:PORT] [-n N] [-s BYTES]\n"
+		"       kvbench --cache-aside zipf|scan --target URL [-r N] [-n N] [--lru-bytes B]\n"
 		"  -w, --workload A|B|C|D|F   YCSB core workload (E needs range scans: not offered)\n"
 		"  -t, --target URL           rdma://HOST[:PORT] (kvcache, port 7471) or\n"
 		"                             memcached://HOST[:PORT] (port 11211)\n"
@@ -43,13 +46,26 @@ static void usage(FILE *f)
 		"      --cdf FILE             write the run's latency CDF (microseconds fraction)\n"
 		"      --quiet                no progress line\n"
 		"  -d, --device NAME          RDMA device (--micro/--raw)\n"
+		"Cache-aside (GET; on a miss, PUT the item, as an application with a backing store):\n"
+		"      --cache-aside KIND     zipf: Zipfian 0.99 over -r keys; scan: the same plus a\n"
+		"                             third of requests for keys never requested again\n"
+		"                             -n requests in all (default 3 x records), the first\n"
+		"                             --warmup-requests (default: records) not counted;\n"
+		"                             one connection, -q in flight; prints the hit ratio\n"
+		"      --lru-bytes B          also the hit ratio of an exact LRU holding B bytes of\n"
+		"                             items (key + value bytes each), same key sequence\n"
+		"      --warmup-requests N\n"
+		"  Targets also include local://MIB: kvcache's server core and reclaimer in this\n"
+		"  process (no NIC) with MIB MiB of item memory, for hit ratios at any scale.\n"
 		"  -h, --help\n");
 }
 
 struct cli {
 	struct kvb_cfg cfg;
-	const char *workload, *target, *json, *cdf, *device, *dist;
+	const char *workload, *target, *json, *cdf, *device, *dist, *cache_aside;
 	int micro, raw, have_ops, have_size;
+	uint64_t lru_bytes, ca_warmup;
+	int have_ca_warmup;
 };
 
 static int bad(const char *what, const char *value, const char *expected)
@@ -111,7 +127,8 @@ static int parse_size(const char *s, struct kvb_cfg *c)
 /* Returns -1 to go on, else the exit status. */
 static int parse_args(int argc, char **argv, struct cli *cl)
 {
-	enum { O_DIST = 256, O_CDF, O_WARMUP, O_NOLOAD, O_SEED, O_JSON, O_QUIET, O_MICRO, O_RAW };
+	enum { O_DIST = 256, O_CDF, O_WARMUP, O_NOLOAD, O_SEED, O_JSON, O_QUIET, O_MICRO, O_RAW, O_CA, O_LRU,
+	       O_CAWARM };
 	static const struct option lo[] = {
 		{ "workload", required_argument, NULL, 'w' },  { "target", required_argument, NULL, 't' },
 		{ "records", required_argument, NULL, 'r' },   { "operations", required_argument, NULL, 'n' },
@@ -123,6 +140,8 @@ static int parse_args(int argc, char **argv, struct cli *cl)
 		{ "json", required_argument, NULL, O_JSON },   { "quiet", no_argument, NULL, O_QUIET },
 		{ "micro", no_argument, NULL, O_MICRO },       { "raw", no_argument, NULL, O_RAW },
 		{ "device", required_argument, NULL, 'd' },    { "help", no_argument, NULL, 'h' },
+		{ "cache-aside", required_argument, NULL, O_CA }, { "lru-bytes", required_argument, NULL, O_LRU },
+		{ "warmup-requests", required_argument, NULL, O_CAWARM },
 		{ 0 },
 	};
 	struct kvb_cfg *c = &cl->cfg;
@@ -199,6 +218,20 @@ static int parse_args(int argc, char **argv, struct cli *cl)
 			break;
 		case 'd':
 			cl->device = optarg;
+			break;
+		case O_CA:
+			if (!kvb_ca_kind_parse(optarg))
+				return bad("--cache-aside", optarg, "zipf or scan");
+			cl->cache_aside = optarg;
+			break;
+		case O_LRU:
+			if (parse_u64(optarg, 1, 1ull << 44, &cl->lru_bytes))
+				return bad("--lru-bytes", optarg, "bytes, 1..2^44");
+			break;
+		case O_CAWARM:
+			if (parse_u64(optarg, 0, 1ull << 40, &cl->ca_warmup))
+				return bad("--warmup-requests", optarg, "0..2^40");
+			cl->have_ca_warmup = 1;
 			break;
 		case 'h':
 			usage(stdout);
@@ -330,6 +363,68 @@ out:
 	return status;
 }
 
+/* Average key length of the records (YCSB names vary in length). */
+static double mean_key_len(uint64_t records)
+{
+	char k[40];
+	uint64_t total = 0, n = records < 100000 ? records : 100000;
+
+	for (uint64_t i = 0; i < n; i++)
+		total += kvb_key_name(i * (records / n), 0, 0, k, sizeof(k));
+	return (double)total / (double)n;
+}
+
+static int run_cache_aside(struct cli *cl)
+{
+	struct kvb_ca_cfg c = { .kind = kvb_ca_kind_parse(cl->cache_aside), .records = cl->cfg.records,
+				.value_size = cl->cfg.vmax, .depth = cl->cfg.depth, .seed = cl->cfg.seed,
+				.device = cl->device };
+	struct kvb_ca_result r;
+	double klen = mean_key_len(c.records);
+	char err[400];
+
+	c.requests = cl->have_ops ? cl->cfg.operations : 3 * c.records;
+	c.warmup = cl->have_ca_warmup ? cl->ca_warmup : c.records;
+	if (c.warmup >= c.requests) {
+		fprintf(stderr, "kvbench: the warm-up (%llu requests) leaves nothing to count of %llu\n",
+			(unsigned long long)c.warmup, (unsigned long long)c.requests);
+		return 2;
+	}
+	if (cl->cfg.vmin != cl->cfg.vmax || c.value_size == 0 || c.value_size > 1024) {
+		fprintf(stderr, "kvbench: --cache-aside takes one --value-size of 1..1024 bytes\n");
+		return 2;
+	}
+	c.drv = kvb_driver_parse(cl->target, c.host, sizeof(c.host), c.port, sizeof(c.port), err, sizeof(err));
+	if (!c.drv) {
+		fprintf(stderr, "kvbench: %s\n", err);
+		return 2;
+	}
+	if (c.depth > c.drv->max_depth)
+		c.depth = c.drv->max_depth;
+	if (cl->lru_bytes)
+		c.lru_items = (uint64_t)((double)cl->lru_bytes / (klen + c.value_size));
+	if (cl->lru_bytes && c.lru_items == 0) {
+		fprintf(stderr, "kvbench: --lru-bytes %llu holds no item\n", (unsigned long long)cl->lru_bytes);
+		return 2;
+	}
+	if (kvb_cache_aside(&c, &r, err, sizeof(err))) {
+		fprintf(stderr, "kvbench: %s\n", err);
+		return 1;
+	}
+	printf("cache-aside %s on %s: %llu keys of %.1f + %u bytes, %llu requests counted after %llu\n",
+	       cl->cache_aside, c.drv->name, (unsigned long long)c.records, klen, c.value_size,
+	       (unsigned long long)r.counted, (unsigned long long)c.warmup);
+	printf("hit ratio: %.4f (%llu hits, %llu PUTs after misses, %llu errors%s%s, %.1f s)\n",
+	       r.counted ? (double)r.hits / (double)r.counted : 0.0, (unsigned long long)r.hits,
+	       (unsigned long long)r.puts, (unsigned long long)r.errors, r.errors ? ", first " : "",
+	       r.errors ? c.drv->errname(r.first_error) : "", r.seconds);
+	if (c.lru_items)
+		printf("exact LRU of %llu items (%llu bytes): hit ratio %.4f\n", (unsigned long long)c.lru_items,
+		       (unsigned long long)cl->lru_bytes,
+		       r.lru_counted ? (double)r.lru_hits / (double)r.lru_counted : 0.0);
+	return r.errors ? 3 : 0;
+}
+
 int main(int argc, char **argv)
 {
 	struct cli cl = { 0 };
@@ -353,6 +448,8 @@ int main(int argc, char **argv)
 		}
 		return cl.raw ? kvb_raw(&o) : kvb_micro(&o);
 	}
+	if (cl.cache_aside)
+		return run_cache_aside(&cl);
 	rc = check_ycsb(&cl);
 	if (rc >= 0)
 		return rc;

@@ -333,6 +333,8 @@ static int grant_ok(const kvc_t *h, const struct kvi_ctrl *r, uint64_t bytes)
  * current one is full. While reclamation makes room the server answers
  * KVC_EAGAIN: ask again with a growing pause until the deadline. Returns the
  * region offset to write at, or a code. */
+static void progress(kvc_t *h);
+
 static int64_t reserve(kvc_t *h, uint64_t bytes, uint64_t deadline)
 {
 	struct kvi_ctrl req = { .type = KVI_CTRL_SEG_REQ, .arg = { bytes, h->seg_used } }, resp;
@@ -354,7 +356,11 @@ static int64_t reserve(kvc_t *h, uint64_t bytes, uint64_t deadline)
 			h->seg_off = h->seg_size = h->seg_used = 0;
 			req.arg[1] = 0;
 			h->stats.grants_deferred++;
+			/* The operations already in flight must not pass their
+			 * deadlines while we wait: keep them going. */
+			progress(h);
 			nanosleep(&(struct timespec){ .tv_nsec = (long)pause_us * 1000 }, NULL);
+			progress(h);
 			pause_us = pause_us * 2 > GRANT_RETRY_MAX_US ? GRANT_RETRY_MAX_US : pause_us * 2;
 			continue;
 		}
@@ -526,6 +532,21 @@ static void on_complete(kvc_t *h, const struct kvi_rcomp *c)
 	} else {
 		kvi_write_step(h, st);
 	}
+}
+
+/* Drive the operations in flight without waiting: completions become steps,
+ * due backoffs restart. Finished ones wait in the done ring for kvc_poll. */
+static void progress(kvc_t *h)
+{
+	struct kvi_rcomp comp[16];
+	uint64_t next_due = UINT64_MAX;
+	int got;
+
+	run_backoffs(h, kvi_now_ns(), &next_due);
+	while ((got = kvi_rmem_poll(h->rm, comp, 16)) > 0)
+		for (int i = 0; i < got; i++)
+			on_complete(h, &comp[i]);
+	check_stuck(h, kvi_now_ns());
 }
 
 int kvc_poll(kvc_t *h, struct kvc_op **done, unsigned max, int timeout_ms)

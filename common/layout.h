@@ -60,13 +60,45 @@
  *   the object. A reader accepts an object only if the checksum matches, the
  *   lengths fit what it read, the key equals its key and the item has not
  *   expired; anything else is a retry, never a result.
- *   An object is never modified after its slot is written. Its memory is reused
- *   only when its whole segment is reclaimed, after a quarantine longer than any
- *   client's operation deadline (eviction, later issue).
+ *   An object is never modified after its slot is written (but for `access`).
+ *   Its memory is reused only when its whole segment is reclaimed (below).
  *
- * Segments: a client appends objects only into segments the server granted to
- * it; no two clients ever write the same segment. Overwritten and deleted
- * objects stay in their segment as garbage until the segment is reclaimed.
+ * Access tracking. `access` is 0 when the object is written (by a client, or
+ * as the reclaimer's copy). A GET that reads an object whose access word is 0
+ * sets it to 1 with an 8-byte WRITE riding in a later doorbell of the same
+ * handle (no extra round trip, once per object: a marked object is not marked
+ * again). The reclaimer keeps (copies forward) the live objects whose word is
+ * set and evicts the others: FIFO with reinsertion of what was read, as
+ * Segcache and S3-FIFO do. A lost mark only costs that object its second
+ * chance. KVI_OBJ_F_FETCHED on a copy records that it had been read before.
+ *
+ * Segments: a client appends objects only into extents the server granted to
+ * it (server/segtab.h); no two clients ever write the same bytes. Overwritten
+ * and deleted objects stay in their segment as garbage until the segment is
+ * reclaimed.
+ *
+ * Reuse. The server reclaims the oldest sealed segment (server/reclaim.h):
+ * every slot naming an object in it is switched to a copy or cleared, under
+ * the bucket's lock (I1); then the segment is zeroed and quarantined, and
+ * handed out again only after quarantine_ms > 2 x max_op_ms (both stated to
+ * clients at join). Clients keep max_op_ms as the deadline of every operation,
+ * and post nothing after it, and never use a READ that completed after it.
+ * What that guarantees a reader (times are when the NIC executes a READ):
+ *   - Two-step GET: the object READ follows its slot READ within one deadline.
+ *     If the slot named an object in a segment that was then reclaimed, the
+ *     object READ happens before the segment's reuse: it returns that object
+ *     (the key's value when the slot was read) or zeros (a retry).
+ *   - Cached GET (slot word and object READ in one doorbell, in either order
+ *     at the NIC): it accepts only if the slot word equals the cached one and
+ *     the object verifies with the key. Both READs lie within one deadline.
+ *     The same slot word can come back after a reuse (same offset, same
+ *     size, same fingerprint), but only more than a quarantine after the old
+ *     object was zeroed; so the object READ cannot have seen the old object
+ *     while the slot READ saw the new word, and if both saw the new
+ *     generation the value returned is the key's current one.
+ *   - Cached PUT (trusts the slot word without reading the object): it
+ *     trusts a cache entry only while it is younger than quarantine - max_op
+ *     (client/locache.h), so the word cannot name a reused segment.
  */
 #ifndef KVI_LAYOUT_H
 #define KVI_LAYOUT_H

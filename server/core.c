@@ -128,13 +128,14 @@ int kvs_core_plan(uintptr_t base, uint64_t region_size, const struct kvs_core_op
 /* Defaults filled in, and the combinations that cannot work refused. */
 static int policy_opts(const struct kvs_core_opts *in, struct kvs_core_opts *o, struct kvi_errbuf *e)
 {
+	uint32_t margin = in && in->in_process ? 0 : KVS_QUARANTINE_MARGIN_MS;
+
 	*o = in ? *in : (struct kvs_core_opts){ 0 };
 	if (!o->max_op_ms)
 		o->max_op_ms = KVS_DEFAULT_MAX_OP_MS;
 	if (!o->quarantine_ms)
-		o->quarantine_ms = o->max_op_ms == KVS_DEFAULT_MAX_OP_MS
-					   ? KVS_DEFAULT_QUARANTINE_MS
-					   : 2 * o->max_op_ms + KVS_QUARANTINE_MARGIN_MS;
+		o->quarantine_ms = o->max_op_ms == KVS_DEFAULT_MAX_OP_MS ? KVS_DEFAULT_QUARANTINE_MS
+									 : 2 * o->max_op_ms + margin;
 	if (!o->reclaim_low_pct)
 		o->reclaim_low_pct = KVS_DEFAULT_RECLAIM_LOW_PCT;
 	if (!o->reclaim_high_pct)
@@ -143,9 +144,9 @@ static int policy_opts(const struct kvs_core_opts *in, struct kvs_core_opts *o, 
 		kvi_errbuf_set(e, "an operation deadline of %u ms is too long: at most 600000", o->max_op_ms);
 		return KVC_EINVAL;
 	}
-	if ((uint64_t)o->quarantine_ms < 2ull * o->max_op_ms + KVS_QUARANTINE_MARGIN_MS) {
+	if ((uint64_t)o->quarantine_ms < 2ull * o->max_op_ms + margin) {
 		kvi_errbuf_set(e, "a quarantine of %u ms is unsafe with operations of up to %u ms: it must be at "
-			       "least twice that plus %u ms", o->quarantine_ms, o->max_op_ms, KVS_QUARANTINE_MARGIN_MS);
+			       "least twice that plus %u ms", o->quarantine_ms, o->max_op_ms, margin);
 		return KVC_EINVAL;
 	}
 	if (o->reclaim_low_pct > 90 || o->reclaim_high_pct > 95 || o->reclaim_high_pct <= o->reclaim_low_pct) {
@@ -198,7 +199,8 @@ int kvs_core_create(void *region_base, uint64_t region_size, const struct kvs_co
 							  .segment_size = c->sb.segment_size, .stride = c->stride,
 							  .nsegs = c->nsegs,
 							  .settle_ns = ((uint64_t)c->o.max_op_ms +
-									KVS_QUARANTINE_MARGIN_MS) * 1000000u,
+									(c->o.in_process ? 0 : KVS_QUARANTINE_MARGIN_MS)) *
+								       1000000u,
 							  .quarantine_ns = (uint64_t)c->o.quarantine_ms * 1000000u,
 							  .reserve = c->nsegs > 8 ? KVS_RESERVE_SEGMENTS : 0 },
 			       &c->segs);
@@ -255,6 +257,8 @@ static void reply_error(const struct kvi_ctrl *req, struct kvi_ctrl *resp, int s
 	resp->status = status;
 }
 
+#define RATE_WINDOW_NS 100000000ull
+
 /* No-evict: the reclaimer's verdict "live data fills the heap" holds for
  * FULL_HOLD_NS; then a grant that finds no room asks it to look again
  * (deletes and expiry make garbage without telling the server). */
@@ -275,14 +279,15 @@ static int wanted(struct kvs_core *c)
 	uint64_t now = now_ns(), low, high;
 
 	kvs_segtab_counts(c->segs, &n);
-	if (now - c->win_start >= (uint64_t)c->o.quarantine_ms * 1000000u) {
-		c->win_rate = n.taken - c->win_taken;
+	if (now - c->win_start >= RATE_WINDOW_NS) {
+		/* Segments taken per quarantine, from the last window. */
+		c->win_rate = (n.taken - c->win_taken) * c->o.quarantine_ms * 1000000u / (now - c->win_start);
 		c->win_taken = n.taken;
 		c->win_start = now;
 	}
 	low = c->low;
-	if (low < KVS_RESERVE_SEGMENTS + 2 * c->win_rate)
-		low = KVS_RESERVE_SEGMENTS + 2 * c->win_rate;
+	if (low < KVS_RESERVE_SEGMENTS + 1 + c->win_rate * 5 / 4)
+		low = KVS_RESERVE_SEGMENTS + 1 + c->win_rate * 5 / 4;
 	if (low > c->nsegs / 2)
 		low = c->nsegs / 2;
 	high = low + (c->high - c->low);
@@ -528,10 +533,13 @@ int kvs_core_tick(struct kvs_core *c, int max_ms)
 
 	pthread_mutex_lock(&c->mu);
 	kvs_segtab_tick(c->segs, now);
-	due = kvs_segtab_next_due(c->segs, now);
+	/* A settling segment matters only when memory is wanted: an idle
+	 * server sleeps until a quarantine ends. */
+	due = kvs_segtab_next_due(c->segs, now, wanted(c));
 	pthread_mutex_unlock(&c->mu);
-	due = (due + 999999) / 1000000;
-	return due < (uint64_t)max_ms ? (int)due : max_ms;
+	if (due >= (uint64_t)max_ms * 1000000u)
+		return max_ms;
+	return (int)((due + 999999) / 1000000u);
 }
 
 int kvs_core_no_evict(const struct kvs_core *c)

@@ -63,6 +63,10 @@ struct kvs_core_opts {
 	uint32_t quarantine_ms; /* 0 = default (at least 2 x max_op_ms + margin) */
 	unsigned reclaim_low_pct, reclaim_high_pct; /* 0 = defaults; 1..90, low < high */
 	int no_evict; /* keep every live item: reclamation only compacts garbage away */
+	/* Clients reach the region in-process (the local transport): no packet
+	 * can be on a wire when a deadline passes, so the quarantine needs no
+	 * margin over twice the operation deadline. */
+	int in_process;
 	/* Called (with the core's lock held: do not call back into the core)
 	 * when reclamation is wanted, so that kvserver can wake its reclaimer. */
 	void (*wake)(void *arg);
@@ -136,7 +140,8 @@ void kvs_core_reclaim_end(struct kvs_core *c, uint64_t off, int done, int rotate
 int kvs_core_server_extent(struct kvs_core *c, struct kvs_extent *x, uint64_t used);
 void kvs_core_server_release(struct kvs_core *c, struct kvs_extent *x, uint64_t used);
 /* Release quarantined segments whose time is over; returns ms until
- * something (quarantine or settling) is due, at most max_ms. */
+ * something is due (a quarantine ends; or, while reclamation is wanted, the
+ * oldest sealed segment settles), at most max_ms. */
 int kvs_core_tick(struct kvs_core *c, int max_ms);
 int kvs_core_no_evict(const struct kvs_core *c);
 /* What clients are told at join (wire.h welcome). */

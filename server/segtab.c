@@ -296,14 +296,14 @@ void kvs_segtab_tick(struct kvs_segtab *t, uint64_t now)
 	}
 }
 
-uint64_t kvs_segtab_next_due(const struct kvs_segtab *t, uint64_t now)
+uint64_t kvs_segtab_next_due(const struct kvs_segtab *t, uint64_t now, int sealed_too)
 {
 	uint64_t due = UINT64_MAX;
 	uint32_t i;
 
 	if ((i = t->quarantine.head) != KVS_NO_SEG)
 		due = now - t->s[i].t >= t->o.quarantine_ns ? 0 : t->o.quarantine_ns - (now - t->s[i].t);
-	if ((i = t->sealed.head) != KVS_NO_SEG) {
+	if (sealed_too && (i = t->sealed.head) != KVS_NO_SEG) {
 		uint64_t d = now - t->s[i].t >= t->o.settle_ns ? 0 : t->o.settle_ns - (now - t->s[i].t);
 
 		if (d < due)

@@ -97,9 +97,9 @@ void kvs_segtab_reclaim_end(struct kvs_segtab *t, uint64_t off, int done, int ro
 /* Hand quarantined segments whose time is over back to the heap. */
 void kvs_segtab_tick(struct kvs_segtab *t, uint64_t now);
 
-/* Nanoseconds until the next quarantined or sealed segment matures (settles
- * or leaves quarantine); UINT64_MAX if none is waiting. */
-uint64_t kvs_segtab_next_due(const struct kvs_segtab *t, uint64_t now);
+/* Nanoseconds until the next quarantined segment leaves quarantine or (with
+ * sealed_too) the oldest sealed one settles; UINT64_MAX if none is waiting. */
+uint64_t kvs_segtab_next_due(const struct kvs_segtab *t, uint64_t now, int sealed_too);
 
 void kvs_segtab_counts(const struct kvs_segtab *t, struct kvs_segtab_counts *out);
 

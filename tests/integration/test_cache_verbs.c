@@ -86,6 +86,7 @@ static unsigned put_many(kvc_t *h, const char *prefix, unsigned n, unsigned keys
 {
 	static struct kvc_op ops[16];
 	static char keys[16][32], vals[16][1100];
+	int busy[16] = { 0 }; /* from kvc_submit until kvc_poll hands the op back */
 	unsigned next = 0, done = 0, inflight = 0, failed = 0;
 	uint64_t rng = 0x853c49e6748fea9bull;
 
@@ -96,7 +97,7 @@ static unsigned put_many(kvc_t *h, const char *prefix, unsigned n, unsigned keys
 		for (unsigned s = 0; s < 16 && next < n && inflight < 16; s++) {
 			unsigned key;
 
-			if (ops[s].status == 1)
+			if (busy[s])
 				continue;
 			rng ^= rng << 13, rng ^= rng >> 7, rng ^= rng << 17;
 			key = keyspace ? (unsigned)(rng % keyspace) : next;
@@ -111,7 +112,7 @@ static unsigned put_many(kvc_t *h, const char *prefix, unsigned n, unsigned keys
 				next++;
 				continue;
 			}
-			ops[s].status = 1;
+			busy[s] = 1;
 			next++;
 			inflight++;
 		}
@@ -120,6 +121,7 @@ static unsigned put_many(kvc_t *h, const char *prefix, unsigned n, unsigned keys
 		for (int j = 0; j < m; j++) {
 			unsigned key = (unsigned)(uintptr_t)got[j]->user;
 
+			busy[got[j] - ops] = 0;
 			inflight--;
 			done++;
 			if (got[j]->status) {

@@ -1,0 +1,169 @@
+/* kvbench driver local://MIB: a whole kvcache server in this process -- the
+ * real server core (segments, quarantine), the real reclaimer on its own
+ * thread, real client handles -- over the in-process transport instead of a
+ * NIC. What it measures that does not depend on the transport (hit ratio,
+ * what is evicted) is kvcache's own; latencies are not.
+ *
+ * MIB is the memory for items: the heap gets that many MiB of usable segment
+ * bytes (the index and jemalloc's page per segment come on top, as memcached's
+ * hash table comes on top of its -m). Operations here take microseconds, so
+ * the server allows LOCAL_MAX_OP_MS per operation and quarantines reclaimed
+ * segments for just over twice that (no wire, no margin: core.h in_process),
+ * as a server on a NIC would with a deadline suited to its network. */
+#include <pthread.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "client.h"
+#include "core.h"
+#include "driver.h"
+#include "heap.h"
+#include "kvclient.h"
+#include "reclaim.h"
+#include "rmem_local.h"
+
+#define LOCAL_SEGMENT (64u << 10)
+#define LOCAL_MAX_OP_MS 5u
+#define LOCAL_CACHE_ENTRIES (1u << 16)
+#define LOCAL_BYTES_PER_SLOT 160u /* a small item's footprint: index sized to the heap */
+
+static struct {
+	pthread_mutex_t mu;
+	unsigned users;
+	uint32_t next_id;
+	struct kvi_local_region *reg;
+	struct kvs_core *core;
+	struct kvs_reclaimer *rcl;
+	pthread_t t;
+	int stop;
+} srv = { .mu = PTHREAD_MUTEX_INITIALIZER };
+
+static int locked_ctrl(void *arg, uint32_t id, const struct kvi_ctrl *req, struct kvi_ctrl *resp)
+{
+	return kvs_core_ctrl(arg, id, req, resp);
+}
+
+static void *reclaimer_main(void *arg)
+{
+	(void)arg;
+	while (!__atomic_load_n(&srv.stop, __ATOMIC_ACQUIRE)) {
+		if (kvs_reclaim_run(srv.rcl) < 0)
+			break;
+		kvs_core_tick(srv.core, 0);
+		usleep(100);
+	}
+	return NULL;
+}
+
+static struct kvi_rmem *local_conn(size_t lbuf)
+{
+	struct kvi_rmem *rm;
+	uint32_t max_op, q;
+
+	if (kvi_rmem_local_create(srv.reg, lbuf, NULL, &rm))
+		return NULL;
+	kvi_rmem_local_set_ctrl(rm, locked_ctrl, srv.core, ++srv.next_id);
+	kvs_core_limits(srv.core, &max_op, &q);
+	kvi_rmem_local_set_limits(rm, max_op, q);
+	return rm;
+}
+
+/* The server, on first use. Caller holds srv.mu. */
+static int start_server(uint64_t mib, char *err, size_t len)
+{
+	uint64_t stride = kvs_heap_stride(LOCAL_SEGMENT), nsegs = (mib << 20) / LOCAL_SEGMENT;
+	uint64_t buckets = (mib << 20) / LOCAL_BYTES_PER_SLOT / KVI_SLOTS_PER_BUCKET * 5 / 4 + 64;
+	uint64_t region = ((KVI_SUPERBLOCK_SIZE + buckets * KVI_BUCKET_SIZE + 4095) & ~4095ull) + nsegs * stride;
+	struct kvs_core_opts o = { .buckets = buckets, .segment_size = LOCAL_SEGMENT, .max_op_ms = LOCAL_MAX_OP_MS,
+				   .quarantine_ms = 2 * LOCAL_MAX_OP_MS + 1, .in_process = 1 };
+	struct kvi_errbuf e = { { 0 } };
+	struct kvi_rmem *rm;
+
+	srv.reg = kvi_local_region_create(region);
+	if (!srv.reg || kvs_core_create(kvi_local_region_base(srv.reg), region, &o, &srv.core, &e)) {
+		snprintf(err, len, "cannot create the in-process server: %s", e.msg[0] ? e.msg : "out of memory");
+		goto fail;
+	}
+	rm = local_conn(4096);
+	if (!rm || kvs_reclaimer_create(srv.core, rm, NULL, &srv.rcl) ||
+	    pthread_create(&srv.t, NULL, reclaimer_main, NULL)) {
+		snprintf(err, len, "cannot start the in-process reclaimer");
+		goto fail;
+	}
+	return 0;
+fail:
+	kvs_reclaimer_destroy(srv.rcl);
+	kvs_core_destroy(srv.core);
+	kvi_local_region_destroy(srv.reg);
+	srv.rcl = NULL, srv.core = NULL, srv.reg = NULL;
+	return -1;
+}
+
+static int local_connect(const char *host, const char *port, const char *device, unsigned depth, void **out,
+			 char *err, size_t len)
+{
+	char *end;
+	unsigned long mib = strtoul(host, &end, 10);
+	struct kvc_opts o;
+	struct kvi_rmem *rm;
+	kvc_t *h;
+	int rc = 0;
+
+	(void)port, (void)device;
+	if (*end || mib == 0 || mib > 65536) {
+		snprintf(err, len, "local://MIB: expected MiB of item memory, 1..65536, not '%s'", host);
+		return -1;
+	}
+	pthread_mutex_lock(&srv.mu);
+	if (!srv.users && start_server(mib, err, len))
+		rc = -1;
+	if (!rc && !(rm = local_conn(4096))) {
+		snprintf(err, len, "out of memory");
+		rc = -1;
+	}
+	if (!rc)
+		srv.users++;
+	pthread_mutex_unlock(&srv.mu);
+	if (rc)
+		return rc;
+	kvc_opts_init(&o);
+	o.depth = depth;
+	o.cache_entries = LOCAL_CACHE_ENTRIES;
+	rc = kvi_client_open(rm, &o, &h);
+	if (rc) {
+		snprintf(err, len, "cannot open a handle: %s", kvc_strerror(rc));
+		return rc;
+	}
+	return kvb_rdma_wrap(h, depth, out, err, len);
+}
+
+static void local_close(void *conn)
+{
+	kvb_rdma_close(conn);
+	pthread_mutex_lock(&srv.mu);
+	if (conn && --srv.users == 0) {
+		__atomic_store_n(&srv.stop, 1, __ATOMIC_RELEASE);
+		pthread_join(srv.t, NULL);
+		kvs_reclaimer_destroy(srv.rcl);
+		kvs_core_destroy(srv.core);
+		kvi_local_region_destroy(srv.reg);
+		srv.rcl = NULL, srv.core = NULL, srv.reg = NULL, srv.stop = 0;
+	}
+	pthread_mutex_unlock(&srv.mu);
+}
+
+const struct kvb_driver kvb_driver_local = {
+	.scheme = "local",
+	.name = "kvcache-local",
+	.connect = local_connect,
+	.submit = kvb_rdma_submit,
+	.poll = kvb_rdma_poll,
+	.errname = kvc_err_name,
+	.server_cpu = kvb_rdma_server_cpu,
+	.server_mem = kvb_rdma_server_mem,
+	.round_trips = kvb_rdma_round_trips,
+	.close = local_close,
+	.max_depth = 64,
+};
