@@ -25,7 +25,7 @@
 #include "rmem_local.h"
 
 #define LOCAL_SEGMENT (64u << 10)
-#define LOCAL_MAX_OP_MS 5u
+#define LOCAL_MAX_OP_MS 2u
 #define LOCAL_CACHE_ENTRIES (1u << 16)
 #define LOCAL_BYTES_PER_SLOT 160u /* a small item's footprint: index sized to the heap */
 

@@ -28,14 +28,14 @@
 #define KVI_VERIFY_TRIES 8 /* reads that fail verification before KVC_ECORRUPT */
 #define KVI_MARKS 32       /* access marks waiting for a doorbell to ride in */
 
-/* An access mark: a GET read an object whose access word was 0, and will set
- * it (layout.h "Access tracking") by an 8-byte WRITE posted in the next
+/* An access mark: a GET read an object whose access byte was 0, and will set
+ * it (layout.h "Access tracking") by a 1-byte WRITE posted in the next
  * doorbell this handle rings anyway. A mark rides only while the GET that
  * made it could still have posted it (its deadline): later, the object's
  * segment might have been reclaimed and reused (segtab.h), and the WRITE
  * would land in someone else's bytes. Late marks are dropped (sampling). */
 struct kvi_mark {
-	uint64_t off;      /* region offset of the access word */
+	uint64_t off;      /* region offset of the access byte */
 	uint64_t deadline; /* ns */
 };
 
@@ -50,6 +50,7 @@ enum kvi_state {
 	KVI_ST_W_COMMIT,     /* WRITE slot + CAS-unlock */
 	KVI_ST_W_RELEASE,    /* CAS-unlock without change */
 	KVI_ST_W_EXPCHECK,   /* both buckets full: READ the headers of their objects for an expired one */
+	KVI_ST_W_GRANT,      /* PUT waiting for the server to have memory (nothing posted yet) */
 	KVI_ST_BACKOFF,      /* waiting to retry after a lock conflict */
 };
 
@@ -103,6 +104,7 @@ struct kvi_opst {
 	uint32_t commit_which, commit_idx;
 	uint64_t commit_slot;
 	unsigned exp_next; /* KVI_ST_W_EXPCHECK: next slot (0..2 x slots) to read */
+	unsigned grant_pause_us; /* KVI_ST_W_GRANT: pause before asking again */
 	int result;
 	int kind;  /* enum kvc_stat_kind for the statistics */
 	int retry; /* after KVI_ST_W_RELEASE: retry (1) or finish (0) */
@@ -125,11 +127,11 @@ struct kvc {
 	uint64_t seg_off, seg_size, seg_used;
 
 	struct kvi_locache cache;
-	/* Access marks (ring) and the word every mark WRITE sends: it never
+	/* Access marks (ring) and the byte every mark WRITE sends: it never
 	 * changes, so a WRITE may read it whenever the NIC gets to it. */
 	struct kvi_mark marks[KVI_MARKS];
 	unsigned mark_head, mark_count;
-	uint64_t *one;
+	uint8_t *one;
 	struct kvc_stats stats;
 	uint64_t rng;
 };

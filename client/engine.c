@@ -98,7 +98,7 @@ int kvi_client_open(struct kvi_rmem *rm, const struct kvc_opts *o, kvc_t **out)
 	if (rc)
 		goto clean_h;
 	lb = kvi_rmem_lbuf(rm, NULL);
-	h->one = (uint64_t *)(void *)(lb + scratch * o->depth);
+	h->one = lb + scratch * o->depth;
 	*h->one = 1;
 	for (unsigned i = 0; i < o->depth; i++) {
 		unsigned char *s = lb + i * scratch;
@@ -231,6 +231,7 @@ const struct kvi_cand *kvi_check_round(const kvc_t *h, struct kvi_opst *st, enum
 static int may_hold_locks(const struct kvi_opst *st)
 {
 	return st->op->type != KVC_OP_GET && st->state != KVI_ST_BACKOFF && st->state != KVI_ST_FREE &&
+	       st->state != KVI_ST_W_GRANT &&
 	       (st->held || st->state == KVI_ST_W_LOCK || st->state == KVI_ST_W_LOCK_CACHED);
 }
 
@@ -262,7 +263,7 @@ static unsigned add_marks(kvc_t *h, const struct kvi_rop *ops, unsigned n, uint6
 		h->mark_head = (h->mark_head + 1) % KVI_MARKS;
 		h->mark_count--;
 		if (now < m->deadline) {
-			out[n++] = kvi_rop_write(m->off, h->one, 8);
+			out[n++] = kvi_rop_write(m->off, h->one, 1);
 			h->stats.access_marks++;
 		}
 	}
@@ -330,39 +331,24 @@ static int grant_ok(const kvc_t *h, const struct kvi_ctrl *r, uint64_t bytes)
 }
 
 /* Room for `bytes` in our extent, asking the server for a new one when the
- * current one is full. While reclamation makes room the server answers
- * KVC_EAGAIN: ask again with a growing pause until the deadline. Returns the
- * region offset to write at, or a code. */
-static void progress(kvc_t *h);
-
-static int64_t reserve(kvc_t *h, uint64_t bytes, uint64_t deadline)
+ * current one is full: the region offset to write at, KVC_EAGAIN when the
+ * server has no memory free right now (reclamation is making room: ask again
+ * shortly), or another code. */
+static int64_t reserve(kvc_t *h, uint64_t bytes)
 {
 	struct kvi_ctrl req = { .type = KVI_CTRL_SEG_REQ, .arg = { bytes, h->seg_used } }, resp;
-	unsigned pause_us = GRANT_RETRY_MIN_US;
 	uint64_t off;
 	int rc;
 
-	while (h->seg_size - h->seg_used < bytes) {
-		uint64_t now = kvi_now_ns();
-		int64_t left_ms = now < deadline ? (int64_t)((deadline - now) / 1000000u) : 0;
-
-		if (left_ms <= 0)
-			return KVC_ENOMEM; /* the server kept saying "not yet" */
-		rc = kvi_rmem_ctrl_call(h->rm, &req, &resp, left_ms < CTRL_TIMEOUT_MS ? (int)left_ms : CTRL_TIMEOUT_MS);
+	if (h->seg_size - h->seg_used < bytes) {
+		rc = kvi_rmem_ctrl_call(h->rm, &req, &resp, CTRL_TIMEOUT_MS);
 		if (rc)
 			return rc;
 		if (resp.type == KVI_CTRL_ERROR && resp.status == KVC_EAGAIN) {
 			/* Our old extent is sealed either way: nothing more goes there. */
 			h->seg_off = h->seg_size = h->seg_used = 0;
-			req.arg[1] = 0;
 			h->stats.grants_deferred++;
-			/* The operations already in flight must not pass their
-			 * deadlines while we wait: keep them going. */
-			progress(h);
-			nanosleep(&(struct timespec){ .tv_nsec = (long)pause_us * 1000 }, NULL);
-			progress(h);
-			pause_us = pause_us * 2 > GRANT_RETRY_MAX_US ? GRANT_RETRY_MAX_US : pause_us * 2;
-			continue;
+			return KVC_EAGAIN;
 		}
 		if (resp.type == KVI_CTRL_ERROR)
 			return resp.status < 0 ? resp.status : KVC_EPROTO;
@@ -451,24 +437,60 @@ int kvc_submit(kvc_t *h, struct kvc_op *op)
 	if (op->type == KVC_OP_PUT) {
 		int64_t off;
 
-		/* Waiting for memory posts nothing: it may take the caller's whole
-		 * timeout; the operation's own deadline starts afterwards. */
 		st->obj_len = (uint32_t)kvi_obj_len((uint32_t)op->key_len, (uint32_t)op->value_len);
-		off = reserve(h, kvi_obj_footprint(st->obj_len),
-			      kvi_now_ns() + (uint64_t)h->o.op_timeout_ms * 1000000u);
-		if (off < 0)
+		off = reserve(h, kvi_obj_footprint(st->obj_len));
+		if (off < 0 && off != KVC_EAGAIN)
 			return (int)off;
-		st->obj_off = (uint64_t)off;
 		kvi_obj_build(st->obj, op->key, (uint16_t)op->key_len, op->value, (uint32_t)op->value_len,
-			      expiry_of(op->ttl_s), h->rm->client_id);
+			      expiry_of(op->ttl_s));
+		op->status = 1; /* in flight */
+		st->op = op;
+		h->inflight++;
+		if (off == KVC_EAGAIN) {
+			/* Wait for memory without blocking: kvc_poll asks again. It
+			 * posts nothing, so it may take the caller's whole timeout;
+			 * the operation's own deadline starts when it has room. */
+			st->state = KVI_ST_W_GRANT;
+			st->grant_pause_us = GRANT_RETRY_MIN_US;
+			st->deadline = kvi_now_ns() + (uint64_t)h->o.op_timeout_ms * 1000000u;
+			st->not_before = kvi_now_ns() + GRANT_RETRY_MIN_US * 1000ull;
+			return 0;
+		}
+		st->obj_off = (uint64_t)off;
+	} else {
+		op->status = 1; /* in flight */
+		st->op = op;
+		h->inflight++;
 	}
 	st->start = kvi_now_ns();
 	st->deadline = st->start + (uint64_t)h->op_timeout_ms * 1000000u;
-	op->status = 1; /* in flight */
-	st->op = op;
-	h->inflight++;
 	start(h, st);
 	return 0;
+}
+
+/* A PUT waiting for memory asks again (from kvc_poll, when due). */
+static void retry_grant(kvc_t *h, struct kvi_opst *st, uint64_t now)
+{
+	int64_t off = reserve(h, kvi_obj_footprint(st->obj_len));
+
+	if (off == KVC_EAGAIN) {
+		if (now >= st->deadline) {
+			kvi_st_finish(h, st, KVC_ENOMEM, KVC_STAT_FAILED); /* "not yet", all along */
+			return;
+		}
+		st->grant_pause_us = st->grant_pause_us * 2 > GRANT_RETRY_MAX_US ? GRANT_RETRY_MAX_US
+										  : st->grant_pause_us * 2;
+		st->not_before = now + st->grant_pause_us * 1000ull;
+		return;
+	}
+	if (off < 0) {
+		kvi_st_finish(h, st, (int)off, KVC_STAT_FAILED);
+		return;
+	}
+	st->obj_off = (uint64_t)off;
+	st->start = kvi_now_ns();
+	st->deadline = st->start + (uint64_t)h->op_timeout_ms * 1000000u;
+	start(h, st);
 }
 
 /* A batch outstanding for longer than a whole operation may take means the
@@ -482,7 +504,7 @@ static void check_stuck(kvc_t *h, uint64_t now)
 	for (unsigned i = 0; i < h->o.depth; i++) {
 		struct kvi_opst *st = &h->st[i];
 
-		if (!st->op || st->state == KVI_ST_BACKOFF)
+		if (!st->op || st->state == KVI_ST_BACKOFF || st->state == KVI_ST_W_GRANT)
 			continue;
 		/* A write past its deadline that may still hold locks cannot
 		 * release them any more (it must post nothing): only fencing can. */
@@ -498,11 +520,16 @@ static void run_backoffs(kvc_t *h, uint64_t now, uint64_t *next_due)
 	for (unsigned i = 0; i < h->o.depth; i++) {
 		struct kvi_opst *st = &h->st[i];
 
-		if (!st->op || st->state != KVI_ST_BACKOFF)
+		if (!st->op || (st->state != KVI_ST_BACKOFF && st->state != KVI_ST_W_GRANT))
 			continue;
-		if (st->not_before <= now)
-			start(h, st);
-		else if (st->not_before < *next_due)
+		if (st->not_before <= now) {
+			if (st->state == KVI_ST_W_GRANT)
+				retry_grant(h, st, now);
+			else
+				start(h, st);
+		}
+		if (st->op && (st->state == KVI_ST_BACKOFF || st->state == KVI_ST_W_GRANT) &&
+		    st->not_before < *next_due)
 			*next_due = st->not_before;
 	}
 }
@@ -534,21 +561,6 @@ static void on_complete(kvc_t *h, const struct kvi_rcomp *c)
 	}
 }
 
-/* Drive the operations in flight without waiting: completions become steps,
- * due backoffs restart. Finished ones wait in the done ring for kvc_poll. */
-static void progress(kvc_t *h)
-{
-	struct kvi_rcomp comp[16];
-	uint64_t next_due = UINT64_MAX;
-	int got;
-
-	run_backoffs(h, kvi_now_ns(), &next_due);
-	while ((got = kvi_rmem_poll(h->rm, comp, 16)) > 0)
-		for (int i = 0; i < got; i++)
-			on_complete(h, &comp[i]);
-	check_stuck(h, kvi_now_ns());
-}
-
 int kvc_poll(kvc_t *h, struct kvc_op **done, unsigned max, int timeout_ms)
 {
 	uint64_t start_ns = kvi_now_ns();
@@ -577,6 +589,15 @@ int kvc_poll(kvc_t *h, struct kvc_op **done, unsigned max, int timeout_ms)
 		wait_ms = next_due == UINT64_MAX ? 1000 : (int)((next_due - now) / 1000000u);
 		if (wait_ms > 1000)
 			wait_ms = 1000;
+		if (h->rm->inflight == 0 && next_due != UINT64_MAX && now < next_due) {
+			/* Only PUTs waiting for memory: nothing to poll until one is due. */
+			uint64_t ns = next_due - now;
+
+			nanosleep(&(struct timespec){ .tv_sec = (time_t)(ns / 1000000000u),
+						      .tv_nsec = (long)(ns % 1000000000u) }, NULL);
+			polled = 1;
+			continue;
+		}
 		got = now >= deadline ? kvi_rmem_poll(h->rm, comp, 16) : kvi_rmem_wait(h->rm, comp, 16, wait_ms);
 		polled = 1;
 		for (int i = 0; i < got; i++)

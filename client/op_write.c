@@ -149,6 +149,8 @@ static void found(kvc_t *h, struct kvi_opst *st, uint32_t which, uint32_t idx, i
  * both locks, so those objects cannot change or go away meanwhile: a slot
  * changes only under its lock (layout.h I1) and a segment is reclaimed only
  * after every slot into it was switched away. */
+#define HDR_STRIDE ((sizeof(struct kvi_obj_hdr) + 7) & ~(size_t)7)
+
 static void read_headers(kvc_t *h, struct kvi_opst *st)
 {
 	struct kvi_rop ops[KVI_RMEM_MAX_BATCH];
@@ -160,8 +162,7 @@ static void read_headers(kvc_t *h, struct kvi_opst *st)
 		st->exp_next = k + 1;
 		if (!kvi_slot_in_heap(&h->sb, s))
 			continue;
-		ops[n++] = kvi_rop_read(kvi_slot_obj_off(s), st->obj + k * sizeof(struct kvi_obj_hdr),
-					sizeof(struct kvi_obj_hdr));
+		ops[n++] = kvi_rop_read(kvi_slot_obj_off(s), st->obj + k * HDR_STRIDE, sizeof(struct kvi_obj_hdr));
 	}
 	if (n == 0) {
 		st->result = KVC_EINDEXFULL;
@@ -177,7 +178,7 @@ static void on_expcheck(kvc_t *h, struct kvi_opst *st)
 	uint64_t now = (uint64_t)time(NULL);
 
 	for (unsigned k = 0; k < st->exp_next; k++) {
-		const struct kvi_obj_hdr *oh = (const void *)(st->obj + k * sizeof(struct kvi_obj_hdr));
+		const struct kvi_obj_hdr *oh = (const void *)(st->obj + k * HDR_STRIDE);
 		uint64_t s = st->bk[k / KVI_SLOTS_PER_BUCKET].slot[k % KVI_SLOTS_PER_BUCKET];
 
 		/* Only the header was read: no checksum. A header that does not

@@ -48,17 +48,16 @@ uint64_t kvi_obj_checksum(const struct kvi_obj_hdr *h)
 }
 
 void kvi_obj_build(void *buf, const void *key, uint16_t key_len, const void *val, uint32_t val_len,
-		   uint32_t expiry, uint32_t writer)
+		   uint32_t expiry)
 {
 	struct kvi_obj_hdr *h = buf;
 	unsigned char *p = (unsigned char *)buf + sizeof(*h);
 
 	memset(h, 0, sizeof(*h));
 	h->value_len = val_len;
-	h->key_len = key_len;
+	h->key_len = (uint8_t)key_len;
 	h->version = KVI_LAYOUT_VERSION;
 	h->expiry = expiry;
-	h->writer = writer;
 	memcpy(p, key, key_len);
 	if (val_len)
 		memcpy(p + key_len, val, val_len);

@@ -64,8 +64,8 @@
  *   Its memory is reused only when its whole segment is reclaimed (below).
  *
  * Access tracking. `access` is 0 when the object is written (by a client, or
- * as the reclaimer's copy). A GET that reads an object whose access word is 0
- * sets it to 1 with an 8-byte WRITE riding in a later doorbell of the same
+ * as the reclaimer's copy). A GET that reads an object whose access byte is 0
+ * sets it to 1 with a 1-byte WRITE riding in a later doorbell of the same
  * handle (no extra round trip, once per object: a marked object is not marked
  * again). The reclaimer keeps (copies forward) the live objects whose word is
  * set and evicts the others: FIFO with reinsertion of what was read, as
@@ -107,7 +107,7 @@
 #include <stdint.h>
 
 #define KVI_REGION_MAGIC 0x4e4f494745525643ull /* "CVREGION" as LE bytes */
-#define KVI_LAYOUT_VERSION 1u
+#define KVI_LAYOUT_VERSION 2u /* 2: 20-byte object headers */
 
 #define KVI_SUPERBLOCK_SIZE 4096u
 #define KVI_BUCKET_SIZE 128u
@@ -197,19 +197,24 @@ enum kvi_obj_flags {
 	KVI_OBJ_F_FETCHED = 1, /* a copy the reclaimer made of an object that had been read */
 };
 
-struct kvi_obj_hdr {
-	uint64_t checksum; /* XXH3-64 of bytes [offsetof(value_len), end of value) */
-	uint64_t access;   /* access hint for eviction; not checksummed */
+/* 20 bytes (4-byte aligned: objects start on 16-byte boundaries, and the
+ * 64-bit checksum is read as two halves where a compiler needs it): a header
+ * of 32 would make a 16-byte key + 100-byte value object take 160 bytes in the
+ * heap instead of 144. */
+struct __attribute__((packed, aligned(4))) kvi_obj_hdr {
+	uint64_t checksum; /* XXH3-64 of bytes [offsetof(version), end of value) */
+	uint8_t access;    /* access hint for eviction ("Access tracking"); not checksummed */
+	uint8_t version;   /* KVI_LAYOUT_VERSION */
+	uint8_t flags;     /* enum kvi_obj_flags */
+	uint8_t key_len;   /* 1..KVI_MAX_KEY */
 	uint32_t value_len;
-	uint16_t key_len;
-	uint8_t flags;
-	uint8_t version; /* KVI_LAYOUT_VERSION */
 	uint32_t expiry; /* unix seconds; 0 = never */
-	uint32_t writer; /* client id that wrote it (diagnostics, fencing) */
 };
-_Static_assert(sizeof(struct kvi_obj_hdr) == 32, "object header layout");
-_Static_assert(offsetof(struct kvi_obj_hdr, value_len) == 16, "checksum starts after access");
-#define KVI_OBJ_CSUM_FROM offsetof(struct kvi_obj_hdr, value_len)
+_Static_assert(sizeof(struct kvi_obj_hdr) == 20, "object header layout");
+_Static_assert(offsetof(struct kvi_obj_hdr, access) == 8, "access is one byte after the checksum");
+_Static_assert(offsetof(struct kvi_obj_hdr, version) == 9, "checksum starts after access");
+_Static_assert(KVI_MAX_KEY <= UINT8_MAX, "key_len is one byte");
+#define KVI_OBJ_CSUM_FROM offsetof(struct kvi_obj_hdr, version)
 
 static inline uint64_t kvi_obj_len(uint32_t key_len, uint32_t value_len)
 {
@@ -240,7 +245,7 @@ uint64_t kvi_obj_checksum(const struct kvi_obj_hdr *h);
 
 /* Build an object in buf (kvi_obj_len bytes): header, key, value, checksum. */
 void kvi_obj_build(void *buf, const void *key, uint16_t key_len, const void *val, uint32_t val_len,
-		   uint32_t expiry, uint32_t writer);
+		   uint32_t expiry);
 
 /* Verify an object READ into buf (got bytes): lengths inside got, checksum
  * right, version known. Returns 0 or KVC_ECORRUPT. Does not compare keys. */

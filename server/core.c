@@ -187,7 +187,7 @@ int kvs_core_create(void *region_base, uint64_t region_size, const struct kvs_co
 	c->nsegs = c->sb.heap_size / c->stride;
 	c->low = c->nsegs * c->o.reclaim_low_pct / 100;
 	if (c->low < KVS_RESERVE_SEGMENTS + 2)
-		c->low = KVS_RESERVE_SEGMENTS + 2;
+		c->low = KVS_RESERVE_SEGMENTS + 2; /* the reserve, one to carve, one in quarantine */
 	c->high = c->nsegs * c->o.reclaim_high_pct / 100;
 	if (c->high <= c->low)
 		c->high = c->low + 1;

@@ -54,7 +54,7 @@
 #define KVS_DEFAULT_RECLAIM_HIGH_PCT 12u
 /* Free segments client grants leave to the reclaimer (it needs somewhere to
  * copy live objects to). */
-#define KVS_RESERVE_SEGMENTS 2u
+#define KVS_RESERVE_SEGMENTS 1u
 
 struct kvs_core_opts {
 	uint64_t buckets;      /* 0 = default: region_size / 2048, at least 64; else >= 2 */

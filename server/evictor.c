@@ -13,7 +13,7 @@
 #include "rmem_verbs.h"
 
 #define CONNECT_TIMEOUT_MS 5000
-#define IDLE_WAKE_MS 200 /* look at the quarantine at least this often */
+#define IDLE_WAKE_MS 1000 /* look at the quarantine at least this often */
 #define RECONNECT_MS 500
 
 struct kvs_evictor {

@@ -1,6 +1,7 @@
 #include "reclaim.h"
 
 #include <inttypes.h>
+#include <stddef.h>
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
@@ -200,7 +201,8 @@ static uint64_t decide(struct kvs_reclaimer *r, struct item *it, const struct kv
 		       uint64_t *copied, uint64_t seg_bytes, struct kvs_reclaim_stats *st, int *abort)
 {
 	const struct kvi_obj_hdr *h = (const void *)(r->snap + it->pos);
-	uint64_t access, now = (uint64_t)time(NULL), ns;
+	uint64_t now = (uint64_t)time(NULL), ns;
+	uint8_t access;
 	int fetched;
 
 	if (bk->slot[it->idx] != it->slot) {
@@ -208,7 +210,7 @@ static uint64_t decide(struct kvs_reclaimer *r, struct item *it, const struct kv
 		return it->slot;
 	}
 	/* The live access word (clients mark it after the snapshot was taken). */
-	access = __atomic_load_n((const uint64_t *)(const void *)(r->base + kvi_slot_obj_off(it->slot) + 8),
+	access = __atomic_load_n(r->base + kvi_slot_obj_off(it->slot) + offsetof(struct kvi_obj_hdr, access),
 				 __ATOMIC_RELAXED);
 	fetched = access != 0 || (h->flags & KVI_OBJ_F_FETCHED);
 	if (h->expiry && now >= h->expiry) {

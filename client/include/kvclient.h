@@ -112,9 +112,12 @@ struct kvc_op {
 
 /* Start op. KVC_EAGAIN when `depth` operations are in flight or finished but
  * not yet returned by kvc_poll; a bad key or value fails at once (nothing was
- * sent). A PUT that needs a new segment from the server waits for that
- * control-path round trip here (rarely: a segment holds many objects) and may
- * then fail with KVC_ENOMEM (heap full), KVC_ETIMEDOUT or KVC_ESERVERGONE. */
+ * sent). A PUT that needs memory asks the server for it here (one control-path
+ * round trip, rarely: an extent holds many objects) and may fail at once with
+ * KVC_ENOMEM (eviction off and live data fills the server), KVC_ETIMEDOUT or
+ * KVC_ESERVERGONE. While the server has no memory free yet (its reclaimer is
+ * making room) the PUT waits without blocking, asking again from kvc_poll,
+ * for up to op_timeout_ms; then it fails KVC_ENOMEM. */
 KVC_EXPORT int kvc_submit(kvc_t *h, struct kvc_op *op);
 /* Wait up to timeout_ms (0: do not wait; negative: until one completes) and
  * return up to max finished ops in done[]; returns their number, or KVC_EINVAL

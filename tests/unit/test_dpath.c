@@ -378,7 +378,7 @@ static void tear_hook(void *arg, const struct kvi_rop *op, void *dst, const void
 		return;
 	}
 	if (op->len > sizeof(struct kvi_obj_hdr) && xs(&t->rng) % 100 < t->percent) {
-		d[8 + xs(&t->rng) % (op->len - 8)] ^= 0x40; /* anything but the access word */
+		d[9 + xs(&t->rng) % (op->len - 9)] ^= 0x40; /* anything but the access byte */
 		t->torn++;
 	}
 }

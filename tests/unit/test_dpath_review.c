@@ -1033,7 +1033,7 @@ Test(review_rounds, large_fingerprint_twins_are_read_in_rounds_that_fit_the_obje
 
 static void write_hdr(uint64_t off, uint16_t key_len, uint32_t value_len, const char *key)
 {
-	struct kvi_obj_hdr h = { .value_len = value_len, .key_len = key_len, .version = KVI_LAYOUT_VERSION };
+	struct kvi_obj_hdr h = { .value_len = value_len, .key_len = (uint8_t)key_len, .version = KVI_LAYOUT_VERSION };
 
 	memcpy(base() + off, &h, sizeof(h));
 	if (key && off + sizeof(h) + strlen(key) <= heap_end())
@@ -1108,7 +1108,7 @@ Test(review_malicious, object_corrupted_under_a_still_valid_cached_location_is_n
 	oh->value_len = 0xffffffffu; /* the slot word is unchanged: the cache check passes */
 	cr_expect_eq(kvt_get_s(a, "victim", v, sizeof(v)), KVC_ECORRUPT);
 	oh->value_len = 5;
-	oh->key_len = 0xffff;
+	oh->key_len = 0xff; /* beyond KVI_MAX_KEY */
 	cr_expect_eq(kvt_get_s(a, "victim", v, sizeof(v)), KVC_ECORRUPT);
 	/* The failed GETs dropped the cached location: a PUT cannot tell whether the
 	 * unreadable object is its key, so it refuses rather than risk a duplicate. */
