@@ -57,6 +57,9 @@ extern const struct kvb_driver kvb_driver_memcached;
  * does not depend on the transport. */
 extern const struct kvb_driver kvb_driver_local;
 
+/* kvc_opts.track_access for rdma:// connections (kvbench --no-access-marks). */
+extern int kvb_rdma_track_access;
+
 /* drv_rdma.c's functions, shared by drv_local.c (both drive a kvc_t). */
 struct kvc;
 int kvb_rdma_wrap(struct kvc *h, unsigned depth, void **out, char *err, size_t len);

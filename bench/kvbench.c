@@ -45,6 +45,8 @@ static void usage(FILE *f)
 		"      --json FILE            also write the results as JSON\n"
 		"      --cdf FILE             write the run's latency CDF (microseconds fraction)\n"
 		"      --quiet                no progress line\n"
+		"      --no-access-marks      rdma://: do not tell the server which items are read\n"
+		"                             (kvc_opts.track_access = 0), to measure what it costs\n"
 		"  -d, --device NAME          RDMA device (--micro/--raw)\n"
 		"Cache-aside (GET; on a miss, PUT the item, as an application with a backing store):\n"
 		"      --cache-aside KIND     zipf: Zipfian 0.99 over -r keys; scan: the same plus a\n"
@@ -128,7 +130,7 @@ static int parse_size(const char *s, struct kvb_cfg *c)
 static int parse_args(int argc, char **argv, struct cli *cl)
 {
 	enum { O_DIST = 256, O_CDF, O_WARMUP, O_NOLOAD, O_SEED, O_JSON, O_QUIET, O_MICRO, O_RAW, O_CA, O_LRU,
-	       O_CAWARM };
+	       O_CAWARM, O_NOMARKS };
 	static const struct option lo[] = {
 		{ "workload", required_argument, NULL, 'w' },  { "target", required_argument, NULL, 't' },
 		{ "records", required_argument, NULL, 'r' },   { "operations", required_argument, NULL, 'n' },
@@ -142,6 +144,7 @@ static int parse_args(int argc, char **argv, struct cli *cl)
 		{ "device", required_argument, NULL, 'd' },    { "help", no_argument, NULL, 'h' },
 		{ "cache-aside", required_argument, NULL, O_CA }, { "lru-bytes", required_argument, NULL, O_LRU },
 		{ "warmup-requests", required_argument, NULL, O_CAWARM },
+		{ "no-access-marks", no_argument, NULL, O_NOMARKS },
 		{ 0 },
 	};
 	struct kvb_cfg *c = &cl->cfg;
@@ -227,6 +230,9 @@ static int parse_args(int argc, char **argv, struct cli *cl)
 		case O_LRU:
 			if (parse_u64(optarg, 1, 1ull << 44, &cl->lru_bytes))
 				return bad("--lru-bytes", optarg, "bytes, 1..2^44");
+			break;
+		case O_NOMARKS:
+			kvb_rdma_track_access = 0;
 			break;
 		case O_CAWARM:
 			if (parse_u64(optarg, 0, 1ull << 40, &cl->ca_warmup))

@@ -97,6 +97,13 @@ int kvs_fence_client(struct kvs_fence *f, const struct kvi_superblock *sb, const
 	return released;
 }
 
+uint32_t kvs_fence_own_id(const struct kvs_fence *f)
+{
+	if (!f || !atomic_load(&f->done) || f->rc || !f->rm)
+		return 0;
+	return f->rm->client_id;
+}
+
 void kvs_fence_destroy(struct kvs_fence *f)
 {
 	if (!f)

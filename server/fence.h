@@ -31,6 +31,10 @@ int kvs_fence_start(struct kvs_fence **out, const char *host, const char *port, 
 int kvs_fence_client(struct kvs_fence *f, const struct kvi_superblock *sb, const void *base,
 		     uint32_t client_id);
 
+/* The client id of the fencer's own loopback connection (0 until it is
+ * connected, and for NULL). */
+uint32_t kvs_fence_own_id(const struct kvs_fence *f);
+
 /* Accepts NULL. */
 void kvs_fence_destroy(struct kvs_fence *f);
 

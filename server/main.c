@@ -191,9 +191,9 @@ static int parse_args(int argc, char **argv, struct kvs_opts *o)
 			break;
 		case 'O':
 		case 'Q':
-			if (parse_u64(optarg, 1, 3600000, &v)) {
-				fprintf(stderr, "kvserver: invalid --%s '%s': expected milliseconds, 1..3600000\n",
-					c == 'O' ? "max-op-ms" : "quarantine-ms", optarg);
+			if (parse_u64(optarg, 1, c == 'O' ? 600000 : 3600000, &v)) {
+				fprintf(stderr, "kvserver: invalid --%s '%s': expected milliseconds, 1..%s\n",
+					c == 'O' ? "max-op-ms" : "quarantine-ms", optarg, c == 'O' ? "600000" : "3600000");
 				return 2;
 			}
 			*(c == 'O' ? &o->core.max_op_ms : &o->core.quarantine_ms) = (uint32_t)v;
@@ -276,7 +276,11 @@ static void on_disconnect(void *arg, struct kvi_peer *p)
 	struct kvs_server *s = arg;
 	char sum[160];
 
-	if (!s->stopping && p->role == KVI_ROLE_CLIENT)
+	/* Every peer that may hold bucket locks is fenced: clients, and the
+	 * reclaimer's loopback (it locks buckets to switch slots; if its
+	 * connection breaks mid-batch, its locks must not stay). Only the
+	 * fencer's own connection, which never holds a lock, is not. */
+	if (!s->stopping && p->client_id != kvs_fence_own_id(s->fence))
 		fence_client(s, p);
 	if (p->established)
 		s->nclients--;

@@ -11,6 +11,8 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "kvclient.h"
+
 static long now_ms(void)
 {
 	struct timespec ts;
@@ -196,4 +198,20 @@ unsigned long long kvt_cpu_ticks(pid_t pid)
 	if (!p || sscanf(p + 2, "%*c %*d %*d %*d %*d %*d %*u %*u %*u %*u %*u %llu %llu", &ut, &st) != 2)
 		return 0;
 	return ut + st;
+}
+
+struct kvc *kvt_kv_connect(const char *port, unsigned depth, unsigned cache_entries)
+{
+	char server[128], err[400];
+	struct kvc_opts o;
+	kvc_t *h;
+
+	snprintf(server, sizeof(server), "%s:%s", kvt_rdma_addr(), port);
+	kvc_opts_init(&o);
+	o.server = server;
+	o.depth = depth;
+	o.cache_entries = cache_entries;
+	o.op_timeout_ms = 10000;
+	cr_assert_eq(kvc_create(&o, &h, err, sizeof(err)), 0, "%s", err);
+	return h;
 }

@@ -32,6 +32,11 @@ unsigned kvt_start_peer(struct kvt_proc *p, const char *const extra[]);
  * wait for its "listening on" line; aborts the test if it does not come. */
 void kvt_start_server(struct kvt_proc *p, const char *port, const char *const extra[]);
 
+/* A libkvclient handle to the kvserver on RDMA_ADDR:port (operations may take
+ * 10 s, capped by the server's --max-op-ms); aborts the test on failure. */
+struct kvc;
+struct kvc *kvt_kv_connect(const char *port, unsigned depth, unsigned cache_entries);
+
 /* CPU time (user + system) the process has used, in clock ticks. */
 unsigned long long kvt_cpu_ticks(pid_t pid);
 

@@ -17,17 +17,7 @@ TestSuite(kv, .init = kvt_require_rdma, .timeout = 300);
 
 static kvc_t *connect_kv(const char *port, unsigned cache_entries)
 {
-	char server[128], err[400];
-	struct kvc_opts o;
-	kvc_t *h;
-
-	snprintf(server, sizeof(server), "%s:%s", kvt_rdma_addr(), port);
-	kvc_opts_init(&o);
-	o.server = server;
-	o.cache_entries = cache_entries;
-	o.op_timeout_ms = 10000;
-	cr_assert_eq(kvc_create(&o, &h, err, sizeof(err)), 0, "%s", err);
-	return h;
+	return kvt_kv_connect(port, 16, cache_entries);
 }
 
 static void stop_server(struct kvt_proc *srv)

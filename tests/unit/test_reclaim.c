@@ -78,11 +78,13 @@ static struct kvs_core_stats stats(void)
 	return st;
 }
 
-/* How many slots in the key's two buckets name an object of this key. */
-static unsigned slots_of(const char *key)
+/* The slots in the key's two buckets that name an object of this key: how
+ * many, and the object of the last one (NULL if none). */
+static const struct kvi_obj_hdr *obj_of(const char *key, unsigned *count)
 {
 	const struct kvi_superblock *sb = kvs_core_superblock(env.core);
 	const uint8_t *base = kvs_core_region(env.core);
+	const struct kvi_obj_hdr *found = NULL;
 	struct kvi_keyhash kh;
 	unsigned n = 0;
 
@@ -96,9 +98,22 @@ static unsigned slots_of(const char *key)
 			if (!b->slot[i] || kvi_slot_fp(b->slot[i]) != kh.fp)
 				continue;
 			oh = (const void *)(base + kvi_slot_obj_off(b->slot[i]));
-			n += oh->key_len == strlen(key) && memcmp(oh + 1, key, oh->key_len) == 0;
+			if (oh->key_len == strlen(key) && memcmp(oh + 1, key, oh->key_len) == 0) {
+				found = oh;
+				n++;
+			}
 		}
 	}
+	if (count)
+		*count = n;
+	return found;
+}
+
+static unsigned slots_of(const char *key)
+{
+	unsigned n;
+
+	obj_of(key, &n);
 	return n;
 }
 
@@ -640,5 +655,81 @@ Test(reclaim, no_evict_refuses_when_live_data_fills_the_heap_but_never_for_garba
 		snprintf(k, sizeof(k), "live-%u", i);
 		cr_assert_eq(kvt_get_s(a, k, got, sizeof(got)), 0, "%s lost without eviction", k);
 	}
+	kvc_destroy(a);
+}
+
+/* The access byte of the object a key's slot names. */
+static uint8_t access_of(const char *key)
+{
+	const struct kvi_obj_hdr *oh = obj_of(key, NULL);
+
+	cr_assert_not_null(oh, "%s has no slot", key);
+	return oh->access;
+}
+
+Test(reclaim, a_read_marks_its_object_once_in_a_later_doorbell)
+{
+	kvc_t *a = client(NULL, 0), *quiet = client(NULL, 0);
+	struct kvc_stats cs;
+	char got[16];
+
+	quiet->o.track_access = 0;
+	cr_assert_eq(kvt_put_s(a, "marked", "v"), 0);
+	cr_assert_eq(kvt_put_s(a, "unmarked", "v"), 0);
+	cr_expect_eq(access_of("marked"), 0, "written unread");
+	cr_assert_eq(kvt_get_s(a, "marked", got, sizeof(got)), 0);
+	cr_expect_eq(access_of("marked"), 0, "the mark waits for the next doorbell");
+	cr_assert_eq(kvt_get_s(a, "unmarked-nothing", got, sizeof(got)), KVC_ENOTFOUND);
+	cr_expect_eq(access_of("marked"), 1, "and rides in it");
+	cr_assert_eq(kvt_get_s(a, "marked", got, sizeof(got)), 0);
+	cr_assert_eq(kvt_get_s(a, "marked", got, sizeof(got)), 0);
+	kvc_get_stats(a, &cs);
+	cr_expect_eq(cs.access_marks, 1, "an object already marked is not marked again");
+	cr_assert_eq(kvt_get_s(quiet, "unmarked", got, sizeof(got)), 0);
+	cr_assert_eq(kvt_get_s(quiet, "unmarked", got, sizeof(got)), 0);
+	cr_expect_eq(access_of("unmarked"), 0, "track_access = 0 marks nothing");
+	kvc_destroy(a);
+	kvc_destroy(quiet);
+}
+
+Test(reclaim, a_put_waiting_for_memory_does_not_block_the_caller)
+{
+	const struct kvi_superblock *sb;
+	struct kvc_op op[2];
+	struct kvc_op *done[2];
+	char v[600];
+	kvc_t *a;
+	int n = 0;
+
+	teardown();
+	setup_with(2, 0, 0, MAX_OP_MS);
+	sb = kvs_core_superblock(env.core);
+	a = client(NULL, 0);
+	memset(v, 'x', sizeof(v) - 1);
+	v[sizeof(v) - 1] = '\0';
+	/* Fill the heap with nothing reclaiming: the server runs out. */
+	for (unsigned i = 0; i < 2 * sb->heap_size / 600 && n == 0; i++) {
+		char k[32];
+
+		snprintf(k, sizeof(k), "fill-%u", i);
+		op[0] = (struct kvc_op){ .type = KVC_OP_PUT, .key = k, .key_len = strlen(k), .value = v,
+					 .value_len = strlen(v) };
+		cr_assert_eq(kvc_submit(a, &op[0]), 0);
+		n = kvc_poll(a, done, 2, 0);
+		if (n == 0)
+			break; /* it is waiting for memory */
+		cr_assert_eq(done[0]->status, 0);
+		n = 0;
+	}
+	cr_assert_eq(kvc_inflight(a), 1, "a PUT is waiting for memory, and kvc_submit returned");
+	/* The reclaimer makes room; the waiting PUT completes from kvc_poll. */
+	usleep(SETTLE_US);
+	while (kvs_reclaim_one(rcl) > 0)
+		;
+	usleep(QUARANTINE_MS * 1000u + 5000u);
+	kvs_core_tick(env.core, 0);
+	n = kvc_poll(a, done, 2, 2000);
+	cr_assert_eq(n, 1);
+	cr_expect_eq(done[0]->status, 0, "%s", kvc_err_name(done[0]->status));
 	kvc_destroy(a);
 }
