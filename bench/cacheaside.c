@@ -86,6 +86,8 @@ int kvb_cache_aside(const struct kvb_ca_cfg *c, struct kvb_ca_result *r, char *e
 
 			if (s->req.user)
 				continue; /* in flight */
+			if (c->rate && (double)issued / (double)c->rate > now_s() - t0)
+				break; /* paced: not yet */
 			s->seqno = issued++;
 			s->req = (struct kvb_req){ .prim = KVB_GET, .buf = s->buf, .buf_len = sizeof(s->buf),
 						   .user = s };
@@ -99,7 +101,7 @@ int kvb_cache_aside(const struct kvb_ca_cfg *c, struct kvb_ca_result *r, char *e
 		}
 		if (inflight == 0 && issued >= c->requests)
 			break;
-		n = c->drv->poll(conn, done, 64, 1000);
+		n = c->drv->poll(conn, done, 64, c->rate ? 0 : 1000);
 		if (n < 0) {
 			snprintf(err, errlen, "connection lost: %s", c->drv->errname(n));
 			break;

@@ -23,6 +23,7 @@ struct kvb_ca_cfg {
 	unsigned depth;
 	uint64_t seed;
 	uint64_t lru_items; /* 0: no LRU baseline */
+	uint64_t rate;      /* requests per second at most; 0 = as fast as possible */
 };
 
 struct kvb_ca_result {

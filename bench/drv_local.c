@@ -27,7 +27,7 @@
 #define LOCAL_SEGMENT (64u << 10)
 #define LOCAL_MAX_OP_MS 2u
 #define LOCAL_CACHE_ENTRIES (1u << 16)
-#define LOCAL_BYTES_PER_SLOT 160u /* a small item's footprint: index sized to the heap */
+#define LOCAL_BYTES_PER_SLOT 144u /* a small item's footprint: index sized to the heap */
 
 static struct {
 	pthread_mutex_t mu;
@@ -61,12 +61,13 @@ static struct kvi_rmem *local_conn(size_t lbuf)
 {
 	struct kvi_rmem *rm;
 	uint32_t max_op, q;
+	uint16_t flags;
 
 	if (kvi_rmem_local_create(srv.reg, lbuf, NULL, &rm))
 		return NULL;
 	kvi_rmem_local_set_ctrl(rm, locked_ctrl, srv.core, ++srv.next_id);
-	kvs_core_limits(srv.core, &max_op, &q);
-	kvi_rmem_local_set_limits(rm, max_op, q);
+	kvs_core_limits(srv.core, &max_op, &q, &flags);
+	kvi_rmem_local_set_limits(rm, max_op, q, flags);
 	return rm;
 }
 
@@ -74,7 +75,7 @@ static struct kvi_rmem *local_conn(size_t lbuf)
 static int start_server(uint64_t mib, char *err, size_t len)
 {
 	uint64_t stride = kvs_heap_stride(LOCAL_SEGMENT), nsegs = (mib << 20) / LOCAL_SEGMENT;
-	uint64_t buckets = (mib << 20) / LOCAL_BYTES_PER_SLOT / KVI_SLOTS_PER_BUCKET * 5 / 4 + 64;
+	uint64_t buckets = (mib << 20) / LOCAL_BYTES_PER_SLOT / KVI_SLOTS_PER_BUCKET * 3 / 2 + 64;
 	uint64_t region = ((KVI_SUPERBLOCK_SIZE + buckets * KVI_BUCKET_SIZE + 4095) & ~4095ull) + nsegs * stride;
 	struct kvs_core_opts o = { .buckets = buckets, .segment_size = LOCAL_SEGMENT, .max_op_ms = LOCAL_MAX_OP_MS,
 				   .quarantine_ms = 2 * LOCAL_MAX_OP_MS + 1, .in_process = 1 };

@@ -57,6 +57,7 @@ static void usage(FILE *f)
 		"      --lru-bytes B          also the hit ratio of an exact LRU holding B bytes of\n"
 		"                             items (key + value bytes each), same key sequence\n"
 		"      --warmup-requests N\n"
+		"      --rate N               at most N requests per second\n"
 		"  Targets also include local://MIB: kvcache's server core and reclaimer in this\n"
 		"  process (no NIC) with MIB MiB of item memory, for hit ratios at any scale.\n"
 		"  -h, --help\n");
@@ -66,7 +67,7 @@ struct cli {
 	struct kvb_cfg cfg;
 	const char *workload, *target, *json, *cdf, *device, *dist, *cache_aside;
 	int micro, raw, have_ops, have_size;
-	uint64_t lru_bytes, ca_warmup;
+	uint64_t lru_bytes, ca_warmup, rate;
 	int have_ca_warmup;
 };
 
@@ -130,7 +131,7 @@ static int parse_size(const char *s, struct kvb_cfg *c)
 static int parse_args(int argc, char **argv, struct cli *cl)
 {
 	enum { O_DIST = 256, O_CDF, O_WARMUP, O_NOLOAD, O_SEED, O_JSON, O_QUIET, O_MICRO, O_RAW, O_CA, O_LRU,
-	       O_CAWARM, O_NOMARKS };
+	       O_CAWARM, O_NOMARKS, O_RATE };
 	static const struct option lo[] = {
 		{ "workload", required_argument, NULL, 'w' },  { "target", required_argument, NULL, 't' },
 		{ "records", required_argument, NULL, 'r' },   { "operations", required_argument, NULL, 'n' },
@@ -145,6 +146,7 @@ static int parse_args(int argc, char **argv, struct cli *cl)
 		{ "cache-aside", required_argument, NULL, O_CA }, { "lru-bytes", required_argument, NULL, O_LRU },
 		{ "warmup-requests", required_argument, NULL, O_CAWARM },
 		{ "no-access-marks", no_argument, NULL, O_NOMARKS },
+		{ "rate", required_argument, NULL, O_RATE },
 		{ 0 },
 	};
 	struct kvb_cfg *c = &cl->cfg;
@@ -230,6 +232,10 @@ static int parse_args(int argc, char **argv, struct cli *cl)
 		case O_LRU:
 			if (parse_u64(optarg, 1, 1ull << 44, &cl->lru_bytes))
 				return bad("--lru-bytes", optarg, "bytes, 1..2^44");
+			break;
+		case O_RATE:
+			if (parse_u64(optarg, 1, 100000000, &cl->rate))
+				return bad("--rate", optarg, "requests per second, 1..100000000");
 			break;
 		case O_NOMARKS:
 			kvb_rdma_track_access = 0;
@@ -384,7 +390,7 @@ static int run_cache_aside(struct cli *cl)
 {
 	struct kvb_ca_cfg c = { .kind = kvb_ca_kind_parse(cl->cache_aside), .records = cl->cfg.records,
 				.value_size = cl->cfg.vmax, .depth = cl->cfg.depth, .seed = cl->cfg.seed,
-				.device = cl->device };
+				.device = cl->device, .rate = cl->rate };
 	struct kvb_ca_result r;
 	double klen = mean_key_len(c.records);
 	char err[400];

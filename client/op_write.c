@@ -145,7 +145,8 @@ static void found(kvc_t *h, struct kvi_opst *st, uint32_t which, uint32_t idx, i
 
 /* Both buckets are full: READ the headers of the objects their slots name,
  * KVI_RMEM_MAX_BATCH at a time, looking for an expired item whose slot an
- * insert may take (issue: "an expired item's slot counts as free"). We hold
+ * insert may take ("an expired item's slot counts as free"), or a victim to
+ * evict (pick_victim). We hold
  * both locks, so those objects cannot change or go away meanwhile: a slot
  * changes only under its lock (layout.h I1) and a segment is reclaimed only
  * after every slot into it was switched away. */
@@ -173,22 +174,51 @@ static void read_headers(kvc_t *h, struct kvi_opst *st)
 	kvi_st_post(h, st, ops, n, KVI_ST_W_EXPCHECK);
 }
 
-static void on_expcheck(kvc_t *h, struct kvi_opst *st)
+/* Which slot of the two full buckets an insert takes, from the headers just
+ * read: an expired item's first; else (a cache that evicts) an item nobody
+ * read since it was written, else any item -- set-associative eviction, as a
+ * CPU cache does when a set is full; -1 when none may go. */
+static int pick_victim(const kvc_t *h, const struct kvi_opst *st, int *expired)
 {
 	uint64_t now = (uint64_t)time(NULL);
+	int unread = -1, any = -1;
 
 	for (unsigned k = 0; k < st->exp_next; k++) {
 		const struct kvi_obj_hdr *oh = (const void *)(st->obj + k * HDR_STRIDE);
 		uint64_t s = st->bk[k / KVI_SLOTS_PER_BUCKET].slot[k % KVI_SLOTS_PER_BUCKET];
 
 		/* Only the header was read: no checksum. A header that does not
-		 * parse is never taken for expired; a corrupt one that does can
-		 * only cost its own item. */
+		 * parse is never taken; a corrupt one that does can only cost its
+		 * own item. */
 		if (!kvi_slot_in_heap(&h->sb, s) || oh->version != KVI_LAYOUT_VERSION || oh->key_len == 0 ||
-		    oh->key_len > KVI_MAX_KEY || !oh->expiry || now < oh->expiry)
+		    oh->key_len > KVI_MAX_KEY)
 			continue;
-		h->stats.expired_reused++;
-		commit(h, st, k / KVI_SLOTS_PER_BUCKET, k % KVI_SLOTS_PER_BUCKET, new_slot(st), KVC_STAT_PUT_INSERT);
+		if (oh->expiry && now >= oh->expiry) {
+			*expired = 1;
+			return (int)k;
+		}
+		if (unread < 0 && oh->access == 0)
+			unread = (int)k;
+		if (any < 0)
+			any = (int)k;
+	}
+	*expired = 0;
+	if (st->exp_next < 2 * KVI_SLOTS_PER_BUCKET || (h->rm->server_flags & KVI_WELCOME_NO_EVICT))
+		return -1;
+	return unread >= 0 ? unread : any;
+}
+
+static void on_expcheck(kvc_t *h, struct kvi_opst *st)
+{
+	int expired, k = pick_victim(h, st, &expired);
+
+	if (k >= 0) {
+		if (expired)
+			h->stats.expired_reused++;
+		else
+			h->stats.index_evictions++;
+		commit(h, st, (uint32_t)k / KVI_SLOTS_PER_BUCKET, (uint32_t)k % KVI_SLOTS_PER_BUCKET, new_slot(st),
+		       KVC_STAT_PUT_INSERT);
 		return;
 	}
 	if (st->exp_next < 2 * KVI_SLOTS_PER_BUCKET) {

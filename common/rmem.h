@@ -94,6 +94,7 @@ struct kvi_rmem {
 	/* Given by the server at join (wire.h welcome): the longest operation
 	 * deadline allowed, and how long reclaimed memory stays unused. */
 	uint32_t max_op_ms, quarantine_ms;
+	uint16_t server_flags; /* enum kvi_welcome_flags */
 	uint32_t ctrl_seq;  /* last control request number */
 };
 

@@ -221,10 +221,11 @@ void kvi_rmem_local_set_ctrl(struct kvi_rmem *rm, kvi_ctrl_handler handler, void
 	rm->client_id = client_id;
 }
 
-void kvi_rmem_local_set_limits(struct kvi_rmem *rm, uint32_t max_op_ms, uint32_t quarantine_ms)
+void kvi_rmem_local_set_limits(struct kvi_rmem *rm, uint32_t max_op_ms, uint32_t quarantine_ms, uint16_t flags)
 {
 	rm->max_op_ms = max_op_ms;
 	rm->quarantine_ms = quarantine_ms;
+	rm->server_flags = flags;
 }
 
 static int local_set_lbuf(struct kvi_rmem *rm, size_t size)

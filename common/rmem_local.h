@@ -48,6 +48,6 @@ void kvi_rmem_local_set_ctrl(struct kvi_rmem *rm, kvi_ctrl_handler handler, void
 
 /* The limits a server states at join (wire.h welcome), as the verbs
  * transport learns them. */
-void kvi_rmem_local_set_limits(struct kvi_rmem *rm, uint32_t max_op_ms, uint32_t quarantine_ms);
+void kvi_rmem_local_set_limits(struct kvi_rmem *rm, uint32_t max_op_ms, uint32_t quarantine_ms, uint16_t flags);
 
 #endif

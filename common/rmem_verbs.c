@@ -599,6 +599,7 @@ int kvi_rmem_verbs_connect(const struct kvi_verbs_opts *o, struct kvi_rmem **out
 	v->rm.client_id = welcome->client_id;
 	v->rm.max_op_ms = welcome->max_op_ms;
 	v->rm.quarantine_ms = welcome->quarantine_ms;
+	v->rm.server_flags = welcome->flags;
 	v->raddr = welcome->region_addr;
 	v->rkey = welcome->rkey;
 	v->rm.region_size = welcome->region_size;

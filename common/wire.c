@@ -51,6 +51,7 @@ void kvi_wire_welcome_encode(struct kvi_wire_welcome *w, const struct kvi_welcom
 	w->epoch = htole64(h->epoch);
 	w->max_op_ms = htole32(h->max_op_ms);
 	w->quarantine_ms = htole32(h->quarantine_ms);
+	w->flags = htole16(h->flags);
 }
 
 int kvi_wire_welcome_decode(const void *buf, size_t len, struct kvi_welcome *out)
@@ -60,7 +61,7 @@ int kvi_wire_welcome_decode(const void *buf, size_t len, struct kvi_welcome *out
 	if (!buf || len < sizeof(w))
 		return KVC_EPROTO;
 	memcpy(&w, buf, sizeof(w));
-	if (check_header(w.magic, w.version) || w.flags != 0)
+	if (check_header(w.magic, w.version) || (le16toh(w.flags) & ~(unsigned)KVI_WELCOME_FLAGS))
 		return KVC_EPROTO;
 	out->client_id = le32toh(w.client_id);
 	out->rkey = le32toh(w.rkey);
@@ -69,6 +70,7 @@ int kvi_wire_welcome_decode(const void *buf, size_t len, struct kvi_welcome *out
 	out->epoch = le64toh(w.epoch);
 	out->max_op_ms = le32toh(w.max_op_ms);
 	out->quarantine_ms = le32toh(w.quarantine_ms);
+	out->flags = le16toh(w.flags);
 	/* A region the client could not address without wrapping is a lie; so
 	 * is a quarantine too short for the deadline (layout.h "Reuse"). */
 	if (out->max_op_ms == 0 || (uint64_t)out->quarantine_ms < 2ull * out->max_op_ms)

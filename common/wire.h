@@ -38,11 +38,18 @@ struct kvi_wire_hello {
 _Static_assert(sizeof(struct kvi_wire_hello) == 56, "hello must fill the 56-byte REQ private data");
 _Static_assert(offsetof(struct kvi_wire_hello, auth) == 16, "hello layout");
 
+enum kvi_welcome_flags {
+	/* The server never evicts a live item (kvserver --no-evict): an insert
+	 * that finds both buckets full of live items must fail, not evict one. */
+	KVI_WELCOME_NO_EVICT = 1u << 0,
+	KVI_WELCOME_FLAGS = KVI_WELCOME_NO_EVICT,
+};
+
 /* Accept private data: everything a client needs to address the region. */
 struct kvi_wire_welcome {
 	uint32_t magic;
 	uint16_t version;
-	uint16_t flags;       /* none defined yet; must be 0 */
+	uint16_t flags;       /* enum kvi_welcome_flags; unknown bits are refused */
 	uint32_t client_id;   /* lock owner id for this client; never 0 */
 	uint32_t rkey;        /* of the one region MR */
 	uint64_t region_addr; /* remote virtual address of region offset 0 */
@@ -153,6 +160,7 @@ struct kvi_welcome {
 	uint64_t epoch;
 	uint32_t max_op_ms;
 	uint32_t quarantine_ms;
+	uint16_t flags; /* enum kvi_welcome_flags */
 };
 
 void kvi_wire_hello_encode(struct kvi_wire_hello *w, const struct kvi_hello *h);

@@ -37,6 +37,7 @@ struct kvs_core {
 	uint64_t win_start, win_taken, win_rate;
 	int reclaiming;     /* between the watermarks: keep going until high */
 	uint64_t full_at;   /* no-evict: when the reclaimer last found nothing to compact */
+	int has_reclaimer;  /* without one, nothing will ever make room: refuse at once */
 	uint64_t grants_refused, nclients;
 	struct kvs_reclaim_stats rc;
 	struct kvs_client *clients[KVS_CLIENT_BUCKETS];
@@ -330,7 +331,7 @@ static int seg_request(struct kvs_core *c, uint32_t id, const struct kvi_ctrl *r
 		/* Nothing free right now. With eviction (or garbage left to
 		 * compact) the reclaimer will make room: the client asks again. */
 		poke(c);
-		if (c->o.no_evict && full_now(c)) {
+		if (!c->has_reclaimer || (c->o.no_evict && full_now(c))) {
 			c->grants_refused++;
 			rc = KVC_ENOMEM;
 		}
@@ -542,15 +543,23 @@ int kvs_core_tick(struct kvs_core *c, int max_ms)
 	return (int)((due + 999999) / 1000000u);
 }
 
+void kvs_core_attach_reclaimer(struct kvs_core *c)
+{
+	pthread_mutex_lock(&c->mu);
+	c->has_reclaimer = 1;
+	pthread_mutex_unlock(&c->mu);
+}
+
 int kvs_core_no_evict(const struct kvs_core *c)
 {
 	return c->o.no_evict;
 }
 
-void kvs_core_limits(const struct kvs_core *c, uint32_t *max_op_ms, uint32_t *quarantine_ms)
+void kvs_core_limits(const struct kvs_core *c, uint32_t *max_op_ms, uint32_t *quarantine_ms, uint16_t *flags)
 {
 	*max_op_ms = c->o.max_op_ms;
 	*quarantine_ms = c->o.quarantine_ms;
+	*flags = c->o.no_evict ? KVI_WELCOME_NO_EVICT : 0;
 }
 
 void kvs_core_set_full(struct kvs_core *c)

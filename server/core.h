@@ -50,8 +50,8 @@
 #define KVS_QUARANTINE_MARGIN_MS 10u
 /* Reclamation starts when free (plus quarantined) segments fall below
  * low_pct of the heap and stops at high_pct. */
-#define KVS_DEFAULT_RECLAIM_LOW_PCT 8u
-#define KVS_DEFAULT_RECLAIM_HIGH_PCT 12u
+#define KVS_DEFAULT_RECLAIM_LOW_PCT 2u
+#define KVS_DEFAULT_RECLAIM_HIGH_PCT 4u
 /* Free segments client grants leave to the reclaimer (it needs somewhere to
  * copy live objects to). */
 #define KVS_RESERVE_SEGMENTS 1u
@@ -104,8 +104,8 @@ void kvs_core_destroy(struct kvs_core *c);
  *                        aligned), arg[1] = extent length (>= needed)
  *           -> ERROR status = KVC_EAGAIN (no free segment right now:
  *              reclamation is running; ask again shortly), KVC_ENOMEM (live
- *              data fills the heap and eviction is off), KVC_EINVAL (need
- *              larger than a segment)
+ *              data fills the heap and eviction is off, or no reclaimer
+ *              exists), KVC_EINVAL (need larger than a segment)
  *   SEG_RETURN arg[0] = bytes of the current extent used (the client leaves)
  *           -> SEG_RETURNED
  *   STATS_REQ  arg[0] = page -> STATS arg[0..4] as kvi_stats_page() lays out. */
@@ -144,8 +144,11 @@ void kvs_core_server_release(struct kvs_core *c, struct kvs_extent *x, uint64_t 
  * oldest sealed segment settles), at most max_ms. */
 int kvs_core_tick(struct kvs_core *c, int max_ms);
 int kvs_core_no_evict(const struct kvs_core *c);
+/* A reclaimer exists (kvs_reclaimer_create says so): until then a heap with
+ * no free segment answers grants KVC_ENOMEM, since nothing would make room. */
+void kvs_core_attach_reclaimer(struct kvs_core *c);
 /* What clients are told at join (wire.h welcome). */
-void kvs_core_limits(const struct kvs_core *c, uint32_t *max_op_ms, uint32_t *quarantine_ms);
+void kvs_core_limits(const struct kvs_core *c, uint32_t *max_op_ms, uint32_t *quarantine_ms, uint16_t *flags);
 /* The compaction (no-evict) reclaimer found nothing worth compacting: client
  * grants that find no room answer KVC_ENOMEM instead of KVC_EAGAIN for the
  * next 200 ms (then the reclaimer is asked to look again). */

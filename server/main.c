@@ -240,7 +240,7 @@ static int on_connect(void *arg, struct kvi_peer *p, const struct kvi_hello *h, 
 	w->region_addr = (uintptr_t)s->region.base;
 	w->region_size = s->region.size;
 	w->epoch = kvs_core_superblock(s->core)->epoch;
-	kvs_core_limits(s->core, &w->max_op_ms, &w->quarantine_ms);
+	kvs_core_limits(s->core, &w->max_op_ms, &w->quarantine_ms, &w->flags);
 	kvi_info("client %u joining", w->client_id);
 	(void)p;
 	return 0;

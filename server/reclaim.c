@@ -87,6 +87,7 @@ int kvs_reclaimer_create(struct kvs_core *core, struct kvi_rmem *rm, const struc
 	if (rc)
 		goto fail;
 	r->snap = (uint8_t *)kvi_rmem_lbuf(rm, NULL) + sizeof(struct lbuf);
+	kvs_core_attach_reclaimer(core);
 	*out = r;
 	return 0;
 fail:

@@ -83,7 +83,10 @@ KVC_EXPORT int kvc_get(kvc_t *h, const void *key, size_t key_len, void *buf, siz
 		       size_t *value_len);
 /* Insert or replace. ttl_s > 0 makes the item expire after that many seconds.
  * Too long a key (KVC_EKEYSIZE) or value (KVC_EVALSIZE, see kvc_max_value)
- * changes nothing. KVC_EINDEXFULL: both of the key's buckets are full. */
+ * changes nothing. When both of the key's buckets are full, the insert takes
+ * the slot of an expired item, or (unless the server runs with --no-evict)
+ * evicts an item that was not read since it was written, else any item of
+ * the two; KVC_EINDEXFULL only with --no-evict. */
 KVC_EXPORT int kvc_put(kvc_t *h, const void *key, size_t key_len, const void *value, size_t value_len,
 		       uint32_t ttl_s);
 /* Remove; KVC_ENOTFOUND if absent. */
@@ -150,6 +153,7 @@ struct kvc_stats {
 	uint64_t grants_deferred;  /* requests the server answered "not yet" (reclamation running) */
 	uint64_t access_marks;     /* access-word WRITEs posted (layout.h "Access tracking") */
 	uint64_t expired_reused;   /* inserts that took the slot of another key's expired item */
+	uint64_t index_evictions;  /* inserts that evicted a live item because both buckets were full */
 };
 
 KVC_EXPORT void kvc_get_stats(const kvc_t *h, struct kvc_stats *out);

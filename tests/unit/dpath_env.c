@@ -20,8 +20,10 @@ static int locked_ctrl(void *arg, uint32_t client_id, const struct kvi_ctrl *req
 
 int kvt_env_init(struct kvt_env *env, uint64_t region_mib, uint64_t buckets, uint64_t segment_kib)
 {
+	/* No eviction and no reclaimer: the behaviour these tests were written
+	 * for (a full heap is KVC_ENOMEM, a full bucket pair KVC_EINDEXFULL). */
 	struct kvs_core_opts o = { .buckets = buckets, .segment_size = segment_kib << 10, .max_op_ms = 20000,
-				   .quarantine_ms = 40100 };
+				   .quarantine_ms = 40100, .no_evict = 1 };
 
 	return kvt_env_init_opts(env, region_mib, &o);
 }
@@ -57,9 +59,10 @@ void kvt_env_fini(struct kvt_env *env)
 static void set_limits(struct kvt_env *env, struct kvi_rmem *rm)
 {
 	uint32_t max_op, quarantine;
+	uint16_t flags;
 
-	kvs_core_limits(env->core, &max_op, &quarantine);
-	kvi_rmem_local_set_limits(rm, max_op, quarantine);
+	kvs_core_limits(env->core, &max_op, &quarantine, &flags);
+	kvi_rmem_local_set_limits(rm, max_op, quarantine, flags);
 }
 
 int kvt_env_reclaimer(struct kvt_env *env, const struct kvs_reclaim_hooks *hooks, struct kvs_reclaimer **out)

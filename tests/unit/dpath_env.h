@@ -20,8 +20,8 @@ struct kvt_env {
 };
 
 /* region_mib of region, `buckets` buckets (0 = default), segment_kib segments;
- * operations may take 20 s (a loaded 2-core machine), so memory is reused only
- * after a 40 s quarantine: tests of reclamation use kvt_env_init_opts. */
+ * no eviction and no reclaimer; operations may take 20 s (a loaded 2-core
+ * machine). Tests of reclamation use kvt_env_init_opts. */
 int kvt_env_init(struct kvt_env *env, uint64_t region_mib, uint64_t buckets, uint64_t segment_kib);
 int kvt_env_init_opts(struct kvt_env *env, uint64_t region_mib, const struct kvs_core_opts *o);
 /* The server's reclaimer over its own loopback-like local connection. */

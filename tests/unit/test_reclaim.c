@@ -225,7 +225,7 @@ Test(reclaim, an_insert_takes_the_slot_of_an_expired_item)
 	unsigned n = 0;
 
 	teardown();
-	setup_with(4, 2, 0, MAX_OP_MS); /* two buckets: 30 slots for every key */
+	setup_with(4, 2, 1, MAX_OP_MS); /* two buckets: 30 slots for every key; no eviction */
 	a = client(NULL, 0);
 	for (unsigned i = 0; i < 2 * KVI_SLOTS_PER_BUCKET; i++) {
 		snprintf(k, sizeof(k), "short-%u", i);
@@ -239,6 +239,42 @@ Test(reclaim, an_insert_takes_the_slot_of_an_expired_item)
 	cr_expect_str_eq(got, "here");
 	kvc_get_stats(a, &cs);
 	cr_expect_eq(cs.expired_reused, 1);
+	cr_expect_eq(cs.index_evictions, 0);
+	kvc_destroy(a);
+}
+
+Test(reclaim, a_cache_with_a_full_bucket_pair_evicts_an_unread_item_there)
+{
+	kvc_t *a;
+	char k[32], got[16];
+	struct kvc_stats cs;
+	unsigned present = 0;
+
+	teardown();
+	setup_with(4, 2, 0, MAX_OP_MS); /* two buckets, eviction on */
+	a = client(NULL, 0);
+	for (unsigned i = 0; i < 2 * KVI_SLOTS_PER_BUCKET; i++) {
+		snprintf(k, sizeof(k), "set-%u", i);
+		cr_assert_eq(kvt_put_s(a, k, "v"), 0);
+	}
+	/* Read every item but set-7, twice (the second read carries the mark). */
+	for (int round = 0; round < 2; round++) {
+		for (unsigned i = 0; i < 2 * KVI_SLOTS_PER_BUCKET; i++) {
+			snprintf(k, sizeof(k), "set-%u", i);
+			if (i != 7)
+				cr_assert_eq(kvt_get_s(a, k, got, sizeof(got)), 0);
+		}
+	}
+	cr_expect_eq(kvt_put_s(a, "newcomer", "here"), 0, "a cache makes room, like a full CPU cache set");
+	cr_expect_eq(kvt_get_s(a, "newcomer", got, sizeof(got)), 0);
+	cr_expect_eq(kvt_get_s(a, "set-7", got, sizeof(got)), KVC_ENOTFOUND, "the one unread item went");
+	for (unsigned i = 0; i < 2 * KVI_SLOTS_PER_BUCKET; i++) {
+		snprintf(k, sizeof(k), "set-%u", i);
+		present += kvt_get_s(a, k, got, sizeof(got)) == 0;
+	}
+	cr_expect_eq(present, 2 * KVI_SLOTS_PER_BUCKET - 1);
+	kvc_get_stats(a, &cs);
+	cr_expect_eq(cs.index_evictions, 1);
 	kvc_destroy(a);
 }
 

@@ -43,6 +43,7 @@ static void make_core(uint64_t size, uint64_t buckets, uint64_t seg)
 
 	region = region_alloc(size);
 	cr_assert_eq(kvs_core_create(region, size, &o, &core, &e), 0, "%s", e.msg);
+	kvs_core_attach_reclaimer(core); /* as kvserver's reclaimer thread does */
 }
 
 static void teardown(void)
@@ -274,6 +275,7 @@ Test(server_core, a_page_aligned_region_that_is_not_2mib_aligned_works_the_same)
 	base = region + 4096;
 	cr_assert_eq(kvs_core_create(base, REGION, &(struct kvs_core_opts){ .segment_size = SEG }, &core, &e), 0,
 		     "%s", e.msg);
+	kvs_core_attach_reclaimer(core);
 	sb = kvs_core_superblock(core);
 	cr_expect_eq(kvi_superblock_check((const struct kvi_superblock *)base, REGION), 0);
 	n = take_all(1, off, 64);
@@ -372,6 +374,22 @@ Test(server_core, exhausted_heap_answers_eagain_and_never_overlaps)
 	cr_expect_eq(resp.type, KVI_CTRL_ERROR);
 	cr_expect_eq(resp.status, KVC_EAGAIN, "eviction is on: reclamation will make room");
 	cr_expect_eq(resp.seq, 99);
+}
+
+Test(server_core, without_a_reclaimer_an_exhausted_heap_answers_enomem)
+{
+	struct kvs_core_opts o = { .segment_size = SEG, .max_op_ms = MAX_OP_MS, .quarantine_ms = QUARANTINE_MS };
+	struct kvi_errbuf e = { { 0 } };
+	struct kvi_ctrl resp;
+	unsigned n = 0;
+
+	region = region_alloc(REGION);
+	cr_assert_eq(kvs_core_create(region, REGION, &o, &core, &e), 0, "%s", e.msg);
+	do
+		cr_assert_eq(seg_req(1, 3, &resp), 0);
+	while (resp.type == KVI_CTRL_SEG_GRANT && ++n < 1000);
+	cr_expect_eq(resp.type, KVI_CTRL_ERROR);
+	cr_expect_eq(resp.status, KVC_ENOMEM, "nothing would ever make room: %s", kvc_err_name(resp.status));
 }
 
 Test(server_core, client_left_seals_its_extent_and_keeps_its_bytes)

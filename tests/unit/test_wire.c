@@ -93,7 +93,7 @@ Test(wire, welcome_rejects_impossible_values)
 	cr_expect_eq(kvi_wire_welcome_decode(&w, sizeof(w), &out), KVC_EPROTO);
 	kvi_wire_welcome_encode(&w, &base);
 	cr_expect_eq(kvi_wire_welcome_decode(&w, sizeof(w), &out), 0);
-	w.flags = 1;
+	w.flags = 0x8000; /* an unknown flag */
 	cr_expect_eq(kvi_wire_welcome_decode(&w, sizeof(w), &out), KVC_EPROTO);
 	cr_expect_eq(kvi_wire_welcome_decode(&w, 10, &out), KVC_EPROTO);
 }
