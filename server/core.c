@@ -203,7 +203,8 @@ int kvs_core_create(void *region_base, uint64_t region_size, const struct kvs_co
 									(c->o.in_process ? 0 : KVS_QUARANTINE_MARGIN_MS)) *
 								       1000000u,
 							  .quarantine_ns = (uint64_t)c->o.quarantine_ms * 1000000u,
-							  .reserve = c->nsegs > 8 ? KVS_RESERVE_SEGMENTS : 0 },
+							  .reserve = c->nsegs > 8 ? KVS_RESERVE_SEGMENTS : 0,
+							  .one_fifo = c->o.no_evict },
 			       &c->segs);
 	if (rc) {
 		kvi_errbuf_set(e, "out of memory for the table of %" PRIu64 " segments", c->nsegs);

@@ -19,6 +19,7 @@ struct seg {
 	uint8_t state;   /* enum seg_state */
 	uint8_t carving; /* extents may still be carved from it */
 	uint8_t private_seg; /* one whole extent (a busy writer's, or the reclaimer's) */
+	uint8_t main;        /* the reclaimer's copies (main FIFO); else clients' writes (small) */
 	uint32_t holders; /* open extents in it */
 	uint32_t carved;  /* bytes handed out from its start */
 	uint32_t next;    /* FIFO link (sealed or quarantine queue) */
@@ -33,7 +34,8 @@ struct kvs_segtab {
 	struct kvs_segtab_opts o;
 	struct seg *s;
 	uint32_t shared; /* the carving segment small extents come from, or KVS_NO_SEG */
-	struct queue sealed, quarantine;
+	struct queue sealed[2], quarantine; /* sealed[0]: small FIFO, sealed[1]: main */
+	uint64_t small_used; /* small segments not free or quarantined */
 	struct kvs_segtab_counts n;
 };
 
@@ -83,7 +85,7 @@ int kvs_segtab_create(const struct kvs_segtab_opts *o, struct kvs_segtab **out)
 		return KVC_ENOMEM;
 	}
 	t->shared = KVS_NO_SEG;
-	t->sealed = t->quarantine = (struct queue){ KVS_NO_SEG, KVS_NO_SEG };
+	t->sealed[0] = t->sealed[1] = t->quarantine = (struct queue){ KVS_NO_SEG, KVS_NO_SEG };
 	t->n.free = o->nsegs;
 	*out = t;
 	return 0;
@@ -113,7 +115,7 @@ uint32_t kvs_segtab_seg_of(const struct kvs_segtab *t, uint64_t off)
 }
 
 /* A segment from the heap, as OPEN and carving; KVS_NO_SEG if none. */
-static uint32_t take_free(struct kvs_segtab *t)
+static uint32_t take_free(struct kvs_segtab *t, int main)
 {
 	uint8_t *p = kvs_heap_alloc_segment(t->o.heap);
 	uint32_t i;
@@ -127,7 +129,8 @@ static uint32_t take_free(struct kvs_segtab *t)
 		kvi_err("heap returned %p, which is not a free segment: refused", (void *)p);
 		return KVS_NO_SEG;
 	}
-	t->s[i] = (struct seg){ .state = SEG_OPEN, .carving = 1, .next = KVS_NO_SEG };
+	t->s[i] = (struct seg){ .state = SEG_OPEN, .carving = 1, .next = KVS_NO_SEG, .main = (uint8_t)main };
+	t->small_used += !main;
 	t->n.free--;
 	t->n.open++;
 	t->n.taken++;
@@ -145,7 +148,7 @@ static void maybe_seal(struct kvs_segtab *t, uint32_t i, uint64_t now)
 	s->t = now;
 	t->n.open--;
 	t->n.sealed++;
-	q_push_tail(t, &t->sealed, i);
+	q_push_tail(t, &t->sealed[s->main], i);
 }
 
 static void stop_carving(struct kvs_segtab *t, uint32_t i, uint64_t now)
@@ -212,7 +215,7 @@ int kvs_segtab_grant(struct kvs_segtab *t, struct kvs_extent *x, uint64_t need, 
 			t->n.grants_deferred++;
 			return KVC_EAGAIN;
 		}
-		i = take_free(t);
+		i = take_free(t, privileged);
 		if (i == KVS_NO_SEG) {
 			t->n.grants_deferred++;
 			return KVC_EAGAIN;
@@ -237,19 +240,36 @@ int kvs_segtab_grant(struct kvs_segtab *t, struct kvs_extent *x, uint64_t need, 
 	return 0;
 }
 
+/* Which FIFO to reclaim from (S3-FIFO): the small one while it holds more
+ * than its share of the heap, or when the main one has nothing settled. */
+static struct queue *victim_queue(struct kvs_segtab *t, uint64_t now)
+{
+	uint32_t hs = t->sealed[0].head, hm = t->sealed[1].head;
+	int small_ok = hs != KVS_NO_SEG && now - t->s[hs].t >= t->o.settle_ns;
+	int main_ok = hm != KVS_NO_SEG && now - t->s[hm].t >= t->o.settle_ns;
+
+	if (t->o.one_fifo) /* compaction only: oldest first, whichever FIFO it is in */
+		return small_ok && (!main_ok || t->s[hs].t <= t->s[hm].t) ? &t->sealed[0]
+									   : main_ok ? &t->sealed[1] : NULL;
+	if (small_ok && (!main_ok || t->small_used * 100 > t->o.nsegs * KVS_SMALL_FIFO_PCT))
+		return &t->sealed[0];
+	return main_ok ? &t->sealed[1] : NULL;
+}
+
 int kvs_segtab_reclaim_begin(struct kvs_segtab *t, uint64_t now, uint64_t *off, uint64_t *len)
 {
-	uint32_t i = t->sealed.head;
+	struct queue *q;
+	uint32_t i;
 
 	/* Nothing else to reclaim: the shared segment stops taking new extents
 	 * so that it seals once its writers move on (or leave), rather than
 	 * keeping its garbage forever. */
-	if (i == KVS_NO_SEG && t->shared != KVS_NO_SEG)
+	if (t->sealed[0].head == KVS_NO_SEG && t->sealed[1].head == KVS_NO_SEG && t->shared != KVS_NO_SEG)
 		stop_carving(t, t->shared, now);
-	i = t->sealed.head;
-	if (i == KVS_NO_SEG || now - t->s[i].t < t->o.settle_ns)
+	q = victim_queue(t, now);
+	if (!q)
 		return KVC_ENOTFOUND;
-	q_pop(t, &t->sealed);
+	i = q_pop(t, q);
 	t->s[i].state = SEG_RECLAIMING;
 	t->n.sealed--;
 	t->n.reclaiming++;
@@ -270,13 +290,17 @@ void kvs_segtab_reclaim_end(struct kvs_segtab *t, uint64_t off, int done, int ro
 	if (!done) {
 		s->state = SEG_SEALED;
 		t->n.sealed++;
-		if (rotate)
-			q_push_tail(t, &t->sealed, i);
-		else
-			q_push_head(t, &t->sealed, i);
+		if (rotate) { /* to the back of the line: its time is now (one_fifo orders by it) */
+			s->t = now;
+			q_push_tail(t, &t->sealed[s->main], i);
+		}
+		else {
+			q_push_head(t, &t->sealed[s->main], i);
+		}
 		return;
 	}
 	t->n.carved_bytes -= s->carved;
+	t->small_used -= !s->main;
 	s->state = SEG_QUARANTINED;
 	s->t = now;
 	t->n.quarantined++;
@@ -303,9 +327,12 @@ uint64_t kvs_segtab_next_due(const struct kvs_segtab *t, uint64_t now, int seale
 
 	if ((i = t->quarantine.head) != KVS_NO_SEG)
 		due = now - t->s[i].t >= t->o.quarantine_ns ? 0 : t->o.quarantine_ns - (now - t->s[i].t);
-	if (sealed_too && (i = t->sealed.head) != KVS_NO_SEG) {
-		uint64_t d = now - t->s[i].t >= t->o.settle_ns ? 0 : t->o.settle_ns - (now - t->s[i].t);
+	for (int m = 0; m < 2 && sealed_too; m++) {
+		uint64_t d;
 
+		if ((i = t->sealed[m].head) == KVS_NO_SEG)
+			continue;
+		d = now - t->s[i].t >= t->o.settle_ns ? 0 : t->o.settle_ns - (now - t->s[i].t);
 		if (d < due)
 			due = d;
 	}

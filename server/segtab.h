@@ -1,7 +1,7 @@
 /* The segment table: the life cycle of every heap segment (SPEC "Memory
  * management", issue 7). Server-private memory; nothing here is in the region.
  *
- *   FREE --grant--> OPEN --carving done, no open extent--> SEALED (FIFO)
+ *   FREE --grant--> OPEN --carving done, no open extent--> SEALED (two FIFOs)
  *        ^                                                   |
  *        |                                        settled: reclaim_begin
  *        |                                                   v
@@ -41,6 +41,11 @@
 #include "heap.h"
 
 #define KVS_MIN_EXTENT (16u << 10)
+/* S3-FIFO's small queue: clients' segments (new objects) are reclaimed first
+ * while they hold more than this share of the heap; the reclaimer's own
+ * segments (objects read since they were written: copied forward) form the
+ * main FIFO. A key read once and never again spends little memory. */
+#define KVS_SMALL_FIFO_PCT 10u
 #define KVS_NO_SEG UINT32_MAX
 
 /* A writer's open extent (embedded in the writer's record; zeroed = none). */
@@ -57,6 +62,7 @@ struct kvs_segtab_opts {
 	uint64_t heap_off, segment_size, stride, nsegs;
 	uint64_t settle_ns, quarantine_ns;
 	unsigned reserve; /* free segments only privileged grants may take */
+	int one_fifo;     /* no eviction: reclaim the oldest sealed segment of either FIFO */
 };
 
 struct kvs_segtab_counts {
@@ -84,7 +90,9 @@ int kvs_segtab_grant(struct kvs_segtab *t, struct kvs_extent *x, uint64_t need, 
  * was carved after them. x becomes empty. */
 void kvs_segtab_release(struct kvs_segtab *t, struct kvs_extent *x, uint64_t used, uint64_t now);
 
-/* The oldest sealed segment if it has settled: moves it to RECLAIMING and
+/* The oldest settled sealed segment of the small FIFO (clients' writes) while
+ * it holds more than KVS_SMALL_FIFO_PCT of the heap or the main FIFO (the
+ * reclaimer's copies) has none settled, else of the main one: moves it to RECLAIMING and
  * returns 0 with its region offset and the bytes ever carved from it (objects
  * lie only there). KVC_ENOTFOUND if there is none. */
 int kvs_segtab_reclaim_begin(struct kvs_segtab *t, uint64_t now, uint64_t *off, uint64_t *len);

@@ -769,3 +769,44 @@ Test(reclaim, a_put_waiting_for_memory_does_not_block_the_caller)
 	cr_expect_eq(done[0]->status, 0, "%s", kvc_err_name(done[0]->status));
 	kvc_destroy(a);
 }
+
+Test(reclaim, items_read_outlive_a_stream_of_keys_written_once)
+{
+	const struct kvi_superblock *sb;
+	char k[32], v[600], got[700];
+	unsigned hot = 300, lost = 0;
+	struct bg g;
+	kvc_t *a;
+
+	teardown();
+	setup_with(2, 0, 0, MAX_OP_MS);
+	sb = kvs_core_superblock(env.core);
+	a = client(NULL, 0);
+	memset(v, 'h', 500);
+	v[500] = '\0';
+	for (unsigned i = 0; i < hot; i++) {
+		snprintf(k, sizeof(k), "hot-%u", i);
+		cr_assert_eq(kvt_put_s(a, k, v), 0);
+	}
+	for (unsigned i = 0; i < 2 * hot; i++) { /* read, and the marks delivered */
+		snprintf(k, sizeof(k), "hot-%u", i % hot);
+		cr_assert_eq(kvt_get_s(a, k, got, sizeof(got)), 0);
+	}
+	bg_start(&g);
+	/* A one-pass stream of four heaps, with the hot set (1/7 of the heap)
+	 * read all along, cache-aside: read ones are copied into the main FIFO
+	 * and stay; the stream, never read, leaves through the small one. */
+	for (unsigned i = 0, n = (unsigned)(4 * sb->heap_size / 560); i < n; i++) {
+		snprintf(k, sizeof(k), "stream-%u", i);
+		cr_assert_eq(kvt_put_s(a, k, v), 0);
+		snprintf(k, sizeof(k), "hot-%u", i % hot);
+		if (kvt_get_s(a, k, got, sizeof(got)) != 0) {
+			lost += i >= n / 2; /* counted once the stream filled the heap twice */
+			cr_assert_eq(kvt_put_s(a, k, v), 0);
+		}
+	}
+	bg_stop(&g);
+	cr_expect_lt(lost, hot / 10, "%u reads of the hot set missed in the second half of the stream", lost);
+	cr_expect_gt(stats().rc.moved, 0);
+	kvc_destroy(a);
+}
