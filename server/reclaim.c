@@ -52,6 +52,11 @@ struct kvs_reclaimer {
 	struct kvs_extent x; /* where live objects are copied to */
 	uint64_t x_used;
 	int no_evict;
+	/* This segment is mostly garbage (live objects take at most half of
+	 * it): reclaiming it frees memory without evicting anything, so cold
+	 * live objects are copied too. Eviction is for segments full of live
+	 * data, where copying would free nothing. */
+	int keep_cold;
 };
 
 static uint64_t thread_cpu_ns(void)
@@ -219,7 +224,7 @@ static uint64_t decide(struct kvs_reclaimer *r, struct item *it, const struct kv
 		st->expired_unfetched += !fetched;
 		return 0;
 	}
-	if (r->no_evict || (access && *copied + it->len <= seg_bytes / 8 * COPY_LIMIT_EIGHTHS)) {
+	if (r->no_evict || ((access || r->keep_cold) && *copied + it->len <= seg_bytes / 8 * COPY_LIMIT_EIGHTHS)) {
 		ns = copy_forward(r, it);
 		if (ns) {
 			*copied += kvi_obj_footprint(it->len);
@@ -419,6 +424,9 @@ static int reclaim_segment(struct kvs_reclaimer *r, uint64_t off, uint64_t len)
 			return live > r->sb.segment_size / 8 * COPY_LIMIT_EIGHTHS ? 2 : 3;
 		}
 	}
+	for (uint32_t k = 0; k < r->nitems && !r->no_evict; k++)
+		live += kvi_obj_footprint(r->items[k].len);
+	r->keep_cold = !r->no_evict && live * 2 <= r->sb.segment_size;
 	if (r->hooks.before_lock)
 		r->hooks.before_lock(r->hooks.arg);
 	rc = settle_items(r, r->sb.segment_size, &st);

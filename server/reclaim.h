@@ -14,7 +14,10 @@
  *        expired                     -> slot cleared;
  *        read since written (access) -> copied into the server's own
  *                                       segment, slot switched old -> new;
- *        cold                        -> evicted: slot cleared;
+ *        cold                        -> evicted: slot cleared -- unless
+ *                                       live objects fill at most half the
+ *                                       segment: then copied too (nothing
+ *                                       needs to go to free it);
  *      then WRITE the changed slots and CAS-unlock (one doorbell);
  *   4. the segment is zeroed and quarantined (segtab.h).
  * Every bucket lock goes through the NIC on the server's loopback QP
