@@ -65,7 +65,7 @@ Test(programs, kvserver_bad_flags_exit_2_with_the_reason)
 		{ "-m", "12x", "memory" }, { "extra-arg", NULL, "unexpected" },
 		{ "--quarantine-ms", "100", "quarantine" }, /* shorter than 2 x the default max-op-ms */
 		{ "--max-op-ms", "0", "max-op-ms" }, { "--reclaim-low", "96", "reclaim-low" },
-		{ "--reclaim-high", "5", "watermarks" }, /* below the default low one */
+		{ "--reclaim-high", "1", "watermarks" }, /* below the default low one (2) */
 	};
 
 	for (size_t i = 0; i < sizeof(bad) / sizeof(bad[0]); i++) {
