@@ -304,22 +304,33 @@ static void delete_during_reclaim(void *arg)
 	race_rc = kvc_delete(racer, "raced", strlen("raced"));
 }
 
-/* The item is live (and read) when the walk finds it; before the reclaimer
- * locks its bucket, a writer replaces or deletes it. */
-static void race_walk_and(void (*fn)(void *), int want_get, const char *want_val)
+/* "raced" = "older", written by a client that then leaves (sealing its
+ * extent) and read twice by the returned one (so it is marked read); the
+ * racer is opened and the reclaimer remade with these hooks. */
+static kvc_t *setup_race(struct kvs_reclaim_hooks hooks)
 {
 	kvc_t *a = client(NULL, 0), *b = client(NULL, 0);
 	char got[64];
-	struct kvs_core_stats st;
 
 	racer = client(NULL, 0);
 	cr_assert_eq(kvt_put_s(a, "raced", "older"), 0);
 	cr_assert_eq(kvt_get_s(b, "raced", got, sizeof(got)), 0);
 	cr_assert_eq(kvt_get_s(b, "raced", got, sizeof(got)), 0);
 	kvc_destroy(a);
-	rhooks = (struct kvs_reclaim_hooks){ .before_lock = fn };
+	rhooks = hooks;
 	kvs_reclaimer_destroy(rcl);
 	cr_assert_eq(kvt_env_reclaimer(&env, &rhooks, &rcl), 0);
+	return b;
+}
+
+/* The item is live (and read) when the walk finds it; before the reclaimer
+ * locks its bucket, a writer replaces or deletes it. */
+static void race_walk_and(void (*fn)(void *), int want_get, const char *want_val)
+{
+	kvc_t *b = setup_race((struct kvs_reclaim_hooks){ .before_lock = fn });
+	char got[64];
+	struct kvs_core_stats st;
+
 	reclaim_all();
 	cr_assert_eq(race_rc, 0);
 	st = stats();
@@ -352,17 +363,9 @@ static void impatient_put(void *arg)
 
 Test(reclaim, writers_wait_while_the_reclaimer_holds_the_bucket)
 {
-	kvc_t *a = client(NULL, 0), *b = client(NULL, 0);
+	kvc_t *b = setup_race((struct kvs_reclaim_hooks){ .before_switch = impatient_put });
 	char got[64];
 
-	racer = client(NULL, 0);
-	cr_assert_eq(kvt_put_s(a, "raced", "older"), 0);
-	cr_assert_eq(kvt_get_s(b, "raced", got, sizeof(got)), 0);
-	cr_assert_eq(kvt_get_s(b, "raced", got, sizeof(got)), 0);
-	kvc_destroy(a);
-	rhooks = (struct kvs_reclaim_hooks){ .before_switch = impatient_put };
-	kvs_reclaimer_destroy(rcl);
-	cr_assert_eq(kvt_env_reclaimer(&env, &rhooks, &rcl), 0);
 	reclaim_all();
 	cr_expect_eq(race_rc, KVC_ETIMEDOUT, "the writer got %s", kvc_err_name(race_rc));
 	cr_expect_eq(stats().rc.moved, 1);
