@@ -410,6 +410,7 @@ static void start(kvc_t *h, struct kvi_opst *st)
 int kvc_submit(kvc_t *h, struct kvc_op *op)
 {
 	struct kvi_opst *st = NULL;
+	int64_t off = 0;
 	int rc = check_op(h, op);
 
 	if (rc)
@@ -435,33 +436,27 @@ int kvc_submit(kvc_t *h, struct kvc_op *op)
 	}
 	kvi_key_hash(op->key, op->key_len, h->sb.bucket_count, &st->kh);
 	if (op->type == KVC_OP_PUT) {
-		int64_t off;
-
 		st->obj_len = (uint32_t)kvi_obj_len((uint32_t)op->key_len, (uint32_t)op->value_len);
 		off = reserve(h, kvi_obj_footprint(st->obj_len));
 		if (off < 0 && off != KVC_EAGAIN)
 			return (int)off;
 		kvi_obj_build(st->obj, op->key, (uint16_t)op->key_len, op->value, (uint32_t)op->value_len,
 			      expiry_of(op->ttl_s));
-		op->status = 1; /* in flight */
-		st->op = op;
-		h->inflight++;
-		if (off == KVC_EAGAIN) {
-			/* Wait for memory without blocking: kvc_poll asks again. It
-			 * posts nothing, so it may take the caller's whole timeout;
-			 * the operation's own deadline starts when it has room. */
-			st->state = KVI_ST_W_GRANT;
-			st->grant_pause_us = GRANT_RETRY_MIN_US;
-			st->deadline = kvi_now_ns() + (uint64_t)h->o.op_timeout_ms * 1000000u;
-			st->not_before = kvi_now_ns() + GRANT_RETRY_MIN_US * 1000ull;
-			return 0;
-		}
-		st->obj_off = (uint64_t)off;
-	} else {
-		op->status = 1; /* in flight */
-		st->op = op;
-		h->inflight++;
 	}
+	op->status = 1; /* in flight */
+	st->op = op;
+	h->inflight++;
+	if (off == KVC_EAGAIN) { /* only a PUT */
+		/* Wait for memory without blocking: kvc_poll asks again. It posts
+		 * nothing, so it may take the caller's whole timeout; the
+		 * operation's own deadline starts when it has room. */
+		st->state = KVI_ST_W_GRANT;
+		st->grant_pause_us = GRANT_RETRY_MIN_US;
+		st->deadline = kvi_now_ns() + (uint64_t)h->o.op_timeout_ms * 1000000u;
+		st->not_before = kvi_now_ns() + GRANT_RETRY_MIN_US * 1000ull;
+		return 0;
+	}
+	st->obj_off = (uint64_t)off; /* PUT: where its object goes */
 	st->start = kvi_now_ns();
 	st->deadline = st->start + (uint64_t)h->op_timeout_ms * 1000000u;
 	start(h, st);
