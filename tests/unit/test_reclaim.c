@@ -795,7 +795,7 @@ Test(reclaim, items_read_outlive_a_stream_of_keys_written_once)
 {
 	const struct kvi_superblock *sb;
 	char k[32], v[600], got[700];
-	unsigned hot = 300, lost = 0;
+	unsigned hot = 200, lost = 0; /* read every 112 KB of stream: well inside the 200 KB small FIFO */
 	struct bg g;
 	kvc_t *a;
 
@@ -814,7 +814,7 @@ Test(reclaim, items_read_outlive_a_stream_of_keys_written_once)
 		cr_assert_eq(kvt_get_s(a, k, got, sizeof(got)), 0);
 	}
 	bg_start(&g);
-	/* A one-pass stream of four heaps, with the hot set (1/7 of the heap)
+	/* A one-pass stream of four heaps, with the hot set (1/18 of the heap)
 	 * read all along, cache-aside: read ones are copied into the main FIFO
 	 * and stay; the stream, never read, leaves through the small one. */
 	for (unsigned i = 0, n = (unsigned)(4 * sb->heap_size / 560); i < n; i++) {
