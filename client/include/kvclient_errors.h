@@ -37,7 +37,9 @@ extern "C" {
 	X(ECORRUPT, -17, "remote data failed verification on every retry")                 \
 	X(ESYS, -18, "system resource error (see log for the failing call)")                \
 	X(ETRUNC, -19, "value larger than the buffer given: the needed length is reported") \
-	X(EBUSY, -20, "asynchronous operations in flight: blocking calls need an idle handle")
+	X(EBUSY, -20, "asynchronous operations in flight: blocking calls need an idle handle") \
+	X(EUNKNOWN, -21, "outcome unknown: the write was sent but its completion was lost; it may have taken effect") \
+	X(EQUOTA, -22, "memory quota reached: this client already holds its share of the server's memory")
 
 enum kvc_errno {
 	KVC_OK = 0,
