@@ -64,7 +64,13 @@ struct kvi_cand {
 };
 
 /* What an object read says about our key. */
-enum kvi_objcheck { KVI_OBJ_BAD, KVI_OBJ_OTHER, KVI_OBJ_MATCH, KVI_OBJ_EXPIRED };
+enum kvi_objcheck {
+	KVI_OBJ_BAD,     /* failed verification: torn, zeroed or corrupt */
+	KVI_OBJ_OTHER,   /* another key's object */
+	KVI_OBJ_MATCH,   /* our key, alive */
+	KVI_OBJ_EXPIRED, /* our key, expired */
+	KVI_OBJ_UNSURE,  /* our key; it expired while the READ was in flight: read again */
+};
 
 struct kvi_opst {
 	struct kvc_op *op; /* NULL when free */
@@ -146,6 +152,8 @@ void kvi_st_finish(kvc_t *h, struct kvi_opst *st, int status, int kind);
 /* Queue an access mark for the object at obj_off (op_get.c, on a first read). */
 void kvi_mark_access(kvc_t *h, uint64_t obj_off, uint64_t deadline);
 uint64_t kvi_now_ns(void);
+/* CLOCK_REALTIME in ns: the clock of expiries (layout.h "Expiry"). */
+uint64_t kvi_real_ns(void);
 uint64_t kvi_rand(kvc_t *h);
 
 /* Shared helpers of the GET and write paths. */

@@ -24,6 +24,14 @@ uint64_t kvi_now_ns(void)
 	return (uint64_t)ts.tv_sec * 1000000000u + (uint64_t)ts.tv_nsec;
 }
 
+uint64_t kvi_real_ns(void)
+{
+	struct timespec ts;
+
+	clock_gettime(CLOCK_REALTIME, &ts);
+	return (uint64_t)ts.tv_sec * 1000000000u + (uint64_t)ts.tv_nsec;
+}
+
 uint64_t kvi_rand(kvc_t *h)
 {
 	/* xorshift64*: backoff jitter only, not security */
@@ -193,6 +201,28 @@ int kvi_read_cands(kvc_t *h, struct kvi_opst *st, int state)
 	return kvi_st_post(h, st, ops, n, state) ? -1 : (int)n;
 }
 
+/* Expiry is decided at a point inside the READ that fetched the object
+ * (layout.h "Expiry"): the READ ran between its post (st->posted) and now.
+ * A writer holds the bucket locks, so the object is current at every moment
+ * until its commit: now is such a moment. */
+static enum kvi_objcheck expiry_check(const struct kvi_opst *st, uint64_t expiry_ms)
+{
+	uint64_t real = kvi_real_ns(), exp_ns, t0;
+
+	if (expiry_ms == 0)
+		return KVI_OBJ_MATCH;
+	exp_ns = expiry_ms >= UINT64_MAX / 1000000u ? UINT64_MAX : expiry_ms * 1000000u;
+	if (exp_ns > real)
+		return KVI_OBJ_MATCH;
+	t0 = real;
+	if (st->op->type == KVC_OP_GET) {
+		uint64_t in_flight = kvi_now_ns() - st->posted;
+
+		t0 = in_flight < real ? real - in_flight : 0;
+	}
+	return exp_ns <= t0 ? KVI_OBJ_EXPIRED : KVI_OBJ_UNSURE;
+}
+
 enum kvi_objcheck kvi_obj_check(const struct kvi_opst *st, const struct kvi_cand *c)
 {
 	const unsigned char *buf = st->obj + c->loff;
@@ -203,9 +233,7 @@ enum kvi_objcheck kvi_obj_check(const struct kvi_opst *st, const struct kvi_cand
 		return KVI_OBJ_BAD;
 	if (oh->key_len != op->key_len || memcmp(buf + sizeof(*oh), op->key, op->key_len) != 0)
 		return KVI_OBJ_OTHER;
-	if (oh->expiry && (uint64_t)time(NULL) >= oh->expiry)
-		return KVI_OBJ_EXPIRED;
-	return KVI_OBJ_MATCH;
+	return expiry_check(st, kvi_obj_expiry_ms(oh));
 }
 
 const struct kvi_cand *kvi_check_round(const kvc_t *h, struct kvi_opst *st, enum kvi_objcheck *res)
@@ -216,7 +244,7 @@ const struct kvi_cand *kvi_check_round(const kvc_t *h, struct kvi_opst *st, enum
 		if (c->len > h->obj_area) /* never read: garbage */
 			continue;
 		*res = kvi_obj_check(st, c);
-		if (*res == KVI_OBJ_MATCH || *res == KVI_OBJ_EXPIRED)
+		if (*res == KVI_OBJ_MATCH || *res == KVI_OBJ_EXPIRED || *res == KVI_OBJ_UNSURE)
 			return c;
 		if (*res == KVI_OBJ_BAD)
 			st->cand_bad++;
@@ -389,14 +417,16 @@ static int check_op(const kvc_t *h, const struct kvc_op *op)
 	}
 }
 
-static uint32_t expiry_of(uint32_t ttl_s)
+/* The writer's clock at submission + ttl, rounded up to the next
+ * millisecond (layout.h "Expiry"); 0 = never. */
+static uint64_t expiry_of(uint64_t ttl_ms)
 {
-	uint64_t t;
+	uint64_t now_ms;
 
-	if (ttl_s == 0)
+	if (ttl_ms == 0)
 		return 0;
-	t = (uint64_t)time(NULL) + ttl_s;
-	return t > UINT32_MAX ? UINT32_MAX : (uint32_t)t;
+	now_ms = kvi_real_ns() / 1000000u + 1;
+	return ttl_ms > KVI_OBJ_EXPIRY_MAX - now_ms ? KVI_OBJ_EXPIRY_MAX : now_ms + ttl_ms;
 }
 
 static void start(kvc_t *h, struct kvi_opst *st)
@@ -441,7 +471,7 @@ int kvc_submit(kvc_t *h, struct kvc_op *op)
 		if (off < 0 && off != KVC_EAGAIN)
 			return (int)off;
 		kvi_obj_build(st->obj, op->key, (uint16_t)op->key_len, op->value, (uint32_t)op->value_len,
-			      expiry_of(op->ttl_s));
+			      expiry_of(op->ttl_ms));
 	}
 	op->status = 1; /* in flight */
 	st->op = op;

@@ -26,7 +26,7 @@ static void usage(FILE *f)
 		   "  -d, --device NAME         RDMA device (default: the one routing to HOST)\n"
 		   "  -t, --timeout MS          connection and operation timeout (default 5000)\n"
 		   "  -n, --no-newline          get: print the value only\n"
-		   "      --ttl SECONDS         put: expire after SECONDS\n"
+		   "      --ttl SECONDS         put: expire after SECONDS (fractions: 1.5 = 1500 ms)\n"
 		   "exit status: 0 done, 1 key not found, 2 error\n",
 		   KVC_DEFAULT_PORT);
 }
@@ -64,7 +64,21 @@ static char *read_stdin(size_t *len)
 	return buf;
 }
 
-static int parse_ttl(const char *s, uint32_t *ttl)
+/* SECONDS with up to millisecond precision ("60", "1.5", "0.25") into ms. */
+static int parse_seconds_ms(const char *s, uint64_t *ms)
+{
+	char *end;
+	double v;
+
+	errno = 0;
+	v = strtod(s, &end);
+	if (errno || *end || !*s || !(v >= 0) || v > 1e9 || (v > 0 && v < 0.001))
+		return -1;
+	*ms = (uint64_t)(v * 1000.0 + 0.5);
+	return 0;
+}
+
+static int parse_u32(const char *s, uint32_t *ttl)
 {
 	char *end;
 	unsigned long v;
@@ -111,7 +125,7 @@ int main(int argc, char **argv)
 	struct kvc_opts o;
 	char err[400], what[300];
 	const char *cmd, *key;
-	uint32_t ttl = 0;
+	uint64_t ttl = 0; /* ms */
 	int c, newline = 1, rc;
 	kvc_t *h;
 
@@ -130,7 +144,7 @@ int main(int argc, char **argv)
 		case 't': {
 			uint32_t ms;
 
-			if (parse_ttl(optarg, &ms) || ms == 0 || ms > 3600000)
+			if (parse_u32(optarg, &ms) || ms == 0 || ms > 3600000)
 				return fail("invalid --timeout", "expected milliseconds in 1..3600000");
 			o.connect_timeout_ms = o.op_timeout_ms = (int)ms;
 			break;
@@ -139,8 +153,8 @@ int main(int argc, char **argv)
 			newline = 0;
 			break;
 		case 'T':
-			if (parse_ttl(optarg, &ttl))
-				return fail("invalid --ttl", "expected whole seconds");
+			if (parse_seconds_ms(optarg, &ttl))
+				return fail("invalid --ttl", "expected seconds, 0.001 to 1e9 (e.g. 60 or 1.5)");
 			break;
 		case 'h':
 			usage(stdout);
@@ -171,8 +185,8 @@ int main(int argc, char **argv)
 		optind++;
 		while (optind < argc) {
 			if (strcmp(argv[optind], "--ttl") == 0 && optind + 1 < argc) {
-				if (parse_ttl(argv[optind + 1], &ttl))
-					return fail("invalid --ttl", "expected whole seconds");
+				if (parse_seconds_ms(argv[optind + 1], &ttl))
+					return fail("invalid --ttl", "expected seconds, 0.001 to 1e9 (e.g. 60 or 1.5)");
 				optind += 2;
 			} else {
 				return fail(what, "unexpected argument after VALUE");

@@ -143,10 +143,10 @@ int kvc_get(kvc_t *h, const void *key, size_t key_len, void *buf, size_t buf_len
 	return rc;
 }
 
-int kvc_put(kvc_t *h, const void *key, size_t key_len, const void *value, size_t value_len, uint32_t ttl_s)
+int kvc_put(kvc_t *h, const void *key, size_t key_len, const void *value, size_t value_len, uint64_t ttl_ms)
 {
 	struct kvc_op op = { .type = KVC_OP_PUT, .key = key, .key_len = key_len, .value = value,
-			     .value_len = value_len, .ttl_s = ttl_s };
+			     .value_len = value_len, .ttl_ms = ttl_ms };
 
 	return run_one(h, &op);
 }

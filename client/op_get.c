@@ -57,11 +57,11 @@ static void deliver(kvc_t *h, struct kvi_opst *st, const struct kvi_cand *c, int
 	struct kvc_op *op = st->op;
 	int status = 0;
 
-	op->value_len = oh->value_len;
-	if (oh->value_len > op->buf_len)
+	op->value_len = kvi_obj_value_len(oh);
+	if (op->value_len > op->buf_len)
 		status = KVC_ETRUNC;
-	else if (oh->value_len)
-		memcpy(op->buf, buf + sizeof(*oh) + oh->key_len, oh->value_len);
+	else if (op->value_len)
+		memcpy(op->buf, buf + sizeof(*oh) + oh->key_len, op->value_len);
 	/* The slot named this object of our key during this operation: the
 	 * location is confirmed as of its start (locache.h). */
 	if (st->cached)
@@ -94,6 +94,9 @@ static void on_cached(kvc_t *h, struct kvi_opst *st)
 		case KVI_OBJ_EXPIRED:
 			kvi_st_finish(h, st, KVC_ENOTFOUND, KVC_STAT_GET_MISS);
 			return;
+		case KVI_OBJ_UNSURE: /* expired during the READ: read again, decided then */
+			read_buckets(h, st);
+			return;
 		default:
 			break;
 		}
@@ -112,6 +115,8 @@ static void on_objects(kvc_t *h, struct kvi_opst *st)
 	if (c) {
 		if (res == KVI_OBJ_MATCH)
 			deliver(h, st, c, KVC_STAT_GET_HIT);
+		else if (res == KVI_OBJ_UNSURE) /* expired during the READ: read again */
+			read_buckets(h, st);
 		else
 			kvi_st_finish(h, st, KVC_ENOTFOUND, KVC_STAT_GET_MISS);
 		return;

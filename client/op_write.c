@@ -19,7 +19,6 @@
  * after a randomised exponential backoff, until the operation's deadline. Locks
  * are never waited for while held, so two writers cannot deadlock. */
 #include <string.h>
-#include <time.h>
 
 #include "client.h"
 #include "kvclient_errors.h"
@@ -180,7 +179,7 @@ static void read_headers(kvc_t *h, struct kvi_opst *st)
  * CPU cache does when a set is full; -1 when none may go. */
 static int pick_victim(const kvc_t *h, const struct kvi_opst *st, int *expired)
 {
-	uint64_t now = (uint64_t)time(NULL);
+	uint64_t now_ms = kvi_real_ns() / 1000000u; /* we hold both locks: any moment decides */
 	int unread = -1, any = -1;
 
 	for (unsigned k = 0; k < st->exp_next; k++) {
@@ -193,7 +192,7 @@ static int pick_victim(const kvc_t *h, const struct kvi_opst *st, int *expired)
 		if (!kvi_slot_in_heap(&h->sb, s) || oh->version != KVI_LAYOUT_VERSION || oh->key_len == 0 ||
 		    oh->key_len > KVI_MAX_KEY)
 			continue;
-		if (oh->expiry && now >= oh->expiry) {
+		if (kvi_obj_expiry_ms(oh) && now_ms >= kvi_obj_expiry_ms(oh)) {
 			*expired = 1;
 			return (int)k;
 		}

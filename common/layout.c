@@ -42,22 +42,23 @@ int kvi_slot_in_heap(const struct kvi_superblock *sb, uint64_t slot)
 uint64_t kvi_obj_checksum(const struct kvi_obj_hdr *h)
 {
 	const unsigned char *p = (const unsigned char *)h + KVI_OBJ_CSUM_FROM;
-	size_t n = sizeof(*h) - KVI_OBJ_CSUM_FROM + h->key_len + h->value_len;
+	size_t n = sizeof(*h) - KVI_OBJ_CSUM_FROM + h->key_len + kvi_obj_value_len(h);
 
 	return XXH3_64bits(p, n);
 }
 
 void kvi_obj_build(void *buf, const void *key, uint16_t key_len, const void *val, uint32_t val_len,
-		   uint32_t expiry)
+		   uint64_t expiry_ms)
 {
 	struct kvi_obj_hdr *h = buf;
 	unsigned char *p = (unsigned char *)buf + sizeof(*h);
 
 	memset(h, 0, sizeof(*h));
-	h->value_len = val_len;
+	if (expiry_ms > KVI_OBJ_EXPIRY_MAX)
+		expiry_ms = KVI_OBJ_EXPIRY_MAX;
+	h->len_exp = (uint64_t)val_len | expiry_ms << KVI_OBJ_VLEN_BITS;
 	h->key_len = (uint8_t)key_len;
 	h->version = KVI_LAYOUT_VERSION;
-	h->expiry = expiry;
 	memcpy(p, key, key_len);
 	if (val_len)
 		memcpy(p + key_len, val, val_len);
@@ -69,7 +70,7 @@ int kvi_obj_verify(const void *buf, uint64_t got)
 	const struct kvi_obj_hdr *h = buf;
 
 	if (got < sizeof(*h) || h->version != KVI_LAYOUT_VERSION || h->key_len == 0 ||
-	    h->key_len > KVI_MAX_KEY || kvi_obj_len(h->key_len, h->value_len) > got)
+	    h->key_len > KVI_MAX_KEY || kvi_obj_len(h->key_len, kvi_obj_value_len(h)) > got)
 		return KVC_ECORRUPT;
 	return kvi_obj_checksum(h) == h->checksum ? 0 : KVC_ECORRUPT;
 }

@@ -55,7 +55,7 @@
  *
  *   struct kvi_obj_hdr | key bytes | value bytes
  *
- *   The checksum (XXH3-64) covers the header from `value_len` on, the key and the
+ *   The checksum (XXH3-64) covers the header from `version` on, the key and the
  *   value; `access` is outside it so readers may update it without rewriting
  *   the object. A reader accepts an object only if the checksum matches, the
  *   lengths fit what it read, the key equals its key and the item has not
@@ -107,7 +107,7 @@
 #include <stdint.h>
 
 #define KVI_REGION_MAGIC 0x4e4f494745525643ull /* "CVREGION" as LE bytes */
-#define KVI_LAYOUT_VERSION 2u /* 2: 20-byte object headers */
+#define KVI_LAYOUT_VERSION 3u /* 2: 20-byte object headers; 3: expiry in milliseconds */
 
 #define KVI_SUPERBLOCK_SIZE 4096u
 #define KVI_BUCKET_SIZE 128u
@@ -198,22 +198,53 @@ enum kvi_obj_flags {
 };
 
 /* 20 bytes (4-byte aligned: objects start on 16-byte boundaries, and the
- * 64-bit checksum is read as two halves where a compiler needs it): a header
+ * 64-bit words are read as two halves where a compiler needs it): a header
  * of 32 would make a 16-byte key + 100-byte value object take 160 bytes in the
- * heap instead of 144. */
+ * heap instead of 144. The value length and the expiry share one word
+ * (kvi_obj_value_len, kvi_obj_expiry_ms): a value is under 1 MiB (a slot's
+ * SIZE field), so 20 bits hold its length and 44 bits hold the expiry in
+ * milliseconds of the Unix epoch (until the year 2527).
+ *
+ * Expiry (TTL semantics; README "Expiry" says the same to users).
+ *   - Clock: each machine's CLOCK_REALTIME, in milliseconds. A writer sets
+ *     expiry = its clock when the PUT is submitted + ttl, rounded up to the
+ *     next millisecond; 0 means never.
+ *   - Decision: a reader takes the item as expired iff expiry <= its clock at
+ *     a point inside its own READ of the object: it reads the clock after the
+ *     READ completed (t1) and derives the post time (t0) from it; expiry > t1
+ *     is alive, expiry <= t0 is expired, and an expiry between the two (the
+ *     item expired while the READ was in flight) is decided by reading again.
+ *     A writer, holding the bucket locks, decides at any moment between lock
+ *     and commit (the item cannot change meanwhile). The server's reclaimer
+ *     decides under the bucket locks too, by its clock.
+ *   - Guarantee, with machine clocks within S of each other (NTP keeps S to
+ *     milliseconds; on one machine S = 0): an item is alive for at least
+ *     ttl - S - d after its PUT completed (d: the PUT's own duration, its
+ *     round trips), and never alive later than ttl + S after that. */
 struct __attribute__((packed, aligned(4))) kvi_obj_hdr {
 	uint64_t checksum; /* XXH3-64 of bytes [offsetof(version), end of value) */
 	uint8_t access;    /* access hint for eviction ("Access tracking"); not checksummed */
 	uint8_t version;   /* KVI_LAYOUT_VERSION */
 	uint8_t flags;     /* enum kvi_obj_flags */
 	uint8_t key_len;   /* 1..KVI_MAX_KEY */
-	uint32_t value_len;
-	uint32_t expiry; /* unix seconds; 0 = never */
+	uint64_t len_exp;  /* bits 0..19 value length, bits 20..63 expiry (ms, 0 = never) */
 };
 _Static_assert(sizeof(struct kvi_obj_hdr) == 20, "object header layout");
 _Static_assert(offsetof(struct kvi_obj_hdr, access) == 8, "access is one byte after the checksum");
 _Static_assert(offsetof(struct kvi_obj_hdr, version) == 9, "checksum starts after access");
 _Static_assert(KVI_MAX_KEY <= UINT8_MAX, "key_len is one byte");
+#define KVI_OBJ_VLEN_BITS 20
+#define KVI_OBJ_EXPIRY_MAX ((1ull << (64 - KVI_OBJ_VLEN_BITS)) - 1) /* ms; also "far future" */
+_Static_assert(KVI_MAX_OBJECT < (1ull << KVI_OBJ_VLEN_BITS), "a value length fits 20 bits");
+
+static inline uint32_t kvi_obj_value_len(const struct kvi_obj_hdr *h)
+{
+	return (uint32_t)(h->len_exp & ((1u << KVI_OBJ_VLEN_BITS) - 1));
+}
+static inline uint64_t kvi_obj_expiry_ms(const struct kvi_obj_hdr *h)
+{
+	return h->len_exp >> KVI_OBJ_VLEN_BITS;
+}
 #define KVI_OBJ_CSUM_FROM offsetof(struct kvi_obj_hdr, version)
 
 static inline uint64_t kvi_obj_len(uint32_t key_len, uint32_t value_len)
@@ -245,7 +276,7 @@ uint64_t kvi_obj_checksum(const struct kvi_obj_hdr *h);
 
 /* Build an object in buf (kvi_obj_len bytes): header, key, value, checksum. */
 void kvi_obj_build(void *buf, const void *key, uint16_t key_len, const void *val, uint32_t val_len,
-		   uint32_t expiry);
+		   uint64_t expiry_ms);
 
 /* Verify an object READ into buf (got bytes): lengths inside got, checksum
  * right, version known. Returns 0 or KVC_ECORRUPT. Does not compare keys. */

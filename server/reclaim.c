@@ -59,6 +59,14 @@ struct kvs_reclaimer {
 	int keep_cold;
 };
 
+static uint64_t now_ms(void)
+{
+	struct timespec ts;
+
+	clock_gettime(CLOCK_REALTIME, &ts);
+	return (uint64_t)ts.tv_sec * 1000u + (uint64_t)ts.tv_nsec / 1000000u;
+}
+
 static uint64_t thread_cpu_ns(void)
 {
 	struct timespec ts;
@@ -129,7 +137,7 @@ static void walk(struct kvs_reclaimer *r, uint64_t off, uint64_t len, struct kvs
 	r->nitems = 0;
 	while (p + sizeof(struct kvi_obj_hdr) <= len) {
 		const struct kvi_obj_hdr *h = (const void *)(r->snap + p);
-		uint64_t olen = kvi_obj_len(h->key_len, h->value_len);
+		uint64_t olen = kvi_obj_len(h->key_len, kvi_obj_value_len(h));
 		struct kvi_keyhash kh;
 		uint64_t slot;
 		int found = 0;
@@ -207,7 +215,7 @@ static uint64_t decide(struct kvs_reclaimer *r, struct item *it, const struct kv
 		       uint64_t *copied, uint64_t seg_bytes, struct kvs_reclaim_stats *st, int *abort)
 {
 	const struct kvi_obj_hdr *h = (const void *)(r->snap + it->pos);
-	uint64_t now = (uint64_t)time(NULL), ns;
+	uint64_t ns, exp = kvi_obj_expiry_ms(h);
 	uint8_t access;
 	int fetched;
 
@@ -219,7 +227,7 @@ static uint64_t decide(struct kvs_reclaimer *r, struct item *it, const struct kv
 	access = __atomic_load_n(r->base + kvi_slot_obj_off(it->slot) + offsetof(struct kvi_obj_hdr, access),
 				 __ATOMIC_RELAXED);
 	fetched = access != 0 || (h->flags & KVI_OBJ_F_FETCHED);
-	if (h->expiry && now >= h->expiry) {
+	if (exp && now_ms() >= exp) { /* under the lock: any moment decides (layout.h "Expiry") */
 		st->expired++;
 		st->expired_unfetched += !fetched;
 		return 0;

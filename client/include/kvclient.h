@@ -81,14 +81,16 @@ KVC_EXPORT void kvc_destroy(kvc_t *h);
  * useful. A missing or expired key is KVC_ENOTFOUND. */
 KVC_EXPORT int kvc_get(kvc_t *h, const void *key, size_t key_len, void *buf, size_t buf_len,
 		       size_t *value_len);
-/* Insert or replace. ttl_s > 0 makes the item expire after that many seconds.
+/* Insert or replace. ttl_ms > 0 makes the item expire that many milliseconds
+ * after the call (by the clocks of the machines involved: README "Expiry"
+ * states the guarantee, layout.h "Expiry" the mechanism).
  * Too long a key (KVC_EKEYSIZE) or value (KVC_EVALSIZE, see kvc_max_value)
  * changes nothing. When both of the key's buckets are full, the insert takes
  * the slot of an expired item, or (unless the server runs with --no-evict)
  * evicts an item that was not read since it was written, else any item of
  * the two; KVC_EINDEXFULL only with --no-evict. */
 KVC_EXPORT int kvc_put(kvc_t *h, const void *key, size_t key_len, const void *value, size_t value_len,
-		       uint32_t ttl_s);
+		       uint64_t ttl_ms);
 /* Remove; KVC_ENOTFOUND if absent. */
 KVC_EXPORT int kvc_delete(kvc_t *h, const void *key, size_t key_len);
 
@@ -106,7 +108,7 @@ struct kvc_op {
 	size_t key_len;
 	const void *value; /* PUT: the value */
 	size_t value_len;  /* PUT: its length; GET: set to the value's length */
-	uint32_t ttl_s;    /* PUT */
+	uint64_t ttl_ms;   /* PUT: expire after this many milliseconds; 0 = never */
 	void *buf;         /* GET: destination */
 	size_t buf_len;    /* GET: its size */
 	void *user;        /* yours */

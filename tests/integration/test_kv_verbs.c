@@ -67,7 +67,7 @@ Test(kv, put_get_delete_over_verbs_with_spec_round_trips)
 	r1 = rtt_of(h, KVC_STAT_GET_HIT_CACHED, &n1);
 	cr_expect_eq(n1 - n0, 1);
 	cr_expect_eq(r1 - r0, 1);
-	cr_assert_eq(kvc_put(h, "hello", 5, "again", 5, 60), 0);
+	cr_assert_eq(kvc_put(h, "hello", 5, "again", 5, 60000), 0);
 	cr_assert_eq(kvc_get(nc, "hello", 5, buf, sizeof(buf), &len), 0);
 	cr_expect_eq(memcmp(buf, "again", 5), 0);
 	cr_assert_eq(kvc_delete(nc, "hello", 5), 0);

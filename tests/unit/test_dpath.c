@@ -189,10 +189,10 @@ Test(dpath, expired_items_read_as_misses)
 {
 	char v[16];
 
-	cr_assert_eq(kvc_put(h, "ttl", 3, "soon", 4, 1), 0);
+	cr_assert_eq(kvc_put(h, "ttl", 3, "soon", 4, 300), 0);
 	cr_assert_eq(kvc_put(h, "forever", 7, "yes", 3, 0), 0);
 	cr_assert_eq(kvt_get_s(h, "ttl", v, sizeof(v)), 0);
-	sleep(2);
+	usleep(400 * 1000); /* past the expiry: TTLs are milliseconds */
 	cr_expect_eq(kvt_get_s(h, "ttl", v, sizeof(v)), KVC_ENOTFOUND, "expired via the cached location");
 	kvc_t *nc;
 	cr_assert_eq(kvt_env_client(&env, NULL, 0, 4, &nc), 0);

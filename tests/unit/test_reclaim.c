@@ -209,11 +209,11 @@ Test(reclaim, expired_items_are_cleared_and_counted)
 
 	for (unsigned i = 0; i < 20; i++) {
 		snprintf(k, sizeof(k), "ttl-%u", i);
-		cr_assert_eq(kvc_put(a, k, strlen(k), "v", 1, 1), 0);
+		cr_assert_eq(kvc_put(a, k, strlen(k), "v", 1, 100), 0);
 	}
 	cr_assert_eq(kvt_put_s(a, "forever", "v"), 0);
 	kvc_destroy(a);
-	sleep(2); /* whole-second expiry: past it for sure */
+	usleep(200 * 1000); /* past the 100 ms expiry */
 	reclaim_all();
 	st = stats();
 	cr_expect_eq(st.rc.expired, 20);
@@ -238,11 +238,11 @@ Test(reclaim, an_insert_takes_the_slot_of_an_expired_item)
 	a = client(NULL, 0);
 	for (unsigned i = 0; i < 2 * KVI_SLOTS_PER_BUCKET; i++) {
 		snprintf(k, sizeof(k), "short-%u", i);
-		n += kvc_put(a, k, strlen(k), "v", 1, 1) == 0;
+		n += kvc_put(a, k, strlen(k), "v", 1, 500) == 0;
 	}
 	cr_assert_eq(n, 2 * KVI_SLOTS_PER_BUCKET);
 	cr_expect_eq(kvt_put_s(a, "newcomer", "here"), KVC_EINDEXFULL, "every slot holds a live item");
-	sleep(2);
+	usleep(600 * 1000);
 	cr_expect_eq(kvt_put_s(a, "newcomer", "here"), 0);
 	cr_expect_eq(kvt_get_s(a, "newcomer", got, sizeof(got)), 0);
 	cr_expect_str_eq(got, "here");
