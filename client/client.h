@@ -149,6 +149,10 @@ int kvi_client_open(struct kvi_rmem *rm, const struct kvc_opts *o, kvc_t **out);
 /* Engine services for the state machines. */
 int kvi_st_post(kvc_t *h, struct kvi_opst *st, const struct kvi_rop *ops, unsigned n, int state);
 void kvi_st_finish(kvc_t *h, struct kvi_opst *st, int status, int kind);
+/* Finish st, which cannot go on while it may hold bucket locks: nothing else
+ * can release them, so the connection is broken first and the server fences
+ * us (releasing them). Every other operation in flight then fails. */
+void kvi_st_abandon(kvc_t *h, struct kvi_opst *st, int status);
 /* Queue an access mark for the object at obj_off (op_get.c, on a first read). */
 void kvi_mark_access(kvc_t *h, uint64_t obj_off, uint64_t deadline);
 uint64_t kvi_now_ns(void);

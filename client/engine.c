@@ -266,7 +266,7 @@ static int may_hold_locks(const struct kvi_opst *st)
 /* An operation that cannot go on while it may hold locks: nothing else can
  * release them, so the connection is broken and the server fences us
  * (releasing them). Every operation in flight then fails. */
-static void abandon_with_locks(kvc_t *h, struct kvi_opst *st, int status)
+void kvi_st_abandon(kvc_t *h, struct kvi_opst *st, int status)
 {
 	kvi_rmem_shutdown(h->rm, status);
 	kvi_st_finish(h, st, status, KVC_STAT_FAILED);
@@ -302,25 +302,30 @@ int kvi_st_post(kvc_t *h, struct kvi_opst *st, const struct kvi_rop *ops, unsign
 {
 	struct kvi_rop all[KVI_RMEM_MAX_BATCH];
 	uint64_t now = kvi_now_ns();
-	int rc;
+	int rc, was_broken;
 
 	/* Past its deadline an operation posts nothing more: the server reuses
 	 * memory on that promise (segtab.h). */
 	if (now >= st->deadline) {
 		if (st->held)
-			abandon_with_locks(h, st, KVC_ETIMEDOUT);
+			kvi_st_abandon(h, st, KVC_ETIMEDOUT);
 		else
 			kvi_st_finish(h, st, KVC_ETIMEDOUT, KVC_STAT_FAILED);
 		return KVC_ETIMEDOUT;
 	}
 	n = add_marks(h, ops, n, now, all);
+	was_broken = h->rm->broken;
 	rc = kvi_rmem_post(h->rm, all, n, st->index);
 	st->posted = now;
 	if (rc) {
 		/* Every op has at most one batch in flight and depth <= the transport's
-		 * limit, so only a broken connection or a bug lands here. */
+		 * limit, so only a broken connection or a bug lands here. A commit
+		 * that broke the connection while posting may be half in: its slot
+		 * WRITE may land (rmem.h), so its outcome is unknown. */
+		if (state == KVI_ST_W_COMMIT && !was_broken && h->rm->broken)
+			rc = KVC_EUNKNOWN;
 		if (st->held)
-			abandon_with_locks(h, st, rc);
+			kvi_st_abandon(h, st, rc);
 		else
 			kvi_st_finish(h, st, rc, KVC_STAT_FAILED);
 		return rc;
@@ -569,8 +574,10 @@ static void on_complete(kvc_t *h, const struct kvi_rcomp *c)
 	st->rtt++;
 	if (c->status) {
 		/* The connection is gone; locks this op held are released by the
-		 * server when it fences us. */
-		kvi_st_finish(h, st, c->status, KVC_STAT_FAILED);
+		 * server when it fences us. A commit doorbell (slot WRITE + unlocks)
+		 * that was posted may have landed before the break: its write has an
+		 * unknown outcome, never "failed". Earlier doorbells change no slot. */
+		kvi_st_finish(h, st, st->state == KVI_ST_W_COMMIT ? KVC_EUNKNOWN : c->status, KVC_STAT_FAILED);
 		return;
 	}
 	if (st->op->type == KVC_OP_GET) {

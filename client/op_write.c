@@ -332,10 +332,12 @@ static void on_commit(kvc_t *h, struct kvi_opst *st)
 {
 	for (unsigned i = 0; i < st->nb; i++) {
 		if (st->w[2 + i] != held_word(h)) {
-			/* Someone else released our lock: the server fenced us as dead.
-			 * Whether our slot WRITE landed first is unknown. */
+			/* Our lock word was not ours any more: the server fenced us, or
+			 * someone wrote over it. Whether our slot WRITE counted is
+			 * unknown, and so is what we still hold: break the connection
+			 * so that the server fences whatever is left. */
 			kvi_locache_drop(&h->cache, st->kh.lo, st->kh.hi);
-			kvi_st_finish(h, st, KVC_ESERVERGONE, KVC_STAT_FAILED);
+			kvi_st_abandon(h, st, KVC_EUNKNOWN);
 			return;
 		}
 	}
@@ -353,7 +355,9 @@ static void on_release(kvc_t *h, struct kvi_opst *st)
 
 	for (unsigned i = 0; i < st->nb; i++) {
 		if ((st->held & (1u << i)) && st->w[2 + i] != held_word(h)) {
-			kvi_st_finish(h, st, KVC_ESERVERGONE, KVC_STAT_FAILED);
+			/* As in on_commit: what we hold is unknown; only fencing can
+			 * clean up. Nothing was written, so the write simply failed. */
+			kvi_st_abandon(h, st, KVC_ESERVERGONE);
 			return;
 		}
 	}

@@ -91,6 +91,13 @@ KVC_EXPORT int kvc_get(kvc_t *h, const void *key, size_t key_len, void *buf, siz
  * the two; KVC_EINDEXFULL only with --no-evict. */
 KVC_EXPORT int kvc_put(kvc_t *h, const void *key, size_t key_len, const void *value, size_t value_len,
 		       uint64_t ttl_ms);
+/* Outcomes of a write (PUT or DELETE). 0: it took effect. A failure code
+ * (KVC_ETIMEDOUT, KVC_ESERVERGONE, KVC_EIO, ...): it did not, and changed
+ * nothing. KVC_EUNKNOWN: its commit (the slot WRITE) was sent, and then the
+ * connection broke or the answer was lost; it may or may not have taken
+ * effect -- read the key to learn which, or write it again (both PUT and
+ * DELETE are idempotent). Never reported as a plain failure. */
+
 /* Remove; KVC_ENOTFOUND if absent. */
 KVC_EXPORT int kvc_delete(kvc_t *h, const void *key, size_t key_len);
 

@@ -817,6 +817,82 @@ Test(review_async, finished_but_unpolled_operations_count_against_depth)
 	kvc_destroy(a);
 }
 
+/* ---- issue 8 items 6 and 7: lost locks break the handle; unknown outcomes -- */
+
+/* Before the first unlock CAS (compare = a held word, swap 0) of the armed
+ * client: overwrite that lock word, as a fencing server or a stray writer
+ * would. Or fail the first slot WRITE of a commit (a WRITE into the index). */
+static int steal_armed, failw_armed;
+static int steal_or_fail(void *arg, struct kvi_rmem *rm, const struct kvi_rop *op)
+{
+	uint64_t idx_end = sb()->index_off + sb()->bucket_count * KVI_BUCKET_SIZE;
+
+	(void)arg;
+	(void)rm;
+	if (steal_armed && op->kind == KVI_ROP_CAS && op->compare_add != 0 && op->swap == 0) {
+		steal_armed = 0;
+		__atomic_store_n((uint64_t *)(void *)(base() + op->roff), kvi_lock_held_by(4000), __ATOMIC_SEQ_CST);
+	}
+	if (failw_armed && op->kind == KVI_ROP_WRITE && op->roff >= sb()->index_off && op->roff < idx_end) {
+		failw_armed = 0;
+		return KVC_EIO;
+	}
+	return 0;
+}
+
+static void unlock_word(uint64_t roff)
+{
+	__atomic_store_n((uint64_t *)(void *)(base() + roff), 0, __ATOMIC_SEQ_CST);
+}
+
+Test(review_locks, a_commit_whose_unlock_finds_a_foreign_word_is_unknown_and_breaks_the_handle)
+{
+	struct kvi_local_hooks hk = { .before_op = steal_or_fail };
+	kvc_t *a = client(&hk, 0, 4);
+	struct kvi_keyhash kh = hash_of("k");
+	char v[8];
+
+	steal_armed = 1;
+	cr_expect_eq(kvt_put_s(a, "k", "v"), KVC_EUNKNOWN, "the slot WRITE went out: outcome unknown");
+	cr_expect_eq(kvt_get_s(a, "x", v, sizeof(v)), KVC_ESERVERGONE, "the handle is broken (server fences it)");
+	unlock_word(kvi_bucket_off(sb(), kh.b[0]));
+	unlock_word(kvi_bucket_off(sb(), kh.b[1]));
+	kvc_destroy(a);
+}
+
+Test(review_locks, a_release_that_finds_a_foreign_word_breaks_the_handle)
+{
+	struct kvi_local_hooks hk = { .before_op = steal_or_fail };
+	kvc_t *a = client(&hk, 0, 4);
+	struct kvi_keyhash kh = hash_of("absent");
+	char v[8];
+
+	steal_armed = 1; /* DELETE of an absent key: lock, check, release */
+	cr_expect_eq(del_s(a, "absent"), KVC_ESERVERGONE);
+	cr_expect_eq(kvt_get_s(a, "x", v, sizeof(v)), KVC_ESERVERGONE, "the handle is broken (server fences it)");
+	unlock_word(kvi_bucket_off(sb(), kh.b[0]));
+	unlock_word(kvi_bucket_off(sb(), kh.b[1]));
+	kvc_destroy(a);
+}
+
+Test(review_locks, a_commit_that_completes_in_error_is_unknown_not_failed)
+{
+	struct kvi_local_hooks hk = { .before_op = steal_or_fail };
+	kvc_t *a = client(&hk, 0, 4), *b = client(NULL, 0, 4);
+	char v[8];
+
+	failw_armed = 1;
+	cr_expect_eq(kvt_put_s(a, "k", "v"), KVC_EUNKNOWN);
+	cr_expect_eq(del_s(a, "k"), KVC_ESERVERGONE);
+	/* The server would fence a; here nothing landed (the WRITE failed), and
+	 * the locks it held are released by hand as fencing would. */
+	unlock_word(kvi_bucket_off(sb(), hash_of("k").b[0]));
+	unlock_word(kvi_bucket_off(sb(), hash_of("k").b[1]));
+	cr_expect_eq(kvt_get_s(b, "k", v, sizeof(v)), KVC_ENOTFOUND);
+	kvc_destroy(a);
+	kvc_destroy(b);
+}
+
 /* Fails the n-th operation this client executes, as a completion error would:
  * that batch completes with KVC_EIO and the connection breaks. */
 static unsigned ops_seen, fail_at;
