@@ -84,6 +84,7 @@ struct kvi_opst {
 	uint64_t deadline;     /* ns: the operation fails KVC_ETIMEDOUT after this */
 	uint64_t not_before;   /* ns: KVI_ST_BACKOFF retries at this time */
 	uint64_t posted;       /* ns: when the batch in flight was posted */
+	uint64_t slot_posted;  /* GET: when the READ of the slot word(s) it uses was posted */
 
 	/* Scratch slice of the local buffer, owned while the op is in flight. */
 	struct kvi_bucket *bk; /* [2] */

@@ -201,10 +201,13 @@ int kvi_read_cands(kvc_t *h, struct kvi_opst *st, int state)
 	return kvi_st_post(h, st, ops, n, state) ? -1 : (int)n;
 }
 
-/* Expiry is decided at a point inside the READ that fetched the object
- * (layout.h "Expiry"): the READ ran between its post (st->posted) and now.
- * A writer holds the bucket locks, so the object is current at every moment
- * until its commit: now is such a moment. */
+/* Expiry is decided at a point where the object was the key's current one
+ * (layout.h "Expiry"). A GET's object was current when the slot naming it
+ * was read: between that READ's post (st->slot_posted) and now, a moment the
+ * object READ also precedes. Alive if the expiry is after now; expired if it
+ * was before that post; in between, unknown (read again). A writer holds the
+ * bucket locks, so its object is current at every moment until its commit:
+ * now is such a moment. */
 static enum kvi_objcheck expiry_check(const struct kvi_opst *st, uint64_t expiry_ms)
 {
 	uint64_t real = kvi_real_ns(), exp_ns, t0;
@@ -216,9 +219,9 @@ static enum kvi_objcheck expiry_check(const struct kvi_opst *st, uint64_t expiry
 		return KVI_OBJ_MATCH;
 	t0 = real;
 	if (st->op->type == KVC_OP_GET) {
-		uint64_t in_flight = kvi_now_ns() - st->posted;
+		uint64_t since = kvi_now_ns() - st->slot_posted;
 
-		t0 = in_flight < real ? real - in_flight : 0;
+		t0 = since < real ? real - since : 0;
 	}
 	return exp_ns <= t0 ? KVI_OBJ_EXPIRED : KVI_OBJ_UNSURE;
 }

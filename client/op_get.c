@@ -27,7 +27,8 @@ static void read_buckets(kvc_t *h, struct kvi_opst *st)
 	st->b[1] = st->kh.b[1];
 	ops[0] = kvi_rop_read(kvi_bucket_off(&h->sb, st->b[0]), &st->bk[0], KVI_BUCKET_SIZE);
 	ops[1] = kvi_rop_read(kvi_bucket_off(&h->sb, st->b[1]), &st->bk[1], KVI_BUCKET_SIZE);
-	kvi_st_post(h, st, ops, 2, KVI_ST_GET_BUCKETS);
+	if (kvi_st_post(h, st, ops, 2, KVI_ST_GET_BUCKETS) == 0)
+		st->slot_posted = st->posted;
 }
 
 void kvi_get_start(kvc_t *h, struct kvi_opst *st)
@@ -46,7 +47,8 @@ void kvi_get_start(kvc_t *h, struct kvi_opst *st)
 	st->cand[0] = (struct kvi_cand){ .slot = l->slot, .idx = l->idx, .len = (uint32_t)kvi_read_len(h, l->slot) };
 	ops[0] = kvi_rop_read(kvi_bucket_off(&h->sb, l->bucket) + 8 + 8u * l->idx, &st->w[0], 8);
 	ops[1] = kvi_rop_read(kvi_slot_obj_off(l->slot), st->obj, st->cand[0].len);
-	kvi_st_post(h, st, ops, 2, KVI_ST_GET_CACHED);
+	if (kvi_st_post(h, st, ops, 2, KVI_ST_GET_CACHED) == 0)
+		st->slot_posted = st->posted;
 }
 
 /* Copy the value of the matching object in c out to the caller. */

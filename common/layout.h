@@ -209,14 +209,16 @@ enum kvi_obj_flags {
  *   - Clock: each machine's CLOCK_REALTIME, in milliseconds. A writer sets
  *     expiry = its clock when the PUT is submitted + ttl, rounded up to the
  *     next millisecond; 0 means never.
- *   - Decision: a reader takes the item as expired iff expiry <= its clock at
- *     a point inside its own READ of the object: it reads the clock after the
- *     READ completed (t1) and derives the post time (t0) from it; expiry > t1
+ *   - Decision: by the reader's clock at a moment when the object it read
+ *     was the key's current one. For a GET that is the READ of the slot word
+ *     naming it: the GET reads the clock after the object READ completed
+ *     (t1) and derives from it t0, when the slot READ was posted; expiry > t1
  *     is alive, expiry <= t0 is expired, and an expiry between the two (the
- *     item expired while the READ was in flight) is decided by reading again.
- *     A writer, holding the bucket locks, decides at any moment between lock
- *     and commit (the item cannot change meanwhile). The server's reclaimer
- *     decides under the bucket locks too, by its clock.
+ *     item expired while the GET was in flight, and may have been replaced
+ *     since) is decided by reading again from the buckets. A writer, holding
+ *     the bucket locks, decides at any moment between lock and commit (the
+ *     item cannot change meanwhile). The server's reclaimer decides under the
+ *     bucket locks too, by its clock.
  *   - Guarantee, with machine clocks within S of each other (NTP keeps S to
  *     milliseconds; on one machine S = 0): an item is alive for at least
  *     ttl - S - d after its PUT completed (d: the PUT's own duration, its

@@ -985,7 +985,7 @@ Test(review_expiry, delete_of_an_expired_item_is_enotfound_through_the_buckets)
  * the expiry decision must be made at a point inside the READ (layout.h
  * "Expiry"): here it is ambiguous, so the GET reads again and returns the
  * newer value. Checked on the cached path (cache > 0) and the bucket path. */
-static void expiry_during_read(unsigned cache)
+static void expiry_during_read(unsigned cache, int object_read_late)
 {
 	kvc_t *a = client(NULL, cache, 4), *b = client(NULL, 0, 4);
 	char v[16] = "";
@@ -998,8 +998,11 @@ static void expiry_during_read(unsigned cache)
 	/* The local transport executes a READ when it is posted: on the cached
 	 * path this reads the old object now; on the bucket path, the buckets. */
 	cr_assert_eq(kvc_submit(a, &op), 0);
-	if (cache == 0) /* let the object READ be posted too, while "old" is alive */
+	if (cache == 0 && !object_read_late) /* let the object READ be posted too, while "old" is alive */
 		cr_assert_eq(kvc_poll(a, &d, 1, 0), 0);
+	/* (late: the buckets were read while "old" was alive; its object is
+	 * read only after it expired and was replaced: the slot READ is the
+	 * moment it was current, and decides) */
 	cr_assert_eq(kvt_put_s(b, "k", "new"), 0);
 	usleep(250 * 1000); /* past the old item's expiry */
 	cr_assert_eq(kvc_poll(a, &d, 1, -1), 1);
@@ -1011,12 +1014,17 @@ static void expiry_during_read(unsigned cache)
 
 Test(review_expiry, an_item_expiring_while_the_cached_read_is_in_flight_is_read_again)
 {
-	expiry_during_read(1024);
+	expiry_during_read(1024, 0);
 }
 
 Test(review_expiry, an_item_expiring_while_the_object_read_is_in_flight_is_read_again)
 {
-	expiry_during_read(0);
+	expiry_during_read(0, 0);
+}
+
+Test(review_expiry, an_item_that_expired_between_its_slot_read_and_its_object_read_is_read_again)
+{
+	expiry_during_read(0, 1);
 }
 
 Test(review_expiry, a_ttl_counts_in_milliseconds)
