@@ -27,6 +27,11 @@
 #define KVI_MAX_CAND (2 * KVI_SLOTS_PER_BUCKET)
 #define KVI_VERIFY_TRIES 8 /* reads that fail verification before KVC_ECORRUPT */
 #define KVI_MARKS 32       /* access marks waiting for a doorbell to ride in */
+/* Each operation slot's object area starts this small (in the handle's main
+ * buffer) and grows, in its own registered buffer, only when the slot meets a
+ * larger object: a handle pins memory for what it carries, not depth times
+ * the largest object a server could hold. */
+#define KVI_OBJ_AREA_MIN 4096u
 
 /* An access mark: a GET read an object whose access byte was 0, and will set
  * it (layout.h "Access tracking") by a 1-byte WRITE posted in the next
@@ -90,6 +95,7 @@ struct kvi_opst {
 	struct kvi_bucket *bk; /* [2] */
 	uint64_t *w;           /* [8]: CAS results, slot word to write, slot re-read */
 	unsigned char *obj;    /* object area: new object (PUT), objects read */
+	uint32_t obj_cap;      /* its bytes: KVI_OBJ_AREA_MIN, grown for large values (kvi_obj_room) */
 
 	/* Buckets this attempt works on: bucket indices, how many, which are held. */
 	uint64_t b[2];
@@ -122,7 +128,7 @@ struct kvc {
 	struct kvi_superblock sb; /* validated copy, read at open */
 	struct kvc_opts o;
 	uint32_t op_timeout_ms; /* o.op_timeout_ms, at most the server's max_op_ms */
-	uint32_t obj_area; /* bytes of each op's object area */
+	uint32_t obj_area; /* the largest object area an op may need (max_object, rounded) */
 	uint64_t max_object;
 
 	struct kvi_opst *st; /* [depth] */
@@ -160,6 +166,9 @@ uint64_t kvi_now_ns(void);
 /* CLOCK_REALTIME in ns: the clock of expiries (layout.h "Expiry"). */
 uint64_t kvi_real_ns(void);
 uint64_t kvi_rand(kvc_t *h);
+
+/* Make st's object area at least `need` bytes (<= h->obj_area); 0 or KVC_ENOMEM. */
+int kvi_obj_room(kvc_t *h, struct kvi_opst *st, uint64_t need);
 
 /* Shared helpers of the GET and write paths. */
 uint64_t kvi_read_len(const kvc_t *h, uint64_t slot);

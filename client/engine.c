@@ -41,10 +41,33 @@ uint64_t kvi_rand(kvc_t *h)
 	return h->rng * 2685821657736338717ull;
 }
 
-/* Per-operation scratch: 2 buckets, 8 words, the object area. */
-static size_t scratch_size(uint32_t obj_area)
+/* Per-operation scratch in the main buffer: 2 buckets, 8 words, the
+ * initial object area. */
+static size_t scratch_size(void)
 {
-	return 2 * KVI_BUCKET_SIZE + 64 + obj_area;
+	return 2 * KVI_BUCKET_SIZE + 64 + KVI_OBJ_AREA_MIN;
+}
+
+int kvi_obj_room(kvc_t *h, struct kvi_opst *st, uint64_t need)
+{
+	uint64_t size = st->obj_cap;
+	void *p;
+
+	if (need <= st->obj_cap)
+		return 0;
+	if (need > h->obj_area)
+		return KVC_EINVAL;
+	while (size < need)
+		size *= 2;
+	if (size > h->obj_area)
+		size = h->obj_area;
+	/* Nothing of st is in flight (it is between doorbells), and the old
+	 * area's contents are not needed: every caller fills the new one. */
+	if (kvi_rmem_xbuf(h->rm, st->index, size, &p))
+		return KVC_ENOMEM;
+	st->obj = p;
+	st->obj_cap = (uint32_t)size;
+	return 0;
 }
 
 static void close_handle(kvc_t *h)
@@ -101,7 +124,7 @@ int kvi_client_open(struct kvi_rmem *rm, const struct kvc_opts *o, kvc_t **out)
 		rc = KVC_ENOMEM;
 		goto clean_h;
 	}
-	scratch = scratch_size(h->obj_area);
+	scratch = scratch_size();
 	rc = kvi_rmem_set_lbuf(rm, scratch * o->depth + 64);
 	if (rc)
 		goto clean_h;
@@ -115,6 +138,7 @@ int kvi_client_open(struct kvi_rmem *rm, const struct kvc_opts *o, kvc_t **out)
 		h->st[i].bk = (struct kvi_bucket *)(void *)s;
 		h->st[i].w = (uint64_t *)(void *)(s + 2 * KVI_BUCKET_SIZE);
 		h->st[i].obj = s + 2 * KVI_BUCKET_SIZE + 64;
+		h->st[i].obj_cap = KVI_OBJ_AREA_MIN < h->obj_area ? KVI_OBJ_AREA_MIN : h->obj_area;
 	}
 	*out = h;
 	return 0;
@@ -189,7 +213,16 @@ int kvi_read_cands(kvc_t *h, struct kvi_opst *st, int state)
 			st->cand_next++;
 			continue;
 		}
-		if (used + c->len > h->obj_area)
+		if (used == 0 && kvi_obj_room(h, st, c->len)) {
+			/* No memory to read it into: give up (a writer cannot release
+			 * its locks without deciding: break, and be fenced). */
+			if (st->held)
+				kvi_st_abandon(h, st, KVC_ENOMEM);
+			else
+				kvi_st_finish(h, st, KVC_ENOMEM, KVC_STAT_FAILED);
+			return -1;
+		}
+		if (used + c->len > st->obj_cap)
 			break;
 		c->loff = used;
 		ops[n++] = kvi_rop_read(kvi_slot_obj_off(c->slot), st->obj + used, c->len);
@@ -471,10 +504,14 @@ int kvc_submit(kvc_t *h, struct kvc_op *op)
 		st->bk = keep.bk;
 		st->w = keep.w;
 		st->obj = keep.obj;
+		st->obj_cap = keep.obj_cap;
 	}
 	kvi_key_hash(op->key, op->key_len, h->sb.bucket_count, &st->kh);
 	if (op->type == KVC_OP_PUT) {
 		st->obj_len = (uint32_t)kvi_obj_len((uint32_t)op->key_len, (uint32_t)op->value_len);
+		rc = kvi_obj_room(h, st, st->obj_len);
+		if (rc)
+			return rc;
 		off = reserve(h, kvi_obj_footprint(st->obj_len));
 		if (off < 0 && off != KVC_EAGAIN)
 			return (int)off;

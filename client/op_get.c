@@ -41,6 +41,10 @@ void kvi_get_start(kvc_t *h, struct kvi_opst *st)
 		read_buckets(h, st);
 		return;
 	}
+	if (kvi_obj_room(h, st, kvi_read_len(h, l->slot))) {
+		kvi_st_finish(h, st, KVC_ENOMEM, KVC_STAT_FAILED);
+		return;
+	}
 	st->cached = 1;
 	st->loc = *l;
 	st->ncand = 1;

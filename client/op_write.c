@@ -63,6 +63,10 @@ void kvi_write_start(kvc_t *h, struct kvi_opst *st)
 		     (st->op->type == KVC_OP_PUT ? cache_trusted(h, st, l)
 						  : (kvi_slot_in_heap(&h->sb, l->slot) &&
 						     kvi_read_len(h, l->slot) <= h->obj_area));
+	if (st->cached && st->op->type == KVC_OP_DELETE && kvi_obj_room(h, st, kvi_read_len(h, l->slot))) {
+		kvi_st_finish(h, st, KVC_ENOMEM, KVC_STAT_FAILED); /* nothing held yet */
+		return;
+	}
 	if (st->cached) {
 		st->loc = *l;
 		st->nb = 1;
@@ -150,6 +154,7 @@ static void found(kvc_t *h, struct kvi_opst *st, uint32_t which, uint32_t idx, i
  * changes only under its lock (layout.h I1) and a segment is reclaimed only
  * after every slot into it was switched away. */
 #define HDR_STRIDE ((sizeof(struct kvi_obj_hdr) + 7) & ~(size_t)7)
+_Static_assert(2 * KVI_SLOTS_PER_BUCKET * HDR_STRIDE <= KVI_OBJ_AREA_MIN, "headers fit any object area");
 
 static void read_headers(kvc_t *h, struct kvi_opst *st)
 {

@@ -3,14 +3,32 @@
 #include "rmem.h"
 
 #include <sched.h>
+#include <stdlib.h>
+#include <string.h>
 #include <stdint.h>
 #include <time.h>
 
 #include "kvclient_errors.h"
 
+/* Is [p, p + len) inside the main local buffer or an extra one? */
+static int local_ok(const struct kvi_rmem *rm, const unsigned char *p, uint64_t len)
+{
+	const unsigned char *lo = rm->lbuf;
+
+	if (p >= lo && (size_t)(p - lo) <= rm->lbuf_size && rm->lbuf_size - (size_t)(p - lo) >= len)
+		return 1;
+	for (unsigned i = 0; i < rm->nxbuf; i++) {
+		const struct kvi_xbuf *x = &rm->xbuf[i];
+
+		if (x->p && p >= x->p && (size_t)(p - x->p) <= x->size && x->size - (size_t)(p - x->p) >= len)
+			return 1;
+	}
+	return 0;
+}
+
 static int check_op(const struct kvi_rmem *rm, const struct kvi_rop *op)
 {
-	const char *lo = rm->lbuf, *p = op->local;
+	const unsigned char *p = op->local;
 	uint64_t len;
 
 	switch (op->kind) {
@@ -30,7 +48,7 @@ static int check_op(const struct kvi_rmem *rm, const struct kvi_rop *op)
 	default:
 		return KVC_EINVAL;
 	}
-	if (!p || p < lo || (size_t)(p - lo) > rm->lbuf_size || rm->lbuf_size - (size_t)(p - lo) < len)
+	if (!p || !local_ok(rm, p, len))
 		return KVC_EINVAL;
 	/* Checked here so that a bad offset is a clean error, not a dead QP. */
 	if (op->roff >= rm->region_size || rm->region_size - op->roff < len)
@@ -151,6 +169,47 @@ int kvi_rmem_set_lbuf(struct kvi_rmem *rm, size_t size)
 	return rm->type->set_lbuf(rm, size);
 }
 
+static void xbuf_free(struct kvi_rmem *rm, unsigned idx)
+{
+	struct kvi_xbuf *x = &rm->xbuf[idx];
+
+	if (!x->p)
+		return;
+	rm->type->xbuf_dereg(rm, idx);
+	free(x->p);
+	*x = (struct kvi_xbuf){ 0 };
+	while (rm->nxbuf && !rm->xbuf[rm->nxbuf - 1].p)
+		rm->nxbuf--;
+}
+
+int kvi_rmem_xbuf(struct kvi_rmem *rm, unsigned idx, size_t size, void **out)
+{
+	size_t rounded = (size + 63) & ~(size_t)63;
+	unsigned char *p;
+
+	if (idx >= KVI_RMEM_MAX_XBUF || rounded < size)
+		return KVC_EINVAL;
+	xbuf_free(rm, idx);
+	if (size == 0)
+		return 0;
+	p = aligned_alloc(64, rounded);
+	if (!p)
+		return KVC_ENOMEM;
+	memset(p, 0, rounded);
+	rm->xbuf[idx] = (struct kvi_xbuf){ .p = p, .size = size };
+	if (idx >= rm->nxbuf)
+		rm->nxbuf = idx + 1;
+	if (rm->type->xbuf_reg(rm, idx)) {
+		rm->xbuf[idx] = (struct kvi_xbuf){ 0 };
+		free(p);
+		while (rm->nxbuf && !rm->xbuf[rm->nxbuf - 1].p)
+			rm->nxbuf--;
+		return KVC_ENOMEM;
+	}
+	*out = p;
+	return 0;
+}
+
 void kvi_rmem_shutdown(struct kvi_rmem *rm, int reason)
 {
 	if (!rm->broken)
@@ -159,6 +218,9 @@ void kvi_rmem_shutdown(struct kvi_rmem *rm, int reason)
 
 void kvi_rmem_destroy(struct kvi_rmem *rm)
 {
-	if (rm)
-		rm->type->destroy(rm);
+	if (!rm)
+		return;
+	for (unsigned i = 0; i < rm->nxbuf; i++)
+		xbuf_free(rm, i);
+	rm->type->destroy(rm);
 }

@@ -10,7 +10,10 @@
  * Addresses are byte offsets into the remote region, never raw pointers: the
  * transport adds the base address. Local buffers (READ destinations, WRITE sources,
  * atomic result words) must lie inside the connection's local buffer
- * (kvi_rmem_lbuf), which the verbs transport has registered with the NIC.
+ * (kvi_rmem_lbuf) or one of its extra buffers (kvi_rmem_xbuf), which the verbs
+ * transport has registered with the NIC. Extra buffers let a user size memory
+ * by what it carries: a small main buffer, and a larger one registered only for
+ * a slot that meets a large value.
  *
  * Semantics, identical for every transport (and what the upper layers may rely on):
  *  - Operations of one batch are executed in posting order as RC does: a WRITE
@@ -60,6 +63,7 @@ struct kvi_rcomp {
 /* Limits every transport honours; upper layers size their batches by them. */
 #define KVI_RMEM_MAX_BATCH 16u   /* operations per doorbell */
 #define KVI_RMEM_MAX_INFLIGHT 64u /* batches outstanding per connection */
+#define KVI_RMEM_MAX_XBUF 64u     /* extra local buffers per connection */
 
 struct kvi_rmem;
 
@@ -77,6 +81,9 @@ struct kvi_rmem_type {
 	int (*ctrl_call)(struct kvi_rmem *rm, const struct kvi_ctrl *req, struct kvi_ctrl *resp, int timeout_ms);
 	/* Replace the local buffer by a zeroed one of size bytes (nothing in flight). */
 	int (*set_lbuf)(struct kvi_rmem *rm, size_t size);
+	/* Register / deregister extra buffer idx (rm->xbuf[idx], allocated by rmem.c). */
+	int (*xbuf_reg)(struct kvi_rmem *rm, unsigned idx);
+	void (*xbuf_dereg)(struct kvi_rmem *rm, unsigned idx);
 	/* Break the connection: outstanding batches fail, later posts fail. */
 	void (*shutdown)(struct kvi_rmem *rm, int reason);
 	void (*destroy)(struct kvi_rmem *rm);
@@ -88,6 +95,11 @@ struct kvi_rmem {
 	uint64_t region_size; /* bytes of the remote region */
 	void *lbuf;           /* local buffer owned by the connection */
 	size_t lbuf_size;
+	struct kvi_xbuf {
+		unsigned char *p; /* NULL: unused */
+		size_t size;
+	} xbuf[KVI_RMEM_MAX_XBUF];
+	unsigned nxbuf; /* one past the highest extra buffer in use */
 	unsigned inflight; /* batches posted and not yet returned by poll */
 	int broken;        /* 0, or the code that broke the connection */
 	uint32_t client_id; /* given by the server at join; the lock owner id */
@@ -137,6 +149,12 @@ int kvi_rmem_ctrl_call(struct kvi_rmem *rm, struct kvi_ctrl *req, struct kvi_ctr
  * aligned, registered). Only with nothing in flight (KVC_EINVAL otherwise);
  * pointers into the old buffer become invalid. */
 int kvi_rmem_set_lbuf(struct kvi_rmem *rm, size_t size);
+
+/* Replace extra buffer idx (0..KVI_RMEM_MAX_XBUF-1) by a zeroed, registered
+ * one of size bytes (64-byte aligned), returned in *out; size 0 only frees it.
+ * The caller guarantees that no batch in flight uses the old one. Returns 0,
+ * KVC_EINVAL or KVC_ENOMEM (allocation or registration: memlock limit). */
+int kvi_rmem_xbuf(struct kvi_rmem *rm, unsigned idx, size_t size, void **out);
 
 /* Break the connection on purpose (e.g. after a timeout decided above). */
 void kvi_rmem_shutdown(struct kvi_rmem *rm, int reason);

@@ -242,6 +242,20 @@ static int local_set_lbuf(struct kvi_rmem *rm, size_t size)
 	return 0;
 }
 
+/* Plain memory needs no registration. */
+static int local_xbuf_reg(struct kvi_rmem *rm, unsigned idx)
+{
+	(void)rm;
+	(void)idx;
+	return 0;
+}
+
+static void local_xbuf_dereg(struct kvi_rmem *rm, unsigned idx)
+{
+	(void)rm;
+	(void)idx;
+}
+
 static void local_destroy(struct kvi_rmem *rm)
 {
 	struct rmem_local *l = (struct rmem_local *)rm;
@@ -257,6 +271,8 @@ static const struct kvi_rmem_type local_type = {
 	.idle = local_idle,
 	.ctrl_call = local_ctrl_call,
 	.set_lbuf = local_set_lbuf,
+	.xbuf_reg = local_xbuf_reg,
+	.xbuf_dereg = local_xbuf_dereg,
 	.shutdown = local_shutdown,
 	.destroy = local_destroy,
 };

@@ -36,6 +36,7 @@ struct rmem_verbs {
 	struct ibv_pd *pd;
 	struct ibv_cq *cq;
 	struct ibv_mr *lmr;
+	struct ibv_mr *xmr[KVI_RMEM_MAX_XBUF]; /* rm.xbuf[i]'s registration */
 	uint64_t raddr; /* remote virtual address of region offset 0 */
 	uint32_t rkey;
 	uint32_t max_inline;
@@ -79,6 +80,19 @@ static void verbs_shutdown(struct kvi_rmem *rm, int reason)
 	}
 }
 
+/* The key of the registered buffer holding p (rmem.c checked it is in one). */
+static uint32_t lkey_of(const struct rmem_verbs *v, const void *p)
+{
+	const unsigned char *c = p, *lo = v->rm.lbuf;
+
+	if (c >= lo && c < lo + v->rm.lbuf_size)
+		return v->lmr->lkey;
+	for (unsigned i = 0; i < v->rm.nxbuf; i++)
+		if (v->xmr[i] && c >= v->rm.xbuf[i].p && c < v->rm.xbuf[i].p + v->rm.xbuf[i].size)
+			return v->xmr[i]->lkey;
+	return v->lmr->lkey;
+}
+
 static int verbs_post(struct kvi_rmem *rm, const struct kvi_rop *ops, unsigned n, uint64_t cookie)
 {
 	struct rmem_verbs *v = (struct rmem_verbs *)rm;
@@ -93,7 +107,7 @@ static int verbs_post(struct kvi_rmem *rm, const struct kvi_rop *ops, unsigned n
 
 		sge[i].addr = (uintptr_t)op->local;
 		sge[i].length = op->kind == KVI_ROP_READ || op->kind == KVI_ROP_WRITE ? op->len : 8;
-		sge[i].lkey = v->lmr->lkey;
+		sge[i].lkey = lkey_of(v, op->local);
 		wr[i].wr_id = slot;
 		wr[i].sg_list = &sge[i];
 		wr[i].num_sge = 1;
@@ -318,6 +332,28 @@ static int verbs_set_lbuf(struct kvi_rmem *rm, size_t size)
 	return 0;
 }
 
+static int verbs_xbuf_reg(struct kvi_rmem *rm, unsigned idx)
+{
+	struct rmem_verbs *v = (struct rmem_verbs *)rm;
+
+	v->xmr[idx] = ibv_reg_mr(v->pd, rm->xbuf[idx].p, rm->xbuf[idx].size, IBV_ACCESS_LOCAL_WRITE);
+	if (!v->xmr[idx]) {
+		kvi_err("cannot register a %zu-byte local buffer on %s: %s (the memlock limit? ulimit -l)",
+			rm->xbuf[idx].size, ibv_get_device_name(v->id->verbs->device), strerror(errno));
+		return KVC_ENOMEM;
+	}
+	return 0;
+}
+
+static void verbs_xbuf_dereg(struct kvi_rmem *rm, unsigned idx)
+{
+	struct rmem_verbs *v = (struct rmem_verbs *)rm;
+
+	if (v->xmr[idx])
+		ibv_dereg_mr(v->xmr[idx]);
+	v->xmr[idx] = NULL;
+}
+
 static void verbs_destroy(struct kvi_rmem *rm)
 {
 	struct rmem_verbs *v = (struct rmem_verbs *)rm;
@@ -350,6 +386,8 @@ static const struct kvi_rmem_type verbs_type = {
 	.idle = verbs_idle,
 	.ctrl_call = verbs_ctrl_call,
 	.set_lbuf = verbs_set_lbuf,
+	.xbuf_reg = verbs_xbuf_reg,
+	.xbuf_dereg = verbs_xbuf_dereg,
 	.shutdown = verbs_shutdown,
 	.destroy = verbs_destroy,
 };

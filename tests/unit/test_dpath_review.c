@@ -34,6 +34,7 @@ static void teardown(void)
 	kvt_env_fini(&env);
 }
 
+TestSuite(review_memory, .init = setup, .fini = teardown, .timeout = 60);
 TestSuite(review_locks, .init = setup, .fini = teardown, .timeout = 60);
 TestSuite(review_race, .init = setup, .fini = teardown, .timeout = 60);
 TestSuite(review_cache, .init = setup, .fini = teardown, .timeout = 60);
@@ -891,6 +892,61 @@ Test(review_locks, a_commit_that_completes_in_error_is_unknown_not_failed)
 	cr_expect_eq(kvt_get_s(b, "k", v, sizeof(v)), KVC_ENOTFOUND);
 	kvc_destroy(a);
 	kvc_destroy(b);
+}
+
+/* ---- issue 8 item 4: memory in proportion to what a handle carries ------- */
+
+Test(review_memory, a_deep_handle_pins_little_until_it_carries_a_large_value)
+{
+	kvc_t *a = client(NULL, 0, 64), *b = client(NULL, 0, 64);
+	size_t big = kvc_max_value(a, 3), got = 0;
+	char *v = malloc(big), *r = malloc(big);
+
+	cr_assert(v && r && big > 30000, "max value %zu", big);
+	/* 64 slots x (two buckets + words + a 4 KiB object area): ~280 KiB,
+	 * not 64 x the largest object (64 MiB with 1 MiB segments) */
+	cr_expect_lt(a->rm->lbuf_size, 300u << 10, "main buffer %zu bytes", a->rm->lbuf_size);
+	cr_expect_eq(a->rm->nxbuf, 0);
+	for (size_t i = 0; i < big; i++)
+		v[i] = (char)('a' + i % 26);
+	cr_assert_eq(kvc_put(a, "big", 3, v, big, 0), 0);
+	cr_expect_eq(a->rm->nxbuf, 1, "one slot grew");
+	cr_expect_leq(a->rm->xbuf[0].size, 2 * (big + 300), "to about the object's size");
+	cr_assert_eq(kvc_get(b, "big", 3, r, big, &got), 0, "a reader grows a slot to read it");
+	cr_expect_eq(got, big);
+	cr_expect(memcmp(v, r, big) == 0);
+	cr_expect_eq(b->rm->nxbuf, 1);
+	cr_assert_eq(kvt_put_s(a, "small", "s"), 0);
+	free(v);
+	free(r);
+	kvc_destroy(a);
+	kvc_destroy(b);
+}
+
+Test(review_memory, sixty_four_handles_holding_one_small_item_each_cost_the_server_little)
+{
+	kvc_t *c[64];
+	char k[16], v[16];
+	struct kvs_core_stats st;
+
+	for (int i = 0; i < 64; i++) {
+		c[i] = client(NULL, 0, 16);
+		snprintf(k, sizeof(k), "t%d", i);
+		cr_assert_eq(kvt_put_s(c[i], k, k), 0, "handle %d", i);
+	}
+	kvs_core_stats(env.core, &st);
+	/* extents start at 16 KiB, carved from shared segments: 64 handles
+	 * take about a megabyte, not 64 segments */
+	cr_expect_leq(st.carved_bytes, 64 * (16u << 10), "%lu bytes handed out for 64 one-item handles",
+		      (unsigned long)st.carved_bytes);
+	cr_expect_leq(st.segments_granted, 17, "%lu segments for 64 one-item handles",
+		      (unsigned long)st.segments_granted);
+	for (int i = 0; i < 64; i++) {
+		snprintf(k, sizeof(k), "t%d", i);
+		cr_expect_eq(kvt_get_s(c[(i + 1) % 64], k, v, sizeof(v)), 0);
+	}
+	for (int i = 0; i < 64; i++)
+		kvc_destroy(c[i]);
 }
 
 /* Fails the n-th operation this client executes, as a completion error would:

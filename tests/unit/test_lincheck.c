@@ -296,7 +296,7 @@ Test(lincheck, concurrent_histories_of_real_clients_are_linearizable, .timeout =
 		}
 		kvs_core_stats(env.core, &cs);
 		reclaimed += cs.rc.segments;
-		cr_assert_eq(lc_check(all, n, 0, &rep), 1, "seed %" PRIu64 ": %s", seed, rep.why);
+		cr_assert_eq(lc_check(all, n, 2000000, &rep), 1, "seed %" PRIu64 ": %s", seed, rep.why);
 		ops += n;
 		states += rep.states;
 		kvs_reclaimer_destroy(rcl);
