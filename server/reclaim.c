@@ -161,6 +161,22 @@ static void walk(struct kvs_reclaimer *r, uint64_t off, uint64_t len, struct kvs
 	}
 }
 
+uint32_t kvs_reclaim_walk_for_test(struct kvs_reclaimer *r, const void *seg, uint64_t off, uint64_t len,
+				   uint32_t *pos, uint32_t *olen, uint32_t max)
+{
+	struct kvs_reclaim_stats st = { 0 };
+	uint8_t *snap = r->snap;
+
+	r->snap = (uint8_t *)seg; /* walk only reads the snapshot */
+	walk(r, off, len, &st);
+	r->snap = snap;
+	for (uint32_t k = 0; k < r->nitems && k < max; k++) {
+		pos[k] = r->items[k].pos;
+		olen[k] = r->items[k].len;
+	}
+	return r->nitems;
+}
+
 /* Room for len bytes in the server's own segment: the region offset, or 0. */
 static uint64_t copy_room(struct kvs_reclaimer *r, uint64_t len)
 {
