@@ -83,8 +83,10 @@ int kvs_reclaimer_create(struct kvs_core *core, struct kvi_rmem *rm, const struc
 	r->sb = *kvs_core_superblock(core);
 	r->base = kvs_core_region(core);
 	r->no_evict = kvs_core_no_evict(core);
-	/* At most one object per 48 bytes (a header and a 1-byte key, aligned). */
-	r->cap_items = (uint32_t)(r->sb.segment_size / 48 + 1);
+	/* At most one object per footprint of the smallest one (a header and a
+	 * 1-byte key, aligned: 32 bytes). An item the walk cannot record keeps
+	 * its slot into a segment that is zeroed and reused. */
+	r->cap_items = (uint32_t)(r->sb.segment_size / kvi_obj_footprint(kvi_obj_len(1, 0)) + 1);
 	r->items = calloc(r->cap_items, sizeof(*r->items));
 	if (!r->items)
 		goto fail;
