@@ -1,6 +1,6 @@
 /* Writes the seed corpus of the fuzz targets: a few valid encodings each, so
  * that the fuzzer starts past the magic numbers and checksums.
- *   gen_corpus <dir>    writes <dir>/fuzz_wire/, <dir>/fuzz_layout/, <dir>/fuzz_walk/
+ *   gen_corpus <dir>    writes <dir>/fuzz_wire/, fuzz_layout/, fuzz_walk/, fuzz_client/
  * (the directories must exist). The committed copy is tests/fuzz/corpus/. */
 #include <stdio.h>
 #include <stdlib.h>
@@ -113,6 +113,32 @@ static void walk(void)
 	put("fuzz_walk", "stray_slot", stray, sizeof(stray));
 }
 
+/* fuzz_client input: flags, key, 30 slot records (mode + 8 bytes), data area. */
+static void client(void)
+{
+	unsigned char b[2 + 3 + 30 * 9 + 64];
+	size_t n = 0;
+
+	memset(b, 0, sizeof(b));
+	b[n++] = 1 | 2;  /* GET, then PUT */
+	b[n++] = 3;
+	memcpy(b + n, "abc", 3);
+	n += 3;
+	b[n] = 1 | 2 | 4; /* slot 0: aimed, the key's fingerprint, an object of the key planted */
+	b[n + 1] = 40;    /* value length 40 (top byte of the word) */
+	b[n + 8] = 0x20;  /* offset 32 units into the data area */
+	put("fuzz_client", "planted_hit", b, sizeof(b));
+	b[n + 9] = 1 | 2; /* slot 1: aimed at zeros, the key's fingerprint: fails verification */
+	b[n + 9 + 7] = 0x40;
+	b[n + 18] = 1 | 2 | 4 | 8; /* slot 2: an object of another key, same fingerprint */
+	b[n + 18 + 8] = 0x60;
+	put("fuzz_client", "planted_and_garbage", b, sizeof(b));
+	b[0] = 1 | 2 | 4 | 8; /* GET into a 16-byte buffer, PUT, DELETE */
+	put("fuzz_client", "truncated_get_delete", b, sizeof(b));
+	b[1] = 0; /* empty key */
+	put("fuzz_client", "empty_key", b, 2);
+}
+
 int main(int argc, char **argv)
 {
 	if (argc != 2) {
@@ -123,5 +149,6 @@ int main(int argc, char **argv)
 	wire();
 	layout();
 	walk();
+	client();
 	return 0;
 }
