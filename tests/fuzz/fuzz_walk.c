@@ -71,6 +71,14 @@ static unsigned byte(struct in *in)
 	in->left--;
 	return *in->p++;
 }
+/* Little-endian, in two statements: the order of two calls in one
+ * expression is unspecified. */
+static unsigned byte2(struct in *in)
+{
+	unsigned lo = byte(in);
+
+	return lo | byte(in) << 8;
+}
 
 /* A slot in the first empty place of bucket b (a client's insert); 0 if full. */
 static void install(uint64_t b, uint64_t slot)
@@ -136,7 +144,7 @@ static uint32_t build(struct in *in)
 		}
 		case 1: { /* one object, fields from the input */
 			unsigned key_len = byte(in), version = tag & 0x10 ? byte(in) : KVI_LAYOUT_VERSION;
-			uint32_t value_len = byte(in) | byte(in) << 8;
+			uint32_t value_len = byte2(in);
 			uint8_t key[256] = { 0 };
 
 			for (unsigned i = 0; i < key_len; i++)
@@ -164,7 +172,7 @@ static uint32_t build(struct in *in)
 			break;
 		}
 		default: { /* a stray slot word anywhere in the index */
-			uint64_t b = (byte(in) | byte(in) << 8) % sb.bucket_count, s = 0;
+			uint64_t b = byte2(in) % sb.bucket_count, s = 0;
 
 			for (int i = 0; i < 8; i++)
 				s = s << 8 | byte(in);
