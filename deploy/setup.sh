@@ -9,6 +9,8 @@ pkgs=(
   # build
   build-essential cmake pkgconf
   libibverbs-dev librdmacm-dev libjemalloc-dev libxxhash-dev libcriterion-dev
+  # fuzzing (tests/fuzz): clang and its runtime libraries (libFuzzer, ASan, UBSan)
+  clang libclang-rt-dev
   # runtime RDMA userspace: providers (rxe), tools, perftest for comparisons
   rdma-core ibverbs-providers ibverbs-utils rdmacm-utils perftest
   # Soft-RoCE guest (deploy/softroce-vm)

@@ -91,8 +91,10 @@ int kvs_reclaimer_create(struct kvs_core *core, struct kvi_rmem *rm, const struc
 	r->sb = *kvs_core_superblock(core);
 	r->base = kvs_core_region(core);
 	r->no_evict = kvs_core_no_evict(core);
-	/* At most one object per 48 bytes (a header and a 1-byte key, aligned). */
-	r->cap_items = (uint32_t)(r->sb.segment_size / 48 + 1);
+	/* At most one object per footprint of the smallest one (a header and a
+	 * 1-byte key, aligned: 32 bytes). An item the walk cannot record keeps
+	 * its slot into a segment that is zeroed and reused. */
+	r->cap_items = (uint32_t)(r->sb.segment_size / kvi_obj_footprint(kvi_obj_len(1, 0)) + 1);
 	r->items = calloc(r->cap_items, sizeof(*r->items));
 	if (!r->items)
 		goto fail;
@@ -167,6 +169,22 @@ static void walk(struct kvs_reclaimer *r, uint64_t off, uint64_t len, struct kvs
 			st->dropped++;
 		p += kvi_obj_footprint(olen);
 	}
+}
+
+uint32_t kvs_reclaim_walk_for_test(struct kvs_reclaimer *r, const void *seg, uint64_t off, uint64_t len,
+				   uint32_t *pos, uint32_t *olen, uint32_t max)
+{
+	struct kvs_reclaim_stats st = { 0 };
+	uint8_t *snap = r->snap;
+
+	r->snap = (uint8_t *)seg; /* walk only reads the snapshot */
+	walk(r, off, len, &st);
+	r->snap = snap;
+	for (uint32_t k = 0; k < r->nitems && k < max; k++) {
+		pos[k] = r->items[k].pos;
+		olen[k] = r->items[k].len;
+	}
+	return r->nitems;
 }
 
 /* Room for len bytes in the server's own segment: the region offset, or 0. */

@@ -68,4 +68,12 @@ int kvs_reclaim_run(struct kvs_reclaimer *r);
  * or a negative code. */
 int kvs_reclaim_one(struct kvs_reclaimer *r);
 
+/* Test hook (tests/fuzz): steps 1 and 2 over seg[0, len) as if it were the
+ * segment at region offset off (len <= segment_size), read in place so that a
+ * sanitizer sees any read outside it; the index is the core's. Returns how
+ * many objects some slot names (the walk's items); the first max of them go
+ * to pos[] and olen[]. */
+uint32_t kvs_reclaim_walk_for_test(struct kvs_reclaimer *r, const void *seg, uint64_t off, uint64_t len,
+				   uint32_t *pos, uint32_t *olen, uint32_t max);
+
 #endif

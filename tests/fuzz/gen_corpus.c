@@ -1,0 +1,154 @@
+/* Writes the seed corpus of the fuzz targets: a few valid encodings each, so
+ * that the fuzzer starts past the magic numbers and checksums.
+ *   gen_corpus <dir>    writes <dir>/fuzz_wire/, fuzz_layout/, fuzz_walk/, fuzz_client/
+ * (the directories must exist). The committed copy is tests/fuzz/corpus/. */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "layout.h"
+#include "wire.h"
+
+static const char *dir;
+
+static void put(const char *target, const char *name, const void *buf, size_t len)
+{
+	char path[4096];
+	FILE *f;
+
+	snprintf(path, sizeof(path), "%s/%s/%s", dir, target, name);
+	f = fopen(path, "wb");
+	if (!f || fwrite(buf, 1, len, f) != len || fclose(f) != 0) {
+		fprintf(stderr, "gen_corpus: cannot write %s: create %s/%s first\n", path, dir, target);
+		exit(1);
+	}
+}
+
+static void wire(void)
+{
+	struct kvi_wire_hello h;
+	struct kvi_wire_welcome w;
+	struct kvi_wire_reject r;
+	struct kvi_wire_ctrl c;
+	struct kvi_welcome wv = { .client_id = 7, .rkey = 0x1234, .region_addr = 0x7f0000000000ull,
+				  .region_size = 1ull << 30, .epoch = 1, .max_op_ms = 1000, .quarantine_ms = 2100,
+				  .flags = KVI_WELCOME_NO_EVICT };
+	struct kvi_ctrl cv = { .type = KVI_CTRL_SEG_GRANT, .seq = 3, .arg = { 1u << 20, 1u << 20 } };
+	char name[32];
+
+	kvi_wire_hello_encode(&h, &(struct kvi_hello){ .role = KVI_ROLE_CLIENT });
+	put("fuzz_wire", "hello_client", &h, sizeof(h));
+	kvi_wire_hello_encode(&h, &(struct kvi_hello){ .role = KVI_ROLE_LOOPBACK });
+	put("fuzz_wire", "hello_loopback", &h, sizeof(h));
+	kvi_wire_welcome_encode(&w, &wv);
+	put("fuzz_wire", "welcome", &w, sizeof(w));
+	for (uint16_t reason = KVI_REJECT_VERSION; reason <= KVI_REJECT_SHUTDOWN; reason++) {
+		kvi_wire_reject_encode(&r, reason);
+		snprintf(name, sizeof(name), "reject_%u", reason);
+		put("fuzz_wire", name, &r, sizeof(r));
+	}
+	kvi_wire_ctrl_encode(&c, &cv);
+	put("fuzz_wire", "ctrl_grant", &c, sizeof(c));
+	kvi_wire_ctrl_encode(&c, &(struct kvi_ctrl){ .type = KVI_CTRL_ERROR, .seq = 9, .status = -5 });
+	put("fuzz_wire", "ctrl_error", &c, sizeof(c));
+	kvi_wire_ctrl_encode(&c, &(struct kvi_ctrl){ .type = KVI_CTRL_STATS, .seq = 1, .arg = { 1, 2, 3, 4, 5 } });
+	put("fuzz_wire", "ctrl_stats", &c, sizeof(c));
+}
+
+/* fuzz_layout input: superblock, slot word, object bytes. */
+static void layout(void)
+{
+	struct kvi_superblock sb = {
+		.magic = KVI_REGION_MAGIC, .layout_version = KVI_LAYOUT_VERSION, .state = KVI_STATE_SERVING,
+		.epoch = 1, .region_size = 64ull << 20, .index_off = KVI_SUPERBLOCK_SIZE, .bucket_count = 16384,
+		.heap_off = KVI_SUPERBLOCK_SIZE + 16384ull * KVI_BUCKET_SIZE,
+		.heap_size = (64ull << 20) - KVI_SUPERBLOCK_SIZE - 16384ull * KVI_BUCKET_SIZE, .segment_size = 1u << 20,
+	};
+	unsigned char buf[sizeof(sb) + 8 + 512];
+	uint64_t slot;
+	size_t n;
+
+	memset(buf, 0, sizeof(buf));
+	memcpy(buf, &sb, sizeof(sb));
+	n = kvi_obj_len(3, 100);
+	slot = kvi_slot_make(0xabc, sb.heap_off + 4096, n);
+	memcpy(buf + sizeof(sb), &slot, 8);
+	kvi_obj_build(buf + sizeof(sb) + 8, "key", 3, "0123456789012345678901234567890123456789012345678901234567890123"
+					 "456789012345678901234567890123456789", 100, 0);
+	put("fuzz_layout", "object_100", buf, sizeof(sb) + 8 + kvi_slot_read_len(slot));
+
+	n = kvi_obj_len(250, 0);
+	slot = kvi_slot_make(1, sb.heap_off + sb.heap_size - 16, n);
+	memcpy(buf + sizeof(sb), &slot, 8);
+	memset(buf + sizeof(sb) + 8, 0, 300);
+	{
+		char key[250];
+
+		memset(key, 'k', sizeof(key));
+		kvi_obj_build(buf + sizeof(sb) + 8, key, 250, NULL, 0, 1234567890u);
+	}
+	put("fuzz_layout", "object_longkey_heapend", buf, sizeof(sb) + 8 + n);
+}
+
+/* fuzz_walk input: a build program (fuzz_walk.c build()). */
+static void walk(void)
+{
+	/* Three live objects, one garbage run, one dead object. */
+	static const unsigned char few[] = {
+		0x81, 3, 10, 0, 'a', 'b', 'c',      /* live, key "abc", value 10 */
+		0x00, 15, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15, 16, /* 16 bytes garbage */
+		0xc1, 1, 0, 1, 'x',                 /* live in its second bucket, value 256 */
+		0x01, 5, 40, 0, 'd', 'e', 'a', 'd', '!', /* no slot: superseded */
+		0xa1, 2, 0, 0, 'f', 'f',            /* live, already-fetched copy */
+		0x91, 9, 4, 0, 0, 'b', 'a', 'd', 'v', 'e', 'r', 's', 'i', 'o', /* version 9: not an object */
+	};
+	/* A segment full of the smallest objects: 2041 of 32 bytes. */
+	static const unsigned char many[] = { 0x02, 255, 0, 0 };
+	/* A stray slot word, then objects. */
+	static const unsigned char stray[] = { 0x03, 1, 0, 0x12, 0x34, 0x56, 0x78, 0x9a, 0xbc, 0xde, 0xf0,
+					       0x02, 20, 7, 3, 0x81, 250, 0, 0 };
+
+	put("fuzz_walk", "few", few, sizeof(few));
+	put("fuzz_walk", "many_small", many, sizeof(many));
+	put("fuzz_walk", "stray_slot", stray, sizeof(stray));
+}
+
+/* fuzz_client input: flags, key, 30 slot records (mode + 8 bytes), data area. */
+static void client(void)
+{
+	unsigned char b[2 + 3 + 30 * 9 + 64];
+	size_t n = 0;
+
+	memset(b, 0, sizeof(b));
+	b[n++] = 1 | 2;  /* GET, then PUT */
+	b[n++] = 3;
+	memcpy(b + n, "abc", 3);
+	n += 3;
+	b[n] = 1 | 2 | 4; /* slot 0: aimed, the key's fingerprint, an object of the key planted */
+	b[n + 1] = 40;    /* value length 40 (top byte of the word) */
+	b[n + 8] = 0x20;  /* offset 32 units into the data area */
+	put("fuzz_client", "planted_hit", b, sizeof(b));
+	b[n + 9] = 1 | 2; /* slot 1: aimed at zeros, the key's fingerprint: fails verification */
+	b[n + 9 + 7] = 0x40;
+	b[n + 18] = 1 | 2 | 4 | 8; /* slot 2: an object of another key, same fingerprint */
+	b[n + 18 + 8] = 0x60;
+	put("fuzz_client", "planted_and_garbage", b, sizeof(b));
+	b[0] = 1 | 2 | 4 | 8; /* GET into a 16-byte buffer, PUT, DELETE */
+	put("fuzz_client", "truncated_get_delete", b, sizeof(b));
+	b[1] = 0; /* empty key */
+	put("fuzz_client", "empty_key", b, 2);
+}
+
+int main(int argc, char **argv)
+{
+	if (argc != 2) {
+		fprintf(stderr, "usage: gen_corpus <dir>  (writes <dir>/fuzz_wire|fuzz_layout|fuzz_walk/*)\n");
+		return 2;
+	}
+	dir = argv[1];
+	wire();
+	layout();
+	walk();
+	client();
+	return 0;
+}
