@@ -202,3 +202,23 @@ Test(bench_verbs, a_server_killed_under_kvbench_is_reported_within_a_deadline)
 	cr_expect(strstr(b.all, "run phase") && strstr(b.all, "OVERALL"), "the results so far: %s", b.all);
 	printf("kvbench noticed the killed server in %.3f s\n", t0);
 }
+
+Test(bench_local, cpu_per_op_prints_client_cpu_per_get_and_put)
+{
+	struct kvt_proc p;
+	char *argv[] = { KV_BENCH_BIN, "--cpu-per-op", "--target", "local://64", "-r", "2000", "-n", "20000", NULL };
+	char *bad[] = { KV_BENCH_BIN, "--cpu-per-op", "--target", "rdma://192.0.2.1", NULL };
+	const char *g, *u;
+
+	cr_expect_eq(run(&p, argv, 120000), 0, "output: %s", p.all);
+	g = strstr(p.all, "cpu_ns_per_get=");
+	u = strstr(p.all, "cpu_ns_per_put=");
+	cr_assert(g && u, "output: %s", p.all);
+	/* a real measurement: more than nothing, less than a millisecond an operation */
+	cr_expect(atof(g + 15) > 10 && atof(g + 15) < 1e6, "output: %s", p.all);
+	cr_expect(atof(u + 15) > 10 && atof(u + 15) < 1e6, "output: %s", p.all);
+	cr_expect(strstr(p.all, "GET       20000 ops") && strstr(p.all, "PUT       20000 ops"), "output: %s", p.all);
+
+	cr_expect_eq(run(&p, bad, 30000), 2, "output: %s", p.all);
+	cr_expect(strstr(p.all, "local://MIB") != NULL, "output: %s", p.all);
+}
