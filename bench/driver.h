@@ -42,6 +42,11 @@ struct kvb_driver {
 	int (*server_cpu)(void *conn, double *seconds);
 	/* Bytes the server uses to hold items (storage and index); NULL if unknown. */
 	int (*server_mem)(void *conn, uint64_t *bytes);
+	/* Largest value the target takes with a key of key_len bytes; NULL if unknown. */
+	size_t (*max_value)(void *conn, size_t key_len);
+	/* 1 when a request's status says the connection itself is gone (every
+	 * later request would fail the same way): the run stops and says so. */
+	int (*lost)(int status);
 	/* Library round-trip counters: ops[i], rtts[i] for i < *kinds, named by names[i]. */
 	void (*round_trips)(void *conn, uint64_t *ops, uint64_t *rtts, const char **names, unsigned *kinds);
 	void (*close)(void *conn);
@@ -59,6 +64,19 @@ extern const struct kvb_driver kvb_driver_local;
 
 /* kvc_opts.track_access for rdma:// connections (kvbench --no-access-marks). */
 extern int kvb_rdma_track_access;
+/* local:// server settings, read when its server starts (first connect). */
+struct kvb_local_opts {
+	/* Fault in every page of the region at start, as a region registered
+	 * with a NIC is pinned before anyone uses it; otherwise a PUT's first
+	 * write to each page costs a page fault on the client's thread. */
+	int prefault;
+	/* The server's operation deadline (quarantine: twice that); 0 = the
+	 * default, short enough for hit-ratio runs on small memory. */
+	unsigned max_op_ms;
+};
+/* kvbench --cpu-per-op sets both: it measures the library, not page faults
+ * or a preempted thread missing a tight deadline. */
+extern struct kvb_local_opts kvb_local_opts;
 
 /* drv_rdma.c's functions, shared by drv_local.c (both drive a kvc_t). */
 struct kvc;
@@ -67,6 +85,8 @@ int kvb_rdma_submit(void *conn, struct kvb_req *r);
 int kvb_rdma_poll(void *conn, struct kvb_req **done, unsigned max, int timeout_ms);
 int kvb_rdma_server_cpu(void *conn, double *seconds);
 int kvb_rdma_server_mem(void *conn, uint64_t *bytes);
+size_t kvb_rdma_max_value(void *conn, size_t key_len);
+int kvb_rdma_lost(int status);
 void kvb_rdma_round_trips(void *conn, uint64_t *ops, uint64_t *rtts, const char **names, unsigned *kinds);
 void kvb_rdma_close(void *conn);
 

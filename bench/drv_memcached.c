@@ -118,6 +118,19 @@ static int mc_poll(void *conn, struct kvb_req **done, unsigned max, int timeout_
 	return (int)n;
 }
 
+/* The server is not there any more (libmemcached has marked it dead or cannot
+ * reach it): every later request would fail the same way. */
+static int mc_lost(int status)
+{
+	switch (-(status + 1000)) {
+	case MEMCACHED_CONNECTION_FAILURE:
+	case MEMCACHED_SERVER_MARKED_DEAD:
+	case MEMCACHED_SERVER_TEMPORARILY_DISABLED:
+		return status <= -1000;
+	}
+	return 0;
+}
+
 /* memcached reports rusage_user / rusage_system as "seconds.microseconds". */
 static int mc_server_cpu(void *conn, double *seconds)
 {
@@ -197,6 +210,7 @@ const struct kvb_driver kvb_driver_memcached = {
 	.errname = mc_errname,
 	.server_cpu = mc_server_cpu,
 	.server_mem = mc_server_mem,
+	.lost = mc_lost,
 	.round_trips = NULL,
 	.close = mc_close,
 	.max_depth = 1,

@@ -132,6 +132,21 @@ int kvb_rdma_server_mem(void *conn, uint64_t *bytes)
 	return rc;
 }
 
+size_t kvb_rdma_max_value(void *conn, size_t key_len)
+{
+	struct rdma_conn *c = conn;
+
+	return kvc_max_value(c->h, key_len);
+}
+
+/* A lost connection fails every later call with KVC_ESERVERGONE (an
+ * operation caught in flight may first fail KVC_ETIMEDOUT: the next one
+ * then says gone). */
+int kvb_rdma_lost(int status)
+{
+	return status == KVC_ESERVERGONE;
+}
+
 void kvb_rdma_round_trips(void *conn, uint64_t *ops, uint64_t *rtts, const char **names, unsigned *kinds)
 {
 	struct rdma_conn *c = conn;
@@ -167,6 +182,8 @@ const struct kvb_driver kvb_driver_rdma = {
 	.errname = kvc_err_name,
 	.server_cpu = kvb_rdma_server_cpu,
 	.server_mem = kvb_rdma_server_mem,
+	.max_value = kvb_rdma_max_value,
+	.lost = kvb_rdma_lost,
 	.round_trips = kvb_rdma_round_trips,
 	.close = kvb_rdma_close,
 	.max_depth = 64,

@@ -4,6 +4,7 @@
  *   kvbench -w A|B|C|D|F --target rdma://HOST[:PORT] | memcached://HOST[:PORT] [options]
  *   kvbench --micro --target rdma://...    latency of each kind of operation, one at a time
  *   kvbench --raw --target rdma://...      latency of the verbs doorbells underneath
+ *   kvbench --cpu-per-op --target local://MIB   client CPU time per GET and per PUT
  *
  * Everything that can be wrong with the command line or the target is found
  * before any load is sent, and reported in one line with a non-zero exit. */
@@ -16,6 +17,7 @@
 
 #include "ca_seq.h"
 #include "cacheaside.h"
+#include "cpuop.h"
 #include "driver.h"
 #include "kvclient.h"
 #include "micro.h"
@@ -45,6 +47,7 @@ static void usage(FILE *f)
 		"      --json FILE            also write the results as JSON\n"
 		"      --cdf FILE             write the run's latency CDF (microseconds fraction)\n"
 		"      --quiet                no progress line\n"
+		"      --progress             the progress line even when stderr is not a terminal\n"
 		"      --no-access-marks      rdma://: do not tell the server which items are read\n"
 		"                             (kvc_opts.track_access = 0), to measure what it costs\n"
 		"  -d, --device NAME          RDMA device (--micro/--raw)\n"
@@ -60,13 +63,18 @@ static void usage(FILE *f)
 		"      --rate N               at most N requests per second\n"
 		"  Targets also include local://MIB: kvcache's server core and reclaimer in this\n"
 		"  process (no NIC) with MIB MiB of item memory, for hit ratios at any scale.\n"
+		"      --cpu-per-op[=get|put] local://MIB only: load -r keys, then time -n GETs and\n"
+		"                             -n PUTs (default 1000000 each) of uniformly chosen ones,\n"
+		"                             -q in flight; prints the client thread's CPU time per\n"
+		"                             operation (cpu_ns_per_get=... cpu_ns_per_put=...);\n"
+		"                             =get or =put runs that phase only (for a profiler)\n"
 		"  -h, --help\n");
 }
 
 struct cli {
 	struct kvb_cfg cfg;
 	const char *workload, *target, *json, *cdf, *device, *dist, *cache_aside;
-	int micro, raw, have_ops, have_size;
+	int micro, raw, have_ops, have_size, cpu_per_op;
 	uint64_t lru_bytes, ca_warmup, rate;
 	int have_ca_warmup;
 };
@@ -131,7 +139,7 @@ static int parse_size(const char *s, struct kvb_cfg *c)
 static int parse_args(int argc, char **argv, struct cli *cl)
 {
 	enum { O_DIST = 256, O_CDF, O_WARMUP, O_NOLOAD, O_SEED, O_JSON, O_QUIET, O_MICRO, O_RAW, O_CA, O_LRU,
-	       O_CAWARM, O_NOMARKS, O_RATE };
+	       O_CAWARM, O_NOMARKS, O_RATE, O_CPUOP, O_PROGRESS };
 	static const struct option lo[] = {
 		{ "workload", required_argument, NULL, 'w' },  { "target", required_argument, NULL, 't' },
 		{ "records", required_argument, NULL, 'r' },   { "operations", required_argument, NULL, 'n' },
@@ -147,6 +155,8 @@ static int parse_args(int argc, char **argv, struct cli *cl)
 		{ "warmup-requests", required_argument, NULL, O_CAWARM },
 		{ "no-access-marks", no_argument, NULL, O_NOMARKS },
 		{ "rate", required_argument, NULL, O_RATE },
+		{ "cpu-per-op", optional_argument, NULL, O_CPUOP },
+		{ "progress", no_argument, NULL, O_PROGRESS },
 		{ 0 },
 	};
 	struct kvb_cfg *c = &cl->cfg;
@@ -215,6 +225,9 @@ static int parse_args(int argc, char **argv, struct cli *cl)
 		case O_QUIET:
 			c->progress = 0;
 			break;
+		case O_PROGRESS:
+			c->progress = 2; /* forced */
+			break;
 		case O_MICRO:
 			cl->micro = 1;
 			break;
@@ -236,6 +249,11 @@ static int parse_args(int argc, char **argv, struct cli *cl)
 		case O_RATE:
 			if (parse_u64(optarg, 1, 100000000, &cl->rate))
 				return bad("--rate", optarg, "requests per second, 1..100000000");
+			break;
+		case O_CPUOP:
+			if (optarg && strcmp(optarg, "get") && strcmp(optarg, "put"))
+				return bad("--cpu-per-op", optarg, "get or put (or nothing: both)");
+			cl->cpu_per_op = !optarg ? KVB_CPUOP_BOTH : optarg[0] == 'g' ? KVB_CPUOP_GET : KVB_CPUOP_PUT;
 			break;
 		case O_NOMARKS:
 			kvb_rdma_track_access = 0;
@@ -292,6 +310,13 @@ static int check_ycsb(struct cli *cl)
 		else
 			return bad("--distribution", cl->dist, "uniform, zipfian or latest");
 	}
+	/* YCSB's skewed-latest generator counts back from the newest record and
+	 * never picks key 0, so one record leaves it nothing to choose. */
+	if (c->dist == KVB_DIST_LATEST && c->records < 2) {
+		fprintf(stderr, "kvbench: --records %llu is too few for the latest distribution%s: give 2..2^40\n",
+			(unsigned long long)c->records, cl->dist ? "" : " (workload D's)");
+		return 2;
+	}
 	if (c->duration_s > 0 && !cl->have_ops) {
 		c->operations = 0;
 	} else if (c->duration_s > 0) {
@@ -308,7 +333,7 @@ static int check_ycsb(struct cli *cl)
 		fprintf(stderr, "kvbench: --value-size must allow at least 1 byte\n");
 		return 2;
 	}
-	if (!isatty(STDERR_FILENO))
+	if (c->progress == 1 && !isatty(STDERR_FILENO))
 		c->progress = 0;
 	return -1;
 }
@@ -357,17 +382,23 @@ static int run_ycsb(struct cli *cl)
 	rc = kvb_run(&cl->cfg, res, err, sizeof(err));
 	if (rc < 0) {
 		fprintf(stderr, "kvbench: %s\n", err);
-		status = 1;
+		status = res->signal ? 128 + res->signal : rc == KVB_RUN_REFUSED ? 2 : 1;
 		goto out;
 	}
 	kvb_report_text(stdout, &cl->cfg, res);
+	fflush(stdout); /* the results before the line that says why they stop short */
 	if (json)
 		kvb_report_json(json, &cl->cfg, res);
 	if (cdf)
 		kvb_hist_write_cdf(&res->run.hist[KVB_T_N], cdf);
-	if (rc > 0)
+	if (rc != KVB_RUN_OK)
 		fprintf(stderr, "kvbench: %s\n", err);
-	status = rc > 0 || res->run.failed[KVB_T_N] || res->load.failed[KVB_T_N] ? 3 : 0;
+	if (rc == KVB_RUN_LOST || res->run.failed[KVB_T_N] || res->load.failed[KVB_T_N])
+		status = 3;
+	else
+		status = 0;
+	if (rc == KVB_RUN_STOPPED) /* as a shell reports a command a signal ended */
+		status = 128 + res->signal;
 out:
 	if (close_out(cl->json, json) | close_out(cl->cdf, cdf))
 		status = status ? status : 1;
@@ -437,6 +468,72 @@ static int run_cache_aside(struct cli *cl)
 	return r.errors ? 3 : 0;
 }
 
+static void cpuop_row(const char *name, const struct kvb_cpuop_phase *p, const struct kvb_cpuop_result *r,
+		      const struct kvb_driver *d)
+{
+	printf("%-4s %10llu ops %8.3f s %10.0f ops/s  client CPU %8.1f ns/op  errors %llu%s%s\n", name,
+	       (unsigned long long)p->ops, p->wall_ns / 1e9, p->wall_ns ? p->ops * 1e9 / p->wall_ns : 0.0,
+	       p->ops ? (double)p->cpu_ns / (double)p->ops : 0.0, (unsigned long long)p->failed,
+	       p->failed ? ", first " : "", p->failed ? d->errname(p->first_error) : "");
+	printf("     as counted by the library:");
+	for (unsigned k = 0; k < r->rt_kinds; k++)
+		if (p->rt_ops[k])
+			printf(" %s %.1f %%", r->rt_names[k], 100.0 * (double)p->rt_ops[k] / (double)p->ops);
+	printf("\n");
+}
+
+static int run_cpu_per_op(struct cli *cl)
+{
+	struct kvb_cpuop_cfg c = { .records = cl->cfg.records, .operations = cl->have_ops ? cl->cfg.operations : 1000000,
+				   .depth = cl->cfg.depth, .value_size = cl->cfg.vmax, .seed = cl->cfg.seed,
+				   .phases = cl->cpu_per_op };
+	struct kvb_cpuop_result r;
+	char err[400];
+	int rc;
+
+	c.drv = kvb_driver_parse(cl->target, c.host, sizeof(c.host), c.port, sizeof(c.port), err, sizeof(err));
+	if (!c.drv) {
+		fprintf(stderr, "kvbench: %s\n", err);
+		return 2;
+	}
+	if (c.drv != &kvb_driver_local) {
+		fprintf(stderr, "kvbench: --cpu-per-op needs a local://MIB target: elsewhere the thread's CPU "
+				"time would include its waits on the network\n");
+		return 2;
+	}
+	if (cl->cfg.vmin != cl->cfg.vmax || c.value_size == 0) {
+		fprintf(stderr, "kvbench: --cpu-per-op takes one --value-size of at least 1 byte\n");
+		return 2;
+	}
+	if (c.records >= UINT32_MAX || c.operations >= UINT32_MAX) {
+		fprintf(stderr, "kvbench: --cpu-per-op takes -r and -n below 2^32 (its key tables are in memory)\n");
+		return 2;
+	}
+	if (c.depth > c.drv->max_depth)
+		c.depth = c.drv->max_depth;
+	kvb_local_opts = (struct kvb_local_opts){ .prefault = 1, .max_op_ms = 1000 };
+	rc = kvb_cpu_per_op(&c, &r, err, sizeof(err));
+	if (rc) {
+		fprintf(stderr, "kvbench: %s\n", err);
+		return rc == -2 ? 2 : 1;
+	}
+	printf("cpu per op on %s://%s: %llu keys of %u-byte values loaded, %u in flight, one thread\n",
+	       c.drv->scheme, c.host, (unsigned long long)c.records, c.value_size, c.depth);
+	cpuop_row("load", &r.load, &r, c.drv);
+	if (c.phases & KVB_CPUOP_GET)
+		cpuop_row("GET", &r.get, &r, c.drv);
+	if (c.phases & KVB_CPUOP_PUT)
+		cpuop_row("PUT", &r.put, &r, c.drv);
+	printf("the timing loop alone (key copy, request hand-over; included above): %.1f ns/op\n",
+	       (double)r.harness.cpu_ns / (double)r.harness.ops);
+	if (c.phases & KVB_CPUOP_GET)
+		printf("cpu_ns_per_get=%.1f ", (double)r.get.cpu_ns / (double)r.get.ops);
+	if (c.phases & KVB_CPUOP_PUT)
+		printf("cpu_ns_per_put=%.1f ", (double)r.put.cpu_ns / (double)r.put.ops);
+	printf("loop_ns_per_op=%.1f\n", (double)r.harness.cpu_ns / (double)r.harness.ops);
+	return r.get.failed || r.put.failed || r.load.failed ? 3 : 0;
+}
+
 int main(int argc, char **argv)
 {
 	struct cli cl = { 0 };
@@ -462,6 +559,8 @@ int main(int argc, char **argv)
 	}
 	if (cl.cache_aside)
 		return run_cache_aside(&cl);
+	if (cl.cpu_per_op)
+		return run_cpu_per_op(&cl);
 	rc = check_ycsb(&cl);
 	if (rc >= 0)
 		return rc;

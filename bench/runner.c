@@ -5,11 +5,18 @@
  * time each phase and sample the server's CPU at its edges. Each thread keeps
  * `depth` requests in flight; a READ-MODIFY-WRITE is a GET followed by a PUT of
  * the same key and is timed as one operation, as YCSB does. Only operations
- * started after the warm-up are recorded. */
+ * started after the warm-up are recorded.
+ *
+ * Stopping early: a request whose status says the connection is gone (the
+ * driver's lost()) stops every thread, as does SIGINT or SIGTERM; each thread
+ * then waits at most SETTLE_MS for what it has in flight and abandons the
+ * rest, so the results so far are printed at once rather than after the
+ * planned duration. */
 #include "runner.h"
 
 #include <errno.h>
 #include <pthread.h>
+#include <signal.h>
 #include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -18,6 +25,20 @@
 #include <unistd.h>
 
 const char *const kvb_type_names[KVB_T_N] = { "READ", "UPDATE", "INSERT", "READ-MODIFY-WRITE" };
+
+/* How long a stopping thread waits for its requests in flight. */
+#define SETTLE_MS 200
+/* How long a thread waits in poll before it looks at the stop flags again. */
+#define POLL_MS 50
+
+/* The signal that asked for a stop, 0 until one did. Lock-free, so the
+ * handler may store it. */
+static atomic_int stop_signal;
+
+static void on_stop_signal(int sig)
+{
+	atomic_store(&stop_signal, sig);
+}
 
 struct shared {
 	const struct kvb_cfg *cfg;
@@ -30,7 +51,8 @@ struct shared {
 	pthread_cond_t gate_cv;
 	int gate_open;
 	pthread_barrier_t bar;
-	atomic_int abort;
+	atomic_int abort; /* stop: nothing can start, or a connection was lost */
+	atomic_int lost;  /* a connection was lost: the server is not asked for statistics */
 	atomic_uint_fast64_t issued;      /* run-phase operations claimed after the warm-up */
 	atomic_uint_fast64_t completed;   /* for the progress line */
 	struct kvb_ackcounter inserts;    /* run-phase INSERT key numbers, YCSB's acknowledged counter */
@@ -129,12 +151,42 @@ static int submit(struct thread *th, struct slot *s, int prim)
 	return th->sh->cfg->drv->submit(th->conn, r);
 }
 
+/* "rdma://host:port", or "local://MIB" (its port is a placeholder). */
+static const char *target_name(const struct kvb_cfg *c, char *buf, size_t len)
+{
+	int port = strcmp(c->port, "0") != 0;
+
+	snprintf(buf, len, "%s://%s%s%s", c->drv->scheme, c->host, port ? ":" : "", port ? c->port : "");
+	return buf;
+}
+
+/* The connection is gone: stop this thread, and the others (they talk to the
+ * same server), keeping the first reason. */
+static void lose(struct thread *th, int status)
+{
+	const struct kvb_cfg *c = th->sh->cfg;
+	char t[300];
+
+	if (!th->failed)
+		snprintf(th->err, sizeof(th->err), "connection to %s lost: %s", target_name(c, t, sizeof(t)),
+			 c->drv->errname(status));
+	th->failed = 1;
+	atomic_store(&th->sh->lost, 1);
+	atomic_store(&th->sh->abort, 1);
+}
+
+static int stopping(struct thread *th)
+{
+	return th->failed || atomic_load(&th->sh->abort) || atomic_load(&stop_signal);
+}
+
 /* A request came back: record it, or start the RMW's write. Returns 1 when
  * the slot is free again. */
 static int finish(struct thread *th, struct slot *s)
 {
 	struct kvb_phase *ph = th->ph;
 	int st = s->req.status;
+	const struct kvb_driver *d = th->sh->cfg->drv;
 
 	if (s->type == KVB_T_RMW && s->stage == 0 && st == 0) {
 		s->stage = 1;
@@ -142,6 +194,8 @@ static int finish(struct thread *th, struct slot *s)
 		if (st == 0)
 			return 0;
 	}
+	if (st && d->lost && d->lost(st))
+		lose(th, st);
 	if (s->type == KVB_T_INSERT && th->ph == &th->run)
 		kvb_ackcounter_ack(&th->sh->inserts, s->keynum); /* failed ones too, or reads would stall */
 	atomic_fetch_add(&th->sh->completed, 1);
@@ -191,10 +245,18 @@ static void drain(struct thread *th, int timeout_ms)
 			release(s);
 		}
 		th->inflight = 0;
-		th->failed = 1;
-		snprintf(th->err, sizeof(th->err), "connection to %s:%s lost: %s", th->sh->cfg->host,
-			 th->sh->cfg->port, th->sh->cfg->drv->errname(n));
+		lose(th, n);
 	}
+}
+
+/* Stopping: give what is in flight SETTLE_MS to come back (it is recorded),
+ * then abandon the rest (closing the connection takes it back). */
+static void settle(struct thread *th)
+{
+	uint64_t end = now_ns() + SETTLE_MS * 1000000ull;
+
+	while (th->inflight && now_ns() < end)
+		drain(th, 10);
 }
 
 /* Submit the slot's first request; one refused at once is a finished failure. */
@@ -226,8 +288,12 @@ static void load(struct thread *th)
 	uint64_t next = th->id;
 
 	th->ph = &th->load;
-	while ((next < c->records || th->inflight) && !th->failed) {
-		while (next < c->records && th->inflight < th->sh->depth) {
+	while (next < c->records || th->inflight) {
+		if (stopping(th)) {
+			settle(th);
+			return;
+		}
+		while (next < c->records && th->inflight < th->sh->depth && !stopping(th)) {
 			struct slot *s = free_slot(th);
 
 			*s = (struct slot){ .type = KVB_T_INSERT, .recorded = 1, .t0 = now_ns(), .keynum = next };
@@ -235,7 +301,7 @@ static void load(struct thread *th)
 			next += c->threads;
 		}
 		if (th->inflight)
-			drain(th, 100);
+			drain(th, POLL_MS);
 	}
 }
 
@@ -243,7 +309,7 @@ static void load(struct thread *th)
  * operation count or until the end time. Returns 1 = record it, 0 = warm-up, -1 = stop. */
 static int claim(struct shared *sh, uint64_t now)
 {
-	if (atomic_load(&sh->abort))
+	if (atomic_load(&sh->abort) || atomic_load(&stop_signal))
 		return -1;
 	if (now < sh->warmup_end)
 		return 0;
@@ -285,8 +351,12 @@ static void run(struct thread *th)
 	int more = 1;
 
 	th->ph = &th->run;
-	while ((more || th->inflight) && !th->failed) {
-		while (more && th->inflight < th->sh->depth) {
+	while (more || th->inflight) {
+		if (stopping(th)) {
+			settle(th);
+			return;
+		}
+		while (more && th->inflight < th->sh->depth && !th->failed) {
 			int k = claim(th->sh, now_ns());
 
 			if (k < 0) {
@@ -296,7 +366,7 @@ static void run(struct thread *th)
 			start_op(th, free_slot(th), k);
 		}
 		if (th->inflight)
-			drain(th, 100);
+			drain(th, POLL_MS);
 	}
 }
 
@@ -331,6 +401,14 @@ static double server_cpu(const struct kvb_cfg *c, void *conn)
 	double s;
 
 	return conn && c->drv->server_cpu && c->drv->server_cpu(conn, &s) == 0 ? s : -1;
+}
+
+/* Stop asking a lost server for statistics (its answers would only time out). */
+static void stats_conn_drop(const struct kvb_cfg *c, void **conn)
+{
+	if (*conn)
+		c->drv->close(*conn);
+	*conn = NULL;
 }
 
 /* The progress line: a ticker thread prints the completion rate once a second
@@ -395,10 +473,44 @@ static int init_thread(struct thread *th, const struct kvb_cfg *c)
 	kvb_rng_seed(&th->rng, c->seed * 0x9e3779b97f4a7c15ull + th->id + 1);
 	phase_init(&th->load);
 	phase_init(&th->run);
+	return 0;
+}
+
+/* Once every thread is connected, before anything is sent: the parameters
+ * that depend on the target, and the key chooser, built once and copied to
+ * every thread (its set-up is O(1), see kvb_zeta, but need not be repeated). */
+static int prepare(struct thread *th, unsigned nthreads, const struct kvb_cfg *c, char *err, size_t errlen)
+{
+	struct kvb_keychooser kc;
+	char t[300];
+
+	if (c->drv->max_value && nthreads > 0) {
+		size_t mv = c->drv->max_value(th[0].conn, KVB_KEY_NAME_MAX);
+
+		if (c->vmax > mv) {
+			snprintf(err, errlen,
+				 "--value-size %u is more than the target %s takes with kvbench's keys (up to %d "
+				 "bytes): give at most %zu",
+				 c->vmax, target_name(c, t, sizeof(t)), KVB_KEY_NAME_MAX, mv);
+			return KVB_RUN_REFUSED;
+		}
+	}
 	/* YCSB sizes the zipfian key space by the operation count; for a timed run
 	 * assume a million operations (it only matters for workloads with inserts). */
-	return kvb_keychooser_init(&th->kc, c->dist, c->records, c->operations ? c->operations : 1000000,
-				   c->w->insert);
+	if (kvb_keychooser_init(&kc, c->dist, c->records, c->operations ? c->operations : 1000000, c->w->insert)) {
+		snprintf(err, errlen, "cannot build the %s key chooser over %llu records",
+			 c->dist == KVB_DIST_LATEST ? "latest" : c->dist == KVB_DIST_UNIFORM ? "uniform" : "zipfian",
+			 (unsigned long long)c->records);
+		return KVB_RUN_REFUSED;
+	}
+	for (unsigned i = 0; i < nthreads; i++)
+		th[i].kc = kc;
+	return KVB_RUN_OK;
+}
+
+static const char *signal_name(int sig)
+{
+	return sig == SIGINT ? "SIGINT" : sig == SIGTERM ? "SIGTERM" : "a signal";
 }
 
 int kvb_run(const struct kvb_cfg *c, struct kvb_result *res, char *err, size_t errlen)
@@ -406,6 +518,8 @@ int kvb_run(const struct kvb_cfg *c, struct kvb_result *res, char *err, size_t e
 	struct shared sh = { .cfg = c };
 	struct thread *th = calloc(c->threads, sizeof(*th));
 	struct ticker tk = { 0 };
+	struct sigaction sa = { .sa_handler = on_stop_signal, .sa_flags = SA_RESETHAND | SA_RESTART };
+	struct sigaction old_int, old_term;
 	void *stats_conn = NULL;
 	char serr[400];
 	unsigned nthreads = 0;
@@ -426,6 +540,12 @@ int kvb_run(const struct kvb_cfg *c, struct kvb_result *res, char *err, size_t e
 		free(th);
 		return -1;
 	}
+	/* Caught from here on; the first one asks for a stop, a second one kills
+	 * (SA_RESETHAND), so a stuck connection attempt can still be cut short. */
+	atomic_store(&stop_signal, 0);
+	sigemptyset(&sa.sa_mask);
+	sigaction(SIGINT, &sa, &old_int);
+	sigaction(SIGTERM, &sa, &old_term);
 	sh.depth = c->depth < c->drv->max_depth ? c->depth : c->drv->max_depth;
 	pthread_mutex_init(&sh.gate, NULL);
 	pthread_cond_init(&sh.gate_cv, NULL);
@@ -433,14 +553,14 @@ int kvb_run(const struct kvb_cfg *c, struct kvb_result *res, char *err, size_t e
 		th[i].id = i;
 		th[i].sh = &sh;
 		if (init_thread(&th[i], c)) {
-			snprintf(err, errlen, "cannot set up thread %u: out of memory or bad distribution parameters", i);
-			rc = -1;
+			snprintf(err, errlen, "cannot set up thread %u: out of memory", i);
+			rc = KVB_RUN_FAILED;
 		}
 	}
 	for (nthreads = 0; nthreads < c->threads && rc == 0; nthreads++) {
 		if (pthread_create(&th[nthreads].t, NULL, thread_main, &th[nthreads])) {
 			snprintf(err, errlen, "cannot start thread %u: %s", nthreads, strerror(errno));
-			rc = -1;
+			rc = KVB_RUN_FAILED;
 			break;
 		}
 	}
@@ -460,9 +580,16 @@ int kvb_run(const struct kvb_cfg *c, struct kvb_result *res, char *err, size_t e
 	for (unsigned i = 0; i < nthreads && rc == 0; i++) {
 		if (th[i].failed) {
 			snprintf(err, errlen, "%s", th[i].err);
-			rc = -1;
+			rc = KVB_RUN_FAILED;
 		}
 	}
+	if (rc == 0 && atomic_load(&stop_signal)) {
+		snprintf(err, errlen, "stopped by %s while connecting: nothing was sent",
+			 signal_name(atomic_load(&stop_signal)));
+		rc = KVB_RUN_FAILED;
+	}
+	if (rc == 0)
+		rc = prepare(th, nthreads, c, err, errlen);
 	atomic_store(&sh.abort, rc != 0);
 
 	cpu0 = server_cpu(c, stats_conn);
@@ -472,6 +599,8 @@ int kvb_run(const struct kvb_cfg *c, struct kvb_result *res, char *err, size_t e
 	pthread_barrier_wait(&sh.bar); /* C: load done */
 	tick_stop(&tk);
 	t1 = now_ns();
+	if (atomic_load(&sh.lost)) /* a dead server would keep the statistics calls waiting */
+		stats_conn_drop(c, &stats_conn);
 	cpu1 = server_cpu(c, stats_conn);
 	res->load.seconds = (t1 - t0) / 1e9;
 	res->load.server_cpu_s = cpu0 >= 0 && cpu1 >= 0 ? cpu1 - cpu0 : -1;
@@ -488,12 +617,16 @@ int kvb_run(const struct kvb_cfg *c, struct kvb_result *res, char *err, size_t e
 	tick_start(&tk, &sh, "run", c->progress && rc == 0);
 	pthread_barrier_wait(&sh.bar); /* D: run starts */
 	/* Sample the server's CPU when the warm-up ends, i.e. over the recorded part. */
-	while (rc == 0 && now_ns() < sh.warmup_end)
+	while (rc == 0 && now_ns() < sh.warmup_end && !atomic_load(&sh.abort) && !atomic_load(&stop_signal))
 		usleep(1000);
+	if (atomic_load(&sh.lost))
+		stats_conn_drop(c, &stats_conn);
 	cpu0 = server_cpu(c, stats_conn);
 	pthread_barrier_wait(&sh.bar); /* E: run done */
 	tick_stop(&tk);
 	t1 = now_ns();
+	if (atomic_load(&sh.lost))
+		stats_conn_drop(c, &stats_conn);
 	cpu1 = server_cpu(c, stats_conn);
 	res->run.seconds = t1 > sh.warmup_end ? (t1 - sh.warmup_end) / 1e9 : 0;
 	res->run.server_cpu_s = cpu0 >= 0 && cpu1 >= 0 ? cpu1 - cpu0 : -1;
@@ -519,7 +652,7 @@ int kvb_run(const struct kvb_cfg *c, struct kvb_result *res, char *err, size_t e
 		/* A connection lost during the phases: the results stand, but say so. */
 		if (th[i].failed && rc == 0 && th[i].err[0]) {
 			snprintf(err, errlen, "%s", th[i].err);
-			rc = 1;
+			rc = KVB_RUN_LOST;
 		}
 		if (th[i].conn)
 			c->drv->close(th[i].conn);
@@ -529,6 +662,13 @@ int kvb_run(const struct kvb_cfg *c, struct kvb_result *res, char *err, size_t e
 	}
 	if (stats_conn)
 		c->drv->close(stats_conn);
+	res->signal = atomic_load(&stop_signal);
+	if (rc == KVB_RUN_OK && res->signal) {
+		snprintf(err, errlen, "stopped by %s: the results cover what ran before it", signal_name(res->signal));
+		rc = KVB_RUN_STOPPED;
+	}
+	sigaction(SIGINT, &old_int, NULL);
+	sigaction(SIGTERM, &old_term, NULL);
 	pthread_barrier_destroy(&sh.bar);
 	pthread_cond_destroy(&sh.gate_cv);
 	pthread_mutex_destroy(&sh.gate);

@@ -29,7 +29,7 @@ struct kvb_cfg {
 	uint32_t vmin, vmax; /* value sizes, uniform in [vmin, vmax] */
 	uint64_t seed;
 	int load;     /* 1: run the load phase */
-	int progress; /* 1: live progress line on stderr */
+	int progress; /* non-zero: live progress line on stderr */
 };
 
 #define KVB_MAX_ERRS 16
@@ -51,6 +51,7 @@ struct kvb_phase {
 
 struct kvb_result {
 	struct kvb_phase load, run;
+	int signal; /* SIGINT or SIGTERM when one stopped the run, else 0 */
 	int64_t mem_after_load; /* server bytes holding items after the load; -1 unknown */
 	/* Library round-trip counters summed over the connections (load, warm-up and run). */
 	unsigned rt_kinds;
@@ -58,9 +59,19 @@ struct kvb_result {
 	uint64_t rt_ops[16], rt_rtts[16];
 };
 
-/* Run the benchmark. 0; -1 with one line in err when it could not start (e.g.
- * target unreachable: then nothing was sent); 1 with one line in err when it
- * ran but a connection was lost on the way (the results count what happened). */
+/* What kvb_run says; every outcome but OK comes with one line in err. */
+enum kvb_run_status {
+	KVB_RUN_OK = 0,
+	KVB_RUN_LOST = 1,     /* a connection was lost on the way: the results count what happened */
+	KVB_RUN_STOPPED = 2,  /* SIGINT or SIGTERM (res->signal): the results so far */
+	KVB_RUN_FAILED = -1,  /* could not start (e.g. target unreachable): nothing was sent */
+	KVB_RUN_REFUSED = -2, /* the target cannot take these parameters (e.g. the value size):
+				 nothing was sent; a usage error */
+};
+
+/* Run the benchmark. While it runs, SIGINT and SIGTERM are caught: the first
+ * stops it within a fraction of a second (KVB_RUN_STOPPED; while connecting,
+ * once the attempt ends), a second one kills the process. */
 int kvb_run(const struct kvb_cfg *cfg, struct kvb_result *res, char *err, size_t errlen);
 
 #endif

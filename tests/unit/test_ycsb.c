@@ -215,6 +215,135 @@ Test(ycsb_zipf, frequencies_follow_zipf_over_1000_items)
 	free(count);
 }
 
+/* The reference for counts past the exact range: every term, with Kahan's
+ * compensation so that the reference's own rounding stays near 1e-16. */
+static double kahan_zeta(uint64_t first, uint64_t last, double theta)
+{
+	double sum = 0, c = 0;
+
+	for (uint64_t k = first; k <= last; k++) {
+		double y = 1 / pow((double)k, theta) - c, t = sum + y;
+
+		c = (t - sum) - y;
+		sum = t;
+	}
+	return sum;
+}
+
+/* integral of x^-theta over [a, b] */
+static double zeta_integral(double a, double b, double theta)
+{
+	return (pow(b, 1 - theta) - pow(a, 1 - theta)) / (1 - theta);
+}
+
+Test(ycsb_zipf, zeta_up_to_2_16_terms_is_the_direct_sum_to_the_last_bit)
+{
+	/* So the distribution of every generator up to 65536 items is unchanged. */
+	cr_expect_eq(kvb_zeta(0, 65536, 0.99, 0), direct_zeta(65536, 0.99));
+	cr_expect_eq(kvb_zeta(0, 65536, 0.5, 0), direct_zeta(65536, 0.5));
+	/* 65536 more terms onto an initial sum, as a latest generator grows */
+	double sum = 3.0;
+
+	for (uint64_t k = 1001; k <= 66536; k++)
+		sum += 1 / pow((double)k, 0.99);
+	cr_expect_eq(kvb_zeta(1000, 66536, 0.99, 3.0), sum);
+	cr_expect_eq(kvb_zeta(5, 5, 0.99, 2.5), 2.5); /* no terms */
+}
+
+Test(ycsb_zipf, closed_form_tail_is_within_its_stated_error_bound)
+{
+	/* kvb_zeta_tail claims |error| < 5.1e-3 * a^-(4 + theta). For small a that
+	 * is large enough to measure, so the bound itself is checked, not just
+	 * "close enough"; past a = 1024 it is below double rounding. */
+	static const uint64_t starts[] = { 1, 2, 3, 5, 10, 30, 100 };
+	static const double thetas[] = { 0.01, 0.5, 0.99, 0.999 };
+
+	for (size_t t = 0; t < sizeof(thetas) / sizeof(thetas[0]); t++) {
+		for (size_t i = 0; i < sizeof(starts) / sizeof(starts[0]); i++) {
+			uint64_t a = starts[i], b = 200000;
+			double exact = kahan_zeta(a, b, thetas[t]), got = kvb_zeta_tail(a, b, thetas[t]);
+			double bound = 5.1e-3 * pow((double)a, -(4 + thetas[t])) + 4e-16 * exact;
+
+			cr_expect(fabs(got - exact) <= bound, "theta %g, [%llu, %llu]: %.17g vs %.17g (bound %.3g)",
+				  thetas[t], (unsigned long long)a, (unsigned long long)b, got, exact, bound);
+		}
+	}
+}
+
+Test(ycsb_zipf, zeta_past_2_16_terms_matches_the_compensated_sum)
+{
+	static const uint64_t counts[] = { 65537, 100000, 1000000, 3000000 };
+	static const double thetas[] = { 0.5, 0.99 };
+
+	for (size_t t = 0; t < 2; t++) {
+		for (size_t i = 0; i < sizeof(counts) / sizeof(counts[0]); i++) {
+			double exact = kahan_zeta(1, counts[i], thetas[t]), got = kvb_zeta(0, counts[i], thetas[t], 0);
+
+			cr_expect(fabs(got - exact) <= 1e-14 * exact, "theta %g, n %llu: %.17g vs %.17g", thetas[t],
+				  (unsigned long long)counts[i], got, exact);
+		}
+	}
+	/* Grown incrementally by a large step (a latest generator after many
+	 * inserts), too. */
+	cr_expect(fabs(kvb_zeta(50000, 1000000, 0.99, kahan_zeta(1, 50000, 0.99)) - kahan_zeta(1, 1000000, 0.99)) <
+		  1e-13);
+	/* And YCSB's own constant for its 10^10-item scrambled space agrees to the
+	 * rounding YCSB's term-by-term sum accumulated (about 1e-11). */
+	cr_expect(fabs(kvb_zeta(0, KVB_SCRAMBLED_ITEM_COUNT, 0.99, 0) - KVB_SCRAMBLED_ZETAN) < 1e-9);
+}
+
+Test(ycsb_zipf, same_draws_past_2_16_items_as_with_the_summed_zeta)
+{
+	/* The closed form moves zeta by ~1e-16 relative: the draws of a seed are
+	 * those the exactly summed zeta gives. */
+	struct kvb_zipf a, b;
+	struct kvb_rng ra, rb;
+	unsigned differ = 0;
+
+	cr_assert_eq(kvb_zipf_init(&a, 0, 499999, 0.99), 0);
+	cr_assert_eq(kvb_zipf_init_zetan(&b, 0, 499999, 0.99, kahan_zeta(1, 500000, 0.99)), 0);
+	kvb_rng_seed(&ra, 11);
+	kvb_rng_seed(&rb, 11);
+	for (int i = 0; i < 200000; i++)
+		differ += kvb_zipf_next(&a, &ra) != kvb_zipf_next(&b, &rb);
+	cr_expect_eq(differ, 0);
+}
+
+/* kvbench -w D -r 2^40 once summed 2^40 terms in every thread before it
+ * contacted the target (hours). Now any count is set up in microseconds; the
+ * suite's timeout catches a regression to a term-by-term sum. */
+Test(ycsb_zipf, set_up_over_2_40_items_returns_with_zeta_within_analytic_bounds, .timeout = 20)
+{
+	const uint64_t n = 1ull << 40;
+	struct kvb_keychooser kc;
+	struct kvb_zipf z;
+	struct kvb_rng r;
+	double head = direct_zeta(1000, 0.99), lo, hi;
+
+	cr_assert_eq(kvb_zipf_init(&z, 0, n - 1, 0.99), 0);
+	/* f decreasing: the integral over [k, k + 1] lies between f(k + 1) and f(k). */
+	lo = head + zeta_integral(1001, (double)n + 1, 0.99);
+	hi = head + zeta_integral(1000, (double)n, 0.99);
+	cr_expect(z.zetan > lo && z.zetan < hi, "zeta(2^40) = %.17g, not in [%.17g, %.17g]", z.zetan, lo, hi);
+	cr_expect(hi - lo < 1.1e-3);
+
+	/* Workload D's chooser over 2^40 + 1 records (basis 2^40), and draws from it. */
+	cr_assert_eq(kvb_keychooser_init(&kc, KVB_DIST_LATEST, n + 1, 1000000, 0.05), 0);
+	cr_expect_eq(kc.u.latest.zipf.zetan, z.zetan);
+	kvb_rng_seed(&r, 3);
+	for (int i = 0; i < 10000; i++) {
+		uint64_t k = kvb_choose_key(&kc, &r, n + 1000);
+
+		cr_assert(k >= 1 && k <= n + 1000, "%llu", (unsigned long long)k);
+	}
+	/* Inserts grew the count by 1000: zeta extended by those terms only (each
+	 * ~1.2e-12, added to ~32.5 whose last bit is 7e-15: 1 % is the rounding). */
+	cr_expect_eq(kc.u.latest.zipf.countforzeta, n + 1000);
+	cr_expect(fabs(kc.u.latest.zipf.zetan - z.zetan - 1000 * pow((double)n, -0.99)) <
+			  0.01 * 1000 * pow((double)n, -0.99),
+		  "grew by %.6g", kc.u.latest.zipf.zetan - z.zetan);
+}
+
 Test(ycsb_zipf, bad_parameters_rejected)
 {
 	struct kvb_zipf z;

@@ -1,0 +1,203 @@
+/* kvbench --cpu-per-op (see cpuop.h). One thread, one connection, `depth`
+ * requests in flight. Key names and the key sequence are made before the
+ * clock starts, so a phase's CPU time is the library's (and the in-process
+ * transport's) plus a loop that copies a key and hands a request over. */
+#include "cpuop.h"
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include "ycsb_gen.h"
+
+#define PREFETCH 16
+
+struct ctx {
+	const struct kvb_cpuop_cfg *c;
+	void *conn;
+	/* records x KVB_KEY_NAME_CAP: the name, its length in the last byte (one
+	 * cache line holds both; names are at most KVB_KEY_NAME_MAX bytes) */
+	char *keys;
+	uint32_t *seq; /* operations key indices, uniform over the records */
+	int lost_status;
+	char *value, *bufs;
+	struct kvb_req *reqs, **free;
+	unsigned nfree;
+};
+
+static uint64_t clock_ns(clockid_t id)
+{
+	struct timespec ts;
+
+	clock_gettime(id, &ts);
+	return (uint64_t)ts.tv_sec * 1000000000u + (uint64_t)ts.tv_nsec;
+}
+
+static void rt_snapshot(struct ctx *x, uint64_t *ops, struct kvb_cpuop_result *r)
+{
+	uint64_t rtts[KVB_CPUOP_KINDS];
+	unsigned kinds = 0;
+
+	memset(ops, 0, KVB_CPUOP_KINDS * sizeof(*ops));
+	if (x->c->drv->round_trips)
+		x->c->drv->round_trips(x->conn, ops, rtts, r->rt_names, &kinds);
+	r->rt_kinds = kinds < KVB_CPUOP_KINDS ? kinds : KVB_CPUOP_KINDS;
+}
+
+/* Count finished requests and free them; 1 when one says the connection is gone. */
+static int account(struct ctx *x, struct kvb_cpuop_phase *ph, struct kvb_req **done, int n, uint64_t *finished)
+{
+	const struct kvb_driver *d = x->c->drv;
+	int lost = 0;
+
+	for (int i = 0; i < n; i++) {
+		int st = done[i]->status;
+
+		if (st) {
+			ph->failed++;
+			if (!ph->first_error)
+				ph->first_error = st;
+			if (d->lost && d->lost(st)) {
+				lost = 1;
+				x->lost_status = st;
+			}
+		}
+		x->free[x->nfree++] = done[i];
+		(*finished)++;
+	}
+	return lost;
+}
+
+/* n requests of prim over keys seq[0..n) (keys 0..n-1 when seq is NULL),
+ * depth in flight. -1 with err when the connection is lost. prim 0: the same
+ * loop with every request finished at once, without the library, to show
+ * what the loop itself costs. */
+static int phase(struct ctx *x, int prim, uint64_t n, const uint32_t *seq, struct kvb_cpuop_phase *ph,
+		 struct kvb_cpuop_result *r, char *err, size_t errlen)
+{
+	const struct kvb_driver *d = x->c->drv;
+	uint64_t issued = 0, finished = 0, before[KVB_CPUOP_KINDS], cpu0, wall0;
+	struct kvb_req *done[64];
+	int got, lost = 0;
+
+	memset(ph, 0, sizeof(*ph));
+	rt_snapshot(x, before, r);
+	wall0 = clock_ns(CLOCK_MONOTONIC);
+	cpu0 = clock_ns(CLOCK_THREAD_CPUTIME_ID);
+	while (finished < n && !lost) {
+		while (issued < n && x->nfree && !lost) {
+			struct kvb_req *q = x->free[--x->nfree];
+			const char *key = x->keys + (seq ? seq[issued] : issued) * KVB_KEY_NAME_CAP;
+
+			/* The key table is larger than the caches: fetch the name of
+			 * a request further on now, so the loop does not wait on it. */
+			if (seq && issued + PREFETCH < n)
+				__builtin_prefetch(x->keys + (uint64_t)seq[issued + PREFETCH] * KVB_KEY_NAME_CAP);
+			q->prim = prim;
+			q->key_len = (unsigned char)key[KVB_KEY_NAME_CAP - 1];
+			memcpy(q->key, key, q->key_len);
+			q->value_len = prim == KVB_PUT ? x->c->value_size : 0;
+			issued++;
+			q->status = prim ? d->submit(x->conn, q) : 0;
+			if (!prim) {
+				account(x, ph, &q, 1, &finished);
+				continue;
+			}
+			if (q->status) /* refused at once: a finished failure */
+				lost = account(x, ph, &q, 1, &finished);
+		}
+		got = lost || !prim ? 0 : d->poll(x->conn, done, 64, 100);
+		if (got < 0) {
+			x->lost_status = got;
+			lost = 1;
+		} else {
+			lost |= account(x, ph, done, got, &finished);
+		}
+	}
+	ph->cpu_ns = clock_ns(CLOCK_THREAD_CPUTIME_ID) - cpu0;
+	ph->wall_ns = clock_ns(CLOCK_MONOTONIC) - wall0;
+	ph->ops = finished;
+	if (lost) {
+		snprintf(err, errlen, "connection to %s://%s lost: %s", d->scheme, x->c->host, d->errname(x->lost_status));
+		return -1;
+	}
+	rt_snapshot(x, ph->rt_ops, r);
+	for (unsigned k = 0; k < r->rt_kinds; k++)
+		ph->rt_ops[k] -= before[k];
+	return 0;
+}
+
+static int setup(struct ctx *x, char *err, size_t errlen)
+{
+	const struct kvb_cpuop_cfg *c = x->c;
+	struct kvb_uniform u;
+	struct kvb_rng rng;
+
+	x->keys = malloc(c->records * KVB_KEY_NAME_CAP);
+	x->seq = malloc(c->operations * sizeof(*x->seq));
+	x->value = malloc(c->value_size);
+	x->bufs = malloc((size_t)c->depth * c->value_size);
+	x->reqs = calloc(c->depth, sizeof(*x->reqs));
+	x->free = calloc(c->depth, sizeof(*x->free));
+	if (!x->keys || !x->seq || !x->value || !x->bufs || !x->reqs || !x->free) {
+		snprintf(err, errlen, "out of memory for %llu keys and %llu operations",
+			 (unsigned long long)c->records, (unsigned long long)c->operations);
+		return -1;
+	}
+	for (uint64_t k = 0; k < c->records; k++) {
+		char *name = x->keys + k * KVB_KEY_NAME_CAP;
+
+		name[KVB_KEY_NAME_CAP - 1] = (char)kvb_key_name(k, 0, 1, name, KVB_KEY_NAME_MAX + 1);
+	}
+	kvb_rng_seed(&rng, c->seed);
+	kvb_uniform_init(&u, 0, c->records - 1);
+	for (uint64_t i = 0; i < c->operations; i++)
+		x->seq[i] = (uint32_t)kvb_uniform_next(&u, &rng);
+	for (uint32_t i = 0; i < c->value_size; i++)
+		x->value[i] = (char)('a' + i % 26);
+	for (unsigned i = 0; i < c->depth; i++) {
+		x->reqs[i].value = x->value;
+		x->reqs[i].buf = x->bufs + (size_t)i * c->value_size;
+		x->reqs[i].buf_len = c->value_size;
+		x->free[x->nfree++] = &x->reqs[i];
+	}
+	return 0;
+}
+
+int kvb_cpu_per_op(const struct kvb_cpuop_cfg *c, struct kvb_cpuop_result *r, char *err, size_t errlen)
+{
+	struct ctx x = { .c = c };
+	struct kvb_cpuop_phase warm;
+	int rc = -1;
+
+	memset(r, 0, sizeof(*r));
+	if (c->drv->connect(c->host, c->port, NULL, c->depth, &x.conn, err, errlen))
+		return -1;
+	if (c->drv->max_value && c->value_size > c->drv->max_value(x.conn, KVB_KEY_NAME_MAX)) {
+		snprintf(err, errlen, "--value-size %u is more than the target %s://%s takes: give at most %zu",
+			 c->value_size, c->drv->scheme, c->host, c->drv->max_value(x.conn, KVB_KEY_NAME_MAX));
+		rc = -2;
+		goto out;
+	}
+	if (setup(&x, err, errlen))
+		goto out;
+	/* Load every key, then read each once untimed (first touches of the
+	 * client's location cache and of the memory), then the timed phases. */
+	if (phase(&x, KVB_PUT, c->records, NULL, &r->load, r, err, errlen) ||
+	    phase(&x, KVB_GET, c->records, NULL, &warm, r, err, errlen) ||
+	    phase(&x, 0, c->operations, x.seq, &r->harness, r, err, errlen) ||
+	    ((c->phases & KVB_CPUOP_GET) && phase(&x, KVB_GET, c->operations, x.seq, &r->get, r, err, errlen)) ||
+	    ((c->phases & KVB_CPUOP_PUT) && phase(&x, KVB_PUT, c->operations, x.seq, &r->put, r, err, errlen)))
+		goto out;
+	rc = 0;
+out:
+	c->drv->close(x.conn);
+	free(x.keys);
+	free(x.seq);
+	free(x.value);
+	free(x.bufs);
+	free(x.reqs);
+	free(x.free);
+	return rc;
+}

@@ -1,0 +1,224 @@
+/* kvbench stopping early, as an operator sees it: a server killed under it is
+ * reported within an operation deadline with the results so far (exit 3);
+ * SIGINT/SIGTERM stop it at once with the results so far; parameters that
+ * cannot work are usage errors (exit 2) before any load is sent.
+ *
+ * The bench_local suite needs no RDMA (target local://MIB, the server core in
+ * kvbench's own process); bench_verbs drives a real kvserver. */
+#include <criterion/criterion.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "harness.h"
+
+TestSuite(bench_local, .timeout = 240);
+TestSuite(bench_verbs, .init = kvt_require_rdma, .timeout = 240);
+
+static double now_s(void)
+{
+	struct timespec ts;
+
+	clock_gettime(CLOCK_MONOTONIC, &ts);
+	return (double)ts.tv_sec + ts.tv_nsec / 1e9;
+}
+
+static int count_lines(const char *s)
+{
+	int n = 0;
+
+	for (; *s; s++)
+		n += *s == '\n';
+	return n;
+}
+
+static int run(struct kvt_proc *p, char *const argv[], int timeout_ms)
+{
+	cr_assert_eq(kvt_start(p, argv), 0);
+	return kvt_wait(p, timeout_ms);
+}
+
+/* How long stopping may take. The guest of deploy/rdma-env emulates its CPU
+ * (about 20 times slower, more on a busy host): there it is given more, still
+ * far less than the tens of seconds of run an unnoticed stop would take. */
+static double allowed(double native_s)
+{
+	const char *env = getenv("RDMA_ENV");
+
+	return env && strcmp(env, "guest") == 0 ? native_s * 5 : native_s;
+}
+
+/* Wait until kvbench's progress line says the run phase is going. */
+static void wait_for_run_phase(struct kvt_proc *b)
+{
+	char line[256];
+	double t0 = now_s();
+
+	while (!strstr(b->all, "\rrun ") && now_s() - t0 < 150)
+		kvt_line(b, line, sizeof(line), 200);
+	cr_assert(strstr(b->all, "\rrun ") != NULL, "no run phase within 150 s: %s", b->all);
+}
+
+/* Start a 60-second run against target, signal it once it is in the run
+ * phase, and check it stops at once with the results so far. */
+static void stop_by_signal(const char *target, const char *workload, int sig, int expect_status, const char *name)
+{
+	struct kvt_proc b;
+	char *argv[] = { KV_BENCH_BIN, "-w", (char *)workload, "-D", "60", "-T", "2", "-r", "200", "--warmup", "0.2",
+			 "--progress", "--target", (char *)target, NULL };
+	double t0;
+	int st;
+
+	cr_assert_eq(kvt_start(&b, argv), 0);
+	wait_for_run_phase(&b);
+	t0 = now_s();
+	kvt_kill(&b, sig);
+	st = kvt_wait(&b, 60000);
+	t0 = now_s() - t0;
+	cr_expect_eq(st, expect_status, "status %d: %s", st, b.all);
+	cr_expect_lt(t0, allowed(1.0), "stopped after %.2f s: %s", t0, b.all);
+	cr_expect(strstr(b.all, "run phase") && strstr(b.all, "OVERALL") && strstr(b.all, "READ "),
+		  "the results so far are printed: %s", b.all);
+	cr_expect(strstr(b.all, "stopped by") && strstr(b.all, name), "says why: %s", b.all);
+	printf("%s stopped kvbench on %s in %.3f s\n", name, target, t0);
+}
+
+/* Workload C (reads only) in process: with writes, threads of two tests on two
+ * busy cores can spin on a bucket lock whose holder the scheduler has
+ * preempted past local://'s deadline, which breaks that handle (and stops the
+ * run as a lost connection, rightly, but not what these tests are about). */
+Test(bench_local, sigint_stops_a_timed_run_at_once_with_the_results_so_far)
+{
+	stop_by_signal("local://64", "C", SIGINT, 128 + SIGINT, "SIGINT");
+}
+
+Test(bench_local, sigterm_stops_a_timed_run_at_once_with_the_results_so_far)
+{
+	stop_by_signal("local://64", "C", SIGTERM, 128 + SIGTERM, "SIGTERM");
+}
+
+Test(bench_local, a_value_larger_than_the_server_takes_is_a_usage_error)
+{
+	static const char *const sizes[] = { "1048576", "10-70000" };
+
+	for (size_t i = 0; i < sizeof(sizes) / sizeof(sizes[0]); i++) {
+		struct kvt_proc p;
+		char *argv[] = { KV_BENCH_BIN, "-w", "A", "-s", (char *)sizes[i], "--target", "local://16", NULL };
+
+		cr_expect_eq(run(&p, argv, 60000), 2, "-s %s: %s", sizes[i], p.all);
+		cr_expect_eq(count_lines(p.all), 1, "-s %s: %s", sizes[i], p.all);
+		cr_expect(strstr(p.all, "--value-size") && strstr(p.all, "at most"), "-s %s: %s", sizes[i], p.all);
+		cr_expect(!strstr(p.all, "load phase"), "nothing was sent: %s", p.all);
+	}
+}
+
+Test(bench_local, one_record_for_the_latest_distribution_is_a_usage_error)
+{
+	static const char *const args[][5] = {
+		{ "-w", "D", "-r", "1", NULL },
+		{ "-w", "A", "--distribution", "latest", "-r" },
+	};
+
+	for (size_t i = 0; i < 2; i++) {
+		struct kvt_proc p;
+		char *argv[] = { KV_BENCH_BIN, "--target", "local://16", (char *)args[i][0], (char *)args[i][1],
+				 (char *)args[i][2], (char *)args[i][3], (char *)args[i][4], i ? "1" : NULL, NULL };
+
+		cr_expect_eq(run(&p, argv, 30000), 2, "case %zu: %s", i, p.all);
+		cr_expect_eq(count_lines(p.all), 1, "case %zu: %s", i, p.all);
+		cr_expect(strstr(p.all, "--records 1") && strstr(p.all, "latest") && strstr(p.all, "2..2^40"),
+			  "names the parameter and the range: %s", p.all);
+	}
+}
+
+/* -r 2^40 once summed 2^40 zeta terms per thread before contacting anyone. */
+Test(bench_local, workload_d_over_2_40_records_starts_at_once)
+{
+	struct kvt_proc p;
+	char *argv[] = { KV_BENCH_BIN, "-w", "D", "-r", "1099511627776", "--no-load", "-n", "2000",
+			 "--warmup", "0", "-T", "2", "--target", "local://16", NULL };
+	double t0 = now_s();
+	int st = run(&p, argv, 60000);
+
+	/* Nothing was loaded, so READs miss (counted as errors: exit 3). */
+	cr_expect(st == 0 || st == 3, "status %d: %s", st, p.all);
+	cr_expect(strstr(p.all, "run phase") && strstr(p.all, "OVERALL"), "output: %s", p.all);
+	cr_expect_lt(now_s() - t0, 20, "took %.1f s", now_s() - t0);
+}
+
+Test(bench_verbs, workload_d_over_2_40_records_fails_fast_on_an_unreachable_target)
+{
+	struct kvt_proc p;
+	char *argv[] = { KV_BENCH_BIN, "-w", "D", "-r", "1099511627776", "--target", "rdma://192.0.2.1", NULL };
+	double t0 = now_s();
+
+	cr_expect_eq(run(&p, argv, 60000), 1, "output: %s", p.all);
+	cr_expect_eq(count_lines(p.all), 1, "output: %s", p.all);
+	cr_expect(strstr(p.all, "192.0.2.1") != NULL, "names where: %s", p.all);
+	cr_expect_lt(now_s() - t0, 30, "took %.1f s", now_s() - t0);
+}
+
+Test(bench_verbs, sigint_stops_a_timed_run_at_once_with_the_results_so_far)
+{
+	struct kvt_proc srv;
+	char target[128];
+
+	kvt_start_server(&srv, "7641", NULL);
+	snprintf(target, sizeof(target), "rdma://%s:7641", kvt_rdma_addr());
+	stop_by_signal(target, "A", SIGINT, 128 + SIGINT, "SIGINT");
+	kvt_kill(&srv, SIGTERM);
+	cr_expect_eq(kvt_wait(&srv, 20000), 0, "kvserver output: %s", srv.all);
+}
+
+/* kill -9 kvserver under a timed run: kvbench must notice within one
+ * operation deadline (kvserver's --max-op-ms, 1000 here), print what it
+ * measured and exit 3, instead of failing operations until -D ends. */
+Test(bench_verbs, a_server_killed_under_kvbench_is_reported_within_a_deadline)
+{
+	static const char *const extra[] = { "--max-op-ms", "1000", NULL };
+	struct kvt_proc srv, b;
+	char target[128];
+	char *argv[] = { KV_BENCH_BIN, "-w", "A", "-D", "60", "-T", "2", "-r", "200", "--warmup", "0.2",
+			 "--progress", "--target", target, NULL };
+	double t0;
+	int st;
+
+	kvt_start_server(&srv, "7642", extra);
+	snprintf(target, sizeof(target), "rdma://%s:7642", kvt_rdma_addr());
+	cr_assert_eq(kvt_start(&b, argv), 0);
+	wait_for_run_phase(&b);
+	t0 = now_s();
+	kvt_kill(&srv, SIGKILL);
+	kvt_wait(&srv, 10000);
+	st = kvt_wait(&b, 60000);
+	t0 = now_s() - t0;
+	cr_expect_eq(st, 3, "status %d: %s", st, b.all);
+	/* one deadline, the stop's settling (0.2 s) and the closing */
+	cr_expect_lt(t0, allowed(1.5), "noticed after %.2f s: %s", t0, b.all);
+	cr_expect(strstr(b.all, "connection to") && strstr(b.all, "lost"), "says so: %s", b.all);
+	cr_expect(strstr(b.all, "run phase") && strstr(b.all, "OVERALL"), "the results so far: %s", b.all);
+	printf("kvbench noticed the killed server in %.3f s\n", t0);
+}
+
+Test(bench_local, cpu_per_op_prints_client_cpu_per_get_and_put)
+{
+	struct kvt_proc p;
+	char *argv[] = { KV_BENCH_BIN, "--cpu-per-op", "--target", "local://64", "-r", "2000", "-n", "20000", NULL };
+	char *bad[] = { KV_BENCH_BIN, "--cpu-per-op", "--target", "rdma://192.0.2.1", NULL };
+	const char *g, *u;
+
+	cr_expect_eq(run(&p, argv, 120000), 0, "output: %s", p.all);
+	g = strstr(p.all, "cpu_ns_per_get=");
+	u = strstr(p.all, "cpu_ns_per_put=");
+	cr_assert(g && u, "output: %s", p.all);
+	/* a real measurement: more than nothing, less than a millisecond an operation */
+	cr_expect(atof(g + 15) > 10 && atof(g + 15) < 1e6, "output: %s", p.all);
+	cr_expect(atof(u + 15) > 10 && atof(u + 15) < 1e6, "output: %s", p.all);
+	cr_expect(strstr(p.all, "GET       20000 ops") && strstr(p.all, "PUT       20000 ops"), "output: %s", p.all);
+
+	cr_expect_eq(run(&p, bad, 30000), 2, "output: %s", p.all);
+	cr_expect(strstr(p.all, "local://MIB") != NULL, "output: %s", p.all);
+}
