@@ -70,7 +70,7 @@ static int obj_ok(const uint8_t *b, uint64_t got)
 	if (got < sizeof(h))
 		return 0;
 	memcpy(&h, b, sizeof(h));
-	n = sizeof(h) + (uint64_t)h.key_len + h.value_len;
+	n = sizeof(h) + (uint64_t)h.key_len + kvi_obj_value_len(&h);
 	if (h.version != KVI_LAYOUT_VERSION || h.key_len < 1 || h.key_len > KVI_MAX_KEY || n > got)
 		return 0;
 	return XXH3_64bits(b + KVI_OBJ_CSUM_FROM, n - KVI_OBJ_CSUM_FROM) == h.checksum;
@@ -90,7 +90,7 @@ static void object(const uint8_t *data, size_t got)
 	 * decides: the fuzzer cannot forge XXH3 by itself. */
 	if (got >= sizeof(h)) {
 		memcpy(&h, b, sizeof(h));
-		n = sizeof(h) + (uint64_t)h.key_len + h.value_len;
+		n = sizeof(h) + (uint64_t)h.key_len + kvi_obj_value_len(&h);
 		if (n <= got) {
 			h.checksum = XXH3_64bits(b + KVI_OBJ_CSUM_FROM, n - KVI_OBJ_CSUM_FROM);
 			memcpy(b, &h, sizeof(h));
@@ -102,7 +102,8 @@ static void object(const uint8_t *data, size_t got)
 			uint8_t *o = malloc(n);
 
 			FUZZ_CHECK(o, "out of memory");
-			kvi_obj_build(o, b + sizeof(h), h.key_len, b + sizeof(h) + h.key_len, h.value_len, h.expiry);
+			kvi_obj_build(o, b + sizeof(h), h.key_len, b + sizeof(h) + h.key_len, kvi_obj_value_len(&h),
+				      kvi_obj_expiry_ms(&h));
 			FUZZ_CHECK(memcmp(o, b, offsetof(struct kvi_obj_hdr, access)) == 0 &&
 					   memcmp(o + KVI_OBJ_CSUM_FROM, b + KVI_OBJ_CSUM_FROM, n - KVI_OBJ_CSUM_FROM) == 0,
 				   "verified object differs from the one built from its fields");

@@ -97,7 +97,7 @@ static int put_obj(uint32_t p, unsigned version, unsigned key_len, uint32_t valu
 		   const uint8_t *key, int live, unsigned which)
 {
 	struct kvi_obj_hdr h = { .access = 0, .version = (uint8_t)version, .flags = (uint8_t)flags,
-				 .key_len = (uint8_t)key_len, .value_len = value_len };
+				 .key_len = (uint8_t)key_len, .len_exp = value_len };
 	uint64_t len = kvi_obj_len(key_len, value_len);
 	struct built *o = &objs[nobjs];
 	struct kvi_keyhash kh;
