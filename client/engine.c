@@ -604,7 +604,8 @@ static void run_backoffs(kvc_t *h, uint64_t now, uint64_t *next_due)
 	}
 }
 
-static void on_complete(kvc_t *h, const struct kvi_rcomp *c)
+/* now: read after the completion was polled (so no earlier than it). */
+static void on_complete(kvc_t *h, const struct kvi_rcomp *c, uint64_t now)
 {
 	struct kvi_opst *st;
 
@@ -623,7 +624,7 @@ static void on_complete(kvc_t *h, const struct kvi_rcomp *c)
 	if (st->op->type == KVC_OP_GET) {
 		/* A READ that completed past the deadline may have read memory the
 		 * server has since reused: never a result (segtab.h). */
-		if (kvi_now_ns() >= st->deadline) {
+		if (now >= st->deadline) {
 			kvi_st_finish(h, st, KVC_ETIMEDOUT, KVC_STAT_FAILED);
 			return;
 		}
@@ -635,8 +636,8 @@ static void on_complete(kvc_t *h, const struct kvi_rcomp *c)
 
 int kvc_poll(kvc_t *h, struct kvc_op **done, unsigned max, int timeout_ms)
 {
-	uint64_t start_ns = kvi_now_ns();
-	uint64_t deadline = timeout_ms < 0 ? UINT64_MAX : start_ns + (uint64_t)timeout_ms * 1000000u;
+	uint64_t now = kvi_now_ns(); /* one clock read per pass: this, or the one after a completion */
+	uint64_t deadline = timeout_ms < 0 ? UINT64_MAX : now + (uint64_t)timeout_ms * 1000000u;
 	struct kvi_rcomp comp[16];
 	unsigned n = 0;
 	int polled = 0;
@@ -644,7 +645,7 @@ int kvc_poll(kvc_t *h, struct kvc_op **done, unsigned max, int timeout_ms)
 	if (!done || max == 0)
 		return KVC_EINVAL;
 	for (;;) {
-		uint64_t now = kvi_now_ns(), next_due = UINT64_MAX;
+		uint64_t next_due = UINT64_MAX;
 		int got, wait_ms;
 
 		run_backoffs(h, now, &next_due);
@@ -668,14 +669,18 @@ int kvc_poll(kvc_t *h, struct kvc_op **done, unsigned max, int timeout_ms)
 			nanosleep(&(struct timespec){ .tv_sec = (time_t)(ns / 1000000000u),
 						      .tv_nsec = (long)(ns % 1000000000u) }, NULL);
 			polled = 1;
+			now = kvi_now_ns();
 			continue;
 		}
 		got = now >= deadline ? kvi_rmem_poll(h->rm, comp, 16) : kvi_rmem_wait(h->rm, comp, 16, wait_ms);
 		polled = 1;
-		for (int i = 0; i < got; i++)
-			on_complete(h, &comp[i]);
-		if (got == 0)
-			check_stuck(h, kvi_now_ns());
+		now = kvi_now_ns();
+		if (got > 0) {
+			for (int i = 0; i < got; i++)
+				on_complete(h, &comp[i], now);
+		} else {
+			check_stuck(h, now);
+		}
 	}
 }
 

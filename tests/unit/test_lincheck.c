@@ -279,20 +279,21 @@ Test(lincheck, concurrent_histories_of_real_clients_are_linearizable, .timeout =
 			w[i] = (struct worker){ .env = &env, .id = i + 1, .seed = seed, .slow = rcl != NULL };
 			cr_assert_eq(pthread_create(&w[i].t, NULL, worker_main, &w[i]), 0);
 		}
-		for (unsigned i = 0; i < THREADS; i++) {
+		for (unsigned i = 0; i < THREADS; i++)
 			pthread_join(w[i].t, NULL);
-			cr_assert_null(w[i].why, "seed %" PRIu64 " client %u: %s", seed, i + 1, w[i].why);
-			memcpy(all + n, w[i].ops, w[i].n * sizeof(struct lc_op));
-			n += w[i].n;
-			unknown += w[i].unknown;
-			failed += w[i].failed;
-		}
-		if (rcl) {
+		if (rcl) { /* stop every thread before any assertion can end the test */
 			void *rret = NULL;
 
 			__atomic_store_n(&g_stop, 1, __ATOMIC_RELEASE);
 			pthread_join(rt, &rret);
 			cr_assert_null(rret, "%s", (const char *)rret);
+		}
+		for (unsigned i = 0; i < THREADS; i++) {
+			cr_assert_null(w[i].why, "seed %" PRIu64 " client %u: %s", seed, i + 1, w[i].why);
+			memcpy(all + n, w[i].ops, w[i].n * sizeof(struct lc_op));
+			n += w[i].n;
+			unknown += w[i].unknown;
+			failed += w[i].failed;
 		}
 		kvs_core_stats(env.core, &cs);
 		reclaimed += cs.rc.segments;

@@ -1,0 +1,116 @@
+/* Kill at every step: a writer is killed right after each doorbell of its
+ * PUT and DELETE (through the location cache and through the buckets), on a
+ * real RDMA connection to a real kvserver. What must hold every time:
+ *   - the acknowledged write is not lost: the key reads "acked", or the
+ *     interrupted write's own outcome ("doomed" for a PUT whose commit was
+ *     rung; absent for such a DELETE), never anything else;
+ *   - no lock stays stuck: another writer's PUT of the same key succeeds
+ *     within the fencing bound (kvserver fences the dead client on
+ *     disconnect and releases its locks). */
+#include <criterion/criterion.h>
+#include <signal.h>
+#include <stdio.h>
+#include <string.h>
+#include <time.h>
+
+#include "harness.h"
+#include "kvclient.h"
+
+#define FENCE_BOUND_S 10 /* generous for an emulated NIC in a loaded guest */
+
+static double now_s(void)
+{
+	struct timespec ts;
+
+	clock_gettime(CLOCK_MONOTONIC, &ts);
+	return (double)ts.tv_sec + ts.tv_nsec / 1e9;
+}
+
+/* Returns 1 if the worker was killed at step n, 0 if its write finished first. */
+static int run_one(const char *port, kvc_t *h, const char *mode, unsigned n, const char *cache, double *worst)
+{
+	char server[128], key[32], nb[16], v[16];
+	char *argv[] = { KV_KILL_WORKER_BIN, server, key, (char *)mode, nb, (char *)cache, NULL };
+	struct kvt_proc w;
+	int st, rc, killed;
+	double t0;
+
+	snprintf(server, sizeof(server), "%s:%s", kvt_rdma_addr(), port);
+	snprintf(key, sizeof(key), "%s-%s-%u", mode, cache, n);
+	snprintf(nb, sizeof(nb), "%u", n);
+	cr_assert_eq(kvt_start(&w, argv), 0);
+	st = kvt_wait(&w, 60000);
+	killed = st == 128 + SIGKILL;
+	cr_assert(killed || st == 0, "worker %s step %u: status %d: %s", mode, n, st, w.all);
+	cr_assert(strstr(w.all, "ACKED"), "%s", w.all);
+	if (!killed)
+		cr_assert(strstr(w.all, "DONE KVC_OK") || strstr(w.all, "DONE KVC_ENOTFOUND"), "%s", w.all);
+	/* What the key holds now: the acknowledged value or the interrupted write's. */
+	rc = kvc_get(h, key, strlen(key), v, sizeof(v) - 1, NULL);
+	cr_assert(rc == 0 || rc == KVC_ENOTFOUND || rc == KVC_ETRUNC, "%s step %u: GET %s", mode, n, kvc_err_name(rc));
+	if (rc == 0) {
+		size_t len = 0;
+
+		kvc_get(h, key, strlen(key), v, sizeof(v) - 1, &len);
+		v[len] = '\0';
+		cr_expect(strcmp(v, "acked") == 0 || (strcmp(mode, "put") == 0 && strcmp(v, "doomed") == 0),
+			  "%s step %u: read \"%s\"", mode, n, v);
+	} else {
+		cr_expect(strcmp(mode, "delete") == 0, "put step %u: the acknowledged value was lost", n);
+	}
+	/* No lock stuck: a PUT of the same key gets through within the bound. */
+	t0 = now_s();
+	do
+		rc = kvc_put(h, key, strlen(key), "after", 5, 0);
+	while (rc == KVC_ETIMEDOUT && now_s() - t0 < FENCE_BOUND_S);
+	cr_expect_eq(rc, 0, "%s step %u: a writer after the kill got %s", mode, n, kvc_err_name(rc));
+	if (now_s() - t0 > *worst)
+		*worst = now_s() - t0;
+	return killed;
+}
+
+static void kill_every_step(const char *port, const char *cache)
+{
+	struct kvt_proc srv;
+	const char *extra[] = { "--max-op-ms", "500", NULL };
+	const char *modes[] = { "put", "delete" };
+	double worst = 0;
+	unsigned kills = 0;
+	char server[128], err[400];
+	struct kvc_opts o;
+	kvc_t *h;
+
+	kvt_start_server(&srv, port, extra);
+	snprintf(server, sizeof(server), "%s:%s", kvt_rdma_addr(), port);
+	kvc_opts_init(&o);
+	o.server = server;
+	o.op_timeout_ms = 500;
+	o.cache_entries = 0;
+	cr_assert_eq(kvc_create(&o, &h, err, sizeof(err)), 0, "%s", err);
+	for (unsigned m = 0; m < 2; m++) {
+		unsigned n = 1;
+
+		while (run_one(port, h, modes[m], n, cache, &worst) && n < 8) {
+			kills++;
+			n++;
+		}
+		cr_expect_gt(n, 1, "%s: never killed mid-write", modes[m]);
+	}
+	printf("kill at every step (cache %s): %u kills after a doorbell; every lock released within %.2f s\n",
+	       cache, kills, worst);
+	kvc_destroy(h);
+	kvt_kill(&srv, SIGTERM);
+	cr_expect_eq(kvt_wait(&srv, 20000), 0, "kvserver: %s", srv.all);
+}
+
+TestSuite(kill, .init = kvt_require_rdma, .timeout = 600);
+
+Test(kill, a_writer_killed_after_any_doorbell_loses_no_acknowledged_write_and_leaves_no_lock)
+{
+	kill_every_step("7661", "1024");
+}
+
+Test(kill, the_same_through_the_buckets)
+{
+	kill_every_step("7662", "0");
+}
