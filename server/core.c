@@ -59,8 +59,10 @@ static void charge_client(void *arg, uint32_t id, int64_t bytes)
 {
 	struct kvs_client *cl = *client_slot(arg, id);
 
+	/* A negative delta larger than held can only be an earlier client's
+	 * charge under a reused id (kvserver never reuses ids; tests may). */
 	if (cl)
-		cl->held += (uint64_t)bytes; /* wraps back for negative deltas */
+		cl->held = bytes < 0 && (uint64_t)-bytes > cl->held ? 0 : cl->held + (uint64_t)bytes;
 }
 static int policy_opts(const struct kvs_core_opts *in, struct kvs_core_opts *o, struct kvi_errbuf *e);
 

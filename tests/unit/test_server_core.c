@@ -330,6 +330,7 @@ Test(server_core, extents_start_small_and_double_up_to_a_segment)
 		cr_expect_eq(resp.arg[1], want, "grant %d: %lu bytes", i, (unsigned long)resp.arg[1]);
 	}
 	/* An object larger than the next extent gets room for itself. */
+	teardown();
 	make_core(REGION, 0, SEG);
 	cr_assert_eq(seg_req_need(6, 1, 40000, 0, &resp), 0);
 	cr_expect_geq(resp.arg[1], 40000);
@@ -820,7 +821,7 @@ static void *flood_loop(void *arg)
 		if (resp.type == KVI_CTRL_SEG_GRANT)
 			b->grants++;
 		else if (resp.status == KVC_EAGAIN)
-			b->eagain++; else if (resp.status == KVC_EQUOTA) {
+			__atomic_add_fetch(&b->eagain, 1, __ATOMIC_RELEASE); /* the test waits for it */ else if (resp.status == KVC_EQUOTA) {
 			b->equota++;
 		} else {
 			b->other++;
@@ -849,7 +850,10 @@ Test(quota, a_flooder_cannot_starve_another_clients_puts)
 	cr_assert_eq(kvt_env_client(&qenv, NULL, 0, 4, &victim), 0);
 	cr_assert_eq(pthread_create(&rec.t, NULL, reclaimer_loop, &rec), 0);
 	cr_assert_eq(pthread_create(&fl.t, NULL, flood_loop, &fl), 0);
-	usleep(300000); /* the flooder has the heap to itself for a while */
+	/* The flooder has the heap to itself until it has taken all it may. */
+	for (int ms = 0; !__atomic_load_n(&fl.eagain, __ATOMIC_ACQUIRE) && ms < 20000; ms++)
+		usleep(1000);
+	cr_assert_gt(__atomic_load_n(&fl.eagain, __ATOMIC_ACQUIRE), 0, "the flooder never ran out of memory");
 	/* 500 PUTs of 520-byte objects: about 4 heaps' worth of the flooder's
 	 * reclamation cycles, and several extents of the victim's own. */
 	for (unsigned i = 0; i < 500; i++) {
