@@ -5,6 +5,8 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/resource.h>
+#include <unistd.h>
 
 #include "client.h"
 #include "log.h"
@@ -76,12 +78,29 @@ static int split_server(const char *s, char *host, size_t hl, char *port, size_t
 	return 0;
 }
 
+/* The handle's buffers (depth x the largest item) are registered with the
+ * NIC, i.e. pinned: under a small locked-memory limit that fails with ENOMEM
+ * although the machine has memory to spare, and "out of memory" alone sends
+ * the user looking in the wrong place. Root is exempt (CAP_IPC_LOCK). */
+static int memlock_limited(char *msg, size_t len, const char *host, const char *port)
+{
+	struct rlimit rl;
+
+	if (geteuid() == 0 || getrlimit(RLIMIT_MEMLOCK, &rl) || rl.rlim_cur == RLIM_INFINITY)
+		return 0;
+	snprintf(msg, len, "server %s:%s: cannot register this client's buffers with the RDMA device: the "
+		 "locked-memory limit (ulimit -l) is %llu KiB; raise it (ulimit -l unlimited, or memlock in "
+		 "/etc/security/limits.conf) or use a smaller depth", host, port,
+		 (unsigned long long)rl.rlim_cur >> 10);
+	return 1;
+}
+
 int kvc_create(const struct kvc_opts *o, kvc_t **out, char *err, size_t errlen)
 {
 	struct kvi_errbuf e = { { 0 } };
 	struct kvi_welcome w;
 	struct kvi_rmem *rm;
-	char host[256], port[8], msg[400];
+	char host[256], port[8], msg[640];
 	int rc;
 
 	if (!out)
@@ -107,7 +126,9 @@ int kvc_create(const struct kvc_opts *o, kvc_t **out, char *err, size_t errlen)
 		return rc;
 	}
 	rc = kvi_client_open(rm, o, out);
-	if (rc) {
+	if (rc == KVC_ENOMEM && memlock_limited(msg, sizeof(msg), host, port))
+		set_err(err, errlen, msg);
+	else if (rc) {
 		snprintf(msg, sizeof(msg), "server %s:%s: %s", host, port, kvc_strerror(rc));
 		set_err(err, errlen, msg);
 	}

@@ -72,7 +72,8 @@ static int pick_device(struct kvi_listener *l, const struct kvi_listen_opts *o, 
 		}
 	}
 	if (o->device && !l->ctx) {
-		kvi_errbuf_set(e, "RDMA device '%s' not found (available: %s)", o->device, names);
+		kvi_errbuf_set(e, "RDMA device '%s' not found (available: %s): name one of these with -d/--device",
+			       o->device, names);
 		return KVC_ENODEV;
 	}
 	if (n == 0) {
@@ -89,6 +90,75 @@ static int pick_device(struct kvi_listener *l, const struct kvi_listen_opts *o, 
 		return KVC_EINVAL;
 	}
 	return 0;
+}
+
+static int is_loopback(const struct sockaddr *a)
+{
+	if (a->sa_family == AF_INET)
+		return (ntohl(((const struct sockaddr_in *)a)->sin_addr.s_addr) >> 24) == 127;
+	return a->sa_family == AF_INET6 && IN6_IS_ADDR_LOOPBACK(&((const struct sockaddr_in6 *)a)->sin6_addr);
+}
+
+/* Can a fresh id bind this address on some other port (port 0: any)? */
+static int address_usable(struct rdma_event_channel *ch, const struct rdma_addrinfo *ai)
+{
+	struct sockaddr_storage ss;
+	struct rdma_cm_id *id;
+	int ok;
+
+	if (ai->ai_src_len > sizeof(ss) || rdma_create_id(ch, &id, NULL, RDMA_PS_TCP))
+		return 0;
+	memcpy(&ss, ai->ai_src_addr, ai->ai_src_len);
+	if (ss.ss_family == AF_INET)
+		((struct sockaddr_in *)&ss)->sin_port = 0;
+	else if (ss.ss_family == AF_INET6)
+		((struct sockaddr_in6 *)&ss)->sin6_port = 0;
+	ok = rdma_bind_addr(id, (struct sockaddr *)&ss) == 0;
+	rdma_destroy_id(id);
+	return ok;
+}
+
+/* Why rdma_bind_addr failed, as the operator needs it. rdma_cm reports a port
+ * that another listener holds as EADDRNOTAVAIL, just like an address that is
+ * on no RDMA interface (EADDRINUSE only when the exact address is taken), so
+ * the address is tried again on another port to tell the two apart. */
+static int bind_error(struct rdma_event_channel *ch, const struct rdma_addrinfo *ai, const char *where,
+		      const char *port, int err, struct kvi_errbuf *e)
+{
+	if (err == EADDRINUSE || (err == EADDRNOTAVAIL && address_usable(ch, ai))) {
+		kvi_errbuf_set(e, "cannot listen on %s port %s: the port is in use (another kvserver?): stop "
+			       "that one or choose another port with -p", where, port);
+		return KVC_EINVAL;
+	}
+	if (err == EADDRNOTAVAIL || err == ENODEV) {
+		kvi_errbuf_set(e, "cannot listen on %s: the address is not on an RDMA-capable interface here: give "
+			       "-l the address of one (rdma link shows them)", where);
+		return KVC_ENODEV;
+	}
+	kvi_errbuf_set(e, "cannot bind %s port %s: %s", where, port, strerror(err));
+	return KVC_ESYS;
+}
+
+/* -d names a device the listen address is not on: say whether it exists. */
+static int device_mismatch(const char *where, const char *bound, const char *want, struct kvi_errbuf *e)
+{
+	struct ibv_context **devs;
+	char names[256];
+	int n = 0, exists = 0;
+
+	devs = rdma_get_devices(&n);
+	for (int i = 0; devs && i < n; i++)
+		exists |= strcmp(ibv_get_device_name(devs[i]->device), want) == 0;
+	if (devs)
+		rdma_free_devices(devs);
+	kvi_device_names(names, sizeof(names));
+	if (!exists)
+		kvi_errbuf_set(e, "RDMA device '%s' not found (available: %s): name one of these with -d/--device, "
+			       "or drop -d (listen address %s is on %s)", want, names, where, bound);
+	else
+		kvi_errbuf_set(e, "listen address %s is on RDMA device %s, not %s: drop -d, or give -l an address "
+			       "of %s", where, bound, want, want);
+	return KVC_ENODEV;
 }
 
 static int epoll_add(int epfd, int fd)
@@ -160,20 +230,23 @@ int kvi_listener_create(const struct kvi_listen_opts *o, struct kvi_listener **o
 		goto fail;
 	}
 	if (rdma_bind_addr(l->id, ai->ai_src_addr)) {
-		kvi_errbuf_set(e, "cannot bind %s port %s: %s%s", where, o->port, strerror(errno),
-			       errno == EADDRINUSE ? " (another kvserver on this port?)"
-			       : errno == EADDRNOTAVAIL || errno == ENODEV
-				       ? " (the address is not on an RDMA-capable interface)" : "");
-		rc = errno == EADDRINUSE ? KVC_EINVAL : KVC_ENODEV;
+		rc = bind_error(l->ch, ai, where, o->port, errno, e);
+		goto fail;
+	}
+	if (is_loopback(ai->ai_src_addr)) {
+		/* rdma_cm binds it (with no device: the only one with atomics
+		 * is then picked), but no client can reach it and the
+		 * reclaimer's own connection to it fails forever. */
+		kvi_errbuf_set(e, "cannot listen on %s: it is a loopback address, which RDMA cannot connect to: "
+			       "give -l the address of an RDMA-capable interface (rdma link shows them)", where);
+		rc = KVC_ENODEV;
 		goto fail;
 	}
 	if (l->id->verbs) {
 		/* Bound to one address: its device is the device. */
 		l->ctx = l->id->verbs;
 		if (o->device && strcmp(o->device, ibv_get_device_name(l->ctx->device)) != 0) {
-			kvi_errbuf_set(e, "listen address %s is on RDMA device %s, not %s", where,
-				       ibv_get_device_name(l->ctx->device), o->device);
-			rc = KVC_ENODEV;
+			rc = device_mismatch(where, ibv_get_device_name(l->ctx->device), o->device, e);
 			goto fail;
 		}
 	} else {

@@ -532,7 +532,8 @@ static int create_resources(struct rmem_verbs *v, const struct kvi_verbs_opts *o
 	v->cbuf = aligned_alloc(64, (CTRL_RECVS + 1) * CTRL_MSG);
 	v->cmr = v->cbuf ? ibv_reg_mr(v->pd, v->cbuf, (CTRL_RECVS + 1) * CTRL_MSG, IBV_ACCESS_LOCAL_WRITE) : NULL;
 	if (!v->cmr) {
-		kvi_errbuf_set(e, "cannot register control buffers with %s: %s", dev, strerror(errno));
+		kvi_errbuf_set(e, "cannot register control buffers with %s: %s (raise the locked-memory limit: "
+			       "ulimit -l unlimited)", dev, strerror(errno));
 		return KVC_ENOMEM;
 	}
 	/* Receives must be posted before the server can send anything. */

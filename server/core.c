@@ -16,7 +16,8 @@
 struct kvs_client {
 	struct kvs_client *next;
 	uint32_t id;
-	struct kvs_extent x;
+	struct kvs_extent x; /* x.owner = id */
+	uint64_t held; /* bytes granted and not back (core.h "Quota") */
 };
 
 #define KVS_CLIENT_BUCKETS 256u
@@ -39,11 +40,30 @@ struct kvs_core {
 	uint64_t full_at;   /* no-evict: when the reclaimer last found nothing to compact */
 	int has_reclaimer;  /* without one, nothing will ever make room: refuse at once */
 	uint64_t grants_refused, nclients;
+	uint64_t quota;       /* bytes one client may hold while others need memory */
+	uint64_t starving_at; /* ns: a client within half its quota was last answered EAGAIN */
+	uint32_t starving_id; /* ... that client */
+	uint64_t starving_ns; /* how long that counts */
+	uint64_t over_quota;  /* grants answered KVC_EQUOTA */
+	uint64_t throttled;   /* grants answered KVC_EAGAIN for another's sake */
 	struct kvs_reclaim_stats rc;
 	struct kvs_client *clients[KVS_CLIENT_BUCKETS];
 };
 
 static void kvs_core_stats_locked(struct kvs_core *c, struct kvs_core_stats *out);
+static struct kvs_client **client_slot(struct kvs_core *c, uint32_t id);
+
+/* segtab's accounting (opts.charge), under the core's lock. A client that
+ * has left is not counted any more. */
+static void charge_client(void *arg, uint32_t id, int64_t bytes)
+{
+	struct kvs_client *cl = *client_slot(arg, id);
+
+	/* A negative delta larger than held can only be an earlier client's
+	 * charge under a reused id (kvserver never reuses ids; tests may). */
+	if (cl)
+		cl->held = bytes < 0 && (uint64_t)-bytes > cl->held ? 0 : cl->held + (uint64_t)bytes;
+}
 static int policy_opts(const struct kvs_core_opts *in, struct kvs_core_opts *o, struct kvi_errbuf *e);
 
 static uint64_t now_ns(void)
@@ -150,6 +170,12 @@ static int policy_opts(const struct kvs_core_opts *in, struct kvs_core_opts *o, 
 			       "least twice that plus %u ms", o->quarantine_ms, o->max_op_ms, margin);
 		return KVC_EINVAL;
 	}
+	if (!o->client_quota_pct)
+		o->client_quota_pct = KVS_DEFAULT_CLIENT_QUOTA_PCT;
+	if (o->client_quota_pct > 100) {
+		kvi_errbuf_set(e, "a client quota of %u%% of the heap: must be 1..100", o->client_quota_pct);
+		return KVC_EINVAL;
+	}
 	if (o->reclaim_low_pct > 90 || o->reclaim_high_pct > 95 || o->reclaim_high_pct <= o->reclaim_low_pct) {
 		kvi_errbuf_set(e, "reclaim watermarks %u%% / %u%%: the low one must be 1..90 and below the high one "
 			       "(at most 95)", o->reclaim_low_pct, o->reclaim_high_pct);
@@ -192,6 +218,11 @@ int kvs_core_create(void *region_base, uint64_t region_size, const struct kvs_co
 	c->high = c->nsegs * c->o.reclaim_high_pct / 100;
 	if (c->high <= c->low)
 		c->high = c->low + 1;
+	c->quota = c->sb.heap_size / 100 * c->o.client_quota_pct;
+	if (c->quota < 2 * c->sb.segment_size)
+		c->quota = 2 * c->sb.segment_size;
+	c->starving_ns = (uint64_t)(c->o.max_op_ms > KVS_STARVING_MIN_MS ? c->o.max_op_ms : KVS_STARVING_MIN_MS) *
+			 1000000u;
 	rc = kvs_heap_create(c->base + c->sb.heap_off, c->sb.heap_size, c->sb.segment_size, &c->heap, e);
 	if (rc)
 		goto clean_core;
@@ -204,7 +235,8 @@ int kvs_core_create(void *region_base, uint64_t region_size, const struct kvs_co
 								       1000000u,
 							  .quarantine_ns = (uint64_t)c->o.quarantine_ms * 1000000u,
 							  .reserve = c->nsegs > 8 ? KVS_RESERVE_SEGMENTS : 0,
-							  .one_fifo = c->o.no_evict },
+							  .one_fifo = c->o.no_evict,
+							  .charge = charge_client, .charge_arg = c },
 			       &c->segs);
 	if (rc) {
 		kvi_errbuf_set(e, "out of memory for the table of %" PRIu64 " segments", c->nsegs);
@@ -310,7 +342,8 @@ static void poke(struct kvs_core *c)
 static int seg_request(struct kvs_core *c, uint32_t id, const struct kvi_ctrl *req, struct kvi_ctrl *resp)
 {
 	struct kvs_client **pp = client_slot(c, id), *cl = *pp;
-	int rc;
+	uint64_t now = now_ns();
+	int rc, over;
 
 	if (req->arg[0] > c->sb.segment_size) {
 		reply_error(req, resp, KVC_EINVAL);
@@ -323,16 +356,44 @@ static int seg_request(struct kvs_core *c, uint32_t id, const struct kvi_ctrl *r
 			return 0;
 		}
 		cl->id = id;
+		cl->x.owner = id;
 		*pp = cl;
 		c->nclients++;
 	}
-	kvs_segtab_tick(c->segs, now_ns());
-	rc = kvs_segtab_grant(c->segs, &cl->x, req->arg[0], req->arg[1], 0, now_ns());
+	/* core.h "Quota". */
+	over = cl->held + req->arg[0] > c->quota;
+	if (over && c->starving_at && now - c->starving_at < c->starving_ns && c->starving_id != id) {
+		uint64_t used = req->arg[1] < cl->x.len ? req->arg[1] : cl->x.len;
+
+		if (cl->x.off && used < cl->x.len / 2) {
+			/* Asks for more while it has not used what it has: its
+			 * extent stays open (the client did not get a new one and
+			 * may go on filling it; only EAGAIN says it is gone). */
+			c->grants_refused++;
+			c->over_quota++;
+			reply_error(req, resp, KVC_EQUOTA);
+			kvi_dbg("client %u holds %" PRIu64 " bytes, over its quota of %" PRIu64
+				" while another starves", id, cl->held, c->quota);
+			return 0;
+		}
+		/* A writer that fills what it gets waits its turn. */
+		kvs_segtab_release(c->segs, &cl->x, req->arg[1], now);
+		c->throttled++;
+		reply_error(req, resp, KVC_EAGAIN);
+		return 0;
+	}
+	kvs_segtab_tick(c->segs, now);
+	rc = kvs_segtab_grant(c->segs, &cl->x, req->arg[0], req->arg[1],
+			      over ? KVS_GRANT_OVER_QUOTA : KVS_GRANT_CLIENT, now);
+	if (rc == KVC_EAGAIN && cl->held < c->quota / 2) {
+		c->starving_at = now;
+		c->starving_id = id;
+	}
 	if (rc) {
 		/* Nothing free right now. With eviction (or garbage left to
 		 * compact) the reclaimer will make room: the client asks again. */
 		poke(c);
-		if (!c->has_reclaimer || (c->o.no_evict && full_now(c))) {
+		if (rc == KVC_EAGAIN && (!c->has_reclaimer || (c->o.no_evict && full_now(c)))) {
 			c->grants_refused++;
 			rc = KVC_ENOMEM;
 		}
@@ -453,6 +514,18 @@ int kvs_core_ctrl(void *core, uint32_t client_id, const struct kvi_ctrl *req, st
 	return rc;
 }
 
+uint64_t kvs_core_client_held(struct kvs_core *c, uint32_t client_id)
+{
+	struct kvs_client *cl;
+	uint64_t held;
+
+	pthread_mutex_lock(&c->mu);
+	cl = *client_slot(c, client_id);
+	held = cl ? cl->held : 0;
+	pthread_mutex_unlock(&c->mu);
+	return held;
+}
+
 void kvs_core_client_left(struct kvs_core *c, uint32_t client_id)
 {
 	struct kvs_client **pp, *cl;
@@ -517,7 +590,7 @@ int kvs_core_server_extent(struct kvs_core *c, struct kvs_extent *x, uint64_t us
 
 	pthread_mutex_lock(&c->mu);
 	kvs_segtab_tick(c->segs, now_ns());
-	rc = kvs_segtab_grant(c->segs, x, c->sb.segment_size, used, 1, now_ns());
+	rc = kvs_segtab_grant(c->segs, x, c->sb.segment_size, used, KVS_GRANT_SERVER, now_ns());
 	pthread_mutex_unlock(&c->mu);
 	return rc;
 }
@@ -596,8 +669,11 @@ static void kvs_core_stats_locked(struct kvs_core *c, struct kvs_core_stats *out
 		.index_bytes = c->sb.bucket_count * KVI_BUCKET_SIZE,
 		.carved_bytes = n.carved_bytes,
 		.grants = n.grants,
-		.grants_deferred = n.grants_deferred,
+		.grants_deferred = n.grants_deferred + c->throttled,
 		.grants_refused = c->grants_refused,
+		.grants_over_quota = c->over_quota,
+		.grants_throttled = c->throttled,
+		.quota_bytes = c->quota,
 		.tails_returned = n.tails_returned,
 		.clients = c->nclients,
 		.rc = c->rc,

@@ -55,6 +55,17 @@
 /* Free segments client grants leave to the reclaimer (it needs somewhere to
  * copy live objects to). */
 #define KVS_RESERVE_SEGMENTS 1u
+/* A client's quota (see kvs_core_ctrl): this share of the heap, and at least
+ * two segments (a writer alone holds its open extent, up to a segment, and
+ * the segment it just sealed: less would refuse it for moving on). A quarter
+ * leaves three quarters to everyone else and the reclaimer even when one
+ * client floods, and is far above what a client holds among a handful of
+ * equal writers, where a quota should never bite. */
+#define KVS_DEFAULT_CLIENT_QUOTA_PCT 25u
+/* How long a client that was refused memory while within half its quota
+ * counts as starving (below: the window is at least this, and at least
+ * max-op-ms): longer than a waiting client's gaps between asking again. */
+#define KVS_STARVING_MIN_MS 200u
 
 struct kvs_core_opts {
 	uint64_t buckets;      /* 0 = default: region_size / 2048, at least 64; else >= 2 */
@@ -63,6 +74,7 @@ struct kvs_core_opts {
 	uint32_t quarantine_ms; /* 0 = default (at least 2 x max_op_ms + margin) */
 	unsigned reclaim_low_pct, reclaim_high_pct; /* 0 = defaults; 1..90, low < high */
 	int no_evict; /* keep every live item: reclamation only compacts garbage away */
+	unsigned client_quota_pct; /* 0 = default (KVS_DEFAULT_CLIENT_QUOTA_PCT); 1..100 of the heap */
 	/* Clients reach the region in-process (the local transport): no packet
 	 * can be on a wire when a deadline passes, so the quarantine needs no
 	 * margin over twice the operation deadline. */
@@ -105,11 +117,39 @@ void kvs_core_destroy(struct kvs_core *c);
  *           -> ERROR status = KVC_EAGAIN (no free segment right now:
  *              reclamation is running; ask again shortly), KVC_ENOMEM (live
  *              data fills the heap and eviction is off, or no reclaimer
- *              exists), KVC_EINVAL (need larger than a segment)
+ *              exists), KVC_EINVAL (need larger than a segment),
+ *              KVC_EQUOTA (over quota while another client starves, below)
+
  *   SEG_RETURN arg[0] = bytes of the current extent used (the client leaves)
  *           -> SEG_RETURNED
- *   STATS_REQ  arg[0] = page -> STATS arg[0..4] as kvi_stats_page() lays out. */
+ *   STATS_REQ  arg[0] = page -> STATS arg[0..4] as kvi_stats_page() lays out.
+ *
+ * Quota. What a client holds is every byte granted to it that is not back:
+ * its open extent, and its sealed extents until their segment is reclaimed
+ * (garbage and live items alike: the server cannot tell them apart before
+ * reclaiming, and a segment's bytes are only free again then). One client
+ * alone may fill the whole heap -- a cache with one writer is full of that
+ * writer's items, and reclamation frees them in FIFO order, not by client --
+ * so the quota binds only when it takes memory from others:
+ *  - a client over its quota never takes the last free segment before the
+ *    reserve (KVS_GRANT_OVER_QUOTA): it waits (KVC_EAGAIN) instead, so a
+ *    newcomer's first grant finds room even after a flood;
+ *  - while a client within half its quota is starving (it was answered
+ *    KVC_EAGAIN in the last max(max-op-ms, KVS_STARVING_MIN_MS)), any other
+ *    client over its quota gets nothing, so that what reclamation frees goes
+ *    to the starving one: KVC_EQUOTA if it asks while it has used less than
+ *    half of its open extent (the extent stays open: it asks for memory it
+ *    does not need), else KVC_EAGAIN (a writer that fills what it gets --
+ *    or claims to -- waits its turn; its PUT is delayed, not failed: equal
+ *    writers in a small heap hold unequal shares for moments, and that must
+ *    not fail their PUTs).
+ * A grant may take a client past its quota by one extent (at most a segment).
+ * A client that reconnects is a new client (ids are never reused): the quota
+ * bounds a connection, not a host. */
 int kvs_core_ctrl(void *core, uint32_t client_id, const struct kvi_ctrl *req, struct kvi_ctrl *resp);
+
+/* Bytes client_id holds (core.h "Quota"); 0 for an unknown client. */
+uint64_t kvs_core_client_held(struct kvs_core *c, uint32_t client_id);
 
 /* client_id is gone: seal its open extent (objects stay readable until their
  * segment is reclaimed). */
@@ -168,7 +208,10 @@ struct kvs_core_stats {
 	uint64_t heap_bytes;
 	uint64_t index_bytes;
 	uint64_t carved_bytes;   /* handed out to writers and not yet reclaimed */
-	uint64_t grants, grants_deferred, grants_refused;
+	uint64_t grants, grants_deferred, grants_refused; /* refused: KVC_ENOMEM or KVC_EQUOTA */
+	uint64_t grants_over_quota;                        /* of those, KVC_EQUOTA */
+	uint64_t grants_throttled; /* deferred (counted there too): over quota while another starves */
+	uint64_t quota_bytes;                              /* one client's quota */
 	uint64_t tails_returned;
 	uint64_t clients; /* clients holding an open extent */
 	struct kvs_reclaim_stats rc;

@@ -76,11 +76,14 @@ static void usage(FILE *f)
 		"                          theirs to it (default %u)\n"
 		"      --quarantine-ms MS  reclaimed memory is reused after this; at least\n"
 		"                          2 x max-op-ms + %u (default %u)\n"
+		"      --client-quota-pct PCT  share of the heap one client may hold while\n"
+		"                          another waits for memory (at least 2 segments;\n"
+		"                          default %u; 100: no quota)\n"
 		"  -v, --verbose           more log (repeat for debug)\n"
 		"  -h, --help              this text\n"
 		"  -V, --version           print the version\n",
 		KVS_DEFAULT_RECLAIM_LOW_PCT, KVS_DEFAULT_RECLAIM_HIGH_PCT, KVS_DEFAULT_MAX_OP_MS,
-		KVS_QUARANTINE_MARGIN_MS, KVS_DEFAULT_QUARANTINE_MS);
+		KVS_QUARANTINE_MARGIN_MS, KVS_DEFAULT_QUARANTINE_MS, KVS_DEFAULT_CLIENT_QUOTA_PCT);
 }
 
 static int parse_u64(const char *s, uint64_t lo, uint64_t hi, uint64_t *out)
@@ -113,6 +116,7 @@ static int parse_args(int argc, char **argv, struct kvs_opts *o)
 		{ "reclaim-high", required_argument, NULL, 'U' },
 		{ "max-op-ms", required_argument, NULL, 'O' },
 		{ "quarantine-ms", required_argument, NULL, 'Q' },
+		{ "client-quota-pct", required_argument, NULL, 'C' },
 		{ "verbose", no_argument, NULL, 'v' },
 		{ "help", no_argument, NULL, 'h' },
 		{ "version", no_argument, NULL, 'V' },
@@ -197,6 +201,14 @@ static int parse_args(int argc, char **argv, struct kvs_opts *o)
 				return 2;
 			}
 			*(c == 'O' ? &o->core.max_op_ms : &o->core.quarantine_ms) = (uint32_t)v;
+			break;
+		case 'C':
+			if (parse_u64(optarg, 1, 100, &v)) {
+				fprintf(stderr, "kvserver: invalid --client-quota-pct '%s': expected a percentage of "
+						"the heap, 1..100\n", optarg);
+				return 2;
+			}
+			o->core.client_quota_pct = (unsigned)v;
 			break;
 		case 'v':
 			o->verbose++;

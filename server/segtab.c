@@ -15,6 +15,15 @@ enum seg_state {
 	SEG_QUARANTINED, /* reclaimed and zeroed; reused after the quarantine */
 };
 
+/* Bytes of one owner's extents in a segment (for opts.charge): given back
+ * when the segment is reclaimed. Newest first, so the head is the extent
+ * carved last, the only one whose tail can come back. */
+struct charge {
+	struct charge *next;
+	uint32_t owner;
+	uint32_t bytes;
+};
+
 struct seg {
 	uint8_t state;   /* enum seg_state */
 	uint8_t carving; /* extents may still be carved from it */
@@ -24,6 +33,7 @@ struct seg {
 	uint32_t carved;  /* bytes handed out from its start */
 	uint32_t next;    /* FIFO link (sealed or quarantine queue) */
 	uint64_t t;       /* ns: sealed at (SEALED) or quarantined at (QUARANTINED) */
+	struct charge *charges; /* owners of its extents, newest first */
 };
 
 struct queue {
@@ -91,10 +101,31 @@ int kvs_segtab_create(const struct kvs_segtab_opts *o, struct kvs_segtab **out)
 	return 0;
 }
 
+static void charge(struct kvs_segtab *t, uint32_t owner, int64_t bytes)
+{
+	if (owner && bytes && t->o.charge)
+		t->o.charge(t->o.charge_arg, owner, bytes);
+}
+
+/* The segment is reclaimed: its owners no longer hold its bytes. */
+static void uncharge_all(struct kvs_segtab *t, uint32_t i, int report)
+{
+	while (t->s[i].charges) {
+		struct charge *ch = t->s[i].charges;
+
+		t->s[i].charges = ch->next;
+		if (report)
+			charge(t, ch->owner, -(int64_t)ch->bytes);
+		free(ch);
+	}
+}
+
 void kvs_segtab_destroy(struct kvs_segtab *t)
 {
 	if (!t)
 		return;
+	for (uint64_t i = 0; i < t->o.nsegs; i++)
+		uncharge_all(t, (uint32_t)i, 0);
 	free(t->s);
 	free(t);
 }
@@ -177,6 +208,16 @@ void kvs_segtab_release(struct kvs_segtab *t, struct kvs_extent *x, uint64_t use
 	 * there. */
 	if (rel + x->len == s->carved && used < x->len && !s->private_seg &&
 	    (x->seg == t->shared || t->shared == KVS_NO_SEG)) {
+		struct charge *ch = s->charges;
+
+		if (ch && ch->owner == x->owner && x->owner) {
+			ch->bytes -= (uint32_t)(x->len - used);
+			charge(t, x->owner, -(int64_t)(x->len - used));
+			if (!ch->bytes) {
+				s->charges = ch->next;
+				free(ch);
+			}
+		}
 		t->n.tails_returned += x->len - used;
 		t->n.carved_bytes -= x->len - used;
 		s->carved = (uint32_t)(rel + used);
@@ -188,12 +229,27 @@ void kvs_segtab_release(struct kvs_segtab *t, struct kvs_extent *x, uint64_t use
 	maybe_seal(t, x->seg, now);
 }
 
-int kvs_segtab_grant(struct kvs_segtab *t, struct kvs_extent *x, uint64_t need, uint64_t used, int privileged,
+int kvs_segtab_grant(struct kvs_segtab *t, struct kvs_extent *x, uint64_t need, uint64_t used, int kind,
 		     uint64_t now)
 {
-	uint64_t seg = t->o.segment_size, want;
+	uint64_t seg = t->o.segment_size, want, keep;
+	int privileged = kind == KVS_GRANT_SERVER, grow = 1;
+	struct charge *ch = NULL;
 	uint32_t i;
 
+	/* The accounting record first: once anything is carved, failing would
+	 * leave a segment that no extent holds and that never seals. */
+	if (x->owner && !(ch = malloc(sizeof(*ch))))
+		return KVC_ENOMEM;
+	/* Growth is earned: an extent less than half used means the writer does
+	 * not need bigger ones (or asks without writing, which with ever larger
+	 * extents would take a segment per request). It gets half the size back;
+	 * an empty small extent returns its bytes to the carving segment below,
+	 * so asking in a loop costs next to nothing. */
+	if (x->off && !privileged && (used > x->len ? x->len : used) < x->len / 2) {
+		grow = 0;
+		x->next_size = x->len / 2 > KVS_MIN_EXTENT ? (uint32_t)(x->len / 2) : KVS_MIN_EXTENT;
+	}
 	kvs_segtab_release(t, x, used, now);
 	if (need == 0)
 		need = KVI_OBJ_ALIGN;
@@ -211,13 +267,16 @@ int kvs_segtab_grant(struct kvs_segtab *t, struct kvs_extent *x, uint64_t need, 
 		stop_carving(t, i, now);
 	i = want < seg ? t->shared : KVS_NO_SEG;
 	if (i == KVS_NO_SEG) {
-		if (!privileged && t->n.free <= t->o.reserve) {
+		keep = privileged ? 0 : t->o.reserve + (kind == KVS_GRANT_OVER_QUOTA);
+		if (t->n.free <= keep) {
 			t->n.grants_deferred++;
+			free(ch);
 			return KVC_EAGAIN;
 		}
 		i = take_free(t, privileged);
 		if (i == KVS_NO_SEG) {
 			t->n.grants_deferred++;
+			free(ch);
 			return KVC_EAGAIN;
 		}
 		if (want < seg)
@@ -228,11 +287,21 @@ int kvs_segtab_grant(struct kvs_segtab *t, struct kvs_extent *x, uint64_t need, 
 	x->off = seg_off(t, i) + t->s[i].carved;
 	x->len = want;
 	x->seg = i;
-	x->next_size = want * 2 > seg ? (uint32_t)seg : (uint32_t)(want * 2);
+	x->next_size = !grow ? (uint32_t)want : want * 2 > seg ? (uint32_t)seg : (uint32_t)(want * 2);
 	t->s[i].carved += (uint32_t)want;
 	t->s[i].holders++;
 	t->n.carved_bytes += want;
 	t->n.grants++;
+	if (ch) { /* the same owner's previous extent right before this one: one record */
+		if (t->s[i].charges && t->s[i].charges->owner == x->owner) {
+			t->s[i].charges->bytes += (uint32_t)want;
+			free(ch);
+		} else {
+			*ch = (struct charge){ .next = t->s[i].charges, .owner = x->owner, .bytes = (uint32_t)want };
+			t->s[i].charges = ch;
+		}
+		charge(t, x->owner, (int64_t)want);
+	}
 	if (want == seg && t->s[i].carved == seg)
 		t->s[i].private_seg = 1;
 	if (t->s[i].carved == seg)
@@ -301,6 +370,7 @@ void kvs_segtab_reclaim_end(struct kvs_segtab *t, uint64_t off, int done, int ro
 	}
 	t->n.carved_bytes -= s->carved;
 	t->small_used -= !s->main;
+	uncharge_all(t, i, 1);
 	s->state = SEG_QUARANTINED;
 	s->t = now;
 	t->n.quarantined++;

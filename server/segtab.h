@@ -54,6 +54,16 @@ struct kvs_extent {
 	uint64_t len;       /* bytes */
 	uint32_t seg;       /* segment number */
 	uint32_t next_size; /* size of the next extent to ask for (grows) */
+	uint32_t owner;     /* whom its bytes are charged to (opts.charge); 0 = nobody */
+};
+
+/* Who may take which free segments (kvs_segtab_grant). */
+enum kvs_grant_kind {
+	KVS_GRANT_CLIENT = 0, /* leaves the reserve to the reclaimer */
+	KVS_GRANT_SERVER = 1, /* the reclaimer: a whole segment, may take the reserve */
+	/* A client over its quota (core.h): leaves one more segment, so that a
+	 * client within its share finds one even when a flooder got there first. */
+	KVS_GRANT_OVER_QUOTA = 2,
 };
 
 struct kvs_segtab_opts {
@@ -63,6 +73,13 @@ struct kvs_segtab_opts {
 	uint64_t settle_ns, quarantine_ns;
 	unsigned reserve; /* free segments only privileged grants may take */
 	int one_fifo;     /* no eviction: reclaim the oldest sealed segment of either FIFO */
+	/* Per-owner accounting: called (may be NULL) with +bytes when an extent
+	 * is granted to an owner, -bytes when its unused tail comes back, and
+	 * -bytes when the segment it lies in is reclaimed. So the sum an owner
+	 * got is what it holds: its open extent plus whatever it wrote that is
+	 * not reclaimed yet. Called inside segtab calls: must not call back. */
+	void (*charge)(void *arg, uint32_t owner, int64_t bytes);
+	void *charge_arg;
 };
 
 struct kvs_segtab_counts {
@@ -80,10 +97,14 @@ void kvs_segtab_destroy(struct kvs_segtab *t);
 
 /* Seal x (if open), keeping the first `used` bytes (clamped to the extent),
  * then grant a new extent of at least need bytes (need <= segment size) and
- * store it in x. privileged: the server's own appends (the reclaimer): a whole
- * segment, and may take the reserve. 0, or KVC_EAGAIN when no free segment is
- * left for this grant (x is then sealed and empty). */
-int kvs_segtab_grant(struct kvs_segtab *t, struct kvs_extent *x, uint64_t need, uint64_t used, int privileged,
+ * store it in x, charged to x->owner. kind: enum kvs_grant_kind (SERVER: a
+ * whole segment, and may take the reserve). The extent grows (doubles) only
+ * when x's writer used at least half of its previous one; one that asks again
+ * with less used gets half the size back (never below KVS_MIN_EXTENT), so a
+ * client that does not fill what it has is not given ever more. 0, or
+ * KVC_EAGAIN when no free segment is left for this grant (x is then sealed
+ * and empty), or KVC_ENOMEM (no memory for the accounting; x unchanged). */
+int kvs_segtab_grant(struct kvs_segtab *t, struct kvs_extent *x, uint64_t need, uint64_t used, int kind,
 		     uint64_t now);
 
 /* Seal x; its bytes after `used` go back to the carving segment when nothing

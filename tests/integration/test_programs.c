@@ -4,6 +4,7 @@
 #include <criterion/criterion.h>
 #include <signal.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 #include <time.h>
 #include <unistd.h>
@@ -43,6 +44,80 @@ Test(programs, kvserver_unknown_device_is_one_line_and_exit_1)
 	cr_expect_eq(run(&p, argv, 30000), 1, "output: %s", p.all);
 	cr_expect_eq(count_lines(p.all), 1, "output: %s", p.all);
 	cr_expect(strstr(p.all, "nosuchdev0") && strstr(p.all, "not found"), "output: %s", p.all);
+	cr_expect(strstr(p.all, kvt_rdma_dev()) != NULL, "lists the devices there are: %s", p.all);
+}
+
+/* With -l the address picks the device; a -d naming none is still "not
+ * found", not "the address is on another device". */
+Test(programs, kvserver_listening_on_an_address_with_an_unknown_device_lists_the_devices)
+{
+	struct kvt_proc p;
+	char *argv[] = { KV_SERVER_BIN, "-l", (char *)kvt_rdma_addr(), "-d", "nosuchdev0", "-p", "7621", NULL };
+
+	cr_expect_eq(run(&p, argv, 30000), 1, "output: %s", p.all);
+	cr_expect_eq(count_lines(p.all), 1, "output: %s", p.all);
+	cr_expect(strstr(p.all, "'nosuchdev0' not found") && strstr(p.all, "available") &&
+			  strstr(p.all, kvt_rdma_dev()),
+		  "output: %s", p.all);
+}
+
+/* rdma_cm reports a port another listener holds like an address on no RDMA
+ * interface (EADDRNOTAVAIL): the message must say which it is. */
+Test(programs, kvserver_on_a_port_another_kvserver_holds_says_the_port_is_in_use)
+{
+	struct kvt_proc srv;
+
+	start_server(&srv, "7622");
+	for (int i = 0; i < 2; i++) { /* on the same address, then on all (-l left out) */
+		struct kvt_proc p;
+		char *argv[] = { KV_SERVER_BIN, "-p", "7622", i ? NULL : "-l", (char *)kvt_rdma_addr(), NULL };
+
+		cr_expect_eq(run(&p, argv, 30000), 1, "%s: %s", i ? "wildcard" : "-l", p.all);
+		cr_expect_eq(count_lines(p.all), 1, "output: %s", p.all);
+		cr_expect(strstr(p.all, "port is in use") && strstr(p.all, "7622") && strstr(p.all, "-p"),
+			  "%s: %s", i ? "wildcard" : "-l", p.all);
+		cr_expect_null(strstr(p.all, "RDMA-capable"), "output: %s", p.all);
+	}
+	kvt_kill(&srv, SIGTERM);
+	cr_expect_eq(kvt_wait(&srv, 20000), 0, "kvserver output: %s", srv.all);
+}
+
+Test(programs, kvserver_on_an_address_rdma_cannot_serve_says_why)
+{
+	static const char *const bad[][2] = {
+		{ "192.0.2.1", "not on an RDMA-capable interface" }, /* TEST-NET-1: on no interface */
+		{ "127.0.0.1", "loopback" },
+	};
+
+	for (size_t i = 0; i < sizeof(bad) / sizeof(bad[0]); i++) {
+		struct kvt_proc p;
+		char *argv[] = { KV_SERVER_BIN, "-l", (char *)bad[i][0], "-p", "7623", NULL };
+
+		cr_expect_eq(run(&p, argv, 30000), 1, "%s: %s", bad[i][0], p.all);
+		cr_expect_eq(count_lines(p.all), 1, "%s: %s", bad[i][0], p.all);
+		cr_expect(strstr(p.all, bad[i][1]) && strstr(p.all, "-l"), "%s: %s", bad[i][0], p.all);
+	}
+}
+
+/* A non-root client under a small locked-memory limit cannot register its
+ * buffers: the message names the limit, not just "out of memory". */
+Test(programs, a_client_under_a_small_memlock_limit_names_the_limit)
+{
+	struct kvt_proc srv, p;
+	char cmd[512];
+	char *argv[] = { "setpriv", "--reuid=65534", "--regid=65534", "--clear-groups", "/bin/sh", "-c", cmd, NULL };
+
+	if (geteuid() != 0 || access("/usr/bin/setpriv", X_OK))
+		cr_skip_test("needs root and setpriv to run the client as another user");
+	start_server(&srv, "7624");
+	snprintf(cmd, sizeof(cmd), "ulimit -l 64 && exec %s -s %s:7624 put k v", KV_CLI_BIN, kvt_rdma_addr());
+	argv[0] = "/usr/bin/setpriv";
+	cr_expect_eq(run(&p, argv, 60000), 2, "kvcli exits 2 for an error: %s", p.all);
+	cr_expect_eq(count_lines(p.all), 1, "output: %s", p.all);
+	cr_expect(strstr(p.all, "locked-memory limit") && strstr(p.all, "64 KiB") && strstr(p.all, "ulimit -l"),
+		  "output: %s", p.all);
+	kvt_kill(&srv, SIGTERM);
+	cr_expect_eq(kvt_wait(&srv, 20000), 0, "kvserver output: %s", srv.all);
 }
 
 Test(programs, kvserver_on_a_device_without_atomics_refuses_to_start)
@@ -55,7 +130,15 @@ Test(programs, kvserver_on_a_device_without_atomics_refuses_to_start)
 		cr_skip_test("no siw device in this environment (SIW_DEV unset)");
 	cr_expect_eq(run(&p, argv, 30000), 1, "output: %s", p.all);
 	cr_expect_eq(count_lines(p.all), 1, "output: %s", p.all);
-	cr_expect(strstr(p.all, "atomic") != NULL, "output: %s", p.all);
+	cr_expect(strstr(p.all, "no remote atomics") && strstr(p.all, "rxe"), "says what lacks and what to use: %s",
+		  p.all);
+	if (getenv("SIW_ADDR") && *getenv("SIW_ADDR")) { /* the address picks the device */
+		char *argv2[] = { KV_SERVER_BIN, "-l", getenv("SIW_ADDR"), "-p", "7612", NULL };
+
+		cr_expect_eq(run(&p, argv2, 30000), 1, "output: %s", p.all);
+		cr_expect_eq(count_lines(p.all), 1, "output: %s", p.all);
+		cr_expect(strstr(p.all, "no remote atomics") != NULL, "output: %s", p.all);
+	}
 }
 
 Test(programs, kvserver_bad_flags_exit_2_with_the_reason)

@@ -3,12 +3,16 @@
  * jemalloc keeps its metadata out of the client-writable region. */
 #include <criterion/criterion.h>
 #include <jemalloc/jemalloc.h>
+#include <pthread.h>
 #include <stdbool.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 #include <unistd.h>
 
 #include "core.h"
+#include "dpath_env.h"
 #include "kvclient_errors.h"
 
 #define MIB (1ull << 20)
@@ -17,6 +21,7 @@
 
 static uint8_t *region;
 static struct kvs_core *core;
+static unsigned quota_pct; /* make_core's client quota; 0 = the default */
 
 static uint8_t *region_alloc(uint64_t size)
 {
@@ -38,7 +43,7 @@ static uint8_t *region_alloc(uint64_t size)
 static void make_core(uint64_t size, uint64_t buckets, uint64_t seg)
 {
 	struct kvs_core_opts o = { .buckets = buckets, .segment_size = seg, .max_op_ms = MAX_OP_MS,
-				   .quarantine_ms = QUARANTINE_MS };
+				   .quarantine_ms = QUARANTINE_MS, .client_quota_pct = quota_pct };
 	struct kvi_errbuf e = { { 0 } };
 
 	region = region_alloc(size);
@@ -52,6 +57,7 @@ static void teardown(void)
 	core = NULL;
 	free(region);
 	region = NULL;
+	quota_pct = 0;
 }
 
 TestSuite(server_core, .fini = teardown);
@@ -288,6 +294,7 @@ Test(server_core, grants_are_distinct_aligned_inside_the_heap_and_off_the_index)
 	struct kvs_core_stats st;
 	uint64_t off[64], n = 0;
 
+	quota_pct = 100; /* each takes a third of the heap: no quota here */
 	make_core(REGION, 0, SEG);
 	kvs_core_stats(core, &st);
 	cr_assert_gt(st.segments_total, 8);
@@ -323,6 +330,7 @@ Test(server_core, extents_start_small_and_double_up_to_a_segment)
 		cr_expect_eq(resp.arg[1], want, "grant %d: %lu bytes", i, (unsigned long)resp.arg[1]);
 	}
 	/* An object larger than the next extent gets room for itself. */
+	teardown();
 	make_core(REGION, 0, SEG);
 	cr_assert_eq(seg_req_need(6, 1, 40000, 0, &resp), 0);
 	cr_expect_geq(resp.arg[1], 40000);
@@ -367,13 +375,174 @@ Test(server_core, exhausted_heap_answers_eagain_and_never_overlaps)
 	make_core(REGION, 0, SEG);
 	n = grant_all(1, off, 64);
 	kvs_core_stats(core, &st);
-	cr_expect_eq(n, st.segments_total - KVS_RESERVE_SEGMENTS, "the heap but the reserve is grantable");
+	/* Client 1 went over its quota on the way: the last segment before the
+	 * reserve is left to clients within theirs. */
+	cr_expect_eq(n, st.segments_total - KVS_RESERVE_SEGMENTS - 1, "the heap but the reserve and one is grantable");
 	expect_disjoint_segments_in_heap(off, n);
 	cr_expect_eq(st.grants_deferred, 1);
+	off[n++] = grant(2);
+	expect_disjoint_segments_in_heap(off, n);
 	cr_assert_eq(seg_req(2, 99, &resp), 0, "a refusal is an answer, not a disconnect");
 	cr_expect_eq(resp.type, KVI_CTRL_ERROR);
 	cr_expect_eq(resp.status, KVC_EAGAIN, "eviction is on: reclamation will make room");
 	cr_expect_eq(resp.seq, 99);
+}
+
+/* Denial of service by asking: a client that takes segments in a loop gets
+ * no more than its quota while another client needs memory, and that client
+ * gets its grants (core.h "Quota"). */
+Test(server_core, a_flooding_client_gets_equota_while_another_client_still_gets_grants)
+{
+	struct kvs_core_stats st;
+	struct kvi_ctrl resp;
+	uint64_t n = 0, quota_segs;
+
+	make_core(REGION, 0, SEG);
+	kvs_core_stats(core, &st);
+	cr_assert_lt(st.quota_bytes, st.heap_bytes / 3, "default quota: a quarter of the heap");
+	cr_assert_geq(st.quota_bytes, 2 * SEG);
+	quota_segs = st.quota_bytes / SEG;
+	/* Nobody else wants memory yet: the flooder (1) may go past its quota,
+	 * and so may a heavy writer (3), which takes all the rest but the
+	 * reserve and one segment. */
+	for (uint64_t i = 0; i < quota_segs + 3; i++)
+		cr_assert_eq(seg_req_need(1, 1, SEG, 0, &resp) || resp.type != KVI_CTRL_SEG_GRANT, 0);
+	cr_expect_eq(kvs_core_client_held(core, 1), (quota_segs + 3) * SEG);
+	do
+		cr_assert_eq(seg_req_need(3, 1, SEG, SEG, &resp), 0);
+	while (resp.type == KVI_CTRL_SEG_GRANT && ++n < 64);
+	cr_expect_eq(resp.status, KVC_EAGAIN, "got %s", kvc_err_name(resp.status));
+	cr_expect_eq(n + quota_segs + 3, st.segments_total - KVS_RESERVE_SEGMENTS - 1);
+	/* A newcomer's first PUT finds room... */
+	cr_assert_eq(seg_req_need(2, 2, 160, 0, &resp), 0);
+	cr_expect_eq(resp.type, KVI_CTRL_SEG_GRANT, "newcomer refused: %s", kvc_err_name(resp.status));
+	/* ... and when it needs more than there is, it waits: it is starving. */
+	cr_assert_eq(seg_req_need(2, 3, SEG, 160, &resp), 0);
+	cr_expect_eq(resp.status, KVC_EAGAIN, "got %s", kvc_err_name(resp.status));
+	/* The flooder, asking for more with its extent unused, is refused
+	 * outright, and keeps that extent. */
+	for (int i = 0; i < 3; i++) {
+		cr_assert_eq(seg_req_need(1, 4, SEG, 0, &resp), 0, "an answer, not a disconnect");
+		cr_expect_eq(resp.type, KVI_CTRL_ERROR);
+		cr_expect_eq(resp.status, KVC_EQUOTA, "got %s", kvc_err_name(resp.status));
+		cr_expect_eq(resp.seq, 4);
+	}
+	kvs_core_stats(core, &st);
+	cr_expect_eq(st.grants_over_quota, 3);
+	cr_expect_eq(st.segments_open, 2, "the flooder's extent and the newcomer's carving segment");
+	/* Claiming to have filled it only makes it wait, like the heavy writer. */
+	cr_assert_eq(seg_req_need(1, 5, SEG, SEG, &resp), 0);
+	cr_expect_eq(resp.status, KVC_EAGAIN, "got %s", kvc_err_name(resp.status));
+	cr_assert_eq(seg_req_need(3, 5, SEG, 0, &resp), 0);
+	cr_expect_eq(resp.status, KVC_EAGAIN, "got %s", kvc_err_name(resp.status));
+	kvs_core_stats(core, &st);
+	cr_expect_eq(st.grants_throttled, 2);
+	cr_expect_eq(st.grants_over_quota, 3);
+	/* What reclamation frees goes to the starving client, and the others'
+	 * bytes stop counting once their segments are reclaimed. */
+	cr_expect_eq(reclaim_all_sealed(), n + quota_segs + 3);
+	cr_expect_eq(kvs_core_client_held(core, 1), 0);
+	cr_expect_eq(kvs_core_client_held(core, 3), 0);
+	cr_assert_eq(seg_req_need(2, 6, SEG, 0, &resp), 0);
+	cr_expect_eq(resp.type, KVI_CTRL_SEG_GRANT, "starving client refused: %s", kvc_err_name(resp.status));
+	cr_assert_eq(seg_req_need(1, 7, SEG, 0, &resp), 0);
+	cr_expect_eq(resp.type, KVI_CTRL_SEG_GRANT, "within its quota again: %s", kvc_err_name(resp.status));
+}
+
+/* One writer alone may fill the heap (a cache with one writer is full of its
+ * items): the quota never refuses it, however much it holds. */
+Test(server_core, a_lone_heavy_writer_is_never_refused)
+{
+	struct kvs_core_stats st;
+	struct kvi_ctrl resp;
+	uint64_t used = 0;
+
+	make_core(REGION, 0, SEG);
+	for (int round = 0; round < 3; round++) {
+		unsigned grants = 0;
+
+		for (;;) {
+			cr_assert_eq(seg_req_need(1, 1, 4000, used, &resp), 0);
+			if (resp.type != KVI_CTRL_SEG_GRANT)
+				break;
+			used = resp.arg[1]; /* fills every extent */
+			grants++;
+		}
+		cr_expect_eq(resp.status, KVC_EAGAIN, "round %d: %s", round, kvc_err_name(resp.status));
+		cr_expect_gt(grants, 0);
+		used = 0;
+		cr_expect_gt(reclaim_all_sealed(), 0);
+	}
+	kvs_core_stats(core, &st);
+	cr_expect_eq(st.grants_over_quota, 0);
+	cr_expect_eq(st.grants_refused, 0);
+}
+
+/* "Segments it does not fill are not granted again": extents grow only for a
+ * writer that used at least half of the last one, and shrink otherwise. */
+Test(server_core, extents_grow_only_when_the_writer_filled_half_of_the_last_one)
+{
+	struct kvs_core_stats st;
+	struct kvi_ctrl resp;
+	uint64_t len;
+
+	make_core(REGION, 0, SEG);
+	cr_assert_eq(seg_req_need(1, 1, 100, 0, &resp), 0);
+	len = resp.arg[1];
+	cr_expect_eq(len, KVS_MIN_EXTENT);
+	for (int i = 0; i < 4; i++) { /* filled: doubles up to a segment */
+		cr_assert_eq(seg_req_need(1, 1, 100, len, &resp), 0);
+		cr_expect_eq(resp.arg[1], len * 2 > SEG ? SEG : len * 2);
+		len = resp.arg[1];
+	}
+	cr_expect_eq(len, SEG);
+	/* Asking again with little written: half the size each time (or less:
+	 * what is left of the carving segment). */
+	for (uint64_t want = SEG / 2; want >= KVS_MIN_EXTENT; want /= 2) {
+		cr_assert_eq(seg_req_need(1, 1, 100, len / 4, &resp), 0);
+		cr_assert_eq(resp.type, KVI_CTRL_SEG_GRANT);
+		cr_expect_leq(resp.arg[1], want, "%lu bytes", (unsigned long)resp.arg[1]);
+		len = resp.arg[1];
+	}
+	/* At the minimum, asking in a loop without writing costs nothing: each
+	 * empty extent's bytes go back to the carving segment. */
+	kvs_core_stats(core, &st);
+	len = st.carved_bytes;
+	for (int i = 0; i < 1000; i++) {
+		cr_assert_eq(seg_req_need(1, 1, 100, 0, &resp), 0);
+		cr_assert_eq(resp.type, KVI_CTRL_SEG_GRANT);
+		cr_assert_leq(resp.arg[1], KVS_MIN_EXTENT);
+	}
+	kvs_core_stats(core, &st);
+	cr_expect_eq(st.carved_bytes, len, "carved %lu, was %lu", (unsigned long)st.carved_bytes, (unsigned long)len);
+	cr_expect_eq(kvs_core_client_held(core, 1), len);
+	/* An object larger than the shrunk extent still gets room for itself. */
+	cr_assert_eq(seg_req_need(1, 1, 40000, 0, &resp), 0);
+	cr_expect_geq(resp.arg[1], 40000);
+}
+
+/* What a client holds: its grants, less the tails it gives back, less what
+ * reclamation frees; clients that left are not counted. */
+Test(server_core, held_bytes_follow_grants_returns_and_reclamation)
+{
+	struct kvi_ctrl ret = { .type = KVI_CTRL_SEG_RETURN, .arg = { 160 } }, resp;
+
+	make_core(REGION, 0, SEG);
+	cr_assert_eq(seg_req_need(1, 1, 160, 0, &resp), 0);
+	cr_expect_eq(kvs_core_client_held(core, 1), KVS_MIN_EXTENT);
+	cr_assert_eq(seg_req_need(2, 1, 160, 0, &resp), 0);
+	cr_assert_eq(kvs_core_ctrl(core, 2, &ret, &resp), 0);
+	cr_expect_eq(kvs_core_client_held(core, 2), 160, "the unused tail came back");
+	grant(3);
+	grant(3);
+	cr_expect_eq(kvs_core_client_held(core, 3), 2 * SEG);
+	kvs_core_client_left(core, 1);
+	cr_expect_eq(kvs_core_client_held(core, 1), 0);
+	kvs_core_client_left(core, 3);
+	reclaim_all_sealed();
+	grant(3); /* the same id again must not inherit anything */
+	cr_expect_eq(kvs_core_client_held(core, 3), SEG);
+	cr_expect_eq(kvs_core_client_held(core, 2), 160, "its segment is still open: nothing reclaimed");
 }
 
 Test(server_core, without_a_reclaimer_an_exhausted_heap_answers_enomem)
@@ -582,4 +751,143 @@ Test(server_core, control_plain_arenas_create_puts_metadata_through_the_hooks)
 	cr_assert_not_null(ctl_mem);
 	cr_assert_eq(mallctl("arenas.create", &arena, &len, &hp, sizeof(hp)), 0);
 	cr_expect_gt(ctl_calls, 0, "jemalloc allocated the arena's base through the hooks");
+}
+
+/* ---- the quota against real clients and the reclaimer thread ---------- */
+
+static struct kvt_env qenv;
+static struct kvs_reclaimer *qrcl;
+
+static void quota_setup(void)
+{
+	struct kvs_core_opts o = { .segment_size = SEG, .max_op_ms = 50, .quarantine_ms = 110 };
+	struct kvs_reclaim_hooks none = { 0 };
+
+	cr_assert_eq(kvt_env_init_opts(&qenv, 4, &o), 0);
+	cr_assert_eq(kvt_env_reclaimer(&qenv, &none, &qrcl), 0);
+}
+
+static void quota_teardown(void)
+{
+	kvs_reclaimer_destroy(qrcl);
+	qrcl = NULL;
+	kvt_env_fini(&qenv);
+}
+
+TestSuite(quota, .init = quota_setup, .fini = quota_teardown, .timeout = 120);
+
+struct bgthread {
+	pthread_t t;
+	int stop, err;
+	unsigned grants, eagain, equota, other;
+};
+
+static int bg_stopped(struct bgthread *b)
+{
+	return __atomic_load_n(&b->stop, __ATOMIC_ACQUIRE);
+}
+
+static void *reclaimer_loop(void *arg)
+{
+	struct bgthread *b = arg;
+
+	while (!bg_stopped(b)) {
+		int rc = kvs_reclaim_run(qrcl);
+
+		if (rc < 0) {
+			b->err = rc;
+			break;
+		}
+		kvs_core_tick(qenv.core, 0);
+		usleep(200);
+	}
+	return NULL;
+}
+
+#define FLOODER_ID 4000u /* far above the ids qenv gives its clients */
+
+/* A raw control-path client asking for whole segments as fast as it can,
+ * writing nothing. */
+static void *flood_loop(void *arg)
+{
+	struct bgthread *b = arg;
+
+	for (uint32_t seq = 1; !bg_stopped(b); seq++) {
+		struct kvi_ctrl req = { .type = KVI_CTRL_SEG_REQ, .seq = seq, .arg = { SEG, 0 } }, resp;
+
+		pthread_mutex_lock(&qenv.lock);
+		b->err |= kvs_core_ctrl(qenv.core, FLOODER_ID, &req, &resp);
+		pthread_mutex_unlock(&qenv.lock);
+		if (resp.type == KVI_CTRL_SEG_GRANT)
+			b->grants++;
+		else if (resp.status == KVC_EAGAIN)
+			__atomic_add_fetch(&b->eagain, 1, __ATOMIC_RELEASE); /* the test waits for it */ else if (resp.status == KVC_EQUOTA) {
+			b->equota++;
+		} else {
+			b->other++;
+		}
+	}
+	return NULL;
+}
+
+static uint64_t mono_ms(void)
+{
+	struct timespec ts;
+
+	clock_gettime(CLOCK_MONOTONIC, &ts);
+	return (uint64_t)ts.tv_sec * 1000u + (uint64_t)ts.tv_nsec / 1000000u;
+}
+
+Test(quota, a_flooder_cannot_starve_another_clients_puts)
+{
+	struct bgthread rec = { 0 }, fl = { 0 };
+	struct kvs_core_stats st;
+	uint64_t worst = 0;
+	unsigned failed = 0, missing = 0;
+	char k[32], v[600], got[700];
+	kvc_t *victim;
+
+	cr_assert_eq(kvt_env_client(&qenv, NULL, 0, 4, &victim), 0);
+	cr_assert_eq(pthread_create(&rec.t, NULL, reclaimer_loop, &rec), 0);
+	cr_assert_eq(pthread_create(&fl.t, NULL, flood_loop, &fl), 0);
+	/* The flooder has the heap to itself until it has taken all it may. */
+	for (int ms = 0; !__atomic_load_n(&fl.eagain, __ATOMIC_ACQUIRE) && ms < 20000; ms++)
+		usleep(1000);
+	cr_assert_gt(__atomic_load_n(&fl.eagain, __ATOMIC_ACQUIRE), 0, "the flooder never ran out of memory");
+	/* 500 PUTs of 520-byte objects: about 4 heaps' worth of the flooder's
+	 * reclamation cycles, and several extents of the victim's own. */
+	for (unsigned i = 0; i < 500; i++) {
+		uint64_t t0 = mono_ms(), dt;
+		int rc;
+
+		snprintf(k, sizeof(k), "victim-%u", i);
+		snprintf(v, sizeof(v), "%0500u", i);
+		rc = kvt_put_s(victim, k, v);
+		dt = mono_ms() - t0;
+		worst = dt > worst ? dt : worst;
+		if (rc && !failed++)
+			cr_log_warn("victim's PUT %u failed: %s\n", i, kvc_err_name(rc));
+	}
+	__atomic_store_n(&fl.stop, 1, __ATOMIC_RELEASE);
+	pthread_join(fl.t, NULL);
+	for (unsigned i = 490; i < 500; i++) { /* the newest cannot have been evicted yet */
+		snprintf(k, sizeof(k), "victim-%u", i);
+		missing += kvt_get_s(victim, k, got, sizeof(got)) != 0;
+	}
+	__atomic_store_n(&rec.stop, 1, __ATOMIC_RELEASE);
+	pthread_join(rec.t, NULL);
+	cr_log_info("flooder: %u grants, %u EAGAIN, %u EQUOTA; victim's slowest PUT %lu ms\n", fl.grants,
+		    fl.eagain, fl.equota, (unsigned long)worst);
+	cr_expect_eq(rec.err, 0, "reclaimer: %s", kvc_err_name(rec.err));
+	cr_expect_eq(fl.err, 0, "the flooder was never disconnected: its requests are well-formed");
+	cr_expect_eq(fl.other, 0);
+	cr_expect_gt(fl.grants, 0);
+	kvs_core_stats(qenv.core, &st);
+	cr_expect_gt(st.grants_throttled + st.grants_over_quota, 0, "the flooder was never held back");
+	cr_expect_eq(failed, 0, "%u of the victim's PUTs failed", failed);
+	/* Without the quota the victim does get through now and then, after
+	 * waiting up to its whole deadline (1.8 s of 2 s measured). */
+	cr_expect_lt(worst, 1000, "a PUT waited %lu ms: half a client's default deadline", (unsigned long)worst);
+	cr_expect_eq(missing, 0);
+	kvc_destroy(victim);
 }
