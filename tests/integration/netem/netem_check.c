@@ -379,6 +379,7 @@ int main(int argc, char **argv)
 	int c, rc;
 
 	kvc_opts_init(&opts);
+	opts.connect_timeout_ms = 10000; /* a software-emulated guest under faults is slow to connect */
 	while ((c = getopt_long(argc, argv, "s:", lo, NULL)) != -1) {
 		switch (c) {
 		case 's':

@@ -92,6 +92,10 @@ ip rule add pref 5 to $A oif kvnB lookup $tb && ip rule add pref 6 to $B oif kvn
   ip rule add pref 7 from $A to $B iif lo lookup $ta && ip rule add pref 8 to $A iif lo lookup $tb &&
   ip rule add pref 100 lookup local && ip rule del pref 0 lookup local && rules_moved=1 ||
   fail "cannot add the policy rules"
+# Static neighbours: the scenario is about RoCE packets, not about ARP losing its answers.
+ip neigh replace $B lladdr "$(cat /sys/class/net/kvnB/address)" dev kvnA nud permanent &&
+  ip neigh replace $A lladdr "$(cat /sys/class/net/kvnA/address)" dev kvnB nud permanent ||
+  fail "cannot add static neighbours"
 rdma link add kvnrxeA type rxe netdev kvnA && rdma link add kvnrxeB type rxe netdev kvnB ||
   fail "cannot add rxe devices on the veth pair"
 for _ in $(seq 50); do
