@@ -17,17 +17,18 @@
 # (below) make the kernel send A <-> B over the cable rather than through lo. (A VRF on the
 # server's end does not do: rxe then sees packets arrive on the VRF device, not on its own.)
 #
-# Phases (KV_NETEM_SECS seconds each, default 4): base, then per fault the fault and
-# after-<fault> with the fault removed. Faults: loss 1 %, loss 5 %, delay 5 ms +- 2 ms,
+# Phases (KV_NETEM_SECS seconds each, default 3): base, then per fault the fault, and
+# after-<fault> and later-<fault> with the fault removed. Faults: loss 1 %, loss 5 %, delay 5 ms +- 2 ms,
 # duplicate 1 %, reorder 25 % (of packets sent at once, the others 5 ms late).
 # Passes when: the checker saw no wrong data and only the failures a fault explains
-# (KVC_ETIMEDOUT, KVC_ESERVERGONE, KVC_EUNKNOWN; see netem_check.c), and every after-<fault>
-# phase reaches KV_NETEM_RECOVER percent (default 80) of base's throughput.
+# (KVC_ETIMEDOUT, KVC_ESERVERGONE, KVC_EUNKNOWN; see netem_check.c), and after every fault
+# the after- or the later- phase reaches KV_NETEM_RECOVER percent (default 80) of base's
+# throughput.
 set -uo pipefail
 prog=netem
 
 build=${1:-build}
-secs=${KV_NETEM_SECS:-4}
+secs=${KV_NETEM_SECS:-3}
 recover=${KV_NETEM_RECOVER:-80}
 port=${KV_NETEM_PORT:-7491}
 server_bin=$build/server/kvserver
@@ -46,6 +47,8 @@ fi
 [ -x "$server_bin" ] && [ -x "$check_bin" ] && [ -f "$shim" ] ||
   fail "$server_bin, $check_bin or $shim missing: build first (cmake --build $build)"
 case "$shim" in /*) ;; *) shim=$PWD/$shim;; esac
+# The checks must catch what they are for before they are trusted with a verdict.
+"$check_bin" --self-test >/dev/null 2>&1 || fail "netem_check --self-test: its checks miss wrong values"
 [ "$(id -u)" -eq 0 ] || fail "needs root (it adds interfaces, rxe devices and qdiscs)"
 for m in veth sch_netem rdma_rxe; do
   [ -d "/sys/module/$m" ] || modprobe -q "$m" 2>/dev/null ||
@@ -162,6 +165,7 @@ for f in "${faults[@]}"; do
   phase "$name"
   fault_off
   phase "after-$name"
+  phase "later-$name"
 done
 echo end >&7
 exec 7>&-
@@ -187,7 +191,11 @@ if [ -z "$base" ] || [ "$base" -le 0 ]; then
   echo "$prog: FAIL: no operation succeeded in the base phase" >&2; bad=1
 else
   for f in "${faults[@]}"; do
-    name=${f%%:*} r=$(rate "after-$name")
+    # Recovered in the first or the second phase after the fault: a single 1 s timeout (the
+    # server's deadline) in a stalled guest can sink one phase, a fault that leaves something
+    # broken sinks both.
+    name=${f%%:*} r=$(rate "after-$name") r2=$(rate "later-$name")
+    [ "${r2:-0}" -le "${r:-0}" ] || r=$r2
     pct=$(( ${r:-0} * 100 / base ))
     if [ "$pct" -lt "$recover" ]; then
       echo "$prog: FAIL: throughput after removing '${f#*:}' is ${r:-0} ops/s, $pct % of base $base ops/s (want >= $recover %)" >&2
