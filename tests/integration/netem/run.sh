@@ -1,0 +1,214 @@
+#!/usr/bin/env bash
+# Wire faults: tc netem on the RoCE traffic between kvserver and a verifying client.
+#
+#   tests/integration/netem/run.sh [BUILD_DIR]      (default: build)
+#
+# Runs inside the QEMU Soft-RoCE guest (deploy/softroce-vm; deploy/test calls it there). It
+# changes the machine's routing, so anywhere else it only says why it skips, unless
+# KV_NETEM_HOST=1 (a throw-away root machine with rdma_rxe, veth and sch_netem).
+#
+# The network: one veth cable, kvnA (client side, 10.77.0.1) <-> kvnB (server side, 10.77.0.2),
+# an rxe device on each end, and netem on both ends' egress, so every RoCE packet (rdma_cm
+# handshakes, control messages, one-sided READ/WRITE/atomics and their ACKs) crosses it.
+# Why not two network namespaces: the guest's kernel (Debian 6.1) opens rxe's UDP
+# socket (port 4791) and routes rxe's packets in the initial namespace only, so an rxe device
+# on an interface in another namespace never receives (tested: rping gets ETIMEDOUT and not one
+# packet crosses the veth). Both ends therefore stay in the initial namespace, and policy rules
+# (below) make the kernel send A <-> B over the cable rather than through lo. (A VRF on the
+# server's end does not do: rxe then sees packets arrive on the VRF device, not on its own.)
+#
+# Phases (KV_NETEM_SECS seconds each, default 3): base, then per fault the fault, and
+# after-<fault> and later-<fault> with the fault removed. Faults: loss 1 %, loss 5 %, delay 5 ms +- 2 ms,
+# duplicate 1 %, reorder 25 % (of packets sent at once, the others 5 ms late).
+# Passes when: the checker saw no wrong data and only the failures a fault explains
+# (KVC_ETIMEDOUT, KVC_ESERVERGONE, KVC_EUNKNOWN; see netem_check.c), and after every fault
+# the after- or the later- phase reaches KV_NETEM_RECOVER percent (default 80) of base's
+# throughput.
+set -uo pipefail
+prog=netem
+
+build=${1:-build}
+secs=${KV_NETEM_SECS:-3}
+recover=${KV_NETEM_RECOVER:-80}
+port=${KV_NETEM_PORT:-7491}
+server_bin=$build/server/kvserver
+check_bin=$build/tests/integration/netem/netem_check
+shim=$build/tests/integration/netem/libnetem_bind_src.so
+
+say()  { echo "$prog: $*"; }
+fail() { echo "$prog: FAIL: $*" >&2; exit 1; }
+
+if [ "${SOFTROCE_VM:-}" != 1 ] && [ "${KV_NETEM_HOST:-}" != 1 ]; then
+  say "skipped: it rewires routing, so it runs only in the QEMU guest (deploy/rdma-env with KV_RDMA_ENV=guest, or deploy/test there); KV_NETEM_HOST=1 runs it on this machine anyway"
+  exit 0
+fi
+[[ $secs =~ ^[0-9]+$ ]] && [ "$secs" -ge 1 ] || fail "KV_NETEM_SECS must be a whole number of seconds >= 1 (got '$secs')"
+[[ $recover =~ ^[0-9]+$ ]] && [ "$recover" -le 100 ] || fail "KV_NETEM_RECOVER must be a percentage 0..100 (got '$recover')"
+[ -x "$server_bin" ] && [ -x "$check_bin" ] && [ -f "$shim" ] ||
+  fail "$server_bin, $check_bin or $shim missing: build first (cmake --build $build)"
+case "$shim" in /*) ;; *) shim=$PWD/$shim;; esac
+# The checks must catch what they are for before they are trusted with a verdict.
+"$check_bin" --self-test >/dev/null 2>&1 || fail "netem_check --self-test: its checks miss wrong values"
+[ "$(id -u)" -eq 0 ] || fail "needs root (it adds interfaces, rxe devices and qdiscs)"
+for m in veth sch_netem rdma_rxe; do
+  [ -d "/sys/module/$m" ] || modprobe -q "$m" 2>/dev/null ||
+    fail "kernel module $m is not loaded (the guest loads it at boot: delete the softroce-vm cache to rebuild it with deploy/softroce-vm's current recipe)"
+done
+command -v tc >/dev/null || fail "tc not found (install iproute2)"
+
+work=$(mktemp -d "${TMPDIR:-/tmp}/netem.XXXXXX")
+srv_pid="" chk_pid=""
+cleanup() {
+  [ -z "$chk_pid" ] || kill "$chk_pid" 2>/dev/null
+  [ -z "$srv_pid" ] || kill "$srv_pid" 2>/dev/null
+  wait 2>/dev/null
+  rdma link delete kvnrxeA 2>/dev/null; rdma link delete kvnrxeB 2>/dev/null
+  ip link delete kvnA 2>/dev/null
+  for p in 5 6 7 8; do ip rule del pref $p 2>/dev/null; done
+  if [ -n "${rules_moved:-}" ]; then ip rule add pref 0 lookup local; ip rule del pref 100 lookup local; fi
+  rm -rf "$work"
+}
+trap cleanup EXIT
+trap 'exit 130' INT TERM
+
+# --- the network ----------------------------------------------------------------------------
+# Both addresses are local to this kernel, which would normally short-cut A <-> B through lo.
+# Policy rules send them over the cable instead, before the local table is consulted:
+#   "from A to B iif lo": the client's traffic (rdma_cm resolution, rxe's packets). The client
+#     binds source A (bind_src.c) so that kvserver's own loopback connection to B, which has
+#     no source address, stays on the server's device as the server requires;
+#   "to A iif lo": the server's answers;
+#   "to A oif kvnB" / "to B oif kvnA": rdma_cm's check, on accepting a connection, that the way
+#     back to the client leaves through the rxe device's own interface (else it rejects, 28).
+# Arriving packets match none of these and are delivered locally; their source is one of our
+# own addresses, which accept_local permits.
+A=10.77.0.1 B=10.77.0.2 ta=177 tb=178
+ip link add kvnA type veth peer name kvnB || fail "cannot create a veth pair"
+ip addr add $A/32 dev kvnA && ip addr add $B/32 dev kvnB || fail "cannot address the veth pair"
+for d in all kvnA kvnB; do
+  echo 1 > /proc/sys/net/ipv4/conf/$d/accept_local; echo 0 > /proc/sys/net/ipv4/conf/$d/rp_filter
+done
+ip link set kvnA up && ip link set kvnB up
+ip route add $B dev kvnA src $A table $ta && ip route add $A dev kvnB src $B table $tb ||
+  fail "cannot add the veth routes"
+ip rule add pref 5 to $A oif kvnB lookup $tb && ip rule add pref 6 to $B oif kvnA lookup $ta &&
+  ip rule add pref 7 from $A to $B iif lo lookup $ta && ip rule add pref 8 to $A iif lo lookup $tb &&
+  ip rule add pref 100 lookup local && ip rule del pref 0 lookup local && rules_moved=1 ||
+  fail "cannot add the policy rules"
+# Static neighbours: the scenario is about RoCE packets, not about ARP losing its answers.
+ip neigh replace $B lladdr "$(cat /sys/class/net/kvnB/address)" dev kvnA nud permanent &&
+  ip neigh replace $A lladdr "$(cat /sys/class/net/kvnA/address)" dev kvnB nud permanent ||
+  fail "cannot add static neighbours"
+rdma link add kvnrxeA type rxe netdev kvnA && rdma link add kvnrxeB type rxe netdev kvnB ||
+  fail "cannot add rxe devices on the veth pair"
+for _ in $(seq 50); do
+  grep -q ACTIVE /sys/class/infiniband/kvnrxeB/ports/1/state 2>/dev/null &&
+    grep -q ACTIVE /sys/class/infiniband/kvnrxeA/ports/1/state 2>/dev/null && break
+  sleep 0.1
+done
+
+# Netem on both ends' egress: both directions see the fault.
+fault_on()  { local d; for d in kvnA kvnB; do tc qdisc replace dev $d root netem "$@" || return 1; done; }
+fault_off() { local d; for d in kvnA kvnB; do tc qdisc del dev $d root 2>/dev/null; done; return 0; }
+# What each side sent and received, for a run that went wrong.
+diag() {
+  local d c
+  for d in kvnrxeA kvnrxeB; do
+    printf '%s:' "$d"
+    for c in sent_pkts rcvd_pkts rcvd_seq_err duplicate_request out_of_seq_request retry_exceeded_err \
+             rcvd_rnr_err send_rnr_err completer_retry_err; do
+      printf ' %s=%s' "$c" "$(cat /sys/class/infiniband/$d/ports/1/hw_counters/$c 2>/dev/null)"
+    done
+    echo
+  done
+  ip -s -o link show kvnA; ip -s -o link show kvnB
+  grep '^Udp:' /proc/net/snmp
+}
+sent_pkts() { tc -s qdisc show dev "$1" | awk '/Sent/ {print $4; exit}'; }
+
+# --- server and checker -----------------------------------------------------------------------
+"$server_bin" -l $B -p "$port" -m 64 -v > "$work/server.log" 2>&1 &
+srv_pid=$!
+for _ in $(seq 600); do
+  grep -q "listening on" "$work/server.log" && break
+  kill -0 "$srv_pid" 2>/dev/null || break
+  sleep 0.1
+done
+grep -q "listening on" "$work/server.log" || { cat "$work/server.log" >&2; fail "kvserver did not start on $B"; }
+
+mkfifo "$work/phases"
+# The shim comes before ASan's runtime in the library list of an ASan build: allow that.
+KV_NETEM_SRC=$A LD_PRELOAD=$shim ASAN_OPTIONS=${ASAN_OPTIONS:+$ASAN_OPTIONS:}verify_asan_link_order=0 \
+  "$check_bin" -s "$B:$port" < "$work/phases" > "$work/check.out" 2> "$work/check.err" &
+chk_pid=$!
+exec 7> "$work/phases"
+for _ in $(seq 600); do
+  grep -q READY "$work/check.out" && break
+  kill -0 "$chk_pid" 2>/dev/null || break
+  sleep 0.1
+done
+grep -q READY "$work/check.out" || { cat "$work/check.err" >&2; diag >&2; fail "netem_check could not connect to $B:$port"; }
+
+# Prove the path: with a pass-through netem on the client's side, the traffic must show there.
+fault_on delay 0ms || fail "tc netem refused a qdisc on kvnA/kvnB"
+phase() { echo "$1" >&7; sleep "$secs"; }
+phase base
+[ "$(sent_pkts kvnA)" -gt 100 ] 2>/dev/null ||
+  fail "the RoCE traffic does not cross the veth (kvnA sent $(sent_pkts kvnA) packets): netem would test nothing"
+fault_off
+
+faults=("loss1:loss 1%" "loss5:loss 5%" "delay:delay 5ms 2ms" "dup1:duplicate 1%" "reorder:delay 5ms reorder 25% 50%")
+for f in "${faults[@]}"; do
+  name=${f%%:*}
+  # shellcheck disable=SC2086  # the netem arguments are words
+  fault_on ${f#*:} || fail "tc netem ${f#*:} failed"
+  phase "$name"
+  fault_off
+  phase "after-$name"
+  phase "later-$name"
+done
+echo end >&7
+exec 7>&-
+wait "$chk_pid"; st=$?
+chk_pid=""
+kill "$srv_pid" 2>/dev/null; wait "$srv_pid" 2>/dev/null; srv_pid=""
+
+# --- verdict ----------------------------------------------------------------------------------
+cat "$work/check.out"
+if [ -s "$work/check.err" ]; then
+  echo "$prog: checker messages (first 60):"; head -n 60 "$work/check.err"
+fi
+bad=0
+case $st in
+  0) ;;
+  3) echo "$prog: FAIL: wrong data under faults (see VIOLATION lines)" >&2; bad=1;;
+  4) echo "$prog: FAIL: a failure with a code no network fault explains (see 'unexpected' lines)" >&2; bad=1;;
+  *) echo "$prog: FAIL: netem_check exited with status $st" >&2; bad=1;;
+esac
+rate() { awk -v p="$1" '$1 == "PHASE" && $2 == p { for (i = 3; i <= NF; i++) if ($i ~ /^ops_per_s=/) { sub(/.*=/, "", $i); print $i } }' "$work/check.out"; }
+base=$(rate base)
+if [ -z "$base" ] || [ "$base" -le 0 ]; then
+  echo "$prog: FAIL: no operation succeeded in the base phase" >&2; bad=1
+else
+  for f in "${faults[@]}"; do
+    # Recovered in the first or the second phase after the fault: a single 1 s timeout (the
+    # server's deadline) in a stalled guest can sink one phase, a fault that leaves something
+    # broken sinks both.
+    name=${f%%:*} r=$(rate "after-$name") r2=$(rate "later-$name")
+    [ "${r2:-0}" -le "${r:-0}" ] || r=$r2
+    pct=$(( ${r:-0} * 100 / base ))
+    if [ "$pct" -lt "$recover" ]; then
+      echo "$prog: FAIL: throughput after removing '${f#*:}' is ${r:-0} ops/s, $pct % of base $base ops/s (want >= $recover %)" >&2
+      bad=1
+    else
+      echo "$prog: after '${f#*:}': ${r} ops/s = $pct % of base $base ops/s"
+    fi
+  done
+fi
+echo "$prog: rxe counters at the end:"; diag
+if [ "$bad" = 0 ]; then
+  echo "$prog: passed"
+else
+  echo "$prog: kvserver's log (last 40 lines):"; tail -n 40 "$work/server.log"
+fi
+exit "$bad"
