@@ -419,10 +419,18 @@ static int64_t reserve(kvc_t *h, uint64_t bytes)
 			h->stats.grants_deferred++;
 			return KVC_EAGAIN;
 		}
-		if (resp.type == KVI_CTRL_ERROR)
+		if (resp.type == KVI_CTRL_ERROR) {
+			/* Only a quota refusal leaves our extent open (server core.h
+			 * "Quota"); after any other answer the server may have sealed
+			 * it, and a sealed segment can be reclaimed under our writes. */
+			if (resp.status != KVC_EQUOTA)
+				h->seg_off = h->seg_size = h->seg_used = 0;
 			return resp.status < 0 ? resp.status : KVC_EPROTO;
-		if (!grant_ok(h, &resp, bytes))
+		}
+		if (!grant_ok(h, &resp, bytes)) {
+			h->seg_off = h->seg_size = h->seg_used = 0;
 			return KVC_EPROTO;
+		}
 		h->seg_off = resp.arg[0];
 		h->seg_size = resp.arg[1];
 		h->seg_used = 0;
