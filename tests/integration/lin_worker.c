@@ -70,7 +70,7 @@ int main(int argc, char **argv)
 				return 1;
 			}
 		}
-		snprintf(k, sizeof(k), "lin-%u", r.key);
+		snprintf(k, sizeof(k), "lin-%s-%u", argv[3], r.key); /* fresh keys per history (seed) */
 		r.inv = real_ns();
 		if (dice < 45) {
 			r.kind = LC_GET;

@@ -65,7 +65,24 @@ Test(lin, histories_of_several_processes_with_ttls_are_linearizable)
 			n += read_history(path[p], all + n, PROCS * OPS - n);
 			unlink(path[p]);
 		}
-		cr_assert_eq(lc_check(all, n, 5000000, &rep), 1, "history %u: %s", hist, rep.why);
+		if (lc_check(all, n, 5000000, &rep) != 1) {
+			/* keep the history for a look: lin-failed-<pid>.txt in the cwd */
+			char keep[64], line[256];
+			FILE *f;
+
+			snprintf(keep, sizeof(keep), "lin-failed-%d.txt", (int)getpid());
+			f = fopen(keep, "w");
+			for (size_t i = 0; f && i < n; i++) {
+				lc_format(&all[i], line, sizeof(line));
+				fputs(line, f);
+			}
+			if (f)
+				fclose(f);
+			kvt_kill(&srv, SIGTERM);
+			kvt_wait(&srv, 20000);
+			cr_assert_fail("history %u: %s (kept in %s; tests/lincheck shows the shortest failing prefix)", hist,
+				       rep.why, keep);
+		}
 		total += n;
 		states += rep.states;
 	}
