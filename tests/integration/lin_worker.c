@@ -16,22 +16,6 @@
 #include "kvclient.h"
 #include "lincheck.h"
 
-static uint64_t real_ns(void)
-{
-	struct timespec ts;
-
-	clock_gettime(CLOCK_REALTIME, &ts);
-	return (uint64_t)ts.tv_sec * 1000000000u + (uint64_t)ts.tv_nsec;
-}
-
-static uint64_t xs(uint64_t *r)
-{
-	*r ^= *r << 13;
-	*r ^= *r >> 7;
-	*r ^= *r << 17;
-	return *r;
-}
-
 int main(int argc, char **argv)
 {
 	struct kvc_opts o;
@@ -58,20 +42,20 @@ int main(int argc, char **argv)
 	o.server = argv[1];
 	o.depth = 1;
 	for (unsigned i = 0; i < ops; i++) {
-		struct lc_op r = { .client = (uint16_t)client, .key = (uint32_t)(xs(&rng) % keys) };
-		unsigned dice = (unsigned)(xs(&rng) % 100);
+		struct lc_op r = { .client = (uint16_t)client, .key = (uint32_t)(lc_rand(&rng) % keys) };
+		unsigned dice = (unsigned)(lc_rand(&rng) % 100);
 		size_t len = 0;
 		int rc;
 
 		if (!h) {
-			o.cache_entries = xs(&rng) % 2 ? 256 : 0;
+			o.cache_entries = lc_rand(&rng) % 2 ? 256 : 0;
 			if ((rc = kvc_create(&o, &h, err, sizeof(err))) != 0) {
 				fprintf(stderr, "lin_worker: %s\n", err);
 				return 1;
 			}
 		}
 		snprintf(k, sizeof(k), "lin-%s-%u", argv[3], r.key); /* fresh keys per history (seed) */
-		r.inv = real_ns();
+		r.inv = lc_now_ns();
 		if (dice < 45) {
 			r.kind = LC_GET;
 			rc = kvc_get(h, k, strlen(k), got, sizeof(got) - 1, &len);
@@ -82,19 +66,19 @@ int main(int argc, char **argv)
 			}
 			r.result = rc == 0 ? LC_OK : LC_ABSENT;
 		} else if (dice < 85) {
-			uint64_t ttl = xs(&rng) % 2 ? 1 + xs(&rng) % 30 : 0;
+			uint64_t ttl = lc_rand(&rng) % 2 ? 1 + lc_rand(&rng) % 30 : 0;
 
 			r.kind = LC_PUT;
 			r.value = ((uint64_t)client << 32) | i;
 			r.ttl_ns = ttl * 1000000u;
-			snprintf(v, sizeof(v), "v%" PRIu64 ":%0*u", r.value, (int)(xs(&rng) % 500), 0);
+			snprintf(v, sizeof(v), "v%" PRIu64 ":%0*u", r.value, (int)(lc_rand(&rng) % 500), 0);
 			rc = kvc_put(h, k, strlen(k), v, strlen(v), ttl);
 		} else {
 			r.kind = LC_DELETE;
 			rc = kvc_delete(h, k, strlen(k));
 			r.result = rc == 0 ? LC_OK : LC_ABSENT;
 		}
-		r.cmp = real_ns();
+		r.cmp = lc_now_ns();
 		if (rc == KVC_EUNKNOWN) {
 			r.cmp = LC_NEVER;
 		} else if (rc && rc != KVC_ENOTFOUND) {
@@ -105,8 +89,8 @@ int main(int argc, char **argv)
 		}
 		lc_format(&r, line, sizeof(line));
 		fputs(line, out);
-		if (xs(&rng) % 4 == 0)
-			usleep((useconds_t)(xs(&rng) % 2000));
+		if (lc_rand(&rng) % 4 == 0)
+			usleep((useconds_t)(lc_rand(&rng) % 2000));
 	}
 	kvc_destroy(h);
 	return fclose(out) ? 1 : 0;

@@ -5,6 +5,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 #include <xxhash.h>
 
 #define MS 1000000ull
@@ -249,4 +250,20 @@ int lc_parse(const char *line, struct lc_op *op)
 	if (!op->kind || r > LC_ABSENT || (cmp >= 0 && op->cmp < op->inv))
 		return -1;
 	return 0;
+}
+
+uint64_t lc_now_ns(void)
+{
+	struct timespec ts;
+
+	clock_gettime(CLOCK_REALTIME, &ts);
+	return (uint64_t)ts.tv_sec * 1000000000u + (uint64_t)ts.tv_nsec;
+}
+
+uint64_t lc_rand(uint64_t *r)
+{
+	*r ^= *r << 13;
+	*r ^= *r >> 7;
+	*r ^= *r << 17;
+	return *r;
 }

@@ -57,6 +57,11 @@ struct lc_report {
  * 0 not (report says which key), -1 budget exhausted or out of memory. */
 int lc_check(struct lc_op *ops, size_t n, uint64_t max_states, struct lc_report *rep);
 
+/* For history recorders: the clock of invoke/complete times (CLOCK_REALTIME
+ * ns, the clock expiries are decided by) and a seeded xorshift generator. */
+uint64_t lc_now_ns(void);
+uint64_t lc_rand(uint64_t *state);
+
 /* A history file: one operation per line, as lc_format writes it, so that
  * processes record separately and one checker reads them all. */
 void lc_format(const struct lc_op *op, char *buf, size_t len);

@@ -115,22 +115,6 @@ Test(lincheck, history_lines_round_trip)
 #define OPS_PER_THREAD 250
 #define SEEDS 24
 
-static uint64_t real_ns(void)
-{
-	struct timespec ts;
-
-	clock_gettime(CLOCK_REALTIME, &ts);
-	return (uint64_t)ts.tv_sec * 1000000000u + (uint64_t)ts.tv_nsec;
-}
-
-static uint64_t xs(uint64_t *r)
-{
-	*r ^= *r << 13;
-	*r ^= *r >> 7;
-	*r ^= *r << 17;
-	return *r;
-}
-
 /* Stretch about one operation in 12 by up to 150 us: READs and WRITEs of
  * different clients then overlap in more ways. */
 static __thread uint64_t hook_rng;
@@ -139,8 +123,8 @@ static int stretch(void *arg, struct kvi_rmem *rm, const struct kvi_rop *op)
 	(void)arg;
 	(void)rm;
 	(void)op;
-	if (xs(&hook_rng) % 12 == 0)
-		usleep((useconds_t)(xs(&hook_rng) % 150));
+	if (lc_rand(&hook_rng) % 12 == 0)
+		usleep((useconds_t)(lc_rand(&hook_rng) % 150));
 	return 0;
 }
 
@@ -152,8 +136,8 @@ static void hold_read(void *arg, const struct kvi_rop *op, void *dst, const void
 	(void)op;
 	(void)dst;
 	(void)src;
-	if (xs(&hook_rng) % 8 == 0)
-		usleep((useconds_t)(xs(&hook_rng) % 2000));
+	if (lc_rand(&hook_rng) % 8 == 0)
+		usleep((useconds_t)(lc_rand(&hook_rng) % 2000));
 }
 
 struct worker {
@@ -178,17 +162,17 @@ static void *worker_main(void *arg)
 
 	hook_rng = rng ^ 0x5555;
 	for (unsigned i = 0; i < OPS_PER_THREAD && !w->why; i++) {
-		unsigned key = (unsigned)(xs(&rng) % KEYS), dice = (unsigned)(xs(&rng) % 100);
+		unsigned key = (unsigned)(lc_rand(&rng) % KEYS), dice = (unsigned)(lc_rand(&rng) % 100);
 		struct lc_op o = { .key = key, .client = (uint16_t)w->id };
 		size_t len = 0;
 		int rc;
 
-		if (!h && kvt_env_client(w->env, &hk, xs(&rng) % 2 ? 64 : 0, 1, &h)) {
+		if (!h && kvt_env_client(w->env, &hk, lc_rand(&rng) % 2 ? 64 : 0, 1, &h)) {
 			w->why = "cannot open a client";
 			break;
 		}
 		snprintf(k, sizeof(k), "key-%u", key);
-		o.inv = real_ns();
+		o.inv = lc_now_ns();
 		if (dice < 40) {
 			o.kind = LC_GET;
 			rc = kvc_get(h, k, strlen(k), got, sizeof(got) - 1, &len);
@@ -197,20 +181,20 @@ static void *worker_main(void *arg)
 				w->why = "a GET returned bytes no client wrote";
 			o.result = rc == 0 ? LC_OK : LC_ABSENT;
 		} else if (dice < 85) {
-			uint64_t ttl = xs(&rng) % 2 ? 1 + xs(&rng) % 12 : 0;
+			uint64_t ttl = lc_rand(&rng) % 2 ? 1 + lc_rand(&rng) % 12 : 0;
 
 			o.kind = LC_PUT;
 			o.value = ((uint64_t)w->id << 32) | i;
 			o.ttl_ns = ttl * MSN;
 			/* values of varied length: objects of several sizes in the segments */
-			snprintf(v, sizeof(v), "v%" PRIu64 ":%0*u", o.value, (int)(xs(&rng) % 3000), 0);
+			snprintf(v, sizeof(v), "v%" PRIu64 ":%0*u", o.value, (int)(lc_rand(&rng) % 3000), 0);
 			rc = kvc_put(h, k, strlen(k), v, strlen(v), ttl);
 		} else {
 			o.kind = LC_DELETE;
 			rc = kvc_delete(h, k, strlen(k));
 			o.result = rc == 0 ? LC_OK : LC_ABSENT;
 		}
-		o.cmp = real_ns();
+		o.cmp = lc_now_ns();
 		if (rc == KVC_EUNKNOWN) {
 			o.cmp = LC_NEVER;
 			w->unknown++;
@@ -227,8 +211,8 @@ static void *worker_main(void *arg)
 		w->ops[w->n++] = o;
 		/* let TTLs run out mid-history; with the reclaimer, let segments
 		 * settle (max-op + 10 ms after sealing) while the clients run */
-		if (w->slow || xs(&rng) % 3 == 0)
-			usleep((useconds_t)(xs(&rng) % (w->slow ? 1500 : 400)));
+		if (w->slow || lc_rand(&rng) % 3 == 0)
+			usleep((useconds_t)(lc_rand(&rng) % (w->slow ? 1500 : 400)));
 	}
 	kvc_destroy(h);
 	return NULL;
