@@ -63,6 +63,8 @@ static void usage(FILE *f)
 		"      --rate N               at most N requests per second\n"
 		"  Targets also include local://MIB: kvcache's server core and reclaimer in this\n"
 		"  process (no NIC) with MIB MiB of item memory, for hit ratios at any scale.\n"
+		"      --local-max-op-ms MS   local:// only: the in-process server's operation\n"
+		"                             deadline (default 50; more for sanitized or emulated runs)\n"
 		"      --cpu-per-op[=get|put] local://MIB only: load -r keys, then time -n GETs and\n"
 		"                             -n PUTs (default 1000000 each) of uniformly chosen ones,\n"
 		"                             -q in flight; prints the client thread's CPU time per\n"
@@ -139,7 +141,7 @@ static int parse_size(const char *s, struct kvb_cfg *c)
 static int parse_args(int argc, char **argv, struct cli *cl)
 {
 	enum { O_DIST = 256, O_CDF, O_WARMUP, O_NOLOAD, O_SEED, O_JSON, O_QUIET, O_MICRO, O_RAW, O_CA, O_LRU,
-	       O_CAWARM, O_NOMARKS, O_RATE, O_CPUOP, O_PROGRESS };
+	       O_CAWARM, O_NOMARKS, O_RATE, O_CPUOP, O_PROGRESS, O_LOCALOP };
 	static const struct option lo[] = {
 		{ "workload", required_argument, NULL, 'w' },  { "target", required_argument, NULL, 't' },
 		{ "records", required_argument, NULL, 'r' },   { "operations", required_argument, NULL, 'n' },
@@ -157,6 +159,7 @@ static int parse_args(int argc, char **argv, struct cli *cl)
 		{ "rate", required_argument, NULL, O_RATE },
 		{ "cpu-per-op", optional_argument, NULL, O_CPUOP },
 		{ "progress", no_argument, NULL, O_PROGRESS },
+		{ "local-max-op-ms", required_argument, NULL, O_LOCALOP },
 		{ 0 },
 	};
 	struct kvb_cfg *c = &cl->cfg;
@@ -228,6 +231,14 @@ static int parse_args(int argc, char **argv, struct cli *cl)
 		case O_PROGRESS:
 			c->progress = 2; /* forced */
 			break;
+		case O_LOCALOP: {
+			uint64_t ms;
+
+			if (parse_u64(optarg, 1, 600000, &ms))
+				return bad("--local-max-op-ms", optarg, "milliseconds, 1..600000");
+			kvb_local_opts.max_op_ms = (unsigned)ms;
+			break;
+		}
 		case O_MICRO:
 			cl->micro = 1;
 			break;
@@ -511,7 +522,9 @@ static int run_cpu_per_op(struct cli *cl)
 	}
 	if (c.depth > c.drv->max_depth)
 		c.depth = c.drv->max_depth;
-	kvb_local_opts = (struct kvb_local_opts){ .prefault = 1, .max_op_ms = 1000 };
+	kvb_local_opts.prefault = 1;
+	if (!kvb_local_opts.max_op_ms)
+		kvb_local_opts.max_op_ms = 1000;
 	rc = kvb_cpu_per_op(&c, &r, err, sizeof(err));
 	if (rc) {
 		fprintf(stderr, "kvbench: %s\n", err);
