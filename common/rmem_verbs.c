@@ -610,7 +610,6 @@ int kvi_rmem_verbs_connect(const struct kvi_verbs_opts *o, struct kvi_rmem **out
 	rc = create_resources(v, o, &attr, e);
 	if (rc)
 		goto clean_ai;
-	kvi_set_ack_timeout(v->id);
 
 	kvi_wire_hello_encode(&hello, &(struct kvi_hello){ .role = o->role ? o->role : KVI_ROLE_CLIENT });
 	memset(&cp, 0, sizeof(cp));
