@@ -30,7 +30,7 @@ int main(int argc, char **argv)
 	}
 
 	/* Blocking calls. */
-	rc = kvc_put(h, "greeting", 8, "hello", 5, 60 /* seconds to live */);
+	rc = kvc_put(h, "greeting", 8, "hello", 5, 60000 /* milliseconds to live */);
 	if (rc == 0)
 		rc = kvc_get(h, "greeting", 8, buf, sizeof(buf), &len);
 	if (rc) {
