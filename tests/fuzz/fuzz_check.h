@@ -4,6 +4,8 @@
 #ifndef KV_FUZZ_CHECK_H
 #define KV_FUZZ_CHECK_H
 
+#include <stddef.h>
+#include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 
@@ -16,5 +18,19 @@
 			abort();                                                           \
 		}                                                                          \
 	} while (0)
+
+/* A target's input, read front to back; zeros once it runs out. */
+struct in {
+	const uint8_t *p;
+	size_t left;
+};
+
+static inline unsigned byte(struct in *in)
+{
+	if (!in->left)
+		return 0;
+	in->left--;
+	return *in->p++;
+}
 
 #endif

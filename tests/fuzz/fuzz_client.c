@@ -59,18 +59,6 @@ int LLVMFuzzerInitialize(int *argc, char ***argv)
 	return 0;
 }
 
-struct in {
-	const uint8_t *p;
-	size_t left;
-};
-static unsigned byte(struct in *in)
-{
-	if (!in->left)
-		return 0;
-	in->left--;
-	return *in->p++;
-}
-
 static int known_code(int rc)
 {
 	return rc <= 0 && rc >= KVC_EQUOTA;

@@ -59,18 +59,6 @@ int LLVMFuzzerInitialize(int *argc, char ***argv)
 	return 0;
 }
 
-/* The input, read front to back; zeros once it runs out. */
-struct in {
-	const uint8_t *p;
-	size_t left;
-};
-static unsigned byte(struct in *in)
-{
-	if (!in->left)
-		return 0;
-	in->left--;
-	return *in->p++;
-}
 /* Little-endian, in two statements: the order of two calls in one
  * expression is unspecified. */
 static unsigned byte2(struct in *in)
