@@ -16,20 +16,22 @@
 #define GRANT_RETRY_MIN_US 500u
 #define GRANT_RETRY_MAX_US 20000u
 
-uint64_t kvi_now_ns(void)
+static uint64_t clock_ns(clockid_t id)
 {
 	struct timespec ts;
 
-	clock_gettime(CLOCK_MONOTONIC, &ts);
+	clock_gettime(id, &ts);
 	return (uint64_t)ts.tv_sec * 1000000000u + (uint64_t)ts.tv_nsec;
+}
+
+uint64_t kvi_now_ns(void)
+{
+	return clock_ns(CLOCK_MONOTONIC);
 }
 
 uint64_t kvi_real_ns(void)
 {
-	struct timespec ts;
-
-	clock_gettime(CLOCK_REALTIME, &ts);
-	return (uint64_t)ts.tv_sec * 1000000000u + (uint64_t)ts.tv_nsec;
+	return clock_ns(CLOCK_REALTIME);
 }
 
 uint64_t kvi_rand(kvc_t *h)
@@ -399,6 +401,12 @@ static int grant_ok(const kvc_t *h, const struct kvi_ctrl *r, uint64_t bytes)
 	       r->arg[0] % KVI_OBJ_ALIGN == 0;
 }
 
+/* Nothing more goes into our extent (the server sealed it, or may have). */
+static void forget_extent(kvc_t *h)
+{
+	h->seg_off = h->seg_size = h->seg_used = 0;
+}
+
 /* Room for `bytes` in our extent, asking the server for a new one when the
  * current one is full: the region offset to write at, KVC_EAGAIN when the
  * server has no memory free right now (reclamation is making room: ask again
@@ -414,8 +422,7 @@ static int64_t reserve(kvc_t *h, uint64_t bytes)
 		if (rc)
 			return rc;
 		if (resp.type == KVI_CTRL_ERROR && resp.status == KVC_EAGAIN) {
-			/* Our old extent is sealed either way: nothing more goes there. */
-			h->seg_off = h->seg_size = h->seg_used = 0;
+			forget_extent(h); /* sealed either way */
 			h->stats.grants_deferred++;
 			return KVC_EAGAIN;
 		}
@@ -424,11 +431,11 @@ static int64_t reserve(kvc_t *h, uint64_t bytes)
 			 * "Quota"); after any other answer the server may have sealed
 			 * it, and a sealed segment can be reclaimed under our writes. */
 			if (resp.status != KVC_EQUOTA)
-				h->seg_off = h->seg_size = h->seg_used = 0;
+				forget_extent(h);
 			return resp.status < 0 ? resp.status : KVC_EPROTO;
 		}
 		if (!grant_ok(h, &resp, bytes)) {
-			h->seg_off = h->seg_size = h->seg_used = 0;
+			forget_extent(h);
 			return KVC_EPROTO;
 		}
 		h->seg_off = resp.arg[0];
