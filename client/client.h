@@ -90,6 +90,9 @@ struct kvi_opst {
 	uint64_t not_before;   /* ns: KVI_ST_BACKOFF retries at this time */
 	uint64_t posted;       /* ns: when the batch in flight was posted */
 	uint64_t slot_posted;  /* GET: when the READ of the slot word(s) it uses was posted */
+	/* Writer: the lock word it keeps finding, where, and since when (engine.c
+	 * "Lock reports"). */
+	uint64_t wait_bucket, wait_word, wait_since;
 
 	/* Scratch slice of the local buffer, owned while the op is in flight. */
 	struct kvi_bucket *bk; /* [2] */
@@ -123,6 +126,11 @@ struct kvi_opst {
 	int retry; /* after KVI_ST_W_RELEASE: retry (1) or finish (0) */
 };
 
+/* How a handle gets a new connection to its server (rejoining after a
+ * fencing, a lost path or a server restart): 0 with *rm connected, or a
+ * negative code. NULL when the transport cannot be re-made. */
+typedef int (*kvi_dial_fn)(void *arg, int timeout_ms, struct kvi_rmem **rm);
+
 struct kvc {
 	struct kvi_rmem *rm;
 	struct kvi_superblock sb; /* validated copy, read at open */
@@ -147,11 +155,34 @@ struct kvc {
 	uint8_t *one;
 	struct kvc_stats stats;
 	uint64_t rng;
+
+	/* Lease (engine.c "Lease"); lease_ns 0: the server grants none. */
+	uint64_t lease_ns, renew_ns;
+	uint64_t lease_end;  /* ns, our clock: nothing is posted at or after it */
+	uint32_t renew_seq;  /* renewal sent, response not yet taken (0: none) */
+	uint64_t renew_sent;
+	uint32_t report_seq; /* lock report sent, response not yet taken */
+	uint64_t report_sent;
+	uint64_t report_after_ns; /* a lock word seen this long is reported */
+
+	/* Rejoining (engine.c "Rejoin"). */
+	kvi_dial_fn dial;
+	void *dial_arg;
+	void (*dial_free)(void *arg);
+	uint64_t rejoin_not_before; /* ns: backoff */
+	uint32_t rejoin_backoff_ms;
 };
 
 /* Open a handle over a connected transport (takes ownership of rm, also on
- * failure): reads and validates the superblock, sizes the local buffer. */
+ * failure): reads and validates the superblock, sizes the local buffer,
+ * takes a lease. */
 int kvi_client_open(struct kvi_rmem *rm, const struct kvc_opts *o, kvc_t **out);
+/* Let h rejoin through dial when its connection breaks (owns arg: free_arg
+ * is called on it at kvc_destroy; either may be NULL). */
+void kvi_client_set_dial(kvc_t *h, kvi_dial_fn dial, void *arg, void (*free_arg)(void *arg));
+/* A writer found bucket locked by word (not its own): report it to the
+ * server if it keeps finding it (engine.c "Lock reports"). */
+void kvi_lock_waited(kvc_t *h, struct kvi_opst *st, uint64_t bucket, uint64_t word);
 
 /* Engine services for the state machines. */
 int kvi_st_post(kvc_t *h, struct kvi_opst *st, const struct kvi_rop *ops, unsigned n, int state);

@@ -76,39 +76,148 @@ static void close_handle(kvc_t *h)
 {
 	kvi_rmem_destroy(h->rm);
 	kvi_locache_fini(&h->cache);
+	if (h->dial_free)
+		h->dial_free(h->dial_arg);
 	free(h->st);
 	free(h->done);
 	free(h);
 }
 
-int kvi_client_open(struct kvi_rmem *rm, const struct kvc_opts *o, kvc_t **out)
+/* ---- Lease ---------------------------------------------------------------
+ *
+ * The server expels a client whose lease ran out (server/members.h). We count
+ * our lease from when we SENT the renewal the server answered -- earlier than
+ * when the server got it, from which it counts -- so we never believe in a
+ * lease the server has ended. Nothing is posted at or after lease_end: an
+ * operation that would post then fails KVC_EFENCED (and, holding locks,
+ * breaks the connection, as on a deadline). Renewals go out without waiting,
+ * every renew_ns, from kvc_submit and kvc_poll: a handle whose application
+ * does not call it for a whole lease is expelled and rejoins on its next call
+ * ("Rejoin"). Nothing here makes a hidden thread or a timer. */
+
+/* Take a LEASE answer to a renewal sent at `sent`; 0, or KVC_EFENCED when
+ * the server refused (our lease had already ended there). */
+static int lease_granted(kvc_t *h, const struct kvi_ctrl *r, uint64_t sent)
 {
+	uint64_t end;
+
+	if (r->type == KVI_CTRL_ERROR && r->status == KVC_EFENCED)
+		return KVC_EFENCED;
+	/* A server that never heard of leases answers EPROTO: it grants none. */
+	if (r->type == KVI_CTRL_ERROR && r->status == KVC_EPROTO && !h->lease_ns)
+		return 0;
+	if (r->type != KVI_CTRL_LEASE || r->arg[0] == 0 || r->arg[0] > 3600000u || r->arg[1] == 0 ||
+	    r->arg[1] > r->arg[0])
+		return KVC_EPROTO;
+	h->lease_ns = r->arg[0] * 1000000u;
+	h->renew_ns = r->arg[1] * 1000000u;
+	end = sent + h->lease_ns;
+	if (end > h->lease_end)
+		h->lease_end = end;
+	return 0;
+}
+
+/* Renew now, waiting for the answer: at join, and when an idle handle comes
+ * back after its lease ran out (the server may not have expelled it yet). */
+static int lease_renew_sync(kvc_t *h, int timeout_ms)
+{
+	struct kvi_ctrl req = { .type = KVI_CTRL_LEASE_RENEW }, resp;
+	uint64_t sent = kvi_now_ns();
+	int rc = kvi_rmem_ctrl_call(h->rm, &req, &resp, timeout_ms);
+
+	return rc ? rc : lease_granted(h, &resp, sent);
+}
+
+static int lease_lapsed(const kvc_t *h, uint64_t now)
+{
+	return h->lease_ns && now >= h->lease_end;
+}
+
+/* Collect a renewal's answer; send the next one when due. */
+static void lease_tick(kvc_t *h, uint64_t now)
+{
+	struct kvi_ctrl r;
+
+	if (!h->lease_ns || h->rm->broken)
+		return;
+	if (h->renew_seq) {
+		if (kvi_rmem_ctrl_take(h->rm, h->renew_seq, &r)) {
+			h->renew_seq = 0;
+			if (lease_granted(h, &r, h->renew_sent)) {
+				kvi_rmem_shutdown(h->rm, KVC_EFENCED);
+				return;
+			}
+		} else if (now - h->renew_sent < h->renew_ns) {
+			return; /* still on its way */
+		} else {
+			h->renew_seq = 0; /* lost or very late: send another */
+		}
+	}
+	if (now + h->lease_ns >= h->lease_end + h->renew_ns) {
+		struct kvi_ctrl req = { .type = KVI_CTRL_LEASE_RENEW };
+
+		if (kvi_rmem_ctrl_send(h->rm, &req) == 0) {
+			h->renew_seq = req.seq;
+			h->renew_sent = now;
+		}
+	}
+}
+
+/* ---- Lock reports ----------------------------------------------------------
+ *
+ * A writer that keeps finding one bucket locked by the same word for a
+ * quarter of its deadline tells the server, which clears a word naming no
+ * live client and expels an owner that keeps one past every deadline
+ * (server/members.h "Lock reports"). One report in flight per handle; the
+ * answer is only collected (the writer just goes on trying). */
+void kvi_lock_waited(kvc_t *h, struct kvi_opst *st, uint64_t bucket, uint64_t word)
+{
+	uint64_t now = kvi_now_ns();
+	struct kvi_ctrl req = { .type = KVI_CTRL_LOCK_REPORT, .arg = { bucket, word } }, r;
+
+	if (kvi_lock_owner(word) == h->rm->client_id)
+		return; /* another operation of ours */
+	if (st->wait_since == 0 || st->wait_bucket != bucket || st->wait_word != word) {
+		st->wait_bucket = bucket;
+		st->wait_word = word;
+		st->wait_since = now;
+		return;
+	}
+	if (now - st->wait_since < h->report_after_ns)
+		return;
+	if (h->report_seq && !kvi_rmem_ctrl_take(h->rm, h->report_seq, &r) &&
+	    now - h->report_sent < h->report_after_ns)
+		return;
+	h->report_seq = 0;
+	if (kvi_rmem_ctrl_send(h->rm, &req) == 0) {
+		h->report_seq = req.seq;
+		h->report_sent = now;
+		h->stats.lock_reports++;
+		st->wait_since = now;
+	}
+}
+
+/* Give h the connection rm: learn the layout, size and carve the local
+ * buffer, take a lease. Used at open and when rejoining (nothing in flight). */
+static int attach(kvc_t *h, struct kvi_rmem *rm)
+{
+	const struct kvc_opts *o = &h->o;
 	struct kvi_rop op;
 	unsigned char *lb;
 	size_t scratch;
-	kvc_t *h;
 	int rc;
 
-	*out = NULL;
-	h = calloc(1, sizeof(*h));
-	if (!h) {
-		kvi_rmem_destroy(rm);
-		return KVC_ENOMEM;
-	}
 	h->rm = rm;
-	h->o = *o;
-	h->rng = kvi_now_ns() ^ ((uint64_t)rm->client_id << 32) ^ 0x9e3779b97f4a7c15ull;
-
 	/* The superblock says where everything is; check all of it before use. */
 	op = kvi_rop_read(0, kvi_rmem_lbuf(rm, NULL), sizeof(struct kvi_superblock));
 	rc = kvi_rmem_exec(rm, &op, 1, SB_READ_TIMEOUT_MS);
 	if (rc)
-		goto clean_h;
+		return rc;
 	memcpy(&h->sb, op.local, sizeof(h->sb));
 	rc = kvi_superblock_check(&h->sb, rm->region_size);
 	if (rc) {
 		kvi_err("the server's region does not hold a valid layout (magic, version or bounds)");
-		goto clean_h;
+		return rc;
 	}
 	/* The server reuses reclaimed memory on the assumption that no operation
 	 * outlives its deadline: ours may be shorter than the server's limit,
@@ -116,20 +225,14 @@ int kvi_client_open(struct kvi_rmem *rm, const struct kvc_opts *o, kvc_t **out)
 	h->op_timeout_ms = (uint32_t)o->op_timeout_ms;
 	if (rm->max_op_ms && rm->max_op_ms < h->op_timeout_ms)
 		h->op_timeout_ms = rm->max_op_ms;
+	h->report_after_ns = (uint64_t)h->op_timeout_ms * 1000000u / 4;
 	h->max_object = h->sb.segment_size < KVI_MAX_OBJECT ? h->sb.segment_size : KVI_MAX_OBJECT;
 	h->obj_area = (uint32_t)((h->max_object + 63) & ~(uint64_t)63);
 
-	h->st = calloc(o->depth, sizeof(*h->st));
-	h->done = calloc(o->depth, sizeof(*h->done));
-	rc = kvi_locache_init(&h->cache, o->cache_entries);
-	if (!h->st || !h->done || rc) {
-		rc = KVC_ENOMEM;
-		goto clean_h;
-	}
 	scratch = scratch_size();
 	rc = kvi_rmem_set_lbuf(rm, scratch * o->depth + 64);
 	if (rc)
-		goto clean_h;
+		return rc;
 	lb = kvi_rmem_lbuf(rm, NULL);
 	h->one = lb + scratch * o->depth;
 	*h->one = 1;
@@ -142,11 +245,112 @@ int kvi_client_open(struct kvi_rmem *rm, const struct kvc_opts *o, kvc_t **out)
 		h->st[i].obj = s + 2 * KVI_BUCKET_SIZE + 64;
 		h->st[i].obj_cap = KVI_OBJ_AREA_MIN < h->obj_area ? KVI_OBJ_AREA_MIN : h->obj_area;
 	}
+	h->lease_ns = h->renew_ns = h->lease_end = 0;
+	h->renew_seq = h->report_seq = 0;
+	return lease_renew_sync(h, CTRL_TIMEOUT_MS);
+}
+
+int kvi_client_open(struct kvi_rmem *rm, const struct kvc_opts *o, kvc_t **out)
+{
+	kvc_t *h;
+	int rc;
+
+	*out = NULL;
+	h = calloc(1, sizeof(*h));
+	if (!h) {
+		kvi_rmem_destroy(rm);
+		return KVC_ENOMEM;
+	}
+	h->rm = rm;
+	h->o = *o;
+	h->rng = kvi_now_ns() ^ ((uint64_t)rm->client_id << 32) ^ 0x9e3779b97f4a7c15ull;
+	h->st = calloc(o->depth, sizeof(*h->st));
+	h->done = calloc(o->depth, sizeof(*h->done));
+	rc = kvi_locache_init(&h->cache, o->cache_entries);
+	if (!h->st || !h->done || rc) {
+		rc = KVC_ENOMEM;
+		goto clean_h;
+	}
+	rc = attach(h, rm);
+	if (rc)
+		goto clean_h;
 	*out = h;
 	return 0;
 clean_h:
 	close_handle(h);
 	return rc;
+}
+
+void kvi_client_set_dial(kvc_t *h, kvi_dial_fn dial, void *arg, void (*free_arg)(void *arg))
+{
+	if (h->dial_free)
+		h->dial_free(h->dial_arg);
+	h->dial = dial;
+	h->dial_arg = arg;
+	h->dial_free = free_arg;
+}
+
+/* ---- Rejoin ----------------------------------------------------------------
+ *
+ * A broken connection (expelled, server restarted, path lost) fails what was
+ * in flight; the next kvc_submit with nothing in flight dials again: a new
+ * client id, a new lease, an empty location cache (the server may have
+ * restarted with another layout) and no extent. Attempts back off from 10 ms
+ * to 1 s while they fail; meanwhile calls fail fast. A handle whose lease ran
+ * out while idle first just asks for a new one. */
+#define REJOIN_MIN_MS 10u
+#define REJOIN_MAX_MS 1000u
+
+static int rejoin(kvc_t *h, uint64_t now)
+{
+	struct kvi_rmem *rm;
+	int was = h->rm->broken ? h->rm->broken : KVC_EFENCED, rc, timeout;
+
+	if (!h->dial)
+		return was;
+	if (now < h->rejoin_not_before)
+		return was == KVC_EFENCED ? KVC_EFENCED : KVC_ESERVERGONE;
+	timeout = h->op_timeout_ms > 200 ? (int)h->op_timeout_ms : 200;
+	rc = h->dial(h->dial_arg, timeout, &rm);
+	if (rc == 0) {
+		/* Nothing is in flight: the old connection's buffers are free. */
+		kvi_rmem_destroy(h->rm);
+		kvi_locache_clear(&h->cache);
+		h->mark_count = 0;
+		h->seg_off = h->seg_size = h->seg_used = 0;
+		rc = attach(h, rm); /* h->rm = rm, whatever happens */
+		if (rc == 0) {
+			h->rejoin_backoff_ms = 0;
+			h->stats.rejoins++;
+			kvi_info("rejoined the server as client %u", h->rm->client_id);
+			return 0;
+		}
+		kvi_rmem_shutdown(h->rm, KVC_ESERVERGONE); /* broken until the next try */
+	}
+	h->rejoin_backoff_ms = h->rejoin_backoff_ms ? h->rejoin_backoff_ms * 2 : REJOIN_MIN_MS;
+	if (h->rejoin_backoff_ms > REJOIN_MAX_MS)
+		h->rejoin_backoff_ms = REJOIN_MAX_MS;
+	h->rejoin_not_before = now + (uint64_t)h->rejoin_backoff_ms * 1000000u;
+	/* Refusals that retrying cannot cure are worth passing on as they are. */
+	if (rc == KVC_EAUTH || rc == KVC_EPROTO || rc == KVC_ENOMEM)
+		return rc;
+	return was == KVC_EFENCED ? KVC_EFENCED : KVC_ESERVERGONE;
+}
+
+/* Before admitting an operation: a usable connection with a live lease. */
+static int ensure_joined(kvc_t *h, uint64_t now)
+{
+	if (!h->rm->broken && !lease_lapsed(h, now)) {
+		lease_tick(h, now);
+		return 0;
+	}
+	if (h->inflight) /* they fail first; the caller polls them, then we rejoin */
+		return h->rm->broken ? (lease_lapsed(h, now) ? KVC_EFENCED : KVC_ESERVERGONE) : 0;
+	if (!h->rm->broken && lease_renew_sync(h, (int)h->op_timeout_ms) == 0 && !lease_lapsed(h, kvi_now_ns()))
+		return 0;
+	if (!h->rm->broken)
+		kvi_rmem_shutdown(h->rm, KVC_EFENCED);
+	return rejoin(h, now);
 }
 
 /* Tell the server how much of our extent we used, so that its tail serves
@@ -351,6 +555,11 @@ int kvi_st_post(kvc_t *h, struct kvi_opst *st, const struct kvi_rop *ops, unsign
 			kvi_st_finish(h, st, KVC_ETIMEDOUT, KVC_STAT_FAILED);
 		return KVC_ETIMEDOUT;
 	}
+	/* Past our lease we post nothing (members.h): the server may have
+	 * expelled us and released our locks. Breaking the connection fails
+	 * this and every other operation KVC_EFENCED. */
+	if (lease_lapsed(h, now) && !h->rm->broken)
+		kvi_rmem_shutdown(h->rm, KVC_EFENCED);
 	n = add_marks(h, ops, n, now, all);
 	was_broken = h->rm->broken;
 	rc = kvi_rmem_post(h->rm, all, n, st->index);
@@ -501,8 +710,9 @@ int kvc_submit(kvc_t *h, struct kvc_op *op)
 
 	if (rc)
 		return rc;
-	if (h->rm->broken)
-		return KVC_ESERVERGONE;
+	rc = ensure_joined(h, kvi_now_ns());
+	if (rc)
+		return rc;
 	if (h->inflight + h->done_count >= h->o.depth)
 		return KVC_EAGAIN;
 	for (unsigned i = 0; i < h->o.depth && !st; i++)
@@ -633,7 +843,9 @@ static void on_complete(kvc_t *h, const struct kvi_rcomp *c, uint64_t now)
 		 * server when it fences us. A commit doorbell (slot WRITE + unlocks)
 		 * that was posted may have landed before the break: its write has an
 		 * unknown outcome, never "failed". Earlier doorbells change no slot. */
-		kvi_st_finish(h, st, st->state == KVI_ST_W_COMMIT ? KVC_EUNKNOWN : c->status, KVC_STAT_FAILED);
+		int status = lease_lapsed(h, now) ? KVC_EFENCED : c->status;
+
+		kvi_st_finish(h, st, st->state == KVI_ST_W_COMMIT ? KVC_EUNKNOWN : status, KVC_STAT_FAILED);
 		return;
 	}
 	if (st->op->type == KVC_OP_GET) {
@@ -663,6 +875,7 @@ int kvc_poll(kvc_t *h, struct kvc_op **done, unsigned max, int timeout_ms)
 		uint64_t next_due = UINT64_MAX;
 		int got, wait_ms;
 
+		lease_tick(h, now);
 		run_backoffs(h, now, &next_due);
 		while (n < max && h->done_count > 0) {
 			done[n++] = h->done[h->done_head];

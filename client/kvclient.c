@@ -95,12 +95,35 @@ static int memlock_limited(char *msg, size_t len, const char *host, const char *
 	return 1;
 }
 
+/* Where a handle dials (again): copies of what kvc_create was given, since
+ * the caller's strings need not outlive the call. */
+struct dial {
+	char host[256], port[8], device[64];
+	int has_device;
+};
+
+static int dial_verbs(void *arg, int timeout_ms, struct kvi_rmem **rm)
+{
+	const struct dial *d = arg;
+	struct kvi_errbuf e = { { 0 } };
+	struct kvi_welcome w;
+	int rc = kvi_rmem_verbs_connect(&(struct kvi_verbs_opts){ .host = d->host, .port = d->port,
+								  .device = d->has_device ? d->device : NULL,
+								  .lbuf_size = 4096, .timeout_ms = timeout_ms },
+					rm, &w, &e);
+
+	if (rc)
+		kvi_info("rejoining %s:%s: %s", d->host, d->port, e.msg);
+	return rc;
+}
+
 int kvc_create(const struct kvc_opts *o, kvc_t **out, char *err, size_t errlen)
 {
 	struct kvi_errbuf e = { { 0 } };
 	struct kvi_welcome w;
 	struct kvi_rmem *rm;
 	char host[256], port[8], msg[640];
+	struct dial *d;
 	int rc;
 
 	if (!out)
@@ -132,7 +155,24 @@ int kvc_create(const struct kvc_opts *o, kvc_t **out, char *err, size_t errlen)
 		snprintf(msg, sizeof(msg), "server %s:%s: %s", host, port, kvc_strerror(rc));
 		set_err(err, errlen, msg);
 	}
-	return rc;
+	if (rc)
+		return rc;
+	d = calloc(1, sizeof(*d));
+	if (!d || (o->device && strlen(o->device) >= sizeof(d->device))) {
+		free(d);
+		kvc_destroy(*out);
+		*out = NULL;
+		set_err(err, errlen, d ? "device name too long" : "out of memory");
+		return d ? KVC_EINVAL : KVC_ENOMEM;
+	}
+	snprintf(d->host, sizeof(d->host), "%s", host);
+	snprintf(d->port, sizeof(d->port), "%s", port);
+	if (o->device) {
+		snprintf(d->device, sizeof(d->device), "%s", o->device);
+		d->has_device = 1;
+	}
+	kvi_client_set_dial(*out, dial_verbs, d, free);
+	return 0;
 }
 
 /* Submit one op and wait for it: the blocking calls all come here. */

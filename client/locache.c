@@ -1,6 +1,7 @@
 #include "locache.h"
 
 #include <stdlib.h>
+#include <string.h>
 
 #include "kvclient_errors.h"
 
@@ -19,6 +20,12 @@ void kvi_locache_fini(struct kvi_locache *c)
 	free(c->e);
 	c->e = NULL;
 	c->n = 0;
+}
+
+void kvi_locache_clear(struct kvi_locache *c)
+{
+	if (c->e)
+		memset(c->e, 0, (size_t)c->n * sizeof(*c->e));
 }
 
 static struct kvi_loc *slot_for(const struct kvi_locache *c, uint64_t hlo)

@@ -36,6 +36,8 @@ struct kvi_locache {
 
 int kvi_locache_init(struct kvi_locache *c, uint32_t entries);
 void kvi_locache_fini(struct kvi_locache *c);
+/* Forget every entry (a new connection: the server may have a new layout). */
+void kvi_locache_clear(struct kvi_locache *c);
 /* The entry for this hash, or NULL. */
 const struct kvi_loc *kvi_locache_get(const struct kvi_locache *c, uint64_t hlo, uint64_t hhi);
 void kvi_locache_put(struct kvi_locache *c, uint64_t hlo, uint64_t hhi, uint64_t bucket, uint32_t idx,

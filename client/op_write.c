@@ -275,6 +275,12 @@ static void on_lock(kvc_t *h, struct kvi_opst *st)
 	if (st->held != (1u << st->nb) - 1) {
 		h->stats.lock_conflicts++;
 		st->lock_tries++;
+		for (unsigned i = 0; i < st->nb; i++) {
+			if (st->w[i] != 0) {
+				kvi_lock_waited(h, st, st->b[i], st->w[i]);
+				break;
+			}
+		}
 		release(h, st, 1);
 		return;
 	}

@@ -317,6 +317,17 @@ static void peer_kill(struct kvi_peer *p)
 	rdma_disconnect(p->id);
 }
 
+int kvi_listener_expel(struct kvi_listener *l, uint32_t client_id)
+{
+	for (struct kvi_peer *p = l->peers; p; p = p->next) {
+		if (p->client_id == client_id) {
+			peer_kill(p);
+			return 0;
+		}
+	}
+	return KVC_EINVAL;
+}
+
 static uint64_t wr_id(const struct kvi_peer *p, unsigned slot)
 {
 	return p->serial << WR_SLOT_BITS | slot;

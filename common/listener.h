@@ -94,6 +94,11 @@ int kvi_listener_notify_all(struct kvi_listener *l, const struct kvi_ctrl *notic
  * KVC_ETIMEDOUT when some peer did not take its messages in time. */
 int kvi_listener_flush_sends(struct kvi_listener *l, int timeout_ms);
 
+/* Cut client_id off (its lease ended, or it kept a lock too long): its QP goes
+ * to the error state and on_disconnect follows, as for any peer that leaves.
+ * 0, or KVC_EINVAL when no peer has that id. */
+int kvi_listener_expel(struct kvi_listener *l, uint32_t client_id);
+
 /* One descriptor to wait on (readable: call kvi_listener_dispatch). */
 int kvi_listener_fd(const struct kvi_listener *l);
 struct ibv_pd *kvi_listener_pd(const struct kvi_listener *l);

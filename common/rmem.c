@@ -147,19 +147,67 @@ int kvi_rmem_exec(struct kvi_rmem *rm, const struct kvi_rop *ops, unsigned n, in
 	return c.status;
 }
 
+static uint32_t next_seq(struct kvi_rmem *rm)
+{
+	if (++rm->ctrl_seq == 0) /* 0 marks unsolicited notices */
+		++rm->ctrl_seq;
+	return rm->ctrl_seq;
+}
+
 int kvi_rmem_ctrl_call(struct kvi_rmem *rm, struct kvi_ctrl *req, struct kvi_ctrl *resp, int timeout_ms)
 {
 	int rc;
 
 	if (rm->broken)
 		return KVC_ESERVERGONE;
-	req->seq = ++rm->ctrl_seq;
-	if (req->seq == 0) /* 0 marks unsolicited notices */
-		req->seq = ++rm->ctrl_seq;
+	req->seq = next_seq(rm);
 	rc = rm->type->ctrl_call(rm, req, resp, timeout_ms);
 	if (rc == 0 && resp->seq != req->seq)
 		rc = KVC_EPROTO;
 	return rc;
+}
+
+int kvi_rmem_ctrl_send(struct kvi_rmem *rm, struct kvi_ctrl *req)
+{
+	if (rm->broken)
+		return rm->broken;
+	req->seq = next_seq(rm);
+	return rm->type->ctrl_send(rm, req);
+}
+
+void kvi_rmem_ctrl_stash(struct kvi_rmem *rm, const struct kvi_ctrl *c)
+{
+	const unsigned n = sizeof(rm->stash) / sizeof(rm->stash[0]);
+	unsigned pick = 0;
+
+	for (unsigned i = 0; i < n; i++) {
+		if (!rm->stashed[i]) {
+			pick = i;
+			break;
+		}
+		if (rm->stash[i].seq - rm->stash[pick].seq > UINT32_MAX / 2) /* older */
+			pick = i;
+	}
+	rm->stash[pick] = *c;
+	rm->stashed[pick] = 1;
+}
+
+int kvi_rmem_ctrl_take(struct kvi_rmem *rm, uint32_t seq, struct kvi_ctrl *resp)
+{
+	const unsigned n = sizeof(rm->stash) / sizeof(rm->stash[0]);
+
+	for (int pass = 0; pass < 2; pass++) {
+		for (unsigned i = 0; i < n; i++) {
+			if (rm->stashed[i] && rm->stash[i].seq == seq) {
+				*resp = rm->stash[i];
+				rm->stashed[i] = 0;
+				return 1;
+			}
+		}
+		if (pass == 0 && !rm->broken)
+			rm->type->poll(rm, NULL, 0); /* takes in what has arrived */
+	}
+	return 0;
 }
 
 int kvi_rmem_set_lbuf(struct kvi_rmem *rm, size_t size)

@@ -79,6 +79,9 @@ struct kvi_rmem_type {
 	void (*idle)(struct kvi_rmem *rm);
 	/* Control RPC (two-sided): send req, wait for the response with its seq. */
 	int (*ctrl_call)(struct kvi_rmem *rm, const struct kvi_ctrl *req, struct kvi_ctrl *resp, int timeout_ms);
+	/* Send req without waiting (KVC_EAGAIN while the send slot is busy); its
+	 * response goes to kvi_rmem_ctrl_stash when it arrives. */
+	int (*ctrl_send)(struct kvi_rmem *rm, const struct kvi_ctrl *req);
 	/* Replace the local buffer by a zeroed one of size bytes (nothing in flight). */
 	int (*set_lbuf)(struct kvi_rmem *rm, size_t size);
 	/* Register / deregister extra buffer idx (rm->xbuf[idx], allocated by rmem.c). */
@@ -108,6 +111,9 @@ struct kvi_rmem {
 	uint32_t max_op_ms, quarantine_ms;
 	uint16_t server_flags; /* enum kvi_welcome_flags */
 	uint32_t ctrl_seq;  /* last control request number */
+	/* Responses to requests sent with kvi_rmem_ctrl_send, until taken. */
+	struct kvi_ctrl stash[KVI_CTRL_MAX_OUTSTANDING + 1];
+	uint8_t stashed[KVI_CTRL_MAX_OUTSTANDING + 1];
 };
 
 /* The server side of the control path as a function: kvserver calls it for
@@ -144,6 +150,17 @@ int kvi_rmem_exec(struct kvi_rmem *rm, const struct kvi_rop *ops, unsigned n, in
  * from the server), KVC_ETIMEDOUT, or the connection's breaking code. Data-path
  * batches may stay in flight meanwhile; their completions are kept for poll. */
 int kvi_rmem_ctrl_call(struct kvi_rmem *rm, struct kvi_ctrl *req, struct kvi_ctrl *resp, int timeout_ms);
+
+/* Send a control request without waiting for its response (req->seq is
+ * assigned here; keep it to take the response). 0, KVC_EAGAIN (the one send
+ * slot is busy: try again later), or the connection's breaking code. At most
+ * KVI_CTRL_MAX_OUTSTANDING - 1 such requests may be outstanding at once. */
+int kvi_rmem_ctrl_send(struct kvi_rmem *rm, struct kvi_ctrl *req);
+/* Non-blocking: 1 with *resp when the response to seq has arrived, else 0. */
+int kvi_rmem_ctrl_take(struct kvi_rmem *rm, uint32_t seq, struct kvi_ctrl *resp);
+/* Transports: keep a response nobody waits for synchronously (the oldest is
+ * overwritten when full: late answers to abandoned requests end there too). */
+void kvi_rmem_ctrl_stash(struct kvi_rmem *rm, const struct kvi_ctrl *c);
 
 /* Give the connection a new local buffer of size bytes (zeroed, 64-byte
  * aligned, registered). Only with nothing in flight (KVC_EINVAL otherwise);

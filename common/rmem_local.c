@@ -212,6 +212,16 @@ static int local_ctrl_call(struct kvi_rmem *rm, const struct kvi_ctrl *req, stru
 	return 0;
 }
 
+static int local_ctrl_send(struct kvi_rmem *rm, const struct kvi_ctrl *req)
+{
+	struct kvi_ctrl resp;
+	int rc = local_ctrl_call(rm, req, &resp, 0);
+
+	if (rc == 0)
+		kvi_rmem_ctrl_stash(rm, &resp);
+	return rc;
+}
+
 void kvi_rmem_local_set_ctrl(struct kvi_rmem *rm, kvi_ctrl_handler handler, void *arg, uint32_t client_id)
 {
 	struct rmem_local *l = (struct rmem_local *)rm;
@@ -270,6 +280,7 @@ static const struct kvi_rmem_type local_type = {
 	.poll = local_poll,
 	.idle = local_idle,
 	.ctrl_call = local_ctrl_call,
+	.ctrl_send = local_ctrl_send,
 	.set_lbuf = local_set_lbuf,
 	.xbuf_reg = local_xbuf_reg,
 	.xbuf_dereg = local_xbuf_dereg,

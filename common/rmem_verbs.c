@@ -181,7 +181,9 @@ static void on_ctrl_recv(struct rmem_verbs *v, unsigned i, uint32_t byte_len)
 	} else if (c.seq == v->want_seq) {
 		v->resp = c;
 		v->resp_ready = 1;
-	} /* else: the late answer to a request that timed out */
+	} else {
+		kvi_rmem_ctrl_stash(&v->rm, &c); /* sent without waiting, or a late answer */
+	}
 	if (!v->rm.broken && post_ctrl_recv(v, i))
 		verbs_shutdown(&v->rm, KVC_EIO);
 }
@@ -282,6 +284,29 @@ static int verbs_ctrl_call(struct kvi_rmem *rm, const struct kvi_ctrl *req, stru
 		return 0;
 	}
 	return rm->broken ? KVC_ESERVERGONE : KVC_ETIMEDOUT;
+}
+
+static int verbs_ctrl_send(struct kvi_rmem *rm, const struct kvi_ctrl *req)
+{
+	struct rmem_verbs *v = (struct rmem_verbs *)rm;
+	struct kvi_wire_ctrl *sbuf = &v->cbuf[CTRL_RECVS];
+	struct ibv_sge sge = { .addr = (uintptr_t)sbuf, .length = CTRL_MSG, .lkey = v->cmr->lkey };
+	struct ibv_send_wr wr = { .wr_id = WR_CTRL_SEND, .sg_list = &sge, .num_sge = 1,
+				  .opcode = IBV_WR_SEND, .send_flags = IBV_SEND_SIGNALED }, *bad;
+
+	if (v->send_busy)
+		drain_cq(v);
+	if (rm->broken)
+		return rm->broken;
+	if (v->send_busy)
+		return KVC_EAGAIN;
+	kvi_wire_ctrl_encode(sbuf, req);
+	if (CTRL_MSG <= v->max_inline)
+		wr.send_flags |= IBV_SEND_INLINE;
+	if (ibv_post_send(v->id->qp, &wr, &bad))
+		return KVC_EAGAIN;
+	v->send_busy = 1;
+	return 0;
 }
 
 /* A vanished server shows up first as an rdma_cm DISCONNECTED event (its kernel
@@ -385,6 +410,7 @@ static const struct kvi_rmem_type verbs_type = {
 	.poll = verbs_poll,
 	.idle = verbs_idle,
 	.ctrl_call = verbs_ctrl_call,
+	.ctrl_send = verbs_ctrl_send,
 	.set_lbuf = verbs_set_lbuf,
 	.xbuf_reg = verbs_xbuf_reg,
 	.xbuf_dereg = verbs_xbuf_dereg,

@@ -82,8 +82,10 @@ _Static_assert(sizeof(struct kvi_wire_reject) <= KVI_CM_REJECT_PDATA_MAX, "rejec
  * Every message is exactly this size; a request gets exactly one response with
  * the same seq; the server may also send unsolicited notices (seq 0). The
  * server keeps KVI_CTRL_RECV_DEPTH receives posted per client; a client has at
- * most one request outstanding. */
+ * most KVI_CTRL_MAX_OUTSTANDING requests outstanding (one call it waits for,
+ * plus a lease renewal and a lock report sent without waiting). */
 #define KVI_CTRL_RECV_DEPTH 8u
+#define KVI_CTRL_MAX_OUTSTANDING 3u
 
 enum kvi_ctrl_type {
 	KVI_CTRL_SEG_REQ = 1,   /* client -> server: arg0 = bytes needed, arg1 = bytes of my extent used */
@@ -94,7 +96,19 @@ enum kvi_ctrl_type {
 	KVI_CTRL_STATS = 6,     /* server -> client: arg0..4 = statistics 5 x page .. 5 x page + 4 */
 	KVI_CTRL_SEG_RETURN = 7,   /* client -> server, when leaving: arg0 = bytes of my extent used */
 	KVI_CTRL_SEG_RETURNED = 8, /* server -> client: the extent's unused tail is the server's again */
-	KVI_CTRL_TYPE_MAX = 8,
+	KVI_CTRL_LEASE_RENEW = 9,  /* client -> server: extend my lease (server/members.h "Leases") */
+	KVI_CTRL_LEASE = 10,       /* server -> client: arg0 = lease ms, counted from when the server got the renewal */
+	KVI_CTRL_LOCK_REPORT = 11, /* client -> server: arg0 = bucket, arg1 = lock word I keep finding there */
+	KVI_CTRL_LOCK_REPORTED = 12, /* server -> client: arg0 = enum kvi_report_verdict */
+	KVI_CTRL_TYPE_MAX = 12,
+};
+
+/* What the server makes of a lock report (server/members.h "Lock reports"). */
+enum kvi_report_verdict {
+	KVI_REPORT_CHANGED = 0, /* the word is no longer the one reported: retry */
+	KVI_REPORT_CLEARING = 1, /* it names no live client: the server releases it */
+	KVI_REPORT_WATCHING = 2, /* a live owner: fenced if the word is still there one deadline later */
+	KVI_REPORT_FENCING = 3,  /* the owner kept it past every deadline: it is being fenced */
 };
 
 /* Server statistics, five to a STATS page. Names follow memcached's "stats"

@@ -497,11 +497,20 @@ int kvs_core_ctrl(void *core, uint32_t client_id, const struct kvi_ctrl *req, st
 	case KVI_CTRL_STATS_REQ:
 		rc = stats_reply(c, req, resp);
 		break;
+	case KVI_CTRL_LEASE_RENEW:
+	case KVI_CTRL_LOCK_REPORT:
+		/* Membership is kvserver's (members.h), not the core's: a core
+		 * serving clients alone (the local transport) grants no leases. */
+		*resp = (struct kvi_ctrl){ .type = KVI_CTRL_ERROR, .seq = req->seq, .status = KVC_EPROTO };
+		rc = 0;
+		break;
 	case KVI_CTRL_SEG_GRANT:
 	case KVI_CTRL_ERROR:
 	case KVI_CTRL_SHUTDOWN:
 	case KVI_CTRL_STATS:
 	case KVI_CTRL_SEG_RETURNED:
+	case KVI_CTRL_LEASE:
+	case KVI_CTRL_LOCK_REPORTED:
 		kvi_warn("client %u sent control type %u, which only the server sends", client_id, req->type);
 		rc = KVC_EPROTO;
 		break;

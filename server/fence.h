@@ -31,6 +31,11 @@ int kvs_fence_start(struct kvs_fence **out, const char *host, const char *port, 
 int kvs_fence_client(struct kvs_fence *f, const struct kvi_superblock *sb, const void *base,
 		     uint32_t client_id);
 
+/* Release one lock word that names no live client (a lock report found it):
+ * CAS(word -> word & KVI_LOCK_MOVED) through the loopback, only if the bucket
+ * still holds word. */
+void kvs_fence_clear_word(struct kvs_fence *f, uint64_t bucket, uint64_t word);
+
 /* The client id of the fencer's own loopback connection (0 until it is
  * connected, and for NULL). */
 uint32_t kvs_fence_own_id(const struct kvs_fence *f);

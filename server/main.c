@@ -16,6 +16,7 @@
 #include <string.h>
 #include <sys/epoll.h>
 #include <sys/signalfd.h>
+#include <time.h>
 #include <unistd.h>
 
 #include "core.h"
@@ -24,6 +25,7 @@
 #include "log.h"
 #include "evictor.h"
 #include "fence.h"
+#include "members.h"
 #include "region.h"
 
 #define KVS_VERSION "0.1.0"
@@ -36,6 +38,7 @@ struct kvs_opts {
 	uint64_t memory_mib;
 	enum kvs_hugepages huge;
 	struct kvs_core_opts core;
+	uint32_t lease_ms, renew_ms;
 	int verbose;
 };
 
@@ -46,6 +49,7 @@ struct kvs_server {
 	struct kvs_core *core;
 	struct kvs_fence *fence; /* releases dead clients' locks; NULL if unavailable */
 	struct kvs_evictor *evictor; /* reclaims sealed segments */
+	struct kvs_members *members; /* who is alive (leases); lock reports */
 	int stopping;            /* shutting down: clients leave by our doing */
 	uint32_t next_client_id;
 	unsigned nclients;
@@ -79,11 +83,17 @@ static void usage(FILE *f)
 		"      --client-quota-pct PCT  share of the heap one client may hold while\n"
 		"                          another waits for memory (at least 2 segments;\n"
 		"                          default %u; 100: no quota)\n"
+		"Membership:\n"
+		"      --lease-ms MS       a client that has not renewed its lease for this long\n"
+		"                          is fenced (%u..%u, default %u)\n"
+		"      --renew-ms MS       clients renew every MS while they are used; at most\n"
+		"                          half the lease (default %u)\n"
 		"  -v, --verbose           more log (repeat for debug)\n"
 		"  -h, --help              this text\n"
 		"  -V, --version           print the version\n",
 		KVS_DEFAULT_RECLAIM_LOW_PCT, KVS_DEFAULT_RECLAIM_HIGH_PCT, KVS_DEFAULT_MAX_OP_MS,
-		KVS_QUARANTINE_MARGIN_MS, KVS_DEFAULT_QUARANTINE_MS, KVS_DEFAULT_CLIENT_QUOTA_PCT);
+		KVS_QUARANTINE_MARGIN_MS, KVS_DEFAULT_QUARANTINE_MS, KVS_DEFAULT_CLIENT_QUOTA_PCT,
+		KVS_MIN_LEASE_MS, KVS_MAX_LEASE_MS, KVS_DEFAULT_LEASE_MS, KVS_DEFAULT_RENEW_MS);
 }
 
 static int parse_u64(const char *s, uint64_t lo, uint64_t hi, uint64_t *out)
@@ -117,6 +127,8 @@ static int parse_args(int argc, char **argv, struct kvs_opts *o)
 		{ "max-op-ms", required_argument, NULL, 'O' },
 		{ "quarantine-ms", required_argument, NULL, 'Q' },
 		{ "client-quota-pct", required_argument, NULL, 'C' },
+		{ "lease-ms", required_argument, NULL, 'A' },
+		{ "renew-ms", required_argument, NULL, 'R' },
 		{ "verbose", no_argument, NULL, 'v' },
 		{ "help", no_argument, NULL, 'h' },
 		{ "version", no_argument, NULL, 'V' },
@@ -127,7 +139,8 @@ static int parse_args(int argc, char **argv, struct kvs_opts *o)
 	uint64_t port, v;
 	int c;
 
-	*o = (struct kvs_opts){ .port = KVS_DEFAULT_PORT, .memory_mib = 64, .huge = KVS_HUGE_AUTO };
+	*o = (struct kvs_opts){ .port = KVS_DEFAULT_PORT, .memory_mib = 64, .huge = KVS_HUGE_AUTO,
+				.lease_ms = KVS_DEFAULT_LEASE_MS };
 	while ((c = getopt_long(argc, argv, "l:p:m:d:vhV", longopts, NULL)) != -1) {
 		switch (c) {
 		case 'l':
@@ -210,6 +223,22 @@ static int parse_args(int argc, char **argv, struct kvs_opts *o)
 			}
 			o->core.client_quota_pct = (unsigned)v;
 			break;
+		case 'A':
+			if (parse_u64(optarg, KVS_MIN_LEASE_MS, KVS_MAX_LEASE_MS, &v)) {
+				fprintf(stderr, "kvserver: invalid --lease-ms '%s': expected milliseconds, %u..%u\n",
+					optarg, KVS_MIN_LEASE_MS, KVS_MAX_LEASE_MS);
+				return 2;
+			}
+			o->lease_ms = (uint32_t)v;
+			break;
+		case 'R':
+			if (parse_u64(optarg, 1, KVS_MAX_LEASE_MS, &v)) {
+				fprintf(stderr, "kvserver: invalid --renew-ms '%s': expected milliseconds, 1 to half "
+						"the lease\n", optarg);
+				return 2;
+			}
+			o->renew_ms = (uint32_t)v;
+			break;
 		case 'v':
 			o->verbose++;
 			break;
@@ -228,6 +257,14 @@ static int parse_args(int argc, char **argv, struct kvs_opts *o)
 		fprintf(stderr, "kvserver: unexpected argument '%s' (see --help)\n", argv[optind]);
 		return 2;
 	}
+	if (o->renew_ms == 0)
+		o->renew_ms = o->lease_ms / 4 < KVS_DEFAULT_RENEW_MS ? o->lease_ms / 4 : KVS_DEFAULT_RENEW_MS;
+	if (o->renew_ms == 0 || o->renew_ms > o->lease_ms / 2) {
+		fprintf(stderr, "kvserver: --renew-ms %u is more than half of --lease-ms %u: a client must be "
+				"able to miss a renewal and still keep its lease; lower --renew-ms\n",
+			o->renew_ms, o->lease_ms);
+		return 2;
+	}
 	/* Flags that only make sense together (buckets for this much memory) are
 	 * a usage error too: check the layout now, before mapping anything. */
 	if (kvs_core_plan(0, o->memory_mib << 20, &o->core, &sb, &e)) {
@@ -235,6 +272,14 @@ static int parse_args(int argc, char **argv, struct kvs_opts *o)
 		return 2;
 	}
 	return -1; /* go on */
+}
+
+static uint64_t mono_ns(void)
+{
+	struct timespec ts;
+
+	clock_gettime(CLOCK_MONOTONIC, &ts);
+	return (uint64_t)ts.tv_sec * 1000000000u + (uint64_t)ts.tv_nsec;
 }
 
 static int on_connect(void *arg, struct kvi_peer *p, const struct kvi_hello *h, struct kvi_welcome *w)
@@ -245,6 +290,13 @@ static int on_connect(void *arg, struct kvi_peer *p, const struct kvi_hello *h, 
 	/* Ids are lock owners (22 bits in a lock word) and are never reused. */
 	if (s->next_client_id > KVI_MAX_CLIENT_ID) {
 		kvi_warn("refusing a client: all %u client ids have been used", KVI_MAX_CLIENT_ID);
+		return KVI_REJECT_FULL;
+	}
+	/* A member from now: its QP can carry RDMA from the moment we accept,
+	 * so a lock word naming it is never mistaken for a departed client's.
+	 * The server's own loopbacks hold no lease. */
+	if (kvs_members_join(s->members, s->next_client_id, p->role != KVI_ROLE_LOOPBACK, mono_ns())) {
+		kvi_warn("refusing a client: out of memory for the membership table");
 		return KVI_REJECT_FULL;
 	}
 	w->client_id = s->next_client_id++;
@@ -296,16 +348,82 @@ static void on_disconnect(void *arg, struct kvi_peer *p)
 		fence_client(s, p);
 	if (p->established)
 		s->nclients--;
+	kvs_members_leave(s->members, p->client_id);
 	kvs_core_client_left(s->core, p->client_id);
 	kvs_core_summary(s->core, sum, sizeof(sum));
 	kvi_info("client %u left (%u connected); %s", p->client_id, s->nclients, sum);
 }
 
+/* Cut a member off (lease over, or a lock it kept too long): disconnecting it
+ * fences it (on_disconnect). */
+static void expel(struct kvs_server *s, uint32_t id, const char *why)
+{
+	kvi_warn("client %u %s: fencing it", id, why);
+	if (kvi_listener_expel(s->l, id))
+		kvs_members_leave(s->members, id); /* no such peer (any more) */
+}
+
+/* A writer keeps finding `word` in bucket arg[0] (members.h "Lock reports"). */
+static int lock_report(struct kvs_server *s, uint32_t reporter, const struct kvi_ctrl *req, struct kvi_ctrl *resp)
+{
+	const struct kvi_superblock *sb = kvs_core_superblock(s->core);
+	const struct kvi_bucket *b;
+	enum kvi_report_verdict v;
+	uint64_t current;
+	uint32_t owner;
+
+	if (req->arg[0] >= sb->bucket_count) {
+		*resp = (struct kvi_ctrl){ .type = KVI_CTRL_ERROR, .seq = req->seq, .status = KVC_EINVAL };
+		return 0;
+	}
+	/* Reading a lock word with the CPU is fine; changing it is the NIC's job. */
+	b = (const struct kvi_bucket *)(const void *)(kvs_core_region(s->core) + kvi_bucket_off(sb, req->arg[0]));
+	current = __atomic_load_n(&b->lock, __ATOMIC_RELAXED);
+	v = kvs_members_report(s->members, reporter, req->arg[0], req->arg[1], current, mono_ns(), &owner);
+	if (v == KVI_REPORT_CLEARING) {
+		kvi_warn("bucket %" PRIu64 " is locked by %u, which is not a client (reported by client %u): "
+			 "releasing it", req->arg[0], kvi_lock_owner(current), reporter);
+		kvs_fence_clear_word(s->fence, req->arg[0], current);
+	} else if (v == KVI_REPORT_FENCING) {
+		expel(s, owner, "kept a bucket lock past every operation deadline");
+	}
+	*resp = (struct kvi_ctrl){ .type = KVI_CTRL_LOCK_REPORTED, .seq = req->seq, .arg = { v } };
+	return 0;
+}
+
 static int on_ctrl(void *arg, struct kvi_peer *p, const struct kvi_ctrl *req, struct kvi_ctrl *resp)
 {
 	struct kvs_server *s = arg;
+	uint32_t lease;
 
-	return kvs_core_ctrl(s->core, p->client_id, req, resp);
+	switch (req->type) {
+	case KVI_CTRL_LEASE_RENEW:
+		lease = kvs_members_renew(s->members, p->client_id, mono_ns());
+		if (!lease) /* expelled already, or a loopback */
+			*resp = (struct kvi_ctrl){ .type = KVI_CTRL_ERROR, .seq = req->seq, .status = KVC_EFENCED };
+		else
+			*resp = (struct kvi_ctrl){ .type = KVI_CTRL_LEASE, .seq = req->seq,
+						   .arg = { lease, s->o.renew_ms } };
+		return 0;
+	case KVI_CTRL_LOCK_REPORT:
+		return lock_report(s, p->client_id, req, resp);
+	default:
+		return kvs_core_ctrl(s->core, p->client_id, req, resp);
+	}
+}
+
+/* Expel every member whose lease ended; returns ms until the next one may. */
+static int expire_leases(struct kvs_server *s)
+{
+	uint32_t ids[64];
+	unsigned n;
+
+	do {
+		n = kvs_members_expired(s->members, mono_ns(), ids, 64);
+		for (unsigned i = 0; i < n; i++)
+			expel(s, ids[i], "let its lease run out");
+	} while (n == 64);
+	return kvs_members_next_due(s->members, mono_ns(), 1000);
 }
 
 static int serve(struct kvs_server *s, const struct kvi_listen_cb *cb)
@@ -335,7 +453,7 @@ static int serve(struct kvs_server *s, const struct kvi_listen_cb *cb)
 	goto clean_fds;
 run:
 	while (!stop) {
-		int n = epoll_wait(ep, got, 4, -1);
+		int n = epoll_wait(ep, got, 4, expire_leases(s));
 
 		if (n < 0 && errno != EINTR) {
 			kvi_err("epoll_wait: %s", strerror(errno));
@@ -372,6 +490,8 @@ int main(int argc, char **argv)
 				    .on_disconnect = on_disconnect, .on_ctrl = on_ctrl };
 	const struct kvi_superblock *sb;
 	struct kvi_errbuf e = { { 0 } };
+	uint32_t max_op_ms, quarantine_ms;
+	uint16_t flags;
 	sigset_t mask;
 	int rc;
 
@@ -411,6 +531,12 @@ int main(int argc, char **argv)
 		fprintf(stderr, "kvserver: %s\n", e.msg);
 		goto clean_region;
 	}
+	kvs_core_limits(s.core, &max_op_ms, &quarantine_ms, &flags);
+	if (kvs_members_create(&s.members, s.o.lease_ms, max_op_ms)) {
+		fprintf(stderr, "kvserver: out of memory\n");
+		rc = 1;
+		goto clean_core;
+	}
 	sb = kvs_core_superblock(s.core);
 	printf("kvserver %s: listening on %s port %u, device %s, region %" PRIu64 " MiB (%s), "
 	       "%" PRIu64 " buckets, %" PRIu64 " segments of %" PRIu64 " KiB\n",
@@ -447,6 +573,8 @@ int main(int argc, char **argv)
 	s.evictor = NULL;
 	kvi_listener_disconnect_all(s.l, &cb);
 	kvs_fence_destroy(s.fence);
+	kvs_members_destroy(s.members);
+clean_core:
 	kvs_core_destroy(s.core);
 clean_region:
 	kvs_evictor_destroy(s.evictor);

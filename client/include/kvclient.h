@@ -163,6 +163,8 @@ struct kvc_stats {
 	uint64_t access_marks;     /* access-word WRITEs posted (layout.h "Access tracking") */
 	uint64_t expired_reused;   /* inserts that took the slot of another key's expired item */
 	uint64_t index_evictions;  /* inserts that evicted a live item because both buckets were full */
+	uint64_t lock_reports;     /* lock words reported to the server after a long wait */
+	uint64_t rejoins;          /* new connections after the old one broke (new client id, new lease) */
 };
 
 KVC_EXPORT void kvc_get_stats(const kvc_t *h, struct kvc_stats *out);

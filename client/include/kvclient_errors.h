@@ -39,7 +39,8 @@ extern "C" {
 	X(ETRUNC, -19, "value larger than the buffer given: the needed length is reported") \
 	X(EBUSY, -20, "asynchronous operations in flight: blocking calls need an idle handle") \
 	X(EUNKNOWN, -21, "outcome unknown: the write was sent but its completion was lost; it may have taken effect") \
-	X(EQUOTA, -22, "memory quota reached: this client already holds its share of the server's memory")
+	X(EQUOTA, -22, "memory quota reached: this client already holds its share of the server's memory") \
+	X(EFENCED, -26, "fenced: this client's lease ran out (it stalled or lost the server) and the server cut it off; the handle rejoins on the next call")
 
 enum kvc_errno {
 	KVC_OK = 0,

@@ -1,21 +1,76 @@
 #include "dpath_env.h"
 
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
+#include <time.h>
 
 #include "kvclient_errors.h"
 
 /* Serialises control requests from client threads, as kvserver's one event
  * loop does. */
+static uint64_t mono_ns(void)
+{
+	struct timespec ts;
+
+	clock_gettime(CLOCK_MONOTONIC, &ts);
+	return (uint64_t)ts.tv_sec * 1000000000u + (uint64_t)ts.tv_nsec;
+}
+
+/* kvserver's on_ctrl for membership (server/main.c), over the local region. */
+static int members_ctrl(struct kvt_env *env, uint32_t client_id, const struct kvi_ctrl *req, struct kvi_ctrl *resp)
+{
+	const struct kvi_superblock *sb = kvs_core_superblock(env->core);
+	uint32_t lease, owner;
+	uint64_t *word, current;
+	enum kvi_report_verdict v;
+
+	if (req->type == KVI_CTRL_LEASE_RENEW) {
+		lease = kvs_members_renew(env->members, client_id, mono_ns());
+		*resp = lease ? (struct kvi_ctrl){ .type = KVI_CTRL_LEASE, .seq = req->seq,
+						   .arg = { lease, env->renew_ms } }
+			      : (struct kvi_ctrl){ .type = KVI_CTRL_ERROR, .seq = req->seq, .status = KVC_EFENCED };
+		return 0;
+	}
+	if (req->arg[0] >= sb->bucket_count) {
+		*resp = (struct kvi_ctrl){ .type = KVI_CTRL_ERROR, .seq = req->seq, .status = KVC_EINVAL };
+		return 0;
+	}
+	word = (uint64_t *)(void *)(kvi_local_region_base(env->reg) + kvi_bucket_off(sb, req->arg[0]));
+	current = __atomic_load_n(word, __ATOMIC_SEQ_CST);
+	v = kvs_members_report(env->members, client_id, req->arg[0], req->arg[1], current, mono_ns(), &owner);
+	env->verdicts[v]++;
+	if (v == KVI_REPORT_CLEARING)
+		__atomic_compare_exchange_n(word, &current, current & KVI_LOCK_MOVED, 0, __ATOMIC_SEQ_CST,
+					    __ATOMIC_SEQ_CST);
+	else if (v == KVI_REPORT_FENCING)
+		env->fenced_owner = owner;
+	*resp = (struct kvi_ctrl){ .type = KVI_CTRL_LOCK_REPORTED, .seq = req->seq, .arg = { v } };
+	return 0;
+}
+
 static int locked_ctrl(void *arg, uint32_t client_id, const struct kvi_ctrl *req, struct kvi_ctrl *resp)
 {
 	struct kvt_env *env = arg;
 	int rc;
 
 	pthread_mutex_lock(&env->lock);
-	rc = kvs_core_ctrl(env->core, client_id, req, resp);
+	if (env->members && (req->type == KVI_CTRL_LEASE_RENEW || req->type == KVI_CTRL_LOCK_REPORT))
+		rc = members_ctrl(env, client_id, req, resp);
+	else
+		rc = kvs_core_ctrl(env->core, client_id, req, resp);
 	pthread_mutex_unlock(&env->lock);
 	return rc;
+}
+
+int kvt_env_leases(struct kvt_env *env, uint32_t lease_ms, uint32_t renew_ms)
+{
+	uint32_t max_op, quarantine;
+	uint16_t flags;
+
+	kvs_core_limits(env->core, &max_op, &quarantine, &flags);
+	env->renew_ms = renew_ms;
+	return kvs_members_create(&env->members, lease_ms, max_op);
 }
 
 int kvt_env_init(struct kvt_env *env, uint64_t region_mib, uint64_t buckets, uint64_t segment_kib)
@@ -50,6 +105,7 @@ int kvt_env_init_opts(struct kvt_env *env, uint64_t region_mib, const struct kvs
 
 void kvt_env_fini(struct kvt_env *env)
 {
+	kvs_members_destroy(env->members);
 	kvs_core_destroy(env->core);
 	kvi_local_region_destroy(env->reg);
 	pthread_mutex_destroy(&env->lock);
@@ -78,24 +134,75 @@ int kvt_env_reclaimer(struct kvt_env *env, const struct kvs_reclaim_hooks *hooks
 	return kvs_reclaimer_create(env->core, rm, hooks, out);
 }
 
+struct dial {
+	struct kvt_env *env;
+	struct kvi_local_hooks hooks;
+	int has_hooks;
+};
+
+/* A new local connection with a new client id; a member from now. */
+static int connect_local(struct kvt_env *env, const struct kvi_local_hooks *hooks, struct kvi_rmem **rm)
+{
+	uint32_t id = __atomic_fetch_add(&env->next_client, 1, __ATOMIC_RELAXED);
+	int rc = kvi_rmem_local_create(env->reg, 4096, hooks, rm);
+
+	if (rc)
+		return rc;
+	set_limits(env, *rm);
+	/* Handles may be created from several threads. */
+	kvi_rmem_local_set_ctrl(*rm, locked_ctrl, env, id);
+	if (env->members) {
+		pthread_mutex_lock(&env->lock);
+		rc = kvs_members_join(env->members, id, 1, mono_ns());
+		pthread_mutex_unlock(&env->lock);
+	}
+	return rc;
+}
+
+static int dial_local(void *arg, int timeout_ms, struct kvi_rmem **rm)
+{
+	struct dial *d = arg;
+
+	(void)timeout_ms;
+	return connect_local(d->env, d->has_hooks ? &d->hooks : NULL, rm);
+}
+
+int kvt_env_client_opts(struct kvt_env *env, const struct kvi_local_hooks *hooks, const struct kvc_opts *o,
+			kvc_t **out)
+{
+	struct kvi_rmem *rm;
+	struct dial *d;
+	int rc = connect_local(env, hooks, &rm);
+
+	if (rc)
+		return rc;
+	rc = kvi_client_open(rm, o, out);
+	if (rc)
+		return rc;
+	d = calloc(1, sizeof(*d));
+	if (!d) {
+		kvc_destroy(*out);
+		return KVC_ENOMEM;
+	}
+	d->env = env;
+	if (hooks) {
+		d->hooks = *hooks;
+		d->has_hooks = 1;
+	}
+	kvi_client_set_dial(*out, dial_local, d, free);
+	return 0;
+}
+
 int kvt_env_client(struct kvt_env *env, const struct kvi_local_hooks *hooks, unsigned cache_entries,
 		   unsigned depth, kvc_t **out)
 {
 	struct kvc_opts o;
-	struct kvi_rmem *rm;
-	int rc;
 
 	kvc_opts_init(&o);
 	o.cache_entries = cache_entries;
 	o.depth = depth;
 	o.op_timeout_ms = 20000; /* threads on a loaded 2-core machine; the server may cap it */
-	rc = kvi_rmem_local_create(env->reg, 4096, hooks, &rm);
-	if (rc)
-		return rc;
-	set_limits(env, rm);
-	/* Handles may be created from several threads. */
-	kvi_rmem_local_set_ctrl(rm, locked_ctrl, env, __atomic_fetch_add(&env->next_client, 1, __ATOMIC_RELAXED));
-	return kvi_client_open(rm, &o, out);
+	return kvt_env_client_opts(env, hooks, &o, out);
 }
 
 int kvt_put_s(kvc_t *c, const char *k, const char *v)

@@ -9,6 +9,7 @@
 
 #include "client.h"
 #include "core.h"
+#include "members.h"
 #include "reclaim.h"
 #include "rmem_local.h"
 
@@ -17,6 +18,11 @@ struct kvt_env {
 	struct kvs_core *core;
 	uint32_t next_client;
 	pthread_mutex_t lock; /* the core is single-threaded, like kvserver's event loop */
+	/* Membership, as kvserver keeps it (NULL: no leases, like a bare core). */
+	struct kvs_members *members;
+	uint32_t renew_ms;
+	uint64_t verdicts[4]; /* lock reports judged, by enum kvi_report_verdict */
+	uint32_t fenced_owner; /* the last owner a report condemned */
 };
 
 /* region_mib of region, `buckets` buckets (0 = default), segment_kib segments;
@@ -30,6 +36,15 @@ void kvt_env_fini(struct kvt_env *env);
 /* A client handle; hooks may be NULL; cache_entries 0 disables the cache. */
 int kvt_env_client(struct kvt_env *env, const struct kvi_local_hooks *hooks, unsigned cache_entries,
 		   unsigned depth, kvc_t **out);
+
+/* Grant leases of lease_ms (renewed every renew_ms) and judge lock reports,
+ * as kvserver does: a report naming no member clears the word (with a CPU
+ * CAS: the local transport's atomics are CPU atomics). */
+int kvt_env_leases(struct kvt_env *env, uint32_t lease_ms, uint32_t renew_ms);
+/* A client with these options (depth, cache, timeouts); it can rejoin (a new
+ * local connection, a new client id) when its connection breaks. */
+int kvt_env_client_opts(struct kvt_env *env, const struct kvi_local_hooks *hooks, const struct kvc_opts *o,
+			kvc_t **out);
 
 /* PUT / GET with NUL-terminated keys and values, for readable tests. kvt_get_s
  * leaves the value NUL-terminated in out (empty unless found); returns the code. */

@@ -841,6 +841,18 @@ static int steal_or_fail(void *arg, struct kvi_rmem *rm, const struct kvi_rop *o
 	return 0;
 }
 
+/* The connection broke (the server fences it): the next call rejoins as a
+ * new client and works. */
+static void expect_broke_and_rejoined(kvc_t *a)
+{
+	struct kvc_stats st;
+	char v[8];
+
+	cr_expect_eq(kvt_get_s(a, "never-written", v, sizeof(v)), KVC_ENOTFOUND, "the next call rejoins");
+	kvc_get_stats(a, &st);
+	cr_expect_eq(st.rejoins, 1, "the handle broke and rejoined once");
+}
+
 static void unlock_word(uint64_t roff)
 {
 	__atomic_store_n((uint64_t *)(void *)(base() + roff), 0, __ATOMIC_SEQ_CST);
@@ -851,11 +863,10 @@ Test(review_locks, a_commit_whose_unlock_finds_a_foreign_word_is_unknown_and_bre
 	struct kvi_local_hooks hk = { .before_op = steal_or_fail };
 	kvc_t *a = client(&hk, 0, 4);
 	struct kvi_keyhash kh = hash_of("k");
-	char v[8];
 
 	steal_armed = 1;
 	cr_expect_eq(kvt_put_s(a, "k", "v"), KVC_EUNKNOWN, "the slot WRITE went out: outcome unknown");
-	cr_expect_eq(kvt_get_s(a, "x", v, sizeof(v)), KVC_ESERVERGONE, "the handle is broken (server fences it)");
+	expect_broke_and_rejoined(a);
 	unlock_word(kvi_bucket_off(sb(), kh.b[0]));
 	unlock_word(kvi_bucket_off(sb(), kh.b[1]));
 	kvc_destroy(a);
@@ -866,11 +877,10 @@ Test(review_locks, a_release_that_finds_a_foreign_word_breaks_the_handle)
 	struct kvi_local_hooks hk = { .before_op = steal_or_fail };
 	kvc_t *a = client(&hk, 0, 4);
 	struct kvi_keyhash kh = hash_of("absent");
-	char v[8];
 
 	steal_armed = 1; /* DELETE of an absent key: lock, check, release */
 	cr_expect_eq(del_s(a, "absent"), KVC_ESERVERGONE);
-	cr_expect_eq(kvt_get_s(a, "x", v, sizeof(v)), KVC_ESERVERGONE, "the handle is broken (server fences it)");
+	expect_broke_and_rejoined(a);
 	unlock_word(kvi_bucket_off(sb(), kh.b[0]));
 	unlock_word(kvi_bucket_off(sb(), kh.b[1]));
 	kvc_destroy(a);
@@ -884,7 +894,7 @@ Test(review_locks, a_commit_that_completes_in_error_is_unknown_not_failed)
 
 	failw_armed = 1;
 	cr_expect_eq(kvt_put_s(a, "k", "v"), KVC_EUNKNOWN);
-	cr_expect_eq(del_s(a, "k"), KVC_ESERVERGONE);
+	expect_broke_and_rejoined(a);
 	/* The server would fence a; here nothing landed (the WRITE failed), and
 	 * the locks it held are released by hand as fencing would. */
 	unlock_word(kvi_bucket_off(sb(), hash_of("k").b[0]));
@@ -1008,8 +1018,19 @@ Test(review_async, connection_break_mid_batch_completes_every_inflight_operation
 			failed += ops[i].status != 0 && ops[i].status != KVC_ENOTFOUND;
 		cr_expect_gt(failed, 0, "fail_at %u: the failure was seen", fail_at);
 		cr_expect_eq(kvc_inflight(a), 0);
-		cr_expect_eq(kvc_submit(a, &ops[0]), KVC_ESERVERGONE);
 		fail_armed = 0;
+		{
+			/* Nothing in flight: the next call rejoins, as a new client. */
+			struct kvc_op g = { .type = KVC_OP_GET, .key = "zz", .key_len = 2, .buf = bufs[0],
+					    .buf_len = sizeof(bufs[0]) };
+			struct kvc_stats st;
+
+			cr_expect_eq(kvc_submit(a, &g), 0);
+			cr_expect_eq(kvc_poll(a, done, 1, 2000), 1);
+			cr_expect_eq(g.status, KVC_ENOTFOUND);
+			kvc_get_stats(a, &st);
+			cr_expect_eq(st.rejoins, 1);
+		}
 		kvc_destroy(a);
 		/* Locks the dead connection held are the server's to release (fencing);
 		 * clear them so the next round starts clean. */

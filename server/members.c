@@ -1,0 +1,260 @@
+#include "members.h"
+
+#include <stdlib.h>
+#include <string.h>
+
+#include "kvclient_errors.h"
+#include "layout.h"
+
+struct member {
+	uint32_t id; /* 0: empty slot */
+	uint8_t leased;
+	uint8_t expelled;
+	uint64_t lease_end; /* ns */
+};
+
+struct watch {
+	uint64_t bucket, word;
+	uint64_t first; /* ns: first report of this word in this bucket */
+};
+
+struct kvs_members {
+	struct member *t; /* open addressing, linear probing; cap is a power of two */
+	unsigned cap, n;
+	uint64_t lease_ns, watch_ns;
+	/* No lease ends before this: renewals only move ends later, so a
+	 * stale value is early, never late. Expiry scans run only once it is
+	 * reached, which keeps event-loop work per event independent of the
+	 * number of members. */
+	uint64_t earliest;
+	struct watch watch[KVS_WATCH_MAX];
+	unsigned nwatch;
+	struct kvs_members_stats st;
+};
+
+static unsigned home(const struct kvs_members *m, uint32_t id)
+{
+	return (unsigned)((id * 2654435761u) & (m->cap - 1));
+}
+
+static struct member *find(const struct kvs_members *m, uint32_t id)
+{
+	for (unsigned i = home(m, id);; i = (i + 1) & (m->cap - 1)) {
+		if (m->t[i].id == id)
+			return &m->t[i];
+		if (m->t[i].id == 0)
+			return NULL;
+	}
+}
+
+int kvs_members_create(struct kvs_members **out, uint32_t lease_ms, uint32_t max_op_ms)
+{
+	struct kvs_members *m = calloc(1, sizeof(*m));
+
+	*out = NULL;
+	if (!m)
+		return KVC_ENOMEM;
+	m->cap = 64;
+	m->t = calloc(m->cap, sizeof(*m->t));
+	if (!m->t) {
+		free(m);
+		return KVC_ENOMEM;
+	}
+	m->lease_ns = (uint64_t)lease_ms * 1000000u;
+	m->watch_ns = ((uint64_t)max_op_ms + KVS_WATCH_MARGIN_MS) * 1000000u;
+	m->earliest = UINT64_MAX;
+	*out = m;
+	return 0;
+}
+
+void kvs_members_destroy(struct kvs_members *m)
+{
+	if (!m)
+		return;
+	free(m->t);
+	free(m);
+}
+
+static int grow(struct kvs_members *m)
+{
+	struct member *old = m->t;
+	unsigned oldcap = m->cap;
+
+	m->t = calloc((size_t)oldcap * 2, sizeof(*m->t));
+	if (!m->t) {
+		m->t = old;
+		return KVC_ENOMEM;
+	}
+	m->cap = oldcap * 2;
+	for (unsigned i = 0; i < oldcap; i++) {
+		unsigned j;
+
+		if (!old[i].id)
+			continue;
+		for (j = home(m, old[i].id); m->t[j].id; j = (j + 1) & (m->cap - 1))
+			;
+		m->t[j] = old[i];
+	}
+	free(old);
+	return 0;
+}
+
+int kvs_members_join(struct kvs_members *m, uint32_t id, int leased, uint64_t now)
+{
+	unsigned i;
+
+	if (id == 0 || find(m, id))
+		return 0;
+	if ((m->n + 1) * 2 > m->cap && grow(m))
+		return KVC_ENOMEM;
+	for (i = home(m, id); m->t[i].id; i = (i + 1) & (m->cap - 1))
+		;
+	m->t[i] = (struct member){ .id = id, .leased = leased != 0, .lease_end = now + m->lease_ns };
+	m->n++;
+	if (leased && m->t[i].lease_end < m->earliest)
+		m->earliest = m->t[i].lease_end;
+	return 0;
+}
+
+void kvs_members_leave(struct kvs_members *m, uint32_t id)
+{
+	struct member *e = id ? find(m, id) : NULL;
+	unsigned i, j;
+
+	if (!e)
+		return;
+	/* Backward-shift deletion keeps every probe chain unbroken. */
+	i = (unsigned)(e - m->t);
+	m->t[i].id = 0;
+	for (j = (i + 1) & (m->cap - 1); m->t[j].id; j = (j + 1) & (m->cap - 1)) {
+		unsigned h = home(m, m->t[j].id);
+
+		/* Move t[j] into the hole at i unless its home lies in (i, j]. */
+		if ((j > i && (h <= i || h > j)) || (j < i && h <= i && h > j)) {
+			m->t[i] = m->t[j];
+			m->t[j].id = 0;
+			i = j;
+		}
+	}
+	m->n--;
+}
+
+int kvs_members_is_member(const struct kvs_members *m, uint32_t id)
+{
+	return id && find(m, id) != NULL;
+}
+
+unsigned kvs_members_count(const struct kvs_members *m)
+{
+	return m->n;
+}
+
+uint32_t kvs_members_renew(struct kvs_members *m, uint32_t id, uint64_t now)
+{
+	struct member *e = id ? find(m, id) : NULL;
+
+	if (!e || !e->leased || e->expelled)
+		return 0;
+	e->lease_end = now + m->lease_ns;
+	m->st.renewals++;
+	return (uint32_t)(m->lease_ns / 1000000u);
+}
+
+unsigned kvs_members_expired(struct kvs_members *m, uint64_t now, uint32_t *ids, unsigned max)
+{
+	uint64_t earliest = UINT64_MAX;
+	unsigned got = 0;
+
+	if (now < m->earliest || max == 0)
+		return 0;
+	for (unsigned i = 0; i < m->cap; i++) {
+		struct member *e = &m->t[i];
+
+		if (!e->id || !e->leased || e->expelled)
+			continue;
+		if (e->lease_end <= now && got < max) {
+			e->expelled = 1;
+			ids[got++] = e->id;
+			m->st.lease_expiries++;
+		} else if (e->lease_end < earliest) {
+			earliest = e->lease_end; /* includes ones left for the next call */
+		}
+	}
+	m->earliest = earliest;
+	return got;
+}
+
+int kvs_members_next_due(const struct kvs_members *m, uint64_t now, int max_ms)
+{
+	uint64_t ms;
+
+	if (m->earliest == UINT64_MAX)
+		return max_ms;
+	if (m->earliest <= now)
+		return 0;
+	ms = (m->earliest - now + 999999u) / 1000000u;
+	return ms < (uint64_t)max_ms ? (int)ms : max_ms;
+}
+
+static struct watch *watched(struct kvs_members *m, uint64_t bucket)
+{
+	for (unsigned i = 0; i < m->nwatch; i++)
+		if (m->watch[i].bucket == bucket)
+			return &m->watch[i];
+	return NULL;
+}
+
+static void unwatch(struct kvs_members *m, struct watch *w)
+{
+	*w = m->watch[--m->nwatch];
+}
+
+enum kvi_report_verdict kvs_members_report(struct kvs_members *m, uint32_t reporter, uint64_t bucket,
+					   uint64_t reported, uint64_t current, uint64_t now, uint32_t *owner)
+{
+	uint32_t who = kvi_lock_owner(current);
+	struct member *e;
+	struct watch *w;
+
+	m->st.reports++;
+	*owner = 0;
+	w = watched(m, bucket);
+	if (current != reported || !(current & KVI_LOCK_LOCKED) || who == reporter) {
+		if (w && w->word != current)
+			unwatch(m, w);
+		return KVI_REPORT_CHANGED;
+	}
+	e = who ? find(m, who) : NULL;
+	if (!e) {
+		if (w)
+			unwatch(m, w);
+		m->st.reports_cleared++;
+		return KVI_REPORT_CLEARING;
+	}
+	if (w && w->word == current && now - w->first >= m->watch_ns && e->leased && !e->expelled) {
+		unwatch(m, w);
+		e->expelled = 1;
+		*owner = who;
+		m->st.reports_fenced++;
+		return KVI_REPORT_FENCING;
+	}
+	if (w && w->word != current)
+		unwatch(m, w), w = NULL;
+	if (!w) {
+		if (m->nwatch == KVS_WATCH_MAX) { /* forget the oldest */
+			unsigned old = 0;
+
+			for (unsigned i = 1; i < m->nwatch; i++)
+				if (m->watch[i].first < m->watch[old].first)
+					old = i;
+			unwatch(m, &m->watch[old]);
+		}
+		m->watch[m->nwatch++] = (struct watch){ .bucket = bucket, .word = current, .first = now };
+	}
+	return KVI_REPORT_WATCHING;
+}
+
+void kvs_members_stats(const struct kvs_members *m, struct kvs_members_stats *out)
+{
+	*out = m->st;
+}

@@ -1,0 +1,90 @@
+/* Membership: which clients are alive, by lease, and what to do about a lock
+ * word that a waiting client reports.
+ *
+ * Leases. Every client the server admits is a member with a lease: it ends
+ * lease_ms after admission and each renewal moves it to lease_ms after the
+ * server received the renewal. A member whose lease ended is expelled: its QP
+ * is fenced (no late WRITE of it can land), its locks released, its open
+ * extent sealed -- exactly as if it had disconnected. The client counts its
+ * own lease from when it SENT the renewal, which is earlier, so it believes
+ * in its lease no longer than the server does; it posts nothing once its
+ * lease ended (client/engine.c "Lease"). Clients renew every renew_ms, a
+ * fraction of the lease, while their application calls into the library; a
+ * handle left alone for longer than the lease is expelled and rejoins,
+ * with a new id, on its next call. The server's own loopback connections
+ * (fencing, reclamation) are members without a lease: they never expire.
+ *
+ * Lock reports. A writer that keeps finding a bucket locked by the same word
+ * reports (bucket, word). Nothing in a report is trusted beyond what the
+ * server checks itself: the word must still be in the bucket (read now), and
+ *  - if it names no member, nobody can ever release it (a departed client
+ *    the fence missed, or garbage a buggy client wrote): the caller clears
+ *    it (through the NIC: fence.h);
+ *  - if it names a member, a lock is held at most one operation deadline
+ *    (max_op_ms) by a working client, so the word is watched: when a report
+ *    finds the same word still there at least max_op_ms + margin after the
+ *    first report of it, its owner is expelled. (A false alarm needs the same
+ *    owner to take the same bucket again at both reports, with a waiter
+ *    losing every attempt in between for a whole deadline; it costs that
+ *    owner a reconnect, never a wrong result.)
+ * The watch list is small and bounded (KVS_WATCH_MAX); a full list forgets
+ * its oldest entry, so a report flood costs a bounded table, and a real
+ * stuck lock is reported again.
+ *
+ * Single-threaded: used by the event loop only (and by tests). Times are
+ * CLOCK_MONOTONIC nanoseconds passed in by the caller. */
+#ifndef KVS_MEMBERS_H
+#define KVS_MEMBERS_H
+
+#include <stdint.h>
+
+#include "wire.h"
+
+#define KVS_DEFAULT_LEASE_MS 1000u
+#define KVS_DEFAULT_RENEW_MS 250u
+#define KVS_MIN_LEASE_MS 50u
+#define KVS_MAX_LEASE_MS 600000u
+#define KVS_WATCH_MAX 64u
+/* Slack on top of max_op_ms before a watched lock word condemns its owner. */
+#define KVS_WATCH_MARGIN_MS 50u
+
+struct kvs_members;
+
+/* 0 or KVC_ENOMEM. lease_ms: lease length; max_op_ms: how long a working
+ * client may hold a lock (the servers's operation deadline). */
+int kvs_members_create(struct kvs_members **out, uint32_t lease_ms, uint32_t max_op_ms);
+void kvs_members_destroy(struct kvs_members *m);
+
+/* A member joins (leased: its lease starts now) or leaves. Joining an id
+ * twice, or leaving an unknown one, changes nothing. */
+int kvs_members_join(struct kvs_members *m, uint32_t id, int leased, uint64_t now);
+void kvs_members_leave(struct kvs_members *m, uint32_t id);
+int kvs_members_is_member(const struct kvs_members *m, uint32_t id);
+unsigned kvs_members_count(const struct kvs_members *m);
+
+/* Renew id's lease (from now); returns the lease in ms, or 0 when id is not
+ * a leased member. */
+uint32_t kvs_members_renew(struct kvs_members *m, uint32_t id, uint64_t now);
+
+/* Leased members whose lease ended by now, up to max, into ids; each is
+ * returned once (it stays a member, marked expelled, until it leaves). */
+unsigned kvs_members_expired(struct kvs_members *m, uint64_t now, uint32_t *ids, unsigned max);
+/* Milliseconds until the next lease ends (at most max_ms; 0 if one ended). */
+int kvs_members_next_due(const struct kvs_members *m, uint64_t now, int max_ms);
+
+/* Judge a lock report from reporter about bucket: `reported` is the word it
+ * found, `current` what the bucket holds now (read by the caller). Returns
+ * the verdict; with KVI_REPORT_FENCING *owner is the member to expel. */
+enum kvi_report_verdict kvs_members_report(struct kvs_members *m, uint32_t reporter, uint64_t bucket,
+					   uint64_t reported, uint64_t current, uint64_t now, uint32_t *owner);
+
+struct kvs_members_stats {
+	uint64_t lease_expiries;  /* members expelled because their lease ended */
+	uint64_t renewals;
+	uint64_t reports;         /* lock reports judged */
+	uint64_t reports_cleared; /* ... naming no member: the word is released */
+	uint64_t reports_fenced;  /* ... whose owner was expelled */
+};
+void kvs_members_stats(const struct kvs_members *m, struct kvs_members_stats *out);
+
+#endif
