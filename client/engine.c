@@ -138,7 +138,8 @@ static void lease_tick(kvc_t *h, uint64_t now)
 {
 	struct kvi_ctrl r;
 
-	if (!h->lease_ns || h->rm->broken)
+	/* Lapsed: the next post breaks the connection, or kvc_submit renews. */
+	if (!h->lease_ns || h->rm->broken || lease_lapsed(h, now))
 		return;
 	if (h->renew_seq) {
 		if (kvi_rmem_ctrl_take(h->rm, h->renew_seq, &r)) {
@@ -569,6 +570,8 @@ int kvi_st_post(kvc_t *h, struct kvi_opst *st, const struct kvi_rop *ops, unsign
 		 * limit, so only a broken connection or a bug lands here. A commit
 		 * that broke the connection while posting may be half in: its slot
 		 * WRITE may land (rmem.h), so its outcome is unknown. */
+		if (lease_lapsed(h, now))
+			rc = KVC_EFENCED;
 		if (state == KVI_ST_W_COMMIT && !was_broken && h->rm->broken)
 			rc = KVC_EUNKNOWN;
 		if (st->held)

@@ -153,6 +153,9 @@ uint32_t kvs_members_renew(struct kvs_members *m, uint32_t id, uint64_t now)
 {
 	struct member *e = id ? find(m, id) : NULL;
 
+	/* A lease that ended but whose member was not expelled yet may be
+	 * renewed: expiry and renewal both run on the event loop, so whichever
+	 * comes first decides, and the client posted nothing meanwhile. */
 	if (!e || !e->leased || e->expelled)
 		return 0;
 	e->lease_end = now + m->lease_ns;

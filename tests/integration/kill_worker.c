@@ -1,13 +1,17 @@
 /* kill_worker: a client that dies right after the Nth doorbell of a write,
  * for the "kill at every step" test (test_kill_verbs.c).
  *
- *   kill_worker HOST:PORT KEY put|delete N [CACHE]
+ *   kill_worker HOST:PORT KEY put|delete N [CACHE [stop]]
  *
  * Writes KEY = "acked" and waits for it (prints "ACKED"), then starts the
  * write under test (PUT KEY = "doomed", or DELETE KEY) and SIGKILLs itself
  * just after its Nth doorbell was rung (prints "STOP N" first). If the write
  * needs fewer doorbells it finishes and prints "DONE <code>". CACHE (default
  * 1024) sizes the location cache: 0 takes the two-bucket path.
+ *
+ * With "stop" it SIGSTOPs itself instead (a stalled client holding locks,
+ * for the lease test): once continued, the write finishes ("DONE <code>"),
+ * then one more PUT shows whether the handle rejoined ("AFTER <code> <rejoins>").
  *
  * The doorbells are counted by wrapping kvi_rmem_post at link time
  * (-Wl,--wrap=kvi_rmem_post): the library carries no test hook. */
@@ -22,7 +26,7 @@
 int __real_kvi_rmem_post(struct kvi_rmem *rm, const struct kvi_rop *ops, unsigned n, uint64_t cookie);
 int __wrap_kvi_rmem_post(struct kvi_rmem *rm, const struct kvi_rop *ops, unsigned n, uint64_t cookie);
 
-static int armed;
+static int armed, stop_sig = SIGKILL;
 static unsigned posts, stop_at;
 
 int __wrap_kvi_rmem_post(struct kvi_rmem *rm, const struct kvi_rop *ops, unsigned n, uint64_t cookie)
@@ -32,7 +36,7 @@ int __wrap_kvi_rmem_post(struct kvi_rmem *rm, const struct kvi_rop *ops, unsigne
 	if (armed && rc == 0 && ++posts == stop_at) {
 		printf("STOP %u\n", posts);
 		fflush(stdout);
-		raise(SIGKILL); /* as if killed the moment the doorbell rang */
+		raise(stop_sig); /* as if killed (or stopped) the moment the doorbell rang */
 	}
 	return rc;
 }
@@ -52,6 +56,8 @@ int main(int argc, char **argv)
 	o.server = argv[1];
 	o.depth = 1;
 	o.cache_entries = argc > 5 ? (unsigned)atoi(argv[5]) : 1024;
+	if (argc > 6 && strcmp(argv[6], "stop") == 0)
+		stop_sig = SIGSTOP;
 	o.track_access = 0; /* no access marks riding in the doorbells counted */
 	if ((rc = kvc_create(&o, &h, err, sizeof(err))) != 0) {
 		fprintf(stderr, "kill_worker: %s\n", err);
@@ -72,6 +78,13 @@ int main(int argc, char **argv)
 		rc = kvc_delete(h, argv[2], strlen(argv[2]));
 	armed = 0;
 	printf("DONE %s\n", kvc_err_name(rc));
+	if (stop_sig == SIGSTOP) {
+		struct kvc_stats st;
+
+		rc = kvc_put(h, argv[2], strlen(argv[2]), "resumed", 7, 0);
+		kvc_get_stats(h, &st);
+		printf("AFTER %s %llu\n", kvc_err_name(rc), (unsigned long long)st.rejoins);
+	}
 	kvc_destroy(h);
 	return 0;
 }

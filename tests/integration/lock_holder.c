@@ -1,12 +1,18 @@
 /* lock_holder: a client that takes the bucket locks of a key and then hangs,
  * to be killed by a test (a client dying in the middle of a PUT).
  *
- *   lock_holder HOST PORT KEY      prints "LOCKED <client id>" and sleeps */
+ *   lock_holder HOST PORT KEY      prints "LOCKED <client id>" and sleeps
+ *   lock_holder HOST PORT KEY MS   a late writer instead: joins, prints "JOINED
+ *                                  <client id>", sleeps MS (it never renews its lease,
+ *                                  so the server fences it), then WRITEs zeros over
+ *                                  KEY's two buckets and prints "WIPE <code>" */
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
 
 #include "hash.h"
+#include "kvclient_errors.h"
 #include "layout.h"
 #include "rmem_verbs.h"
 
@@ -20,7 +26,7 @@ int main(int argc, char **argv)
 	uint64_t *lb;
 	struct kvi_rop op;
 
-	if (argc != 4)
+	if (argc != 4 && argc != 5)
 		return 2;
 	if (kvi_rmem_verbs_connect(&(struct kvi_verbs_opts){ .host = argv[1], .port = argv[2], .lbuf_size = 4096,
 							      .timeout_ms = 10000 },
@@ -34,6 +40,20 @@ int main(int argc, char **argv)
 		return 1;
 	memcpy(&sb, lb, sizeof(sb));
 	kvi_key_hash(argv[3], strlen(argv[3]), sb.bucket_count, &kh);
+	if (argc == 5) {
+		struct kvi_rop wipe[2];
+		int rc;
+
+		printf("JOINED %u\n", w.client_id);
+		fflush(stdout);
+		usleep((useconds_t)atoi(argv[4]) * 1000u);
+		memset(lb, 0, 2 * KVI_BUCKET_SIZE);
+		wipe[0] = kvi_rop_write(kvi_bucket_off(&sb, kh.b[0]), lb, KVI_BUCKET_SIZE);
+		wipe[1] = kvi_rop_write(kvi_bucket_off(&sb, kh.b[1]), (char *)lb + KVI_BUCKET_SIZE, KVI_BUCKET_SIZE);
+		rc = kvi_rmem_exec(rm, wipe, 2, 10000);
+		printf("WIPE %s\n", kvc_err_name(rc));
+		return 0;
+	}
 	for (int i = 0; i < 2; i++) {
 		op = kvi_rop_cas(kvi_bucket_off(&sb, kh.b[i]), &lb[i], 0, kvi_lock_held_by(w.client_id));
 		if (kvi_rmem_exec(rm, &op, 1, 10000) || lb[i] != 0) {

@@ -283,7 +283,9 @@ Test(kv, locks_of_a_client_that_dies_are_released_by_the_server)
 	kvc_t *h;
 	int rc;
 
-	kvt_start_server(&srv, "7638", NULL);
+	/* A long lease: this is about fencing on disconnect (test_lease_verbs
+	 * has the lease running out). */
+	kvt_start_server(&srv, "7638", (const char *const[]){ "--lease-ms", "60000", NULL });
 	cr_assert_eq(kvt_start(&holder, argv), 0);
 	cr_assert_eq(kvt_line(&holder, line, sizeof(line), 60000), 0, "%s", holder.all);
 	cr_assert(strncmp(line, "LOCKED", 6) == 0, "%s", holder.all);

@@ -1,0 +1,195 @@
+/* The client's side of membership (client/engine.c "Lease", "Lock reports",
+ * "Rejoin") against the real server core and membership table over the local
+ * transport: leases taken and renewed while the handle is used; nothing
+ * posted past the lease; expelled handles rejoin on their next call; lock
+ * words naming nobody are cleared on report, and a member that keeps a lock
+ * past every deadline is condemned. */
+#include <criterion/criterion.h>
+#include <string.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "dpath_env.h"
+#include "kvclient_errors.h"
+
+static struct kvt_env env;
+
+static void setup(void)
+{
+	/* Operations may take 200 ms: reports come after 50 ms, a watched word
+	 * condemns its owner after 250 ms. */
+	struct kvs_core_opts o = { .segment_size = 64 << 10, .max_op_ms = 200, .quarantine_ms = 400,
+				   .no_evict = 1, .in_process = 1 };
+
+	cr_assert_eq(kvt_env_init_opts(&env, 16, &o), 0);
+	cr_assert_eq(kvt_env_leases(&env, 100, 25), 0);
+}
+
+static void teardown(void)
+{
+	kvt_env_fini(&env);
+}
+
+TestSuite(lease, .init = setup, .fini = teardown, .timeout = 60);
+
+static uint64_t now_ns(void)
+{
+	struct timespec ts;
+
+	clock_gettime(CLOCK_MONOTONIC, &ts);
+	return (uint64_t)ts.tv_sec * 1000000000u + (uint64_t)ts.tv_nsec;
+}
+
+static kvc_t *client(const struct kvi_local_hooks *hooks)
+{
+	struct kvc_opts o;
+	kvc_t *c = NULL;
+
+	kvc_opts_init(&o);
+	o.depth = 4;
+	o.op_timeout_ms = 200;
+	cr_assert_eq(kvt_env_client_opts(&env, hooks, &o, &c), 0);
+	return c;
+}
+
+static uint64_t *lock_of(const char *key, int which)
+{
+	const struct kvi_superblock *sb = kvs_core_superblock(env.core);
+	struct kvi_keyhash kh;
+
+	kvi_key_hash(key, strlen(key), sb->bucket_count, &kh);
+	return (uint64_t *)(void *)(kvi_local_region_base(env.reg) + kvi_bucket_off(sb, kh.b[which]));
+}
+
+static struct kvs_members_stats mstats(void)
+{
+	struct kvs_members_stats s;
+
+	kvs_members_stats(env.members, &s);
+	return s;
+}
+
+Test(lease, a_handle_in_use_renews_and_never_rejoins)
+{
+	kvc_t *a = client(NULL);
+	uint64_t end = now_ns() + 400 * 1000000ull;
+	struct kvc_stats st;
+	char v[16];
+	int n = 0;
+
+	cr_expect_eq(mstats().renewals, 1, "one renewal at join");
+	while (now_ns() < end) {
+		cr_assert_eq(kvt_put_s(a, "k", "v"), 0);
+		cr_assert_eq(kvt_get_s(a, "k", v, sizeof(v)), 0);
+		n++;
+		usleep(1000);
+	}
+	kvc_get_stats(a, &st);
+	cr_expect_eq(st.rejoins, 0);
+	cr_expect_geq(mstats().renewals, 400 / 25 - 4, "renewed every ~25 ms (%lu in 400 ms, %d rounds)",
+		      (unsigned long)mstats().renewals, n);
+	kvc_destroy(a);
+}
+
+Test(lease, an_idle_handle_past_its_lease_renews_on_its_next_call)
+{
+	kvc_t *a = client(NULL);
+	struct kvc_stats st;
+
+	usleep(150 * 1000); /* the lease (100 ms) ended; the server has not expelled it */
+	cr_expect_eq(kvt_put_s(a, "k", "v"), 0);
+	kvc_get_stats(a, &st);
+	cr_expect_eq(st.rejoins, 0, "a renewal was enough");
+	kvc_destroy(a);
+}
+
+Test(lease, an_expelled_handle_rejoins_as_a_new_client_on_its_next_call)
+{
+	kvc_t *a = client(NULL);
+	uint32_t ids[4], first = a->rm->client_id;
+	struct kvc_stats st;
+	char v[16];
+
+	cr_assert_eq(kvt_put_s(a, "k", "before"), 0);
+	usleep(120 * 1000);
+	cr_assert_eq(kvs_members_expired(env.members, now_ns(), ids, 4), 1, "the server expels it");
+	cr_expect_eq(ids[0], first);
+	cr_expect_eq(kvt_get_s(a, "k", v, sizeof(v)), 0);
+	cr_expect_str_eq(v, "before");
+	kvc_get_stats(a, &st);
+	cr_expect_eq(st.rejoins, 1);
+	cr_expect_neq(a->rm->client_id, first, "a new id");
+	kvc_destroy(a);
+}
+
+/* Stall a writer after it took its locks, past its lease. */
+static int stall_armed;
+static int stall_after_lock(void *arg, struct kvi_rmem *rm, const struct kvi_rop *op)
+{
+	(void)arg;
+	(void)rm;
+	if (stall_armed && op->kind == KVI_ROP_CAS && op->compare_add == 0) {
+		stall_armed = 0;
+		usleep(130 * 1000); /* past the lease; the operation deadline (200 ms) is not */
+	}
+	return 0;
+}
+
+Test(lease, a_writer_whose_lease_ran_out_holding_locks_posts_nothing_more)
+{
+	struct kvi_local_hooks hk = { .before_op = stall_after_lock };
+	kvc_t *a = client(&hk), *b = client(NULL);
+	uint32_t me = a->rm->client_id;
+	char v[16];
+	int rc;
+
+	stall_armed = 1;
+	rc = kvt_put_s(a, "k", "v");
+	cr_expect_eq(rc, KVC_EFENCED, "no commit after the lease: %s", kvc_err_name(rc));
+	/* It holds its locks (the server fences it and releases them; this
+	 * test's server does not): nothing was published. */
+	cr_expect(*lock_of("k", 0) == kvi_lock_held_by(me) || *lock_of("k", 1) == kvi_lock_held_by(me));
+	cr_expect_eq(kvt_get_s(b, "k", v, sizeof(v)), KVC_ENOTFOUND);
+	*lock_of("k", 0) = *lock_of("k", 1) = 0;
+	kvc_destroy(a);
+	kvc_destroy(b);
+}
+
+Test(lease, a_lock_word_naming_no_client_is_cleared_when_reported)
+{
+	kvc_t *a = client(NULL);
+	struct kvc_stats st;
+	uint64_t t0;
+
+	*lock_of("k", 0) = kvi_lock_held_by(4000); /* a departed client's, say */
+	t0 = now_ns();
+	cr_expect_eq(kvt_put_s(a, "k", "v"), 0, "the report clears it and the PUT goes on");
+	cr_expect_lt(now_ns() - t0, 200 * 1000000ull, "within the operation's deadline");
+	kvc_get_stats(a, &st);
+	cr_expect_geq(st.lock_reports, 1);
+	cr_expect_geq(env.verdicts[KVI_REPORT_CLEARING], 1);
+	cr_expect_eq(*lock_of("k", 0), 0);
+	kvc_destroy(a);
+}
+
+Test(lease, a_member_that_keeps_a_lock_past_every_deadline_is_condemned)
+{
+	kvc_t *owner = client(NULL), *a = client(NULL);
+	uint32_t owner_id = owner->rm->client_id;
+	uint64_t t0 = now_ns();
+	int rc;
+
+	/* owner "holds" k's lock and never lets go (a buggy client). */
+	*lock_of("k", 0) = kvi_lock_held_by(owner_id);
+	do {
+		rc = kvt_put_s(a, "k", "v");
+		cr_assert_eq(rc, KVC_ETIMEDOUT, "%s", kvc_err_name(rc));
+		(void)kvc_get(owner, "x", 1, NULL, 0, NULL); /* owner stays alive (renews) */
+	} while (env.fenced_owner == 0 && now_ns() - t0 < 2000 * 1000000ull);
+	cr_expect_eq(env.fenced_owner, owner_id, "condemned %u, owner %u", env.fenced_owner, owner_id);
+	cr_expect_geq(env.verdicts[KVI_REPORT_WATCHING], 1);
+	cr_expect_geq(now_ns() - t0, 250 * 1000000ull, "not before one deadline + margin");
+	*lock_of("k", 0) = 0;
+	kvc_destroy(owner);
+	kvc_destroy(a);
+}

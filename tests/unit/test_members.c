@@ -1,0 +1,150 @@
+/* Membership (server/members.h): leases end, are renewed and are never
+ * revived; the table stays exact through many joins and leaves; lock reports
+ * are judged by what the server sees, and the watch list stays bounded. */
+#include <criterion/criterion.h>
+#include <stdlib.h>
+
+#include "layout.h"
+#include "members.h"
+
+#define MS 1000000ull
+
+static struct kvs_members *m;
+
+static void setup(void)
+{
+	cr_assert_eq(kvs_members_create(&m, 100, 200), 0); /* lease 100 ms; max op 200 ms */
+}
+
+static void teardown(void)
+{
+	kvs_members_destroy(m);
+}
+
+TestSuite(members, .init = setup, .fini = teardown, .timeout = 30);
+
+Test(members, a_lease_ends_once_and_only_for_leased_members)
+{
+	uint32_t ids[64];
+
+	cr_assert_eq(kvs_members_join(m, 1, 1, 0), 0);
+	cr_assert_eq(kvs_members_join(m, 2, 0, 0), 0); /* a server loopback */
+	cr_expect_eq(kvs_members_next_due(m, 0, 1000), 100);
+	cr_expect_eq(kvs_members_expired(m, 100 * MS - 1, ids, 64), 0);
+	cr_assert_eq(kvs_members_expired(m, 100 * MS, ids, 64), 1);
+	cr_expect_eq(ids[0], 1);
+	cr_expect_eq(kvs_members_expired(m, 10000 * MS, ids, 64), 0, "reported once");
+	cr_expect(kvs_members_is_member(m, 1), "a member until it leaves");
+	cr_expect_eq(kvs_members_renew(m, 1, 100 * MS), 0, "an expelled member cannot renew");
+	cr_expect_eq(kvs_members_renew(m, 2, 0), 0, "loopbacks hold no lease");
+	kvs_members_leave(m, 1);
+	cr_expect_not(kvs_members_is_member(m, 1));
+	cr_expect_eq(kvs_members_count(m), 1);
+}
+
+Test(members, renewals_move_the_end_and_a_late_renewal_is_refused)
+{
+	uint32_t ids[64];
+
+	kvs_members_join(m, 1, 1, 0);
+	kvs_members_join(m, 2, 1, 0);
+	cr_expect_eq(kvs_members_renew(m, 1, 80 * MS), 100);
+	cr_assert_eq(kvs_members_expired(m, 100 * MS, ids, 64), 1);
+	cr_expect_eq(ids[0], 2);
+	cr_expect_eq(kvs_members_next_due(m, 100 * MS, 1000), 80);
+	cr_expect_eq(kvs_members_expired(m, 179 * MS, ids, 64), 0);
+	/* Ended, but the expiry scan has not run yet: whichever comes first
+	 * decides (the client posted nothing after its own end). */
+	cr_expect_eq(kvs_members_renew(m, 1, 180 * MS), 100);
+	cr_expect_eq(kvs_members_expired(m, 180 * MS, ids, 64), 0);
+	cr_assert_eq(kvs_members_expired(m, 280 * MS, ids, 64), 1);
+	cr_expect_eq(ids[0], 1);
+}
+
+Test(members, many_expire_in_chunks)
+{
+	uint32_t ids[64], seen = 0, n;
+
+	for (uint32_t id = 1; id <= 1000; id++)
+		cr_assert_eq(kvs_members_join(m, id, 1, 0), 0);
+	while ((n = kvs_members_expired(m, 100 * MS, ids, 64)) > 0)
+		seen += n;
+	cr_expect_eq(seen, 1000);
+}
+
+Test(members, the_table_stays_exact_through_joins_and_leaves)
+{
+	enum { N = 5000 };
+	static unsigned char in[1u << 22];
+	uint64_t x = 88172645463325252ull;
+
+	for (int round = 0; round < 4 * N; round++) {
+		uint32_t id;
+
+		x ^= x << 13, x ^= x >> 7, x ^= x << 17;
+		id = (uint32_t)(x % 8000) + 1;
+		if (in[id] && (x >> 40) % 3 == 0) {
+			kvs_members_leave(m, id);
+			in[id] = 0;
+		} else if (!in[id]) {
+			cr_assert_eq(kvs_members_join(m, id, 1, 0), 0);
+			in[id] = 1;
+		}
+	}
+	for (uint32_t id = 1; id <= 8001; id++)
+		cr_assert_eq(kvs_members_is_member(m, id), in[id], "id %u", id);
+}
+
+Test(members, lock_reports_are_judged_on_what_the_server_sees)
+{
+	uint64_t w3 = kvi_lock_held_by(3), w9 = kvi_lock_held_by(9);
+	uint32_t owner = 77;
+
+	kvs_members_join(m, 1, 1, 0);
+	kvs_members_join(m, 3, 1, 0);
+	cr_expect_eq(kvs_members_report(m, 1, 5, w3, 0, 0, &owner), KVI_REPORT_CHANGED, "released since");
+	cr_expect_eq(kvs_members_report(m, 1, 5, w3, w9, 0, &owner), KVI_REPORT_CHANGED, "another word now");
+	cr_expect_eq(kvs_members_report(m, 3, 5, w3, w3, 0, &owner), KVI_REPORT_CHANGED, "its own lock");
+	cr_expect_eq(kvs_members_report(m, 1, 5, w9, w9, 0, &owner), KVI_REPORT_CLEARING, "9 is nobody");
+	cr_expect_eq(kvs_members_report(m, 1, 6, 1ull << 63, 1ull << 63, 0, &owner), KVI_REPORT_CLEARING,
+		     "garbage naming id 0");
+	/* A member's word is watched for one operation deadline + margin. */
+	cr_expect_eq(kvs_members_report(m, 1, 5, w3, w3, 10 * MS, &owner), KVI_REPORT_WATCHING);
+	cr_expect_eq(kvs_members_report(m, 1, 5, w3, w3, (10 + 200 + KVS_WATCH_MARGIN_MS) * MS - 1, &owner),
+		     KVI_REPORT_WATCHING);
+	cr_expect_eq(kvs_members_report(m, 1, 5, w3, w3, (10 + 200 + KVS_WATCH_MARGIN_MS) * MS, &owner),
+		     KVI_REPORT_FENCING);
+	cr_expect_eq(owner, 3);
+}
+
+Test(members, a_word_that_changes_restarts_the_watch)
+{
+	uint64_t w3 = kvi_lock_held_by(3), w4 = kvi_lock_held_by(4);
+	uint32_t owner;
+
+	kvs_members_join(m, 1, 1, 0);
+	kvs_members_join(m, 3, 1, 0);
+	kvs_members_join(m, 4, 1, 0);
+	cr_expect_eq(kvs_members_report(m, 1, 5, w3, w3, 0, &owner), KVI_REPORT_WATCHING);
+	cr_expect_eq(kvs_members_report(m, 1, 5, w4, w4, 100 * MS, &owner), KVI_REPORT_WATCHING);
+	cr_expect_eq(kvs_members_report(m, 1, 5, w4, w4, 300 * MS, &owner), KVI_REPORT_WATCHING,
+		     "4 has held it for 200 ms only");
+	cr_expect_eq(kvs_members_report(m, 1, 5, w4, w4, 350 * MS, &owner), KVI_REPORT_FENCING);
+	cr_expect_eq(owner, 4);
+}
+
+Test(members, the_watch_list_is_bounded_and_forgets_the_oldest)
+{
+	uint64_t w3 = kvi_lock_held_by(3);
+	uint32_t owner;
+
+	kvs_members_join(m, 1, 1, 0);
+	kvs_members_join(m, 3, 1, 0);
+	cr_expect_eq(kvs_members_report(m, 1, 0, w3, w3, 0, &owner), KVI_REPORT_WATCHING);
+	for (uint64_t b = 1; b <= KVS_WATCH_MAX; b++)
+		kvs_members_report(m, 1, b, w3, w3, MS, &owner);
+	cr_expect_eq(kvs_members_report(m, 1, 0, w3, w3, 1000 * MS, &owner), KVI_REPORT_WATCHING,
+		     "bucket 0 was forgotten: watched afresh");
+	cr_expect_eq(kvs_members_report(m, 1, 1, w3, w3, 1000 * MS, &owner), KVI_REPORT_FENCING,
+		     "bucket 1 was kept");
+}
