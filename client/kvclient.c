@@ -8,6 +8,7 @@
 #include <sys/resource.h>
 #include <unistd.h>
 
+#include "auth.h"
 #include "client.h"
 #include "log.h"
 #include "rmem_verbs.h"
@@ -101,6 +102,9 @@ int kvc_create(const struct kvc_opts *o, kvc_t **out, char *err, size_t errlen)
 	struct kvi_welcome w;
 	struct kvi_rmem *rm;
 	char host[256], port[8], msg[640];
+	uint8_t secret[KVI_AUTH_SECRET_MAX];
+	size_t secret_len = 0;
+	const char *secret_file;
 	int rc;
 
 	if (!out)
@@ -117,10 +121,30 @@ int kvc_create(const struct kvc_opts *o, kvc_t **out, char *err, size_t errlen)
 		set_err(err, errlen, msg);
 		return KVC_EINVAL;
 	}
+	secret_file = o->secret_file ? o->secret_file : getenv("KVC_SECRET_FILE");
+	if (secret_file && !*secret_file)
+		secret_file = NULL;
+	if (secret_file) {
+		int loose;
+
+		rc = kvi_auth_load_secret(secret_file, secret, &secret_len, &loose, &e);
+		if (rc) {
+			snprintf(msg, sizeof(msg), "%s%s", e.msg,
+				 o->secret_file ? "" : " (named by KVC_SECRET_FILE)");
+			set_err(err, errlen, msg);
+			return rc;
+		}
+		if (loose)
+			kvi_warn("secret file %s can be read by group or others: chmod 600 %s", secret_file,
+				 secret_file);
+	}
 	rc = kvi_rmem_verbs_connect(&(struct kvi_verbs_opts){ .host = host, .port = port, .device = o->device,
 							      .lbuf_size = 4096,
-							      .timeout_ms = o->connect_timeout_ms },
+							      .timeout_ms = o->connect_timeout_ms,
+							      .secret = secret_file ? secret : NULL,
+							      .secret_len = secret_len },
 				    &rm, &w, &e);
+	kvi_auth_wipe(secret, sizeof(secret));
 	if (rc) {
 		set_err(err, errlen, e.msg);
 		return rc;
