@@ -22,6 +22,7 @@ struct rdma_conn {
 #define DRV_OP_TIMEOUT_MS 10000
 
 int kvb_rdma_track_access = 1;
+const char *kvb_rdma_secret_file;
 
 /* The driver's connection around an open handle (takes it, also on failure). */
 int kvb_rdma_wrap(kvc_t *h, unsigned depth, void **out, char *err, size_t len)
@@ -66,6 +67,7 @@ static int rdma_connect(const char *host, const char *port, const char *device, 
 	o.cache_entries = DRV_CACHE_ENTRIES;
 	o.op_timeout_ms = DRV_OP_TIMEOUT_MS;
 	o.track_access = kvb_rdma_track_access;
+	o.secret_file = kvb_rdma_secret_file;
 	rc = kvc_create(&o, &h, err, len);
 	if (rc)
 		return rc;

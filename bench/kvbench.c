@@ -51,6 +51,8 @@ static void usage(FILE *f)
 		"      --no-access-marks      rdma://: do not tell the server which items are read\n"
 		"                             (kvc_opts.track_access = 0), to measure what it costs\n"
 		"  -d, --device NAME          RDMA device (--micro/--raw)\n"
+		"      --secret-file PATH     rdma://: the server's shared secret (kvserver\n"
+		"                             --secret-file; default: $KVC_SECRET_FILE, if set)\n"
 		"Cache-aside (GET; on a miss, PUT the item, as an application with a backing store):\n"
 		"      --cache-aside KIND     zipf: Zipfian 0.99 over -r keys; scan: the same plus a\n"
 		"                             third of requests for keys never requested again\n"
@@ -141,7 +143,7 @@ static int parse_size(const char *s, struct kvb_cfg *c)
 static int parse_args(int argc, char **argv, struct cli *cl)
 {
 	enum { O_DIST = 256, O_CDF, O_WARMUP, O_NOLOAD, O_SEED, O_JSON, O_QUIET, O_MICRO, O_RAW, O_CA, O_LRU,
-	       O_CAWARM, O_NOMARKS, O_RATE, O_CPUOP, O_PROGRESS, O_LOCALOP };
+	       O_CAWARM, O_NOMARKS, O_SECRET, O_RATE, O_CPUOP, O_PROGRESS, O_LOCALOP };
 	static const struct option lo[] = {
 		{ "workload", required_argument, NULL, 'w' },  { "target", required_argument, NULL, 't' },
 		{ "records", required_argument, NULL, 'r' },   { "operations", required_argument, NULL, 'n' },
@@ -156,6 +158,7 @@ static int parse_args(int argc, char **argv, struct cli *cl)
 		{ "cache-aside", required_argument, NULL, O_CA }, { "lru-bytes", required_argument, NULL, O_LRU },
 		{ "warmup-requests", required_argument, NULL, O_CAWARM },
 		{ "no-access-marks", no_argument, NULL, O_NOMARKS },
+		{ "secret-file", required_argument, NULL, O_SECRET },
 		{ "rate", required_argument, NULL, O_RATE },
 		{ "cpu-per-op", optional_argument, NULL, O_CPUOP },
 		{ "progress", no_argument, NULL, O_PROGRESS },
@@ -268,6 +271,9 @@ static int parse_args(int argc, char **argv, struct cli *cl)
 			break;
 		case O_NOMARKS:
 			kvb_rdma_track_access = 0;
+			break;
+		case O_SECRET:
+			kvb_rdma_secret_file = optarg;
 			break;
 		case O_CAWARM:
 			if (parse_u64(optarg, 0, 1ull << 40, &cl->ca_warmup))

@@ -12,6 +12,8 @@
 #include <string.h>
 #include <time.h>
 
+#include "auth.h"
+#include "driver.h"
 #include "hist.h"
 #include "kvclient.h"
 #include "micro.h"
@@ -102,13 +104,24 @@ int kvb_raw(const struct kvb_micro_opts *o)
 	struct kvi_rmem *rm;
 	struct kvb_hist *hs;
 	struct kvi_ctrl req = { .type = KVI_CTRL_SEG_REQ, .arg = { 1 } }, resp = { 0 };
-	int rc;
+	uint8_t secret[KVI_AUTH_SECRET_MAX];
+	size_t secret_len = 0;
+	const char *secret_file = kvb_rdma_secret_file ? kvb_rdma_secret_file : getenv("KVC_SECRET_FILE");
+	int rc, loose;
 
+	if (secret_file && *secret_file &&
+	    kvi_auth_load_secret(secret_file, secret, &secret_len, &loose, &e)) {
+		fprintf(stderr, "kvbench: %s\n", e.msg);
+		return 1;
+	}
 	rc = kvi_rmem_verbs_connect(&(struct kvi_verbs_opts){ .host = o->host, .port = o->port,
 							      .device = o->device,
 							      .lbuf_size = 8 * (64 + (size_t)o->size),
-							      .timeout_ms = 5000 },
+							      .timeout_ms = 5000,
+							      .secret = secret_len ? secret : NULL,
+							      .secret_len = secret_len },
 				    &rm, &w, &e);
+	kvi_auth_wipe(secret, sizeof(secret));
 	if (rc) {
 		fprintf(stderr, "kvbench: %s\n", e.msg);
 		return 1;
@@ -227,6 +240,7 @@ int kvb_micro(const struct kvb_micro_opts *o)
 	kvc_opts_init(&ko);
 	ko.server = server;
 	ko.device = o->device;
+	ko.secret_file = kvb_rdma_secret_file;
 	ko.depth = 1;
 	for (int i = 0; i < 2; i++) {
 		ko.cache_entries = i ? 65536 : 0; /* h[0]: no location cache; h[1]: with */

@@ -15,7 +15,7 @@
 
 static void usage(FILE *f)
 {
-	fprintf(f, "usage: kvcli -s HOST[:PORT] [-d DEVICE] [-t MS] COMMAND\n"
+	fprintf(f, "usage: kvcli -s HOST[:PORT] [-d DEVICE] [-t MS] [--secret-file PATH] COMMAND\n"
 		   "commands:\n"
 		   "  get KEY                        print the value (and a newline, unless -n)\n"
 		   "  put KEY VALUE [--ttl SECONDS]  store; VALUE '-' reads it from stdin\n"
@@ -25,6 +25,8 @@ static void usage(FILE *f)
 		   "  -s, --server HOST[:PORT]  kvserver to use (port default %d)\n"
 		   "  -d, --device NAME         RDMA device (default: the one routing to HOST)\n"
 		   "  -t, --timeout MS          connection and operation timeout (default 5000)\n"
+		   "      --secret-file PATH    the server's shared secret (kvserver --secret-file;\n"
+		   "                            default: the file named by KVC_SECRET_FILE, if set)\n"
 		   "  -n, --no-newline          get: print the value only\n"
 		   "      --ttl SECONDS         put: expire after SECONDS (fractions: 1.5 = 1500 ms)\n"
 		   "exit status: 0 done, 1 key not found, 2 error\n",
@@ -120,7 +122,8 @@ int main(int argc, char **argv)
 		{ "server", required_argument, NULL, 's' }, { "device", required_argument, NULL, 'd' },
 		{ "timeout", required_argument, NULL, 't' }, { "no-newline", no_argument, NULL, 'n' },
 		{ "ttl", required_argument, NULL, 'T' },    { "help", no_argument, NULL, 'h' },
-		{ "version", no_argument, NULL, 'V' },      { 0 },
+		{ "version", no_argument, NULL, 'V' },      { "secret-file", required_argument, NULL, 'K' },
+		{ 0 },
 	};
 	struct kvc_opts o;
 	char err[400], what[300];
@@ -149,6 +152,9 @@ int main(int argc, char **argv)
 			o.connect_timeout_ms = o.op_timeout_ms = (int)ms;
 			break;
 		}
+		case 'K':
+			o.secret_file = optarg;
+			break;
 		case 'n':
 			newline = 0;
 			break;

@@ -8,6 +8,7 @@
 #include <sys/resource.h>
 #include <unistd.h>
 
+#include "auth.h"
 #include "client.h"
 #include "log.h"
 #include "rmem_verbs.h"
@@ -96,21 +97,50 @@ static int memlock_limited(char *msg, size_t len, const char *host, const char *
 }
 
 /* Where a handle dials (again): copies of what kvc_create was given, since
- * the caller's strings need not outlive the call. */
+ * the caller's strings need not outlive the call. The secret file is read
+ * at every dial (a rotated secret is picked up; the secret itself is kept
+ * only while connecting). */
 struct dial {
 	char host[256], port[8], device[64];
-	int has_device;
+	char secret_file[4096];
+	int has_device, has_secret, secret_from_env;
 };
+
+static int connect_once(const struct dial *d, int timeout_ms, struct kvi_rmem **rm, struct kvi_errbuf *e)
+{
+	uint8_t secret[KVI_AUTH_SECRET_MAX];
+	size_t secret_len = 0;
+	struct kvi_welcome w;
+	int rc;
+
+	if (d->has_secret) {
+		int loose;
+
+		rc = kvi_auth_load_secret(d->secret_file, secret, &secret_len, &loose, e);
+		if (rc) {
+			if (d->secret_from_env)
+				kvi_errbuf_set(e, "%s (named by KVC_SECRET_FILE)", e->msg);
+			return rc;
+		}
+		if (loose)
+			kvi_warn("secret file %s can be read by group or others: chmod 600 %s", d->secret_file,
+				 d->secret_file);
+	}
+	rc = kvi_rmem_verbs_connect(&(struct kvi_verbs_opts){ .host = d->host, .port = d->port,
+							      .device = d->has_device ? d->device : NULL,
+							      .lbuf_size = 4096, .timeout_ms = timeout_ms,
+							      .secret = d->has_secret ? secret : NULL,
+							      .secret_len = secret_len },
+				    rm, &w, e);
+	kvi_auth_wipe(secret, sizeof(secret));
+	return rc;
+}
 
 static int dial_verbs(void *arg, int timeout_ms, struct kvi_rmem **rm)
 {
 	const struct dial *d = arg;
 	struct kvi_errbuf e = { { 0 } };
-	struct kvi_welcome w;
-	int rc = kvi_rmem_verbs_connect(&(struct kvi_verbs_opts){ .host = d->host, .port = d->port,
-								  .device = d->has_device ? d->device : NULL,
-								  .lbuf_size = 4096, .timeout_ms = timeout_ms },
-					rm, &w, &e);
+	int rc = connect_once(d, timeout_ms, rm, &e);
 
 	if (rc)
 		kvi_info("rejoining %s:%s: %s", d->host, d->port, e.msg);
@@ -120,9 +150,9 @@ static int dial_verbs(void *arg, int timeout_ms, struct kvi_rmem **rm)
 int kvc_create(const struct kvc_opts *o, kvc_t **out, char *err, size_t errlen)
 {
 	struct kvi_errbuf e = { { 0 } };
-	struct kvi_welcome w;
 	struct kvi_rmem *rm;
-	char host[256], port[8], msg[640];
+	char msg[640];
+	const char *secret_file;
 	struct dial *d;
 	int rc;
 
@@ -134,42 +164,50 @@ int kvc_create(const struct kvc_opts *o, kvc_t **out, char *err, size_t errlen)
 		set_err(err, errlen, "invalid options: depth must be 1..64 and timeouts positive");
 		return KVC_EINVAL;
 	}
-	if (split_server(o->server, host, sizeof(host), port, sizeof(port))) {
+	d = calloc(1, sizeof(*d));
+	if (!d) {
+		set_err(err, errlen, "out of memory");
+		return KVC_ENOMEM;
+	}
+	if (split_server(o->server, d->host, sizeof(d->host), d->port, sizeof(d->port))) {
 		snprintf(msg, sizeof(msg), "invalid server address '%s': expected HOST[:PORT]",
 			 o->server ? o->server : "(none)");
 		set_err(err, errlen, msg);
+		free(d);
 		return KVC_EINVAL;
 	}
-	rc = kvi_rmem_verbs_connect(&(struct kvi_verbs_opts){ .host = host, .port = port, .device = o->device,
-							      .lbuf_size = 4096,
-							      .timeout_ms = o->connect_timeout_ms },
-				    &rm, &w, &e);
-	if (rc) {
-		set_err(err, errlen, e.msg);
-		return rc;
-	}
-	rc = kvi_client_open(rm, o, out);
-	if (rc == KVC_ENOMEM && memlock_limited(msg, sizeof(msg), host, port))
-		set_err(err, errlen, msg);
-	else if (rc) {
-		snprintf(msg, sizeof(msg), "server %s:%s: %s", host, port, kvc_strerror(rc));
-		set_err(err, errlen, msg);
-	}
-	if (rc)
-		return rc;
-	d = calloc(1, sizeof(*d));
-	if (!d || (o->device && strlen(o->device) >= sizeof(d->device))) {
+	secret_file = o->secret_file ? o->secret_file : getenv("KVC_SECRET_FILE");
+	if ((o->device && strlen(o->device) >= sizeof(d->device)) ||
+	    (secret_file && strlen(secret_file) >= sizeof(d->secret_file))) {
+		set_err(err, errlen, "invalid options: device name or secret file path too long");
 		free(d);
-		kvc_destroy(*out);
-		*out = NULL;
-		set_err(err, errlen, d ? "device name too long" : "out of memory");
-		return d ? KVC_EINVAL : KVC_ENOMEM;
+		return KVC_EINVAL;
 	}
-	snprintf(d->host, sizeof(d->host), "%s", host);
-	snprintf(d->port, sizeof(d->port), "%s", port);
 	if (o->device) {
 		snprintf(d->device, sizeof(d->device), "%s", o->device);
 		d->has_device = 1;
+	}
+	if (secret_file && *secret_file) {
+		snprintf(d->secret_file, sizeof(d->secret_file), "%s", secret_file);
+		d->has_secret = 1;
+		d->secret_from_env = o->secret_file == NULL;
+	}
+	rc = connect_once(d, o->connect_timeout_ms, &rm, &e);
+	if (rc) {
+		set_err(err, errlen, e.msg);
+		free(d);
+		return rc;
+	}
+	rc = kvi_client_open(rm, o, out);
+	if (rc == KVC_ENOMEM && memlock_limited(msg, sizeof(msg), d->host, d->port))
+		set_err(err, errlen, msg);
+	else if (rc) {
+		snprintf(msg, sizeof(msg), "server %s:%s: %s", d->host, d->port, kvc_strerror(rc));
+		set_err(err, errlen, msg);
+	}
+	if (rc) {
+		free(d);
+		return rc;
 	}
 	kvi_client_set_dial(*out, dial_verbs, d, free);
 	return 0;

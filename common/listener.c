@@ -46,6 +46,7 @@ struct kvi_listener {
 	unsigned npeers;   /* peers holding a QP on cq */
 	uint64_t next_serial;
 	struct kvi_peer *peers;
+	struct kvi_auth_gate *auth; /* NULL: every peer is a client, no proof asked */
 };
 
 /* Choose the device for a wildcard bind: the named one, else the only one with
@@ -210,6 +211,7 @@ int kvi_listener_create(const struct kvi_listen_opts *o, struct kvi_listener **o
 		return KVC_ENOMEM;
 	}
 	l->epfd = -1;
+	l->auth = o->auth;
 	l->ch = rdma_create_event_channel();
 	if (!l->ch) {
 		kvi_errbuf_set(e, "cannot open the RDMA connection manager (/dev/infiniband/rdma_cm: %s): "
@@ -418,6 +420,41 @@ static void reject(struct rdma_cm_id *id, uint16_t reason)
 	rdma_reject(id, &r, sizeof(r));
 }
 
+/* One line for the operator: who was refused and why. */
+static void refuse_log(struct rdma_cm_id *id, const struct kvi_hello *h, int why)
+{
+	const struct sockaddr *a = rdma_get_peer_addr(id);
+	char addr[INET6_ADDRSTRLEN] = "?";
+	const char *what;
+
+	if (a->sa_family == AF_INET)
+		inet_ntop(AF_INET, &((const struct sockaddr_in *)a)->sin_addr, addr, sizeof(addr));
+	else if (a->sa_family == AF_INET6)
+		inet_ntop(AF_INET6, &((const struct sockaddr_in6 *)a)->sin6_addr, addr, sizeof(addr));
+	switch (why) {
+	case KVI_REJECT_NOAUTH:
+		what = "no proof of the secret (client without --secret-file?)";
+		break;
+	case KVI_REJECT_AUTH:
+		what = h->role == KVI_ROLE_LOOPBACK ? "claims to be our loopback without its key"
+						    : "wrong proof (a different secret?)";
+		break;
+	case KVI_REJECT_STALE:
+		what = "proof timestamp outside the +-30 s window (clocks apart?)";
+		break;
+	case KVI_REJECT_REPLAY:
+		what = "replayed proof (this nonce was already used)";
+		break;
+	case KVI_REJECT_FULL:
+		what = "replay cache full of live proofs (too many joins within 30 s); refusing rather "
+		       "than forgetting one";
+		break;
+	default:
+		what = "refused";
+	}
+	kvi_warn("refusing a peer from %s: %s", addr, what);
+}
+
 /* A join request. The child id is destroyed by the caller when this fails. */
 static int admit(struct kvi_listener *l, struct rdma_cm_event *ev, const struct kvi_listen_cb *cb)
 {
@@ -428,6 +465,7 @@ static int admit(struct kvi_listener *l, struct rdma_cm_event *ev, const struct 
 	struct ibv_qp_init_attr qa;
 	struct rdma_conn_param cp;
 	struct kvi_peer *p;
+	uint16_t role = KVI_ROLE_CLIENT;
 	int why;
 
 	if (id->verbs != l->ctx) {
@@ -441,13 +479,19 @@ static int admit(struct kvi_listener *l, struct rdma_cm_event *ev, const struct 
 		reject(id, KVI_REJECT_VERSION);
 		return -1;
 	}
+	why = l->auth ? kvi_auth_admit(l->auth, &h, kvi_auth_now_ms(), &role) : 0;
+	if (why) {
+		refuse_log(id, &h, why);
+		reject(id, (uint16_t)why);
+		return -1;
+	}
 	p = calloc(1, sizeof(*p));
 	if (!p) {
 		reject(id, KVI_REJECT_FULL);
 		return -1;
 	}
 	p->id = id;
-	p->role = h.role;
+	p->role = role;
 	why = cb->on_connect(cb->arg, p, &h, &w);
 	if (why) {
 		reject(id, (uint16_t)why);

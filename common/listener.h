@@ -27,6 +27,7 @@
 
 #include <stdint.h>
 
+#include "auth.h"
 #include "verbs_util.h"
 #include "wire.h"
 
@@ -35,6 +36,10 @@ struct kvi_listen_opts {
 	const char *port;   /* decimal port */
 	const char *device; /* required device name, or NULL */
 	int backlog;
+	/* Who may join and as what (auth.h), decided before rdma_accept, so a
+	 * refused peer never has a usable QP. NULL: no proof is asked and every
+	 * peer is a client (test peers). Must outlive the listener. */
+	struct kvi_auth_gate *auth;
 };
 
 /* A connected (or connecting) peer. Owned by the listener; valid from the
@@ -43,7 +48,7 @@ struct kvi_peer {
 	struct kvi_peer *next;
 	struct rdma_cm_id *id;
 	uint32_t client_id;
-	uint16_t role;
+	uint16_t role; /* enum kvi_role, as the admission decided (never the peer's word) */
 	int established;
 	void *user; /* owner's per-peer state */
 

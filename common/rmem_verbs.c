@@ -7,6 +7,7 @@
 #include <string.h>
 #include <time.h>
 
+#include "auth.h"
 #include "kvclient_errors.h"
 #include "log.h"
 
@@ -572,6 +573,23 @@ static int create_resources(struct rmem_verbs *v, const struct kvi_verbs_opts *o
 	return 0;
 }
 
+/* The hello, with a fresh proof when we have a key. */
+static int make_hello(const struct kvi_verbs_opts *o, struct kvi_wire_hello *w, struct kvi_errbuf *e)
+{
+	struct kvi_hello h = { .role = o->role ? o->role : KVI_ROLE_CLIENT };
+
+	if (o->raw_hello) {
+		*w = *o->raw_hello;
+		return 0;
+	}
+	if (o->secret && kvi_auth_prove(&h, o->secret, o->secret_len, kvi_auth_now_ms())) {
+		kvi_errbuf_set(e, "cannot get random bytes for the join proof (getrandom: %s)", strerror(errno));
+		return KVC_ESYS;
+	}
+	kvi_wire_hello_encode(w, &h);
+	return 0;
+}
+
 int kvi_rmem_verbs_connect(const struct kvi_verbs_opts *o, struct kvi_rmem **out,
 			   struct kvi_welcome *welcome, struct kvi_errbuf *e)
 {
@@ -637,7 +655,9 @@ int kvi_rmem_verbs_connect(const struct kvi_verbs_opts *o, struct kvi_rmem **out
 	if (rc)
 		goto clean_ai;
 
-	kvi_wire_hello_encode(&hello, &(struct kvi_hello){ .role = o->role ? o->role : KVI_ROLE_CLIENT });
+	rc = make_hello(o, &hello, e);
+	if (rc)
+		goto clean_ai;
 	memset(&cp, 0, sizeof(cp));
 	cp.private_data = &hello;
 	cp.private_data_len = sizeof(hello);

@@ -22,6 +22,13 @@ struct kvi_verbs_opts {
 	size_t lbuf_size;   /* bytes of registered local buffer */
 	int timeout_ms;     /* for each set-up step (resolve, route, connect) */
 	uint16_t role;      /* enum kvi_role; 0 means KVI_ROLE_CLIENT */
+	/* Prove the join with this key (auth.h): the shared secret, or the
+	 * server's loopback key for its own connections. NULL: no proof. */
+	const uint8_t *secret;
+	size_t secret_len;
+	/* Tests only: send these hello bytes as they are (to replay a proof, or
+	 * send a forged or stale one); role and secret are then ignored. */
+	const struct kvi_wire_hello *raw_hello;
 };
 
 /* Connect. On success *out is a ready connection and *welcome what the server

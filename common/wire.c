@@ -20,6 +20,9 @@ void kvi_wire_hello_encode(struct kvi_wire_hello *w, const struct kvi_hello *h)
 	w->magic = htole32(KVI_WIRE_MAGIC);
 	w->version = htole16(KVI_WIRE_VERSION);
 	w->role = htole16(h->role);
+	w->auth.timestamp_ms = htole64(h->proof.timestamp_ms);
+	memcpy(w->auth.nonce, h->proof.nonce, sizeof(w->auth.nonce));
+	memcpy(w->auth.mac, h->proof.mac, sizeof(w->auth.mac));
 }
 
 int kvi_wire_hello_decode(const void *buf, size_t len, struct kvi_hello *out)
@@ -36,6 +39,12 @@ int kvi_wire_hello_decode(const void *buf, size_t len, struct kvi_hello *out)
 	out->role = le16toh(w.role);
 	if (out->role != KVI_ROLE_CLIENT && out->role != KVI_ROLE_LOOPBACK)
 		return KVC_EPROTO;
+	out->proof.timestamp_ms = le64toh(w.auth.timestamp_ms);
+	memcpy(out->proof.nonce, w.auth.nonce, sizeof(out->proof.nonce));
+	memcpy(out->proof.mac, w.auth.mac, sizeof(out->proof.mac));
+	out->has_proof = 0;
+	for (size_t i = 0; i < sizeof(w.auth); i++)
+		out->has_proof |= ((const uint8_t *)&w.auth)[i] != 0;
 	return 0;
 }
 
@@ -106,6 +115,12 @@ int kvi_reject_reason_code(uint16_t reason)
 	switch (reason) {
 	case KVI_REJECT_AUTH:
 		return KVC_EAUTH;
+	case KVI_REJECT_NOAUTH:
+		return KVC_ENOAUTH;
+	case KVI_REJECT_STALE:
+		return KVC_ESTALE;
+	case KVI_REJECT_REPLAY:
+		return KVC_EREPLAY;
 	case KVI_REJECT_VERSION:
 		return KVC_EPROTO;
 	case KVI_REJECT_FULL:
@@ -123,7 +138,16 @@ const char *kvi_reject_reason_text(uint16_t reason)
 	case KVI_REJECT_VERSION:
 		return "server speaks another protocol version: upgrade client and server together";
 	case KVI_REJECT_AUTH:
-		return "server refused our credentials: check the shared secret";
+		return "server refused our proof: our secret is not the server's; give the file kvserver "
+		       "--secret-file reads (kvc_opts.secret_file, KVC_SECRET_FILE or --secret-file)";
+	case KVI_REJECT_NOAUTH:
+		return "server requires authentication: give a secret file (kvc_opts.secret_file, "
+		       "KVC_SECRET_FILE or --secret-file) with the server's secret";
+	case KVI_REJECT_STALE:
+		return "server found our proof's timestamp outside its +-30 s window: check the clocks of "
+		       "client and server (NTP)";
+	case KVI_REJECT_REPLAY:
+		return "server has already seen this proof (a replayed hello): connect again for a fresh one";
 	case KVI_REJECT_DEVICE:
 		return "request reached the server on an RDMA device it does not serve: check kvserver -d/-l";
 	case KVI_REJECT_FULL:

@@ -26,17 +26,33 @@ enum kvi_role {
 	KVI_ROLE_LOOPBACK = 2, /* the server's own QP to its region (locks through the NIC) */
 };
 
-/* Connect private data. The auth area is reserved for the join proof (timestamp,
- * nonce, truncated HMAC); it is zero until authentication exists. */
+/* The join proof in the hello (common/auth.h makes and checks it): who holds
+ * the shared secret (or, for the server's own loopback connections, the
+ * server's per-process loopback key) proves it without sending it.
+ *   mac = HMAC-SHA256(key, magic | version | role | timestamp_ms | nonce)
+ *         truncated to its first 16 bytes; the fields are hashed as they lie
+ *         on the wire (little-endian, 32 bytes in all).
+ * All zero means "no proof" (a client without a secret). */
+#define KVI_AUTH_NONCE_LEN 16u
+#define KVI_AUTH_MAC_LEN 16u
+struct kvi_wire_proof {
+	uint64_t timestamp_ms; /* CLOCK_REALTIME, ms since the epoch */
+	uint8_t nonce[KVI_AUTH_NONCE_LEN]; /* random (getrandom), never reused */
+	uint8_t mac[KVI_AUTH_MAC_LEN];
+};
+_Static_assert(sizeof(struct kvi_wire_proof) == 40, "proof layout");
+
+/* Connect private data. */
 struct kvi_wire_hello {
 	uint32_t magic;
 	uint16_t version;
-	uint16_t role; /* enum kvi_role */
+	uint16_t role; /* enum kvi_role: what the peer claims; the server decides */
 	uint64_t reserved;
-	uint8_t auth[40];
+	struct kvi_wire_proof auth;
 };
 _Static_assert(sizeof(struct kvi_wire_hello) == 56, "hello must fill the 56-byte REQ private data");
 _Static_assert(offsetof(struct kvi_wire_hello, auth) == 16, "hello layout");
+_Static_assert(offsetof(struct kvi_wire_hello, auth.mac) == 40, "hello layout");
 
 enum kvi_welcome_flags {
 	/* The server never evicts a live item (kvserver --no-evict): an insert
@@ -64,10 +80,13 @@ _Static_assert(sizeof(struct kvi_wire_welcome) <= KVI_CM_ACCEPT_PDATA_MAX, "welc
 
 enum kvi_reject_reason {
 	KVI_REJECT_VERSION = 1, /* hello magic/version not understood */
-	KVI_REJECT_AUTH = 2,
+	KVI_REJECT_AUTH = 2,    /* wrong proof (wrong secret), or a loopback claim without the key */
 	KVI_REJECT_DEVICE = 3, /* request arrived on a device the server does not serve */
 	KVI_REJECT_FULL = 4,   /* no client id or resources left */
 	KVI_REJECT_SHUTDOWN = 5,
+	KVI_REJECT_NOAUTH = 6, /* the server needs a proof and the hello carries none */
+	KVI_REJECT_STALE = 7,  /* proof timestamp outside the server's window (clock skew) */
+	KVI_REJECT_REPLAY = 8, /* this proof (its nonce) was already used */
 };
 
 struct kvi_wire_reject {
@@ -163,8 +182,15 @@ struct kvi_ctrl {
 	uint64_t arg[5];
 };
 
+struct kvi_proof {
+	uint64_t timestamp_ms;
+	uint8_t nonce[KVI_AUTH_NONCE_LEN];
+	uint8_t mac[KVI_AUTH_MAC_LEN];
+};
 struct kvi_hello {
 	uint16_t role;
+	int has_proof; /* decode: the auth area is not all zero (encode ignores it) */
+	struct kvi_proof proof; /* encoded as is; all zero = no proof */
 };
 struct kvi_welcome {
 	uint32_t client_id;

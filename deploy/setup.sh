@@ -8,7 +8,7 @@ set -euo pipefail
 pkgs=(
   # build
   build-essential cmake pkgconf
-  libibverbs-dev librdmacm-dev libjemalloc-dev libxxhash-dev libcriterion-dev
+  libibverbs-dev librdmacm-dev libjemalloc-dev libxxhash-dev libssl-dev libcriterion-dev
   # fuzzing (tests/fuzz): clang and its runtime libraries (libFuzzer, ASan, UBSan)
   clang libclang-rt-dev
   # runtime RDMA userspace: providers (rxe), tools, perftest for comparisons

@@ -9,6 +9,7 @@
 
 #include "kvclient_errors.h"
 #include "log.h"
+#include "loopkey.h"
 #include "reclaim.h"
 #include "rmem_verbs.h"
 
@@ -86,7 +87,9 @@ static struct kvs_reclaimer *connect_reclaimer(struct kvs_evictor *ev)
 	rc = kvi_rmem_verbs_connect(&(struct kvi_verbs_opts){ .host = ev->host, .port = ev->port,
 								 .device = ev->device[0] ? ev->device : NULL,
 								 .lbuf_size = 4096, .timeout_ms = CONNECT_TIMEOUT_MS,
-								 .role = KVI_ROLE_LOOPBACK },
+								 .role = KVI_ROLE_LOOPBACK,
+								 .secret = kvs_loopback_key(),
+								 .secret_len = KVI_AUTH_LOOPBACK_KEY_LEN },
 				    &rm, &w, &e);
 	if (rc) {
 		kvi_warn("reclaimer: no loopback connection yet (%s); retrying", e.msg);

@@ -8,6 +8,7 @@
 
 #include "kvclient_errors.h"
 #include "log.h"
+#include "loopkey.h"
 #include "rmem_verbs.h"
 
 #define FENCE_TIMEOUT_MS 5000
@@ -30,7 +31,9 @@ static void *connect_main(void *arg)
 	f->rc = kvi_rmem_verbs_connect(&(struct kvi_verbs_opts){ .host = f->host, .port = f->port,
 								 .device = f->device[0] ? f->device : NULL,
 								 .lbuf_size = 64, .timeout_ms = FENCE_TIMEOUT_MS,
-								 .role = KVI_ROLE_LOOPBACK },
+								 .role = KVI_ROLE_LOOPBACK,
+								 .secret = kvs_loopback_key(),
+								 .secret_len = KVI_AUTH_LOOPBACK_KEY_LEN },
 				       &f->rm, &w, &f->e);
 	atomic_store(&f->done, 1);
 	return NULL;

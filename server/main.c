@@ -19,6 +19,7 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "auth.h"
 #include "core.h"
 #include "kvclient_errors.h"
 #include "listener.h"
@@ -26,6 +27,7 @@
 #include "evictor.h"
 #include "fence.h"
 #include "members.h"
+#include "loopkey.h"
 #include "region.h"
 
 #define KVS_VERSION "0.1.0"
@@ -39,6 +41,7 @@ struct kvs_opts {
 	enum kvs_hugepages huge;
 	struct kvs_core_opts core;
 	uint32_t lease_ms, renew_ms;
+	const char *secret_file; /* --secret-file, or NULL */
 	int verbose;
 };
 
@@ -53,6 +56,8 @@ struct kvs_server {
 	int stopping;            /* shutting down: clients leave by our doing */
 	uint32_t next_client_id;
 	unsigned nclients;
+	uint8_t secret[KVI_AUTH_SECRET_MAX]; /* --secret-file's contents */
+	struct kvi_auth_gate gate;           /* who may join, and as what */
 };
 
 static void usage(FILE *f)
@@ -88,6 +93,10 @@ static void usage(FILE *f)
 		"                          is fenced (%u..%u, default %u)\n"
 		"      --renew-ms MS       clients renew every MS while they are used; at most\n"
 		"                          half the lease (default %u)\n"
+		"Security:\n"
+		"      --secret-file PATH  clients must prove they hold the secret in PATH (at least\n"
+		"                          16 bytes; mode 0600) to join; without it anyone who can\n"
+		"                          reach the port can read and write all of the region\n"
 		"  -v, --verbose           more log (repeat for debug)\n"
 		"  -h, --help              this text\n"
 		"  -V, --version           print the version\n",
@@ -129,6 +138,7 @@ static int parse_args(int argc, char **argv, struct kvs_opts *o)
 		{ "client-quota-pct", required_argument, NULL, 'C' },
 		{ "lease-ms", required_argument, NULL, 'A' },
 		{ "renew-ms", required_argument, NULL, 'R' },
+		{ "secret-file", required_argument, NULL, 'K' },
 		{ "verbose", no_argument, NULL, 'v' },
 		{ "help", no_argument, NULL, 'h' },
 		{ "version", no_argument, NULL, 'V' },
@@ -239,6 +249,9 @@ static int parse_args(int argc, char **argv, struct kvs_opts *o)
 			}
 			o->renew_ms = (uint32_t)v;
 			break;
+		case 'K':
+			o->secret_file = optarg;
+			break;
 		case 'v':
 			o->verbose++;
 			break;
@@ -280,6 +293,36 @@ static uint64_t mono_ns(void)
 
 	clock_gettime(CLOCK_MONOTONIC, &ts);
 	return (uint64_t)ts.tv_sec * 1000000000u + (uint64_t)ts.tv_nsec;
+}
+
+/* The admission gate: the shared secret (if any), the loopback key, and the
+ * replay cache. 0, or the exit status (a bad secret file is a usage error). */
+static int auth_setup(struct kvs_server *s)
+{
+	struct kvi_errbuf e = { { 0 } };
+	int loose;
+
+	s->gate.loopback_key = kvs_loopback_key();
+	s->gate.replay = kvi_auth_replay_create(0);
+	if (!s->gate.loopback_key || !s->gate.replay) {
+		fprintf(stderr, "kvserver: cannot set up authentication: %s\n",
+			s->gate.replay ? "no random bytes from the kernel (getrandom)" : "out of memory");
+		return 1;
+	}
+	if (!s->o.secret_file) {
+		kvi_warn("no --secret-file: anyone who can reach port %s can read and write all of this "
+			 "server's memory; give --secret-file PATH to require a shared secret", s->o.port);
+		return 0;
+	}
+	if (kvi_auth_load_secret(s->o.secret_file, s->secret, &s->gate.secret_len, &loose, &e)) {
+		fprintf(stderr, "kvserver: %s\n", e.msg);
+		return 2;
+	}
+	if (loose)
+		kvi_warn("secret file %s can be read by group or others: chmod 600 %s", s->o.secret_file,
+			 s->o.secret_file);
+	s->gate.secret = s->secret;
+	return 0;
 }
 
 static int on_connect(void *arg, struct kvi_peer *p, const struct kvi_hello *h, struct kvi_welcome *w)
@@ -499,6 +542,9 @@ int main(int argc, char **argv)
 	if (rc >= 0)
 		return rc;
 	kvi_log_set(kvi_log_stderr, "kvserver", KVI_LOG_WARN + s.o.verbose);
+	rc = auth_setup(&s);
+	if (rc)
+		goto clean_auth;
 	/* Block the signals before any thread exists (librdmacm may start one), so
 	 * they are only ever delivered through the signalfd. */
 	sigemptyset(&mask);
@@ -508,11 +554,12 @@ int main(int argc, char **argv)
 	signal(SIGPIPE, SIG_IGN);
 
 	rc = kvi_listener_create(&(struct kvi_listen_opts){ .addr = s.o.listen, .port = s.o.port,
-							     .device = s.o.device },
+							     .device = s.o.device, .auth = &s.gate },
 				 &s.l, &e);
 	if (rc) {
 		fprintf(stderr, "kvserver: %s\n", e.msg);
-		return 1;
+		rc = 1;
+		goto clean_auth;
 	}
 	rc = kvs_region_create(&s.region, (size_t)s.o.memory_mib << 20, s.o.huge, kvi_listener_pd(s.l), &e);
 	if (rc) {
@@ -581,5 +628,9 @@ clean_region:
 	kvs_region_destroy(&s.region);
 clean_listener:
 	kvi_listener_destroy(s.l, NULL);
-	return rc ? 1 : 0;
+	rc = rc ? 1 : 0;
+clean_auth:
+	kvi_auth_replay_destroy(s.gate.replay);
+	kvi_auth_wipe(s.secret, sizeof(s.secret));
+	return rc;
 }

@@ -61,6 +61,13 @@ struct kvc_opts {
 	 * its reclaimer keeps them rather than evicting them. Default 1; 0 only
 	 * to measure what tracking costs. */
 	int track_access;
+	/* File holding the shared secret of a kvserver started with
+	 * --secret-file (the same file's contents; one trailing newline is not
+	 * part of it). The handle proves it holds the secret when joining; the
+	 * secret itself is never sent. NULL: the file named by the environment
+	 * variable KVC_SECRET_FILE, if set, else no proof (a server that needs one
+	 * refuses with KVC_ENOAUTH). */
+	const char *secret_file;
 };
 
 /* Fill o with the defaults (server NULL). */

@@ -24,7 +24,7 @@ extern "C" {
 	X(ENOMEM, -4, "out of memory")                                                      \
 	X(ETIMEDOUT, -5, "operation timed out")                                             \
 	X(ESERVERGONE, -6, "server gone: connection lost or peer not responding")           \
-	X(EAUTH, -7, "authentication refused by server")                                   \
+	X(EAUTH, -7, "authentication refused by server: wrong secret")                     \
 	X(EINVAL, -8, "invalid argument")                                                   \
 	X(EUNREACHABLE, -9, "server unreachable: no route, no listener or connection refused") \
 	X(ENODEV, -10, "RDMA device not found")                                             \
@@ -40,6 +40,9 @@ extern "C" {
 	X(EBUSY, -20, "asynchronous operations in flight: blocking calls need an idle handle") \
 	X(EUNKNOWN, -21, "outcome unknown: the write was sent but its completion was lost; it may have taken effect") \
 	X(EQUOTA, -22, "memory quota reached: this client already holds its share of the server's memory") \
+	X(ENOAUTH, -23, "server requires authentication: give a secret file")               \
+	X(ESTALE, -24, "proof timestamp outside the server's window: check the clocks")     \
+	X(EREPLAY, -25, "proof already used: the server saw this hello before")             \
 	X(EFENCED, -26, "fenced: this client's lease ran out (it stalled or lost the server) and the server cut it off; the handle rejoins on the next call")
 
 enum kvc_errno {

@@ -5,10 +5,12 @@
  * the input (libFuzzer's buffer is exactly `size` bytes, so ASan sees them),
  * this checks meaning: whatever a decoder accepts satisfies what the decoder
  * promises, and re-encodes to the same meaningful bytes and decodes again to
- * the same values. A failed check aborts with the reason. */
+ * the same values; no hello carries a proof valid under a key the input
+ * cannot know. A failed check aborts with the reason. */
 #include <stdint.h>
 #include <string.h>
 
+#include "auth.h"
 #include "fuzz_check.h"
 #include "kvclient_errors.h"
 #include "wire.h"
@@ -23,9 +25,31 @@ static void hello(const uint8_t *data, size_t size)
 	FUZZ_CHECK(size >= sizeof(w), "hello accepted from %zu bytes", size);
 	FUZZ_CHECK(h.role == KVI_ROLE_CLIENT || h.role == KVI_ROLE_LOOPBACK, "hello role %u accepted", h.role);
 	kvi_wire_hello_encode(&w, &h);
-	/* magic, version, role: the bytes that mean something (the rest is reserved). */
+	/* magic, version, role and the proof: the bytes that mean something
+	 * (only `reserved` between them is not). */
 	FUZZ_CHECK(memcmp(&w, data, offsetof(struct kvi_wire_hello, reserved)) == 0, "hello re-encodes differently");
-	FUZZ_CHECK(kvi_wire_hello_decode(&w, sizeof(w), &h2) == 0 && h2.role == h.role, "hello round trip");
+	FUZZ_CHECK(memcmp(&w.auth, data + offsetof(struct kvi_wire_hello, auth), sizeof(w.auth)) == 0,
+		   "hello proof re-encodes differently");
+	/* "No proof" is exactly an all-zero auth area. */
+	{
+		int nonzero = 0;
+
+		for (size_t i = 0; i < sizeof(w.auth); i++)
+			nonzero |= data[offsetof(struct kvi_wire_hello, auth) + i] != 0;
+		FUZZ_CHECK(nonzero == h.has_proof, "hello has_proof %d for an auth area %s", h.has_proof,
+			   nonzero ? "with data" : "of zeros");
+	}
+	/* Without the key no input is a valid proof (a MAC guessed right is a
+	 * 2^-128 chance): the gate says "no proof" or "wrong proof", never yes. */
+	{
+		static const uint8_t key[16] = { 'f', 'u', 'z', 'z', '-', 's', 'e', 'c', 'r', 'e', 't' };
+		int why = kvi_auth_verify(&h, key, sizeof(key), h.proof.timestamp_ms);
+
+		FUZZ_CHECK(why == (h.has_proof ? KVI_REJECT_AUTH : KVI_REJECT_NOAUTH), "proof check said %d", why);
+	}
+	FUZZ_CHECK(kvi_wire_hello_decode(&w, sizeof(w), &h2) == 0 && h2.role == h.role &&
+			   h2.has_proof == h.has_proof && memcmp(&h2.proof, &h.proof, sizeof(h.proof)) == 0,
+		   "hello round trip");
 }
 
 static void welcome(const uint8_t *data, size_t size)

@@ -40,9 +40,14 @@ static void wire(void)
 	put("fuzz_wire", "hello_client", &h, sizeof(h));
 	kvi_wire_hello_encode(&h, &(struct kvi_hello){ .role = KVI_ROLE_LOOPBACK });
 	put("fuzz_wire", "hello_loopback", &h, sizeof(h));
+	kvi_wire_hello_encode(&h, &(struct kvi_hello){ .role = KVI_ROLE_CLIENT,
+						       .proof = { .timestamp_ms = 1767225600000ull,
+								  .nonce = { 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15, 16 },
+								  .mac = { 0xa5, 0x5a, 0xa5, 0x5a } } });
+	put("fuzz_wire", "hello_with_proof", &h, sizeof(h));
 	kvi_wire_welcome_encode(&w, &wv);
 	put("fuzz_wire", "welcome", &w, sizeof(w));
-	for (uint16_t reason = KVI_REJECT_VERSION; reason <= KVI_REJECT_SHUTDOWN; reason++) {
+	for (uint16_t reason = KVI_REJECT_VERSION; reason <= KVI_REJECT_REPLAY; reason++) {
 		kvi_wire_reject_encode(&r, reason);
 		snprintf(name, sizeof(name), "reject_%u", reason);
 		put("fuzz_wire", name, &r, sizeof(r));

@@ -15,6 +15,39 @@ Test(wire, hello_round_trip)
 	cr_expect_eq(h.role, KVI_ROLE_LOOPBACK);
 }
 
+Test(wire, hello_carries_the_proof_and_says_whether_there_is_one)
+{
+	struct kvi_hello in = { .role = KVI_ROLE_CLIENT, .proof = { .timestamp_ms = 0x0102030405060708ull } }, h;
+	struct kvi_wire_hello w;
+	const unsigned char *b = (const unsigned char *)&w;
+
+	for (unsigned i = 0; i < KVI_AUTH_NONCE_LEN; i++)
+		in.proof.nonce[i] = (uint8_t)(0x10 + i);
+	for (unsigned i = 0; i < KVI_AUTH_MAC_LEN; i++)
+		in.proof.mac[i] = (uint8_t)(0x80 + i);
+	kvi_wire_hello_encode(&w, &in);
+	/* The auth area: timestamp (little-endian) at 16, nonce at 24, MAC at 40. */
+	cr_expect_eq(b[16], 0x08);
+	cr_expect_eq(b[23], 0x01);
+	cr_expect_eq(b[24], 0x10);
+	cr_expect_eq(b[39], 0x1f);
+	cr_expect_eq(b[40], 0x80);
+	cr_expect_eq(b[55], 0x8f);
+	cr_assert_eq(kvi_wire_hello_decode(&w, sizeof(w), &h), 0);
+	cr_expect(h.has_proof);
+	cr_expect_eq(h.proof.timestamp_ms, in.proof.timestamp_ms);
+	cr_expect_eq(memcmp(h.proof.nonce, in.proof.nonce, sizeof(h.proof.nonce)), 0);
+	cr_expect_eq(memcmp(h.proof.mac, in.proof.mac, sizeof(h.proof.mac)), 0);
+
+	/* All zero: no proof. One non-zero byte anywhere in the area: a proof. */
+	kvi_wire_hello_encode(&w, &(struct kvi_hello){ .role = KVI_ROLE_CLIENT });
+	cr_assert_eq(kvi_wire_hello_decode(&w, sizeof(w), &h), 0);
+	cr_expect(!h.has_proof);
+	w.auth.mac[KVI_AUTH_MAC_LEN - 1] = 1;
+	cr_assert_eq(kvi_wire_hello_decode(&w, sizeof(w), &h), 0);
+	cr_expect(h.has_proof);
+}
+
 Test(wire, hello_is_little_endian_on_the_wire)
 {
 	struct kvi_wire_hello w;
@@ -106,6 +139,19 @@ Test(wire, reject_reason_survives_and_maps_to_codes)
 	cr_expect_eq(kvi_wire_reject_decode(&r, sizeof(r)), KVI_REJECT_AUTH);
 	cr_expect_eq(kvi_reject_reason_code(KVI_REJECT_AUTH), KVC_EAUTH);
 	cr_expect_eq(kvi_reject_reason_code(KVI_REJECT_VERSION), KVC_EPROTO);
+	/* Each way a proof can fail has its own code and says what to do. */
+	cr_expect_eq(kvi_reject_reason_code(KVI_REJECT_NOAUTH), KVC_ENOAUTH);
+	cr_expect_eq(kvi_reject_reason_code(KVI_REJECT_STALE), KVC_ESTALE);
+	cr_expect_eq(kvi_reject_reason_code(KVI_REJECT_REPLAY), KVC_EREPLAY);
+	cr_expect_eq(KVC_ENOAUTH, -23);
+	cr_expect_eq(KVC_ESTALE, -24);
+	cr_expect_eq(KVC_EREPLAY, -25);
+	cr_expect(strstr(kvi_reject_reason_text(KVI_REJECT_NOAUTH), "secret file"));
+	cr_expect(strstr(kvi_reject_reason_text(KVI_REJECT_STALE), "clocks"));
+	cr_expect(strstr(kvi_reject_reason_text(KVI_REJECT_AUTH), "secret"));
+	cr_expect(strstr(kvi_reject_reason_text(KVI_REJECT_REPLAY), "already"));
+	kvi_wire_reject_encode(&r, KVI_REJECT_REPLAY);
+	cr_expect_eq(kvi_wire_reject_decode(&r, sizeof(r)), KVI_REJECT_REPLAY);
 	cr_expect_eq(kvi_wire_reject_decode("garbage!", 8), 0);
 	cr_expect_eq(kvi_wire_reject_decode(&r, 4), 0);
 }
