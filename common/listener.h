@@ -94,6 +94,14 @@ int kvi_listener_notify_all(struct kvi_listener *l, const struct kvi_ctrl *notic
  * KVC_ETIMEDOUT when some peer did not take its messages in time. */
 int kvi_listener_flush_sends(struct kvi_listener *l, int timeout_ms);
 
+/* Fence p: no operation of its may reach our memory from now on. Its QP is
+ * moved to the error state and the state confirmed with ibv_query_qp (a few
+ * tries); if that cannot be confirmed, the QP is destroyed (the peer is then
+ * freed as usual when it disconnects). Call before releasing anything the
+ * peer held. 0 when confirmed in error or without a QP, 1 when the QP had to
+ * be destroyed. */
+int kvi_listener_fence_peer(struct kvi_listener *l, struct kvi_peer *p);
+
 /* One descriptor to wait on (readable: call kvi_listener_dispatch). */
 int kvi_listener_fd(const struct kvi_listener *l);
 struct ibv_pd *kvi_listener_pd(const struct kvi_listener *l);
