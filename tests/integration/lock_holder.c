@@ -1,7 +1,10 @@
 /* lock_holder: a client that takes the bucket locks of a key and then hangs,
  * to be killed by a test (a client dying in the middle of a PUT).
  *
- *   lock_holder HOST PORT KEY      prints "LOCKED <client id>" and sleeps */
+ *   lock_holder HOST PORT KEY [loopback]   prints "LOCKED <client id>" and sleeps
+ *
+ * With "loopback" its hello claims the server's own loopback role: the server
+ * must fence it all the same (roles are the server's decision). */
 #include <stdio.h>
 #include <string.h>
 #include <unistd.h>
@@ -20,10 +23,10 @@ int main(int argc, char **argv)
 	uint64_t *lb;
 	struct kvi_rop op;
 
-	if (argc != 4)
+	if (argc != 4 && !(argc == 5 && strcmp(argv[4], "loopback") == 0))
 		return 2;
 	if (kvi_rmem_verbs_connect(&(struct kvi_verbs_opts){ .host = argv[1], .port = argv[2], .lbuf_size = 4096,
-							      .timeout_ms = 10000 },
+							      .timeout_ms = 10000, .role = argc == 5 ? KVI_ROLE_LOOPBACK : 0 },
 				   &rm, &w, &e)) {
 		fprintf(stderr, "lock_holder: %s\n", e.msg);
 		return 1;
