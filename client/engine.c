@@ -984,6 +984,9 @@ const char *const *kvc_server_stat_names(size_t *n)
 		[KVI_STAT_GRANTS_REFUSED] = "grants_refused",
 		[KVI_STAT_RECLAIM_ABORTS] = "reclaim_aborts",
 		[KVI_STAT_LOCK_RETRIES] = "reclaim_lock_retries",
+		[KVI_STAT_FENCINGS] = "fencings",
+		[KVI_STAT_FENCE_RELEASED] = "fence_released",
+		[KVI_STAT_FENCE_CPU_NS] = "fence_cpu_ns",
 	};
 
 	if (n)

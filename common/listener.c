@@ -319,15 +319,18 @@ static void peer_kill(struct kvi_peer *p)
 	rdma_disconnect(p->id);
 }
 
-int kvi_listener_expel(struct kvi_listener *l, uint32_t client_id)
+struct kvi_peer *kvi_listener_peer(struct kvi_listener *l, uint32_t client_id)
 {
-	for (struct kvi_peer *p = l->peers; p; p = p->next) {
-		if (p->client_id == client_id) {
-			peer_kill(p);
-			return 0;
-		}
-	}
-	return KVC_EINVAL;
+	for (struct kvi_peer *p = l->peers; p; p = p->next)
+		if (p->client_id == client_id)
+			return p;
+	return NULL;
+}
+
+void kvi_listener_drop(struct kvi_listener *l, struct kvi_peer *p)
+{
+	(void)l;
+	peer_kill(p);
 }
 
 static uint64_t wr_id(const struct kvi_peer *p, unsigned slot)
@@ -704,6 +707,32 @@ int kvi_listener_dispatch(struct kvi_listener *l, const struct kvi_listen_cb *cb
 	/* After the cm events: a peer's ESTABLISHED is reported before its first
 	 * request whenever both are pending. */
 	return cq_dispatch(l, cb);
+}
+
+#define FENCE_TRIES 3
+
+int kvi_listener_fence_peer(struct kvi_listener *l, struct kvi_peer *p)
+{
+	for (int i = 0; i < FENCE_TRIES && p->id->qp; i++) {
+		struct ibv_qp_attr a = { .qp_state = IBV_QPS_ERR };
+		struct ibv_qp_init_attr ia;
+		int rc = ibv_modify_qp(p->id->qp, &a, IBV_QP_STATE);
+
+		memset(&a, 0, sizeof(a));
+		if (ibv_query_qp(p->id->qp, &a, IBV_QP_STATE, &ia) == 0 && a.qp_state == IBV_QPS_ERR)
+			return 0;
+		kvi_warn("client %u: its queue pair is not in the error state yet (modify: %s, state %d): "
+			 "trying again", p->client_id, rc ? strerror(rc) : "ok", (int)a.qp_state);
+	}
+	if (!p->id->qp)
+		return 0;
+	/* Destroyed, it executes nothing more: as good a fence, at the price of
+	 * the control path's last completions (the peer is dead to us anyway). */
+	kvi_err("client %u: queue pair not confirmed in the error state: destroying it", p->client_id);
+	p->dead = 1;
+	rdma_destroy_qp(p->id);
+	l->npeers--;
+	return 1;
 }
 
 int kvi_listener_notify_all(struct kvi_listener *l, const struct kvi_ctrl *notice)

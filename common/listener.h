@@ -50,6 +50,7 @@ struct kvi_peer {
 	uint32_t client_id;
 	uint16_t role; /* enum kvi_role, as the admission decided (never the peer's word) */
 	int established;
+	int fenced; /* the owner's: fenced already (on_disconnect need not again) */
 	void *user; /* owner's per-peer state */
 
 	/* Control path; private to listener.c. */
@@ -99,10 +100,19 @@ int kvi_listener_notify_all(struct kvi_listener *l, const struct kvi_ctrl *notic
  * KVC_ETIMEDOUT when some peer did not take its messages in time. */
 int kvi_listener_flush_sends(struct kvi_listener *l, int timeout_ms);
 
-/* Cut client_id off (its lease ended, or it kept a lock too long): its QP goes
- * to the error state and on_disconnect follows, as for any peer that leaves.
- * 0, or KVC_EINVAL when no peer has that id. */
-int kvi_listener_expel(struct kvi_listener *l, uint32_t client_id);
+/* The peer holding client_id, or NULL. */
+struct kvi_peer *kvi_listener_peer(struct kvi_listener *l, uint32_t client_id);
+/* Disconnect p (the owner cut it off): on_disconnect follows, as for any
+ * peer that leaves. */
+void kvi_listener_drop(struct kvi_listener *l, struct kvi_peer *p);
+
+/* Fence p: no operation of its may reach our memory from now on. Its QP is
+ * moved to the error state and the state confirmed with ibv_query_qp (a few
+ * tries); if that cannot be confirmed, the QP is destroyed (the peer is then
+ * freed as usual when it disconnects). Call before releasing anything the
+ * peer held. 0 when confirmed in error or without a QP, 1 when the QP had to
+ * be destroyed. */
+int kvi_listener_fence_peer(struct kvi_listener *l, struct kvi_peer *p);
 
 /* One descriptor to wait on (readable: call kvi_listener_dispatch). */
 int kvi_listener_fd(const struct kvi_listener *l);

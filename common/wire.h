@@ -157,6 +157,9 @@ enum kvi_stat_id {
 	KVI_STAT_GRANTS_REFUSED,   /* grants answered KVC_ENOMEM (live data fills the heap) */
 	KVI_STAT_RECLAIM_ABORTS,   /* segment walks given up and retried later */
 	KVI_STAT_LOCK_RETRIES,     /* reclaimer lock attempts that found a bucket held */
+	KVI_STAT_FENCINGS,         /* clients fenced (gone: their locks released) */
+	KVI_STAT_FENCE_RELEASED,   /* bucket locks released by fencing */
+	KVI_STAT_FENCE_CPU_NS,     /* CPU time of the fence thread */
 	KVI_STAT_COUNT
 };
 #define KVI_STATS_PAGES ((KVI_STAT_COUNT + 4) / 5)

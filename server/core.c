@@ -47,6 +47,7 @@ struct kvs_core {
 	uint64_t over_quota;  /* grants answered KVC_EQUOTA */
 	uint64_t throttled;   /* grants answered KVC_EAGAIN for another's sake */
 	struct kvs_reclaim_stats rc;
+	uint64_t fencings, fence_released, fence_cpu_ns; /* the fencer's (kvs_core_add_fence) */
 	struct kvs_client *clients[KVS_CLIENT_BUCKETS];
 };
 
@@ -456,6 +457,9 @@ static void fill_stats(struct kvs_core *c, uint64_t *v)
 	v[KVI_STAT_GRANTS_REFUSED] = st.grants_refused;
 	v[KVI_STAT_RECLAIM_ABORTS] = st.rc.aborted;
 	v[KVI_STAT_LOCK_RETRIES] = st.rc.lock_retries;
+	v[KVI_STAT_FENCINGS] = c->fencings;
+	v[KVI_STAT_FENCE_RELEASED] = c->fence_released;
+	v[KVI_STAT_FENCE_CPU_NS] = c->fence_cpu_ns;
 }
 
 /* The process's CPU time lets a benchmark on another machine show that the
@@ -590,6 +594,15 @@ void kvs_core_reclaim_end(struct kvs_core *c, uint64_t off, int done, int rotate
 	kvs_segtab_reclaim_end(c->segs, off, done, rotate, now_ns());
 	if (st)
 		add_stats(&c->rc, st);
+	pthread_mutex_unlock(&c->mu);
+}
+
+void kvs_core_add_fence(struct kvs_core *c, uint64_t fencings, uint64_t released, uint64_t cpu_ns)
+{
+	pthread_mutex_lock(&c->mu);
+	c->fencings += fencings;
+	c->fence_released += released;
+	c->fence_cpu_ns += cpu_ns;
 	pthread_mutex_unlock(&c->mu);
 }
 

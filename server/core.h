@@ -175,6 +175,9 @@ int kvs_core_reclaim_wanted(struct kvs_core *c);
 int kvs_core_reclaim_begin(struct kvs_core *c, uint64_t *off, uint64_t *len);
 void kvs_core_reclaim_end(struct kvs_core *c, uint64_t off, int done, int rotate,
 			  const struct kvs_reclaim_stats *st);
+/* The fencer's counters (fence.h), for STATS: clients fenced, lock words
+ * released for them, fence thread CPU time. */
+void kvs_core_add_fence(struct kvs_core *c, uint64_t fencings, uint64_t released, uint64_t cpu_ns);
 /* The reclaimer's own append extent (whole segments, may use the reserve).
  * 0 or KVC_EAGAIN. */
 int kvs_core_server_extent(struct kvs_core *c, struct kvs_extent *x, uint64_t used);

@@ -361,21 +361,20 @@ static void on_established(void *arg, struct kvi_peer *p)
 	kvi_info("client %u connected (%u connected)", p->client_id, s->nclients);
 }
 
-/* A client left (or died): fence it, then release the locks it still holds. */
+/* A client left (or died): fence it, then have its locks released. The QP is
+ * confirmed in the error state (or destroyed) here, so that no late WRITE of
+ * it can land after a lock is released; the release itself runs on the fence
+ * thread: nothing here waits for the NIC or scans the index. */
 static void fence_client(struct kvs_server *s, struct kvi_peer *p)
 {
-	struct ibv_qp_attr err = { .qp_state = IBV_QPS_ERR };
-	int n;
+	int rc;
 
-	/* No late WRITE of the dead client may land after its locks are released. */
-	if (p->id && p->id->qp)
-		ibv_modify_qp(p->id->qp, &err, IBV_QP_STATE);
-	n = kvs_fence_client(s->fence, kvs_core_superblock(s->core), s->region.base, p->client_id);
-	if (n > 0)
-		kvi_warn("client %u left holding %d bucket lock%s: released", p->client_id, n, n == 1 ? "" : "s");
-	else if (n < 0)
-		kvi_err("client %u left; its bucket locks (if any) could not be released: %s", p->client_id,
-			kvc_strerror(n));
+	p->fenced = 1;
+	kvi_listener_fence_peer(s->l, p);
+	rc = kvs_fence_client(s->fence, p->client_id);
+	if (rc)
+		kvi_err("client %u left; its bucket locks (if any) cannot be released: %s", p->client_id,
+			kvc_strerror(rc));
 }
 
 static void on_disconnect(void *arg, struct kvi_peer *p)
@@ -383,11 +382,12 @@ static void on_disconnect(void *arg, struct kvi_peer *p)
 	struct kvs_server *s = arg;
 	char sum[160];
 
-	/* Every peer that may hold bucket locks is fenced: clients, and the
-	 * reclaimer's loopback (it locks buckets to switch slots; if its
-	 * connection breaks mid-batch, its locks must not stay). Only the
-	 * fencer's own connection, which never holds a lock, is not. */
-	if (!s->stopping && p->client_id != kvs_fence_own_id(s->fence))
+	/* Every peer that may hold bucket locks is fenced, whatever its hello
+	 * said: clients, and the reclaimer's loopback (it locks buckets to
+	 * switch slots; if its connection breaks mid-batch, its locks must not
+	 * stay). Only the fencer's own connections, which never take a lock,
+	 * are not: told apart by the id we gave them, not by their word. */
+	if (!s->stopping && !p->fenced && !kvs_fence_is_own(s->fence, p->client_id))
 		fence_client(s, p);
 	if (p->established)
 		s->nclients--;
@@ -397,13 +397,22 @@ static void on_disconnect(void *arg, struct kvi_peer *p)
 	kvi_info("client %u left (%u connected); %s", p->client_id, s->nclients, sum);
 }
 
-/* Cut a member off (lease over, or a lock it kept too long): disconnecting it
- * fences it (on_disconnect). */
+/* Cut a member off (lease over, or a lock it kept too long): fence it now
+ * (its QP in error, its locks queued for release, its extent sealed), then
+ * disconnect it; on_disconnect follows whenever the peer's side answers. */
 static void expel(struct kvs_server *s, uint32_t id, const char *why)
 {
+	struct kvi_peer *p = kvi_listener_peer(s->l, id);
+
 	kvi_warn("client %u %s: fencing it", id, why);
-	if (kvi_listener_expel(s->l, id))
-		kvs_members_leave(s->members, id); /* no such peer (any more) */
+	if (!p) {
+		kvs_members_leave(s->members, id); /* gone already */
+		return;
+	}
+	if (!p->fenced)
+		fence_client(s, p);
+	kvs_core_client_left(s->core, id);
+	kvi_listener_drop(s->l, p);
 }
 
 /* A writer keeps finding `word` in bucket arg[0] (members.h "Lock reports"). */
@@ -598,7 +607,7 @@ int main(int argc, char **argv)
 		char port[8];
 
 		snprintf(port, sizeof(port), "%u", kvi_listener_port(s.l));
-		if (kvs_fence_start(&s.fence, s.o.listen, port, kvi_listener_device(s.l)))
+		if (kvs_fence_start(&s.fence, s.core, s.o.listen, port, kvi_listener_device(s.l)))
 			kvi_warn("cannot start the loopback connection: locks of clients that die are not released");
 		if (kvs_evictor_start(s.evictor, s.core, s.o.listen, port, kvi_listener_device(s.l)))
 			kvi_warn("cannot start the reclaimer thread: memory is never reclaimed");

@@ -202,6 +202,9 @@ struct kvc_server_stats {
 	uint64_t grants_refused;  /* ... answered KVC_ENOMEM (eviction off, live data fills the heap) */
 	uint64_t reclaim_aborts;  /* segment reclaims given up and retried later */
 	uint64_t reclaim_lock_retries; /* reclaimer lock attempts that found a bucket held */
+	uint64_t fencings;        /* clients fenced (gone): their bucket locks released */
+	uint64_t fence_released;  /* bucket locks released by fencing */
+	uint64_t fence_cpu_ns;    /* CPU time of the server's fence thread */
 };
 KVC_EXPORT int kvc_server_stats(kvc_t *h, struct kvc_server_stats *out);
 /* The statistics above as (name, value) pairs, in struct order: for printing

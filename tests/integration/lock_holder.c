@@ -1,11 +1,14 @@
 /* lock_holder: a client that takes the bucket locks of a key and then hangs,
  * to be killed by a test (a client dying in the middle of a PUT).
  *
- *   lock_holder HOST PORT KEY      prints "LOCKED <client id>" and sleeps
- *   lock_holder HOST PORT KEY MS   a late writer instead: joins, prints "JOINED
- *                                  <client id>", sleeps MS (it never renews its lease,
- *                                  so the server fences it), then WRITEs zeros over
- *                                  KEY's two buckets and prints "WIPE <code>" */
+ *   lock_holder HOST PORT KEY            prints "LOCKED <client id>" and sleeps
+ *   lock_holder HOST PORT KEY loopback   the same, its hello claiming the server's own
+ *                                        loopback role: the server must fence it all the
+ *                                        same (roles are the server's decision)
+ *   lock_holder HOST PORT KEY MS         a late writer instead: joins, prints "JOINED
+ *                                        <client id>", sleeps MS (it never renews its
+ *                                        lease, so the server fences it), then WRITEs
+ *                                        zeros over KEY's two buckets, prints "WIPE <code>" */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -25,11 +28,13 @@ int main(int argc, char **argv)
 	struct kvi_rmem *rm;
 	uint64_t *lb;
 	struct kvi_rop op;
+	int loopback = argc == 5 && strcmp(argv[4], "loopback") == 0;
+	int late_ms = argc == 5 && !loopback ? atoi(argv[4]) : 0;
 
 	if (argc != 4 && argc != 5)
 		return 2;
 	if (kvi_rmem_verbs_connect(&(struct kvi_verbs_opts){ .host = argv[1], .port = argv[2], .lbuf_size = 4096,
-							      .timeout_ms = 10000 },
+							      .timeout_ms = 10000, .role = loopback ? KVI_ROLE_LOOPBACK : 0 },
 				   &rm, &w, &e)) {
 		fprintf(stderr, "lock_holder: %s\n", e.msg);
 		return 1;
@@ -40,7 +45,7 @@ int main(int argc, char **argv)
 		return 1;
 	memcpy(&sb, lb, sizeof(sb));
 	kvi_key_hash(argv[3], strlen(argv[3]), sb.bucket_count, &kh);
-	if (argc == 5) {
+	if (late_ms > 0) {
 		struct kvi_rop wipe[2];
 		int rc;
 
