@@ -547,20 +547,20 @@ int kvi_st_post(kvc_t *h, struct kvi_opst *st, const struct kvi_rop *ops, unsign
 	uint64_t now = kvi_now_ns();
 	int rc, was_broken;
 
+	/* Past our lease we post nothing (members.h): the server may have
+	 * expelled us and released our locks. Breaking the connection fails
+	 * this and every other operation KVC_EFENCED. */
+	if (lease_lapsed(h, now) && !h->rm->broken)
+		kvi_rmem_shutdown(h->rm, KVC_EFENCED);
 	/* Past its deadline an operation posts nothing more: the server reuses
 	 * memory on that promise (segtab.h). */
-	if (now >= st->deadline) {
+	if (now >= st->deadline && !lease_lapsed(h, now)) {
 		if (st->held)
 			kvi_st_abandon(h, st, KVC_ETIMEDOUT);
 		else
 			kvi_st_finish(h, st, KVC_ETIMEDOUT, KVC_STAT_FAILED);
 		return KVC_ETIMEDOUT;
 	}
-	/* Past our lease we post nothing (members.h): the server may have
-	 * expelled us and released our locks. Breaking the connection fails
-	 * this and every other operation KVC_EFENCED. */
-	if (lease_lapsed(h, now) && !h->rm->broken)
-		kvi_rmem_shutdown(h->rm, KVC_EFENCED);
 	n = add_marks(h, ops, n, now, all);
 	was_broken = h->rm->broken;
 	rc = kvi_rmem_post(h->rm, all, n, st->index);
@@ -807,7 +807,7 @@ static void check_stuck(kvc_t *h, uint64_t now)
 		/* A write past its deadline that may still hold locks cannot
 		 * release them any more (it must post nothing): only fencing can. */
 		if (now - st->posted > limit || (now >= st->deadline && may_hold_locks(st))) {
-			kvi_rmem_shutdown(h->rm, KVC_ETIMEDOUT);
+			kvi_rmem_shutdown(h->rm, lease_lapsed(h, now) ? KVC_EFENCED : KVC_ETIMEDOUT);
 			return;
 		}
 	}

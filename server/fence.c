@@ -544,7 +544,9 @@ static int verbs_connect(void *arg, struct kvi_rmem **out)
 	rc = kvi_rmem_verbs_connect(&(struct kvi_verbs_opts){ .host = v->host, .port = v->port,
 								 .device = v->device[0] ? v->device : NULL,
 								 .lbuf_size = 4096, .timeout_ms = FENCE_TIMEOUT_MS,
-								 .role = KVI_ROLE_LOOPBACK },
+								 .role = KVI_ROLE_LOOPBACK,
+								 .secret = kvs_loopback_key(),
+								 .secret_len = KVI_AUTH_LOOPBACK_KEY_LEN },
 				    out, &w, &e);
 	if (rc)
 		kvi_info("fence: loopback connect failed: %s", e.msg);

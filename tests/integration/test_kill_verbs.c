@@ -122,12 +122,13 @@ Test(kill, the_same_through_the_buckets)
 /* A lock holder dies on a server with a 1 GiB index (8 Mi buckets): its two
  * locks are released within the bound, and STATS calls made meanwhile by
  * another client never wait for the scan (it runs on the fence thread; in
- * the emulated guest it takes most of a second, a STATS call ~0.1 s). The
- * holder's hello claims the server's loopback role: it is fenced anyway. */
+ * the emulated guest it takes most of a second, a STATS call ~0.1 s). A long
+ * lease: the holder is fenced when it dies, not when its lease ends. (A peer
+ * claiming the server's loopback role is refused at join: test_auth_verbs.) */
 Test(kill, a_killed_lock_holder_is_fenced_while_the_event_loop_keeps_answering)
 {
-	const char *extra[] = { "-m", "1100", "--buckets", "8388608", "-v", NULL };
-	char *argv[] = { KV_LOCK_HOLDER_BIN, (char *)kvt_rdma_addr(), "7663", "victim", "loopback", NULL };
+	const char *extra[] = { "-m", "1100", "--buckets", "8388608", "--lease-ms", "60000", "-v", NULL };
+	char *argv[] = { KV_LOCK_HOLDER_BIN, (char *)kvt_rdma_addr(), "7663", "victim", NULL };
 	struct kvt_proc srv, holder;
 	struct kvc_server_stats st = { 0 };
 	double t0, base = 0, slowest = 0, released_at = 0;
