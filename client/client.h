@@ -125,7 +125,7 @@ struct kvi_opst {
 
 struct kvc {
 	struct kvi_rmem *rm;
-	struct kvi_superblock sb; /* validated copy, read at open */
+	struct kvi_geometry sb; /* the geometry the server stated at join (rm->geo), validated at open */
 	struct kvc_opts o;
 	uint32_t op_timeout_ms; /* o.op_timeout_ms, at most the server's max_op_ms */
 	uint32_t obj_area; /* the largest object area an op may need (max_object, rounded) */
@@ -150,7 +150,8 @@ struct kvc {
 };
 
 /* Open a handle over a connected transport (takes ownership of rm, also on
- * failure): reads and validates the superblock, sizes the local buffer. */
+ * failure): validates the geometry the server stated (rm->geo; the region's
+ * superblock is never read), sizes the local buffer. */
 int kvi_client_open(struct kvi_rmem *rm, const struct kvc_opts *o, kvc_t **out);
 
 /* Engine services for the state machines. */

@@ -10,7 +10,6 @@
 #include "kvclient_errors.h"
 #include "log.h"
 
-#define SB_READ_TIMEOUT_MS 5000
 #define CTRL_TIMEOUT_MS 5000
 #define RETURN_TIMEOUT_MS 200
 #define GRANT_RETRY_MIN_US 500u
@@ -83,7 +82,7 @@ static void close_handle(kvc_t *h)
 
 int kvi_client_open(struct kvi_rmem *rm, const struct kvc_opts *o, kvc_t **out)
 {
-	struct kvi_rop op;
+	const char *why;
 	unsigned char *lb;
 	size_t scratch;
 	kvc_t *h;
@@ -99,15 +98,15 @@ int kvi_client_open(struct kvi_rmem *rm, const struct kvc_opts *o, kvc_t **out)
 	h->o = *o;
 	h->rng = kvi_now_ns() ^ ((uint64_t)rm->client_id << 32) ^ 0x9e3779b97f4a7c15ull;
 
-	/* The superblock says where everything is; check all of it before use. */
-	op = kvi_rop_read(0, kvi_rmem_lbuf(rm, NULL), sizeof(struct kvi_superblock));
-	rc = kvi_rmem_exec(rm, &op, 1, SB_READ_TIMEOUT_MS);
-	if (rc)
-		goto clean_h;
-	memcpy(&h->sb, op.local, sizeof(h->sb));
-	rc = kvi_superblock_check(&h->sb, rm->region_size);
-	if (rc) {
-		kvi_err("the server's region does not hold a valid layout (magic, version or bounds)");
+	/* Where everything is comes from the server at join, not from the
+	 * region, which every client may write (layout.h "Geometry"); the
+	 * transport validated it, and so do we, once, before any use. */
+	h->sb = rm->geo;
+	why = kvi_geometry_check(&h->sb);
+	if (why || h->sb.region_size != rm->region_size) {
+		kvi_err("the server stated an unusable region geometry (%s): is it a kvserver of the same version?",
+			why ? why : "region size differs from the connection's");
+		rc = KVC_EPROTO;
 		goto clean_h;
 	}
 	/* The server reuses reclaimed memory on the assumption that no operation
@@ -521,7 +520,7 @@ int kvc_submit(kvc_t *h, struct kvc_op *op)
 		st->obj = keep.obj;
 		st->obj_cap = keep.obj_cap;
 	}
-	kvi_key_hash(op->key, op->key_len, h->sb.bucket_count, &st->kh);
+	kvi_key_hash(op->key, op->key_len, h->sb.hash_seed, h->sb.bucket_count, &st->kh);
 	if (op->type == KVC_OP_PUT) {
 		st->obj_len = (uint32_t)kvi_obj_len((uint32_t)op->key_len, (uint32_t)op->value_len);
 		rc = kvi_obj_room(h, st, st->obj_len);

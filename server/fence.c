@@ -68,7 +68,7 @@ static struct kvi_rmem *loopback(struct kvs_fence *f)
 	return f->rc ? NULL : f->rm;
 }
 
-int kvs_fence_client(struct kvs_fence *f, const struct kvi_superblock *sb, const void *base,
+int kvs_fence_client(struct kvs_fence *f, const struct kvi_geometry *sb, const void *base,
 		     uint32_t client_id)
 {
 	const struct kvi_bucket *index = (const void *)((const char *)base + sb->index_off);

@@ -28,7 +28,7 @@ int kvs_fence_start(struct kvs_fence **out, const char *host, const char *port, 
 
 /* Release every lock held by client_id in the index of the region at base.
  * Returns how many were released, or a negative code (no loopback). */
-int kvs_fence_client(struct kvs_fence *f, const struct kvi_superblock *sb, const void *base,
+int kvs_fence_client(struct kvs_fence *f, const struct kvi_geometry *sb, const void *base,
 		     uint32_t client_id);
 
 /* The client id of the fencer's own loopback connection (0 until it is

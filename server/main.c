@@ -122,7 +122,7 @@ static int parse_args(int argc, char **argv, struct kvs_opts *o)
 		{ "version", no_argument, NULL, 'V' },
 		{ 0 },
 	};
-	struct kvi_superblock sb;
+	struct kvi_geometry sb;
 	struct kvi_errbuf e;
 	uint64_t port, v;
 	int c;
@@ -250,8 +250,8 @@ static int on_connect(void *arg, struct kvi_peer *p, const struct kvi_hello *h, 
 	w->client_id = s->next_client_id++;
 	w->rkey = s->region.mr->rkey;
 	w->region_addr = (uintptr_t)s->region.base;
-	w->region_size = s->region.size;
-	w->epoch = kvs_core_superblock(s->core)->epoch;
+	w->geo = *kvs_core_geometry(s->core); /* never read from the region (layout.h "Geometry") */
+	w->lease_ms = 0; /* no leases yet */
 	kvs_core_limits(s->core, &w->max_op_ms, &w->quarantine_ms, &w->flags);
 	kvi_info("client %u joining", w->client_id);
 	(void)p;
@@ -275,7 +275,7 @@ static void fence_client(struct kvs_server *s, struct kvi_peer *p)
 	/* No late WRITE of the dead client may land after its locks are released. */
 	if (p->id && p->id->qp)
 		ibv_modify_qp(p->id->qp, &err, IBV_QP_STATE);
-	n = kvs_fence_client(s->fence, kvs_core_superblock(s->core), s->region.base, p->client_id);
+	n = kvs_fence_client(s->fence, kvs_core_geometry(s->core), s->region.base, p->client_id);
 	if (n > 0)
 		kvi_warn("client %u left holding %d bucket lock%s: released", p->client_id, n, n == 1 ? "" : "s");
 	else if (n < 0)
@@ -370,7 +370,7 @@ int main(int argc, char **argv)
 	struct kvs_server s = { .next_client_id = 1 };
 	struct kvi_listen_cb cb = { .arg = &s, .on_connect = on_connect, .on_established = on_established,
 				    .on_disconnect = on_disconnect, .on_ctrl = on_ctrl };
-	const struct kvi_superblock *sb;
+	const struct kvi_geometry *sb;
 	struct kvi_errbuf e = { { 0 } };
 	sigset_t mask;
 	int rc;
@@ -411,7 +411,7 @@ int main(int argc, char **argv)
 		fprintf(stderr, "kvserver: %s\n", e.msg);
 		goto clean_region;
 	}
-	sb = kvs_core_superblock(s.core);
+	sb = kvs_core_geometry(s.core);
 	printf("kvserver %s: listening on %s port %u, device %s, region %" PRIu64 " MiB (%s), "
 	       "%" PRIu64 " buckets, %" PRIu64 " segments of %" PRIu64 " KiB\n",
 	       KVS_VERSION, s.o.listen ? s.o.listen : "*", kvi_listener_port(s.l),

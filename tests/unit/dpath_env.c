@@ -63,6 +63,8 @@ static void set_limits(struct kvt_env *env, struct kvi_rmem *rm)
 
 	kvs_core_limits(env->core, &max_op, &quarantine, &flags);
 	kvi_rmem_local_set_limits(rm, max_op, quarantine, flags);
+	/* As kvserver's welcome does: the core's geometry, never the region's. */
+	kvi_rmem_local_set_geometry(rm, kvs_core_geometry(env->core));
 }
 
 int kvt_env_reclaimer(struct kvt_env *env, const struct kvs_reclaim_hooks *hooks, struct kvs_reclaimer **out)

@@ -205,7 +205,7 @@ Test(dpath, expired_items_read_as_misses)
 }
 
 /* Two keys with the same fingerprint whose bucket pairs overlap. */
-static void colliding_keys(uint64_t buckets, char a[32], char b[32])
+static void colliding_keys(const struct kvi_geometry *g, char a[32], char b[32])
 {
 	static struct kvi_keyhash kh[4096];
 
@@ -213,7 +213,7 @@ static void colliding_keys(uint64_t buckets, char a[32], char b[32])
 		char k[32];
 
 		snprintf(k, sizeof(k), "collide-%d", i);
-		kvi_key_hash(k, strlen(k), buckets, &kh[i]);
+		kvi_key_hash(k, strlen(k), g->hash_seed, g->bucket_count, &kh[i]);
 		for (int j = 0; j < i; j++) {
 			if (kh[j].fp == kh[i].fp && kh[j].b[0] == kh[i].b[0]) {
 				snprintf(a, 32, "collide-%d", j);
@@ -233,7 +233,7 @@ Test(dpath_small, fingerprint_collisions_keep_both_keys)
 
 	/* 64 buckets x 4096 fingerprints: 4096 keys give ~32 colliding pairs. */
 	cr_assert_eq(kvt_env_init(&e2, 4, 64, 64), 0);
-	colliding_keys(kvs_core_superblock(e2.core)->bucket_count, a, b);
+	colliding_keys(kvs_core_geometry(e2.core), a, b);
 	cr_assert_eq(kvt_env_client(&e2, NULL, 0, 4, &nc), 0);
 	cr_assert_eq(kvt_put_s(nc, a, "value-a"), 0);
 	cr_assert_eq(kvt_put_s(nc, b, "value-b"), 0);
@@ -366,7 +366,7 @@ static void tear_hook(void *arg, const struct kvi_rop *op, void *dst, const void
 	unsigned char *d = dst;
 
 	(void)src;
-	if (op->roff < KVI_SUPERBLOCK_SIZE) /* the superblock is read once, at open */
+	if (op->roff < KVI_SUPERBLOCK_SIZE) /* nothing reads the superblock page */
 		return;
 	if (op->roff < t->heap_off) {
 		if (t->buckets_too && xs(&t->rng) % 100 < t->percent) {
@@ -390,7 +390,7 @@ static void check_never_wrong(struct tear *t, int expect_some_hits)
 	char k[32], v[48], got[64];
 	kvc_t *c;
 
-	t->heap_off = kvs_core_superblock(env.core)->heap_off;
+	t->heap_off = kvs_core_geometry(env.core)->heap_off;
 	int hits = 0, errors = 0;
 
 	for (int i = 0; i < 64; i++) {
@@ -444,7 +444,7 @@ Test(dpath, garbage_in_bucket_reads_never_gives_a_wrong_value)
 
 Test(dpath, corrupt_index_and_heap_do_not_crash_the_client)
 {
-	const struct kvi_superblock *sb = kvs_core_superblock(env.core);
+	const struct kvi_geometry *sb = kvs_core_geometry(env.core);
 	unsigned char *base = kvi_local_region_base(env.reg);
 	uint64_t s = 12345;
 	char k[32], got[64];
@@ -537,8 +537,8 @@ Test(dpath, server_stats_report_segments_and_cpu)
 	cr_expect_gt(ss.segments_total, ss.segments_used);
 	cr_expect_gt(ss.cpu_ns, 0);
 	/* The index and the extents handed out: the first one is small. */
-	cr_expect_gt(ss.bytes_used, kvs_core_superblock(env.core)->bucket_count * KVI_BUCKET_SIZE);
-	cr_expect_leq(ss.bytes_used, kvs_core_superblock(env.core)->bucket_count * KVI_BUCKET_SIZE + KVS_MIN_EXTENT);
+	cr_expect_gt(ss.bytes_used, kvs_core_geometry(env.core)->bucket_count * KVI_BUCKET_SIZE);
+	cr_expect_leq(ss.bytes_used, kvs_core_geometry(env.core)->bucket_count * KVI_BUCKET_SIZE + KVS_MIN_EXTENT);
 }
 
 Test(dpath, stat_names_cover_every_kind)

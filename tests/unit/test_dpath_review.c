@@ -46,9 +46,9 @@ TestSuite(review_malicious, .init = setup, .fini = teardown, .timeout = 60);
 
 /* ---- region inspection -------------------------------------------------- */
 
-static const struct kvi_superblock *sb(void)
+static const struct kvi_geometry *sb(void)
 {
-	return kvs_core_superblock(env.core);
+	return kvs_core_geometry(env.core);
 }
 
 static unsigned char *base(void)
@@ -90,7 +90,7 @@ static struct kvi_keyhash hash_of(const char *key)
 {
 	struct kvi_keyhash kh;
 
-	kvi_key_hash(key, strlen(key), sb()->bucket_count, &kh);
+	kvi_key_hash(key, strlen(key), sb()->hash_seed, sb()->bucket_count, &kh);
 	return kh;
 }
 
