@@ -32,6 +32,10 @@
  * larger object: a handle pins memory for what it carries, not depth times
  * the largest object a server could hold. */
 #define KVI_OBJ_AREA_MIN 4096u
+/* A cached PUT reads the header and key of the object its cached slot names
+ * (op_write.c), in the lock doorbell: room for the longest key, 64-byte rounded. */
+#define KVI_KEYHEAD_AREA 320u
+_Static_assert(sizeof(struct kvi_obj_hdr) + KVI_MAX_KEY <= KVI_KEYHEAD_AREA, "a header and key fit");
 
 /* An access mark: a GET read an object whose access byte was 0, and will set
  * it (layout.h "Access tracking") by a 1-byte WRITE posted in the next
@@ -94,6 +98,7 @@ struct kvi_opst {
 	/* Scratch slice of the local buffer, owned while the op is in flight. */
 	struct kvi_bucket *bk; /* [2] */
 	uint64_t *w;           /* [8]: CAS results, slot word to write, slot re-read */
+	unsigned char *khead;  /* [KVI_KEYHEAD_AREA]: header + key of a cached PUT's slot object */
 	unsigned char *obj;    /* object area: new object (PUT), objects read */
 	uint32_t obj_cap;      /* its bytes: KVI_OBJ_AREA_MIN, grown for large values (kvi_obj_room) */
 

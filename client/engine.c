@@ -46,7 +46,7 @@ uint64_t kvi_rand(kvc_t *h)
  * initial object area. */
 static size_t scratch_size(void)
 {
-	return 2 * KVI_BUCKET_SIZE + 64 + KVI_OBJ_AREA_MIN;
+	return 2 * KVI_BUCKET_SIZE + 64 + KVI_KEYHEAD_AREA + KVI_OBJ_AREA_MIN;
 }
 
 int kvi_obj_room(kvc_t *h, struct kvi_opst *st, uint64_t need)
@@ -138,7 +138,8 @@ int kvi_client_open(struct kvi_rmem *rm, const struct kvc_opts *o, kvc_t **out)
 		h->st[i].index = i;
 		h->st[i].bk = (struct kvi_bucket *)(void *)s;
 		h->st[i].w = (uint64_t *)(void *)(s + 2 * KVI_BUCKET_SIZE);
-		h->st[i].obj = s + 2 * KVI_BUCKET_SIZE + 64;
+		h->st[i].khead = s + 2 * KVI_BUCKET_SIZE + 64;
+		h->st[i].obj = h->st[i].khead + KVI_KEYHEAD_AREA;
 		h->st[i].obj_cap = KVI_OBJ_AREA_MIN < h->obj_area ? KVI_OBJ_AREA_MIN : h->obj_area;
 	}
 	*out = h;
@@ -517,6 +518,7 @@ int kvc_submit(kvc_t *h, struct kvc_op *op)
 		st->index = keep.index;
 		st->bk = keep.bk;
 		st->w = keep.w;
+		st->khead = keep.khead;
 		st->obj = keep.obj;
 		st->obj_cap = keep.obj_cap;
 	}

@@ -106,9 +106,12 @@
  *     object was zeroed; so the object READ cannot have seen the old object
  *     while the slot READ saw the new word, and if both saw the new
  *     generation the value returned is the key's current one.
- *   - Cached PUT (trusts the slot word without reading the object): it
- *     trusts a cache entry only while it is younger than quarantine - max_op
- *     (client/locache.h), so the word cannot name a reused segment.
+ *   - Cached PUT: it re-reads the slot word under the bucket lock and, in
+ *     the same doorbell, the header and key of the object the word names;
+ *     it replaces the slot only if the word is the cached one and the key
+ *     bytes are its own (a 128-bit hash collision cannot make it replace
+ *     another key's value). It also uses a cache entry only while it is
+ *     younger than quarantine - max_op (client/locache.h).
  */
 #ifndef KVI_LAYOUT_H
 #define KVI_LAYOUT_H

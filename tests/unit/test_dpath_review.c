@@ -648,6 +648,54 @@ Test(review_cache, cached_location_outside_the_key_buckets_is_never_locked)
 	kvc_destroy(a);
 }
 
+/* A crafted 128-bit collision: the attacker's key hashes like the victim's,
+ * so its location-cache entry is the victim's (same hash, same entry, same
+ * buckets). Forged here by filing the victim's location under the attacker's
+ * hash; the attacker key shares the victim's bucket, as a true collision
+ * would. The cached PUT must see the key bytes differ and leave the victim
+ * alone -- and an honest cached PUT must still take 2 round trips. */
+Test(review_cache, a_forged_hash_collision_cannot_make_a_cached_put_replace_another_keys_value)
+{
+	kvc_t *a = client(NULL, 1024, 4);
+	struct kvi_keyhash kv = hash_of("victim"), ka;
+	char attacker[48], v[64];
+	struct kvc_stats st0, st1;
+	uint64_t vb = UINT64_MAX, word = 0;
+	unsigned idx = 0;
+	int which = -1;
+
+	cr_assert_eq(kvt_put_s(a, "victim", "victim-value"), 0);
+	cr_assert_eq(key_slots("victim", NULL, 0, &which), 1);
+	vb = kv.b[which];
+	for (unsigned i = 0; i < KVI_SLOTS_PER_BUCKET; i++)
+		if (*slot_ptr(vb, i) && kvi_slot_fp(*slot_ptr(vb, i)) == kv.fp) {
+			idx = i;
+			word = *slot_ptr(vb, i);
+		}
+	cr_assert_neq(word, 0);
+	key_with_first_bucket("attacker", vb, attacker);
+	ka = hash_of(attacker);
+	kvi_locache_put(&a->cache, ka.lo, ka.hi, vb, idx, word, kvi_now_ns());
+	cr_assert_eq(kvt_put_s(a, attacker, "attacker-value"), 0);
+	cr_expect_eq(kvt_get_s(a, "victim", v, sizeof(v)), 0, "the victim's key is gone");
+	cr_expect_str_eq(v, "victim-value", "the victim's value was replaced");
+	cr_expect_eq(kvt_get_s(a, attacker, v, sizeof(v)), 0);
+	cr_expect_str_eq(v, "attacker-value");
+	cr_expect_eq(key_slots("victim", NULL, 0, NULL), 1);
+	cr_expect_eq(key_slots(attacker, NULL, 0, NULL), 1);
+	cr_expect_eq(stat_ops(a, KVC_STAT_PUT_UPDATE_CACHED), 0, "the forged entry was used as the attacker's");
+	cr_expect_eq(locked_buckets(), 0);
+	/* The honest cached update: one doorbell more READ, no more round trips. */
+	kvc_get_stats(a, &st0);
+	cr_assert_eq(kvt_put_s(a, attacker, "attacker-2"), 0);
+	kvc_get_stats(a, &st1);
+	cr_expect_eq(st1.ops[KVC_STAT_PUT_UPDATE_CACHED] - st0.ops[KVC_STAT_PUT_UPDATE_CACHED], 1);
+	cr_expect_eq(st1.round_trips[KVC_STAT_PUT_UPDATE_CACHED] - st0.round_trips[KVC_STAT_PUT_UPDATE_CACHED], 2);
+	cr_expect_eq(kvt_get_s(a, "victim", v, sizeof(v)), 0);
+	cr_expect_str_eq(v, "victim-value");
+	kvc_destroy(a);
+}
+
 /* ========================================================================= */
 /* The asynchronous interface                                                 */
 /* ========================================================================= */
