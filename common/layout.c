@@ -38,6 +38,15 @@ const char *kvi_geometry_check(const struct kvi_geometry *g)
 	return NULL;
 }
 
+int kvi_geometry_equal(const struct kvi_geometry *a, const struct kvi_geometry *b)
+{
+	return a->layout_version == b->layout_version && a->epoch == b->epoch &&
+	       a->region_size == b->region_size && a->index_off == b->index_off &&
+	       a->bucket_count == b->bucket_count && a->heap_off == b->heap_off &&
+	       a->heap_size == b->heap_size && a->segment_size == b->segment_size &&
+	       a->hash_seed == b->hash_seed;
+}
+
 void kvi_superblock_from_geometry(struct kvi_superblock *sb, const struct kvi_geometry *g)
 {
 	memset(sb, 0, sizeof(*sb));

@@ -169,6 +169,8 @@ struct kvi_geometry {
  * sizes, alignment, every area inside the region, index before heap without
  * overlap, segment size); else a one-line description of the first problem. */
 const char *kvi_geometry_check(const struct kvi_geometry *g);
+/* Field by field (the struct has padding: never memcmp it). */
+int kvi_geometry_equal(const struct kvi_geometry *a, const struct kvi_geometry *b);
 
 /* The superblock: the geometry (without the hash seed) as written at offset 0
  * for debugging tools. Untrusted by every reader (see "Geometry" above). */

@@ -75,7 +75,7 @@ static void welcome(const uint8_t *data, size_t size)
 	FUZZ_CHECK(h2.client_id == h.client_id && h2.rkey == h.rkey && h2.region_addr == h.region_addr &&
 			   h2.max_op_ms == h.max_op_ms && h2.quarantine_ms == h.quarantine_ms &&
 			   h2.lease_ms == h.lease_ms && h2.flags == h.flags &&
-			   memcmp(&h2.geo, &h.geo, sizeof(h.geo)) == 0,
+			   kvi_geometry_equal(&h2.geo, &h.geo),
 		   "welcome round trip");
 }
 

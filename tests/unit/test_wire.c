@@ -71,7 +71,7 @@ Test(wire, welcome_round_trip_with_padding_from_cm)
 	cr_expect_eq(out.quarantine_ms, 2500);
 	cr_expect_eq(out.lease_ms, 300);
 	cr_expect_eq(out.flags, KVI_WELCOME_NO_EVICT);
-	cr_expect_eq(memcmp(&out.geo, &good_geo, sizeof(good_geo)), 0, "geometry round trip");
+	cr_expect(kvi_geometry_equal(&out.geo, &good_geo), "geometry round trip");
 	/* Fixed little-endian layout: the seed's first byte on the wire. */
 	cr_expect_eq(((const unsigned char *)&w)[offsetof(struct kvi_wire_welcome, geo) +
 						 offsetof(struct kvi_wire_geometry, hash_seed)], 0xef);
