@@ -35,7 +35,8 @@ static unsigned inputs;
 static void reset(void)
 {
 	struct kvs_core_opts o = { .buckets = 64, .segment_size = 64u << 10, .max_op_ms = 50,
-				   .quarantine_ms = 100 + KVS_QUARANTINE_MARGIN_MS, .no_evict = 1 };
+				   .quarantine_ms = 100 + KVS_QUARANTINE_MARGIN_MS, .no_evict = 1,
+				   .hash_seed = 0x5eed }; /* fixed: a crash replays the same placement */
 
 	if (cli) {
 		kvc_destroy(cli);
