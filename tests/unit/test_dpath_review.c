@@ -1161,24 +1161,29 @@ Test(review_expiry, delete_of_an_expired_item_is_enotfound_through_the_cached_lo
 /* Candidates read over several rounds                                        */
 /* ========================================================================= */
 
-/* n keys "twin-N" with one fingerprint (the bucket pair is {0,1} anyway). */
+/* n keys "twin-N" with one fingerprint and one first candidate bucket (the
+ * pair is {0,1} anyway): every twin lists the candidates in the same order,
+ * inserts alternate between the two buckets, and the later twins in the
+ * second bucket sit past the first 16 candidates, whatever the hash seed. */
 static void fingerprint_twins(unsigned n, char (*out)[32])
 {
-	static uint16_t count[1u << KVI_SLOT_FP_BITS];
-	static uint32_t first[1u << KVI_SLOT_FP_BITS][32];
+	static uint16_t count[2u << KVI_SLOT_FP_BITS];
+	static uint32_t first[2u << KVI_SLOT_FP_BITS][32];
 	char k[32];
 
 	cr_assert_leq(n, 32);
 	memset(count, 0, sizeof(count));
-	for (uint32_t i = 0; i < 2000000; i++) {
-		uint32_t fp;
+	for (uint32_t i = 0; i < 4000000; i++) {
+		struct kvi_keyhash kh;
+		uint32_t c;
 
 		snprintf(k, sizeof(k), "twin-%u", i);
-		fp = hash_of(k).fp;
-		first[fp][count[fp]++] = i;
-		if (count[fp] == n) {
+		kh = hash_of(k);
+		c = kh.fp << 1 | (uint32_t)kh.b[0];
+		first[c][count[c]++] = i;
+		if (count[c] == n) {
 			for (unsigned j = 0; j < n; j++)
-				snprintf(out[j], 32, "twin-%u", first[fp][j]);
+				snprintf(out[j], 32, "twin-%u", first[c][j]);
 			return;
 		}
 	}
