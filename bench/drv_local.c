@@ -71,6 +71,7 @@ static struct kvi_rmem *local_conn(size_t lbuf)
 	kvi_rmem_local_set_ctrl(rm, locked_ctrl, srv.core, ++srv.next_id);
 	kvs_core_limits(srv.core, &max_op, &q, &flags);
 	kvi_rmem_local_set_limits(rm, max_op, q, flags);
+	kvi_rmem_local_set_geometry(rm, kvs_core_geometry(srv.core)); /* as a welcome states it */
 	return rm;
 }
 

@@ -140,7 +140,7 @@ int kvb_raw(const struct kvb_micro_opts *o)
 		return 1;
 	}
 	printf("kvbench: rdma://%s:%s via %s, client id %u, region %" PRIu64 " MiB, raw %u-byte verbs operations\n",
-	       o->host, o->port, kvi_rmem_verbs_device(rm), w.client_id, w.region_size >> 20, o->size);
+	       o->host, o->port, kvi_rmem_verbs_device(rm), w.client_id, w.geo.region_size >> 20, o->size);
 	print_header();
 	for (size_t k = 0; k < sizeof(raw_patterns) / sizeof(raw_patterns[0]) && rc == 0; k++) {
 		kvb_hist_init(hs);

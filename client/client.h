@@ -32,6 +32,10 @@
  * larger object: a handle pins memory for what it carries, not depth times
  * the largest object a server could hold. */
 #define KVI_OBJ_AREA_MIN 4096u
+/* A cached PUT reads the header and key of the object its cached slot names
+ * (op_write.c), in the lock doorbell: room for the longest key, 64-byte rounded. */
+#define KVI_KEYHEAD_AREA 320u
+_Static_assert(sizeof(struct kvi_obj_hdr) + KVI_MAX_KEY <= KVI_KEYHEAD_AREA, "a header and key fit");
 
 /* An access mark: a GET read an object whose access byte was 0, and will set
  * it (layout.h "Access tracking") by a 1-byte WRITE posted in the next
@@ -97,6 +101,7 @@ struct kvi_opst {
 	/* Scratch slice of the local buffer, owned while the op is in flight. */
 	struct kvi_bucket *bk; /* [2] */
 	uint64_t *w;           /* [8]: CAS results, slot word to write, slot re-read */
+	unsigned char *khead;  /* [KVI_KEYHEAD_AREA]: header + key of a cached PUT's slot object */
 	unsigned char *obj;    /* object area: new object (PUT), objects read */
 	uint32_t obj_cap;      /* its bytes: KVI_OBJ_AREA_MIN, grown for large values (kvi_obj_room) */
 
@@ -133,7 +138,7 @@ typedef int (*kvi_dial_fn)(void *arg, int timeout_ms, struct kvi_rmem **rm);
 
 struct kvc {
 	struct kvi_rmem *rm;
-	struct kvi_superblock sb; /* validated copy, read at open */
+	struct kvi_geometry sb; /* the geometry the server stated at join (rm->geo), validated at open */
 	struct kvc_opts o;
 	uint32_t op_timeout_ms; /* o.op_timeout_ms, at most the server's max_op_ms */
 	uint32_t obj_area; /* the largest object area an op may need (max_object, rounded) */
@@ -174,8 +179,8 @@ struct kvc {
 };
 
 /* Open a handle over a connected transport (takes ownership of rm, also on
- * failure): reads and validates the superblock, sizes the local buffer,
- * takes a lease. */
+ * failure): validates the geometry the server stated (rm->geo; the region's
+ * superblock is never read), sizes the local buffer, takes a lease. */
 int kvi_client_open(struct kvi_rmem *rm, const struct kvc_opts *o, kvc_t **out);
 /* Let h rejoin through dial when its connection breaks (owns arg: free_arg
  * is called on it at kvc_destroy; either may be NULL). */

@@ -10,7 +10,6 @@
 #include "kvclient_errors.h"
 #include "log.h"
 
-#define SB_READ_TIMEOUT_MS 5000
 #define CTRL_TIMEOUT_MS 5000
 #define RETURN_TIMEOUT_MS 200
 #define GRANT_RETRY_MIN_US 500u
@@ -47,7 +46,7 @@ uint64_t kvi_rand(kvc_t *h)
  * initial object area. */
 static size_t scratch_size(void)
 {
-	return 2 * KVI_BUCKET_SIZE + 64 + KVI_OBJ_AREA_MIN;
+	return 2 * KVI_BUCKET_SIZE + 64 + KVI_KEYHEAD_AREA + KVI_OBJ_AREA_MIN;
 }
 
 int kvi_obj_room(kvc_t *h, struct kvi_opst *st, uint64_t need)
@@ -203,22 +202,21 @@ void kvi_lock_waited(kvc_t *h, struct kvi_opst *st, uint64_t bucket, uint64_t wo
 static int attach(kvc_t *h, struct kvi_rmem *rm)
 {
 	const struct kvc_opts *o = &h->o;
-	struct kvi_rop op;
+	const char *why;
 	unsigned char *lb;
 	size_t scratch;
 	int rc;
 
 	h->rm = rm;
-	/* The superblock says where everything is; check all of it before use. */
-	op = kvi_rop_read(0, kvi_rmem_lbuf(rm, NULL), sizeof(struct kvi_superblock));
-	rc = kvi_rmem_exec(rm, &op, 1, SB_READ_TIMEOUT_MS);
-	if (rc)
-		return rc;
-	memcpy(&h->sb, op.local, sizeof(h->sb));
-	rc = kvi_superblock_check(&h->sb, rm->region_size);
-	if (rc) {
-		kvi_err("the server's region does not hold a valid layout (magic, version or bounds)");
-		return rc;
+	/* Where everything is comes from the server at join, not from the
+	 * region, which every client may write (layout.h "Geometry"); the
+	 * transport validated it, and so do we, once, before any use. */
+	h->sb = rm->geo;
+	why = kvi_geometry_check(&h->sb);
+	if (why || h->sb.region_size != rm->region_size) {
+		kvi_err("the server stated an unusable region geometry (%s): is it a kvserver of the same version?",
+			why ? why : "region size differs from the connection's");
+		return KVC_EPROTO;
 	}
 	/* The server reuses reclaimed memory on the assumption that no operation
 	 * outlives its deadline: ours may be shorter than the server's limit,
@@ -243,7 +241,8 @@ static int attach(kvc_t *h, struct kvi_rmem *rm)
 		h->st[i].index = i;
 		h->st[i].bk = (struct kvi_bucket *)(void *)s;
 		h->st[i].w = (uint64_t *)(void *)(s + 2 * KVI_BUCKET_SIZE);
-		h->st[i].obj = s + 2 * KVI_BUCKET_SIZE + 64;
+		h->st[i].khead = s + 2 * KVI_BUCKET_SIZE + 64;
+		h->st[i].obj = h->st[i].khead + KVI_KEYHEAD_AREA;
 		h->st[i].obj_cap = KVI_OBJ_AREA_MIN < h->obj_area ? KVI_OBJ_AREA_MIN : h->obj_area;
 	}
 	h->lease_ns = h->renew_ns = h->lease_end = 0;
@@ -731,10 +730,11 @@ int kvc_submit(kvc_t *h, struct kvc_op *op)
 		st->index = keep.index;
 		st->bk = keep.bk;
 		st->w = keep.w;
+		st->khead = keep.khead;
 		st->obj = keep.obj;
 		st->obj_cap = keep.obj_cap;
 	}
-	kvi_key_hash(op->key, op->key_len, h->sb.bucket_count, &st->kh);
+	kvi_key_hash(op->key, op->key_len, h->sb.hash_seed, h->sb.bucket_count, &st->kh);
 	if (op->type == KVC_OP_PUT) {
 		st->obj_len = (uint32_t)kvi_obj_len((uint32_t)op->key_len, (uint32_t)op->value_len);
 		rc = kvi_obj_room(h, st, st->obj_len);

@@ -8,9 +8,11 @@
  *
  * With memory reuse that holds only for a while: once the segment the word
  * points into is reclaimed and reused, the same word may come back naming
- * another key's object (layout.h "Reuse"). A GET checks the key anyway; a
- * cached PUT does not read the object, so it trusts an entry only while it is
- * younger than the server's quarantine minus an operation deadline: `seen`
+ * another key's object (layout.h "Reuse"). A GET and a cached PUT check the
+ * key bytes of that object anyway (the entry is found by the key's hash, and
+ * a hash is not a key: a crafted collision shares the entry); a cached PUT
+ * also trusts an entry only while it is younger than the server's quarantine
+ * minus an operation deadline, so it rarely reads a reused segment: `seen`
  * is when the word was last confirmed (the start of the operation that saw
  * it), in units of KVI_LOC_TICK_NS, wrapping after 2^32 ticks (2.2 years). */
 #ifndef KVI_LOCACHE_H

@@ -10,10 +10,14 @@
  *
  * A PUT insert without fingerprint matches takes 2 round trips, an update 3,
  * DELETE 3 (2 when absent). With a valid cached location only the key's own
- * bucket is locked and no object is read: 2 round trips. That is safe because a
- * key lives in exactly one slot (I2) and every writer of that slot holds that
- * bucket's lock (I1); the cached slot word, re-read under the lock, proves the
- * key is still there.
+ * bucket is locked: 2 round trips. That is safe because a key lives in exactly
+ * one slot (I2) and every writer of that slot holds that bucket's lock (I1):
+ * the cached slot word, re-read under the lock, proves the slot still names
+ * the object the entry saw. That the object is this key's is proved by its
+ * key bytes, read in the same doorbell (after the lock CAS, so under the lock,
+ * where the object cannot change): the entry is found by the key's 128-bit
+ * hash, and a crafted collision must not let one key's PUT replace another's
+ * value. The header and key ride in the lock doorbell: no extra round trip.
  *
  * A lock attempt that finds a bucket held releases what it took and retries
  * after a randomised exponential backoff, until the operation's deadline. Locks
@@ -48,6 +52,26 @@ static int cache_trusted(const kvc_t *h, const struct kvi_opst *st, const struct
 	return q > op && kvi_locache_fresh(l, st->start, q - op);
 }
 
+/* Bytes a cached PUT reads of the object slot names: its header and key, or
+ * 0 when that object cannot be this key's (outside the heap, too short). */
+static uint32_t keyhead_len(const kvc_t *h, const struct kvi_opst *st, uint64_t slot)
+{
+	uint64_t need = sizeof(struct kvi_obj_hdr) + st->op->key_len;
+
+	return kvi_slot_in_heap(&h->sb, slot) && kvi_read_len(h, slot) >= need ? (uint32_t)need : 0;
+}
+
+/* Is the header + key a cached PUT read (st->khead) this key's? No checksum:
+ * only the key bytes decide, and they cannot change while we hold the lock
+ * and the slot still names the object (objects are immutable, I3). */
+static int keyhead_is_ours(const struct kvi_opst *st)
+{
+	const struct kvi_obj_hdr *oh = (const void *)st->khead;
+
+	return oh->version == KVI_LAYOUT_VERSION && oh->key_len == st->op->key_len &&
+	       memcmp(st->khead + sizeof(*oh), st->op->key, st->op->key_len) == 0;
+}
+
 void kvi_write_start(kvc_t *h, struct kvi_opst *st)
 {
 	const struct kvi_loc *l = kvi_locache_get(&h->cache, st->kh.lo, st->kh.hi);
@@ -60,7 +84,7 @@ void kvi_write_start(kvc_t *h, struct kvi_opst *st)
 	 * (locache.h); a cached DELETE reads the object and checks the key. */
 	st->cached = l && l->bucket < h->sb.bucket_count && l->idx < KVI_SLOTS_PER_BUCKET &&
 		     (l->bucket == st->kh.b[0] || l->bucket == st->kh.b[1]) &&
-		     (st->op->type == KVC_OP_PUT ? cache_trusted(h, st, l)
+		     (st->op->type == KVC_OP_PUT ? cache_trusted(h, st, l) && keyhead_len(h, st, l->slot)
 						  : (kvi_slot_in_heap(&h->sb, l->slot) &&
 						     kvi_read_len(h, l->slot) <= h->obj_area));
 	if (st->cached && st->op->type == KVC_OP_DELETE && kvi_obj_room(h, st, kvi_read_len(h, l->slot))) {
@@ -82,6 +106,10 @@ void kvi_write_start(kvc_t *h, struct kvi_opst *st)
 		ops[n++] = kvi_rop_cas(lock_off(h, st->b[i]), &st->w[i], 0, held_word(h));
 		ops[n++] = kvi_rop_read(lock_off(h, st->b[i]), &st->bk[i], KVI_BUCKET_SIZE);
 	}
+	/* A cached PUT reads the object's header and key, under the lock
+	 * (posted after the CAS), to check that the entry is really this key's. */
+	if (st->cached && st->op->type == KVC_OP_PUT)
+		ops[n++] = kvi_rop_read(kvi_slot_obj_off(st->loc.slot), st->khead, keyhead_len(h, st, st->loc.slot));
 	/* A cached DELETE reads the object too: an expired item is absent to the
 	 * caller (as to GET), though its slot is still cleared. */
 	if (st->cached && st->op->type == KVC_OP_DELETE) {
@@ -289,6 +317,8 @@ static void on_lock(kvc_t *h, struct kvi_opst *st)
 
 		if (st->op->type == KVC_OP_DELETE)
 			res = kvi_obj_check(st, &st->cand[0]);
+		else if (!keyhead_is_ours(st))
+			res = KVI_OBJ_OTHER; /* another key's entry (a hash collision) */
 		if (st->bk[0].slot[st->loc.idx] == st->loc.slot && (res == KVI_OBJ_MATCH || res == KVI_OBJ_EXPIRED)) {
 			found(h, st, 0, st->loc.idx, 1, res == KVI_OBJ_EXPIRED);
 			return;

@@ -4,9 +4,9 @@
 
 #include "layout.h"
 
-void kvi_key_hash(const void *key, size_t len, uint64_t bucket_count, struct kvi_keyhash *out)
+void kvi_key_hash(const void *key, size_t len, uint64_t seed, uint64_t bucket_count, struct kvi_keyhash *out)
 {
-	XXH128_hash_t h = XXH3_128bits(key, len);
+	XXH128_hash_t h = XXH3_128bits_withSeed(key, len, seed);
 
 	out->lo = h.low64;
 	out->hi = h.high64;

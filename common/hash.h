@@ -1,5 +1,12 @@
 /* Where a key lives: its two candidate buckets and its fingerprint, all from
- * one XXH3-128 of the key (SPEC: 2-choice hashing). */
+ * one XXH3-128 of the key under the server's seed (SPEC: 2-choice hashing).
+ *
+ * The seed is random per server start and stated to clients in the welcome
+ * (layout.h "Geometry"): without it, keys chosen offline to share two buckets
+ * could flood them (hash flooding, as in SipHash's rationale). It is not a
+ * secret from clients, who must hash with it; it keeps the placement of keys
+ * unpredictable to anyone who has not joined this server. Nothing trusts the
+ * hash as a key's identity: every path that acts on a slot compares key bytes. */
 #ifndef KVI_HASH_H
 #define KVI_HASH_H
 
@@ -12,7 +19,7 @@ struct kvi_keyhash {
 	uint32_t fp;      /* fingerprint stored in the slot */
 };
 
-/* bucket_count must be >= 2. */
-void kvi_key_hash(const void *key, size_t len, uint64_t bucket_count, struct kvi_keyhash *out);
+/* seed: the server's (kvi_geometry.hash_seed); bucket_count must be >= 2. */
+void kvi_key_hash(const void *key, size_t len, uint64_t seed, uint64_t bucket_count, struct kvi_keyhash *out);
 
 #endif

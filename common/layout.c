@@ -11,23 +11,76 @@ static int fits(uint64_t a, uint64_t b, uint64_t limit)
 	return a <= limit && b <= limit - a;
 }
 
-int kvi_superblock_check(const struct kvi_superblock *sb, uint64_t region_size)
+const char *kvi_geometry_check(const struct kvi_geometry *g)
 {
-	if (sb->magic != KVI_REGION_MAGIC || sb->layout_version != KVI_LAYOUT_VERSION)
-		return KVC_EPROTO;
-	if (sb->region_size != region_size || sb->bucket_count < 2 || sb->segment_size < 4096 ||
-	    (sb->index_off % KVI_BUCKET_SIZE) || (sb->heap_off % KVI_OBJ_ALIGN))
-		return KVC_EPROTO;
-	if (sb->index_off < KVI_SUPERBLOCK_SIZE || sb->bucket_count > region_size / KVI_BUCKET_SIZE ||
-	    !fits(sb->index_off, sb->bucket_count * KVI_BUCKET_SIZE, region_size))
-		return KVC_EPROTO;
-	if (sb->heap_off < sb->index_off + sb->bucket_count * KVI_BUCKET_SIZE ||
-	    !fits(sb->heap_off, sb->heap_size, region_size))
-		return KVC_EPROTO;
-	return 0;
+	uint64_t index_end;
+
+	if (g->layout_version != KVI_LAYOUT_VERSION)
+		return "region layout version differs from ours: upgrade client and server together";
+	if (g->epoch == 0)
+		return "layout epoch 0";
+	if (g->region_size <= KVI_SUPERBLOCK_SIZE || g->region_size > KVI_MAX_REGION_SIZE)
+		return "region size outside 4 KiB .. 4 TiB";
+	if (g->segment_size < KVI_MIN_SEGMENT_SIZE || g->segment_size > KVI_MAX_SEGMENT_SIZE ||
+	    (g->segment_size & (g->segment_size - 1)))
+		return "segment size is not a power of two from 64 KiB to 1 MiB";
+	if (g->index_off % KVI_BUCKET_SIZE || g->heap_off % KVI_OBJ_ALIGN)
+		return "index or heap offset misaligned";
+	if (g->bucket_count < 2 || g->bucket_count > g->region_size / KVI_BUCKET_SIZE)
+		return "bucket count below 2 or larger than the region";
+	if (g->index_off < KVI_SUPERBLOCK_SIZE || !fits(g->index_off, g->bucket_count * KVI_BUCKET_SIZE, g->region_size))
+		return "index overlaps the superblock page or ends past the region";
+	index_end = g->index_off + g->bucket_count * KVI_BUCKET_SIZE;
+	if (g->heap_off < index_end)
+		return "heap starts before the index ends";
+	if (g->heap_size < g->segment_size || !fits(g->heap_off, g->heap_size, g->region_size))
+		return "heap smaller than a segment or ending past the region";
+	return NULL;
 }
 
-int kvi_slot_in_heap(const struct kvi_superblock *sb, uint64_t slot)
+int kvi_geometry_equal(const struct kvi_geometry *a, const struct kvi_geometry *b)
+{
+	return a->layout_version == b->layout_version && a->epoch == b->epoch &&
+	       a->region_size == b->region_size && a->index_off == b->index_off &&
+	       a->bucket_count == b->bucket_count && a->heap_off == b->heap_off &&
+	       a->heap_size == b->heap_size && a->segment_size == b->segment_size &&
+	       a->hash_seed == b->hash_seed;
+}
+
+void kvi_superblock_from_geometry(struct kvi_superblock *sb, const struct kvi_geometry *g)
+{
+	memset(sb, 0, sizeof(*sb));
+	sb->magic = KVI_REGION_MAGIC;
+	sb->layout_version = g->layout_version;
+	sb->state = KVI_STATE_SERVING;
+	sb->epoch = g->epoch;
+	sb->region_size = g->region_size;
+	sb->index_off = g->index_off;
+	sb->bucket_count = g->bucket_count;
+	sb->heap_off = g->heap_off;
+	sb->heap_size = g->heap_size;
+	sb->segment_size = g->segment_size;
+}
+
+void kvi_geometry_from_superblock(struct kvi_geometry *g, const struct kvi_superblock *sb)
+{
+	*g = (struct kvi_geometry){ .layout_version = sb->layout_version, .epoch = sb->epoch,
+				    .region_size = sb->region_size, .index_off = sb->index_off,
+				    .bucket_count = sb->bucket_count, .heap_off = sb->heap_off,
+				    .heap_size = sb->heap_size, .segment_size = sb->segment_size };
+}
+
+int kvi_superblock_check(const struct kvi_superblock *sb, uint64_t region_size)
+{
+	struct kvi_geometry g;
+
+	if (sb->magic != KVI_REGION_MAGIC || sb->region_size != region_size)
+		return KVC_EPROTO;
+	kvi_geometry_from_superblock(&g, sb);
+	return kvi_geometry_check(&g) ? KVC_EPROTO : 0;
+}
+
+int kvi_slot_in_heap(const struct kvi_geometry *g, uint64_t slot)
 {
 	uint64_t off = kvi_slot_obj_off(slot), len = kvi_slot_read_len(slot);
 
@@ -36,7 +89,7 @@ int kvi_slot_in_heap(const struct kvi_superblock *sb, uint64_t slot)
 	/* The READ length is rounded up to 64 bytes and may run past the object's
 	 * end, but it must not run past the heap. The reader clamps it to the heap
 	 * end; only the object's start and header must be inside. */
-	return off >= sb->heap_off && fits(off, sizeof(struct kvi_obj_hdr), sb->heap_off + sb->heap_size);
+	return off >= g->heap_off && fits(off, sizeof(struct kvi_obj_hdr), g->heap_off + g->heap_size);
 }
 
 uint64_t kvi_obj_checksum(const struct kvi_obj_hdr *h)

@@ -1,10 +1,20 @@
 /* The region layout: what lives where in the server's one registered region,
  * and the invariants every client and the server keep. Defined once, here.
  *
- *   offset 0                 superblock   (4 KiB, written by the server only)
+ *   offset 0                 superblock   (4 KiB, written by the server once; trusted
+ *                                         by nobody, see "Geometry" below)
  *   index_off                index        bucket_count x 128-byte buckets
  *   heap_off                 heap         segments of segment_size bytes, handed to
  *                                         clients, which append objects into them
+ *
+ * Geometry. Where the index and the heap are, how many buckets there are, the
+ * segment size, the layout epoch and the hash seed (struct kvi_geometry) come
+ * from the server over the connection (wire.h welcome), never from the region:
+ * every client may WRITE anywhere in the region, so a stray or malicious WRITE
+ * over the superblock must not redirect other clients' hashing or lock them
+ * out. The server keeps its own copy (server/core.h) and never reads the
+ * region's superblock either. The superblock is still written at start, for
+ * debugging tools that look at a region dump; nothing may act on it.
  *
  * All fields are fixed-width little-endian. Offsets are bytes from the region's
  * start unless a name says otherwise. Nothing read from the region is trusted:
@@ -96,9 +106,12 @@
  *     object was zeroed; so the object READ cannot have seen the old object
  *     while the slot READ saw the new word, and if both saw the new
  *     generation the value returned is the key's current one.
- *   - Cached PUT (trusts the slot word without reading the object): it
- *     trusts a cache entry only while it is younger than quarantine - max_op
- *     (client/locache.h), so the word cannot name a reused segment.
+ *   - Cached PUT: it re-reads the slot word under the bucket lock and, in
+ *     the same doorbell, the header and key of the object the word names;
+ *     it replaces the slot only if the word is the cached one and the key
+ *     bytes are its own (a 128-bit hash collision cannot make it replace
+ *     another key's value). It also uses a cache entry only while it is
+ *     younger than quarantine - max_op (client/locache.h).
  */
 #ifndef KVI_LAYOUT_H
 #define KVI_LAYOUT_H
@@ -122,6 +135,45 @@ enum kvi_region_state {
 	KVI_STATE_SHUTDOWN = 2,
 };
 
+/* Segment sizes a server may use (a power of two in this range). */
+#define KVI_MIN_SEGMENT_SIZE (64u << 10)
+#define KVI_MAX_SEGMENT_SIZE (1u << 20)
+/* Slots address objects in 16-byte units with 38 bits: a region is at most 4 TiB. */
+#define KVI_MAX_REGION_SIZE ((uint64_t)KVI_OBJ_ALIGN << 38)
+
+/* The geometry of a region (host view), as the server states it: in the
+ * welcome of every connection (wire.h) and, once the index can grow, in the
+ * notice of a resize. Defined once, here; validated by kvi_geometry_check
+ * wherever it is received.
+ *
+ * A future GEOMETRY request/notice on the control path (wire.h, 5 x u64
+ * arguments) carries the fields a resize changes: arg0 epoch, arg1 index_off,
+ * arg2 bucket_count, arg3 heap_off, arg4 heap_size. layout_version,
+ * region_size, segment_size and hash_seed are fixed for a server's lifetime
+ * (a restart is a new connection and a new welcome): the receiver builds the
+ * new kvi_geometry from its current one plus those five, and runs the same
+ * kvi_geometry_check before using it (an epoch not above its own is ignored). */
+struct kvi_geometry {
+	uint32_t layout_version; /* KVI_LAYOUT_VERSION */
+	uint64_t epoch;          /* layout epoch (>= 1): bumped when the index moves (resize) */
+	uint64_t region_size;    /* bytes */
+	uint64_t index_off;      /* KVI_BUCKET_SIZE aligned, after the superblock page */
+	uint64_t bucket_count;   /* >= 2 */
+	uint64_t heap_off;       /* KVI_OBJ_ALIGN aligned, after the index */
+	uint64_t heap_size;      /* at least one segment */
+	uint64_t segment_size;   /* power of two, KVI_MIN_SEGMENT_SIZE .. KVI_MAX_SEGMENT_SIZE */
+	uint64_t hash_seed;      /* XXH3 seed of every key hash (hash.h); random per server start */
+};
+
+/* NULL when g describes a usable region of g->region_size bytes (version,
+ * sizes, alignment, every area inside the region, index before heap without
+ * overlap, segment size); else a one-line description of the first problem. */
+const char *kvi_geometry_check(const struct kvi_geometry *g);
+/* Field by field (the struct has padding: never memcmp it). */
+int kvi_geometry_equal(const struct kvi_geometry *a, const struct kvi_geometry *b);
+
+/* The superblock: the geometry (without the hash seed) as written at offset 0
+ * for debugging tools. Untrusted by every reader (see "Geometry" above). */
 struct kvi_superblock {
 	uint64_t magic;
 	uint32_t layout_version;
@@ -259,19 +311,24 @@ static inline uint64_t kvi_obj_footprint(uint64_t obj_len)
 	return (obj_len + KVI_OBJ_ALIGN - 1) & ~(uint64_t)(KVI_OBJ_ALIGN - 1);
 }
 
-/* Validate a superblock read from a region of region_size bytes: magic,
- * version, and every area inside the region without overlap. 0 or KVC_EPROTO. */
+/* The superblock the server writes for a geometry, and back (for tools:
+ * the seed is not in the superblock, so it comes back 0). */
+void kvi_superblock_from_geometry(struct kvi_superblock *sb, const struct kvi_geometry *g);
+void kvi_geometry_from_superblock(struct kvi_geometry *g, const struct kvi_superblock *sb);
+
+/* Validate a superblock (from a region dump) for a region of region_size
+ * bytes: magic, version, and kvi_geometry_check. 0 or KVC_EPROTO. */
 int kvi_superblock_check(const struct kvi_superblock *sb, uint64_t region_size);
 
 /* Byte offset of bucket i (caller ensures i < bucket_count). */
-static inline uint64_t kvi_bucket_off(const struct kvi_superblock *sb, uint64_t i)
+static inline uint64_t kvi_bucket_off(const struct kvi_geometry *g, uint64_t i)
 {
-	return sb->index_off + i * KVI_BUCKET_SIZE;
+	return g->index_off + i * KVI_BUCKET_SIZE;
 }
 
 /* Is the object a slot points at entirely inside the heap? Slots are read
  * from remote memory: this is what makes a garbage slot harmless. */
-int kvi_slot_in_heap(const struct kvi_superblock *sb, uint64_t slot);
+int kvi_slot_in_heap(const struct kvi_geometry *g, uint64_t slot);
 
 /* Compute the checksum of an object whose header and payload are in memory. */
 uint64_t kvi_obj_checksum(const struct kvi_obj_hdr *h);

@@ -109,7 +109,13 @@ struct kvi_rmem {
 	/* Given by the server at join (wire.h welcome): the longest operation
 	 * deadline allowed, and how long reclaimed memory stays unused. */
 	uint32_t max_op_ms, quarantine_ms;
+	uint32_t lease_ms;     /* client lease length (welcome); 0 = none */
 	uint16_t server_flags; /* enum kvi_welcome_flags */
+	/* Where everything is in the region and the hash seed, as the server
+	 * stated it (welcome), never as read from the region (layout.h
+	 * "Geometry"). geo.region_size == region_size. All zero (epoch 0) when
+	 * the transport was told none: a client refuses to open over it. */
+	struct kvi_geometry geo;
 	uint32_t ctrl_seq;  /* last control request number */
 	/* Responses to requests sent with kvi_rmem_ctrl_send, until taken. */
 	struct kvi_ctrl stash[KVI_CTRL_MAX_OUTSTANDING + 1];

@@ -238,6 +238,11 @@ void kvi_rmem_local_set_limits(struct kvi_rmem *rm, uint32_t max_op_ms, uint32_t
 	rm->server_flags = flags;
 }
 
+void kvi_rmem_local_set_geometry(struct kvi_rmem *rm, const struct kvi_geometry *g)
+{
+	rm->geo = *g;
+}
+
 static int local_set_lbuf(struct kvi_rmem *rm, size_t size)
 {
 	size_t rounded = (size + 63) & ~(size_t)63;

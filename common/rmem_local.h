@@ -50,4 +50,9 @@ void kvi_rmem_local_set_ctrl(struct kvi_rmem *rm, kvi_ctrl_handler handler, void
  * transport learns them. */
 void kvi_rmem_local_set_limits(struct kvi_rmem *rm, uint32_t max_op_ms, uint32_t quarantine_ms, uint16_t flags);
 
+/* The geometry a server states at join (wire.h welcome), normally the server
+ * core's (kvs_core_geometry): what a client addresses the region by. Its
+ * region_size must be the region's. */
+void kvi_rmem_local_set_geometry(struct kvi_rmem *rm, const struct kvi_geometry *g);
+
 #endif

@@ -438,12 +438,14 @@ static int expect_event(struct rmem_verbs *v, const struct kvi_verbs_opts *o,
 	if (ev->event == want) {
 		rc = 0;
 		if (want == RDMA_CM_EVENT_ESTABLISHED) {
+			const char *why = "";
+
 			rc = kvi_wire_welcome_decode(ev->param.conn.private_data,
-						     ev->param.conn.private_data_len, welcome);
+						     ev->param.conn.private_data_len, welcome, &why);
 			if (rc)
-				kvi_errbuf_set(e, "server %s:%s sent a malformed welcome (%u bytes): "
+				kvi_errbuf_set(e, "server %s:%s sent a malformed welcome (%u bytes: %s): "
 					       "is it a kvserver of the same version?",
-					       o->host, o->port, ev->param.conn.private_data_len);
+					       o->host, o->port, ev->param.conn.private_data_len, why);
 		}
 		rdma_ack_cm_event(ev);
 		return rc;
@@ -687,7 +689,9 @@ int kvi_rmem_verbs_connect(const struct kvi_verbs_opts *o, struct kvi_rmem **out
 	v->rm.server_flags = welcome->flags;
 	v->raddr = welcome->region_addr;
 	v->rkey = welcome->rkey;
-	v->rm.region_size = welcome->region_size;
+	v->rm.lease_ms = welcome->lease_ms;
+	v->rm.geo = welcome->geo;
+	v->rm.region_size = welcome->geo.region_size;
 	rdma_freeaddrinfo(ai);
 	*out = &v->rm;
 	return 0;

@@ -56,37 +56,69 @@ void kvi_wire_welcome_encode(struct kvi_wire_welcome *w, const struct kvi_welcom
 	w->client_id = htole32(h->client_id);
 	w->rkey = htole32(h->rkey);
 	w->region_addr = htole64(h->region_addr);
-	w->region_size = htole64(h->region_size);
-	w->epoch = htole64(h->epoch);
 	w->max_op_ms = htole32(h->max_op_ms);
 	w->quarantine_ms = htole32(h->quarantine_ms);
+	w->lease_ms = htole32(h->lease_ms);
 	w->flags = htole16(h->flags);
+	w->geo.layout_version = htole32(h->geo.layout_version);
+	w->geo.epoch = htole64(h->geo.epoch);
+	w->geo.region_size = htole64(h->geo.region_size);
+	w->geo.index_off = htole64(h->geo.index_off);
+	w->geo.bucket_count = htole64(h->geo.bucket_count);
+	w->geo.heap_off = htole64(h->geo.heap_off);
+	w->geo.heap_size = htole64(h->geo.heap_size);
+	w->geo.segment_size = htole64(h->geo.segment_size);
+	w->geo.hash_seed = htole64(h->geo.hash_seed);
 }
 
-int kvi_wire_welcome_decode(const void *buf, size_t len, struct kvi_welcome *out)
+static int bad_welcome(const char **why, const char *what)
+{
+	if (why)
+		*why = what;
+	return KVC_EPROTO;
+}
+
+int kvi_wire_welcome_decode(const void *buf, size_t len, struct kvi_welcome *out, const char **why)
 {
 	struct kvi_wire_welcome w;
+	const char *geo_bad;
 
 	if (!buf || len < sizeof(w))
-		return KVC_EPROTO;
+		return bad_welcome(why, "too short");
 	memcpy(&w, buf, sizeof(w));
-	if (check_header(w.magic, w.version) || (le16toh(w.flags) & ~(unsigned)KVI_WELCOME_FLAGS))
-		return KVC_EPROTO;
+	if (check_header(w.magic, w.version))
+		return bad_welcome(why, "wrong magic or protocol version");
+	if (le16toh(w.flags) & ~(unsigned)KVI_WELCOME_FLAGS)
+		return bad_welcome(why, "unknown flags");
 	out->client_id = le32toh(w.client_id);
 	out->rkey = le32toh(w.rkey);
 	out->region_addr = le64toh(w.region_addr);
-	out->region_size = le64toh(w.region_size);
-	out->epoch = le64toh(w.epoch);
 	out->max_op_ms = le32toh(w.max_op_ms);
 	out->quarantine_ms = le32toh(w.quarantine_ms);
+	out->lease_ms = le32toh(w.lease_ms);
 	out->flags = le16toh(w.flags);
-	/* A region the client could not address without wrapping is a lie; so
-	 * is a quarantine too short for the deadline (layout.h "Reuse"). */
+	out->geo = (struct kvi_geometry){
+		.layout_version = le32toh(w.geo.layout_version),
+		.epoch = le64toh(w.geo.epoch),
+		.region_size = le64toh(w.geo.region_size),
+		.index_off = le64toh(w.geo.index_off),
+		.bucket_count = le64toh(w.geo.bucket_count),
+		.heap_off = le64toh(w.geo.heap_off),
+		.heap_size = le64toh(w.geo.heap_size),
+		.segment_size = le64toh(w.geo.segment_size),
+		.hash_seed = le64toh(w.geo.hash_seed),
+	};
+	/* A quarantine too short for the deadline is a lie (layout.h "Reuse");
+	 * so is a region the client could not address without wrapping. */
 	if (out->max_op_ms == 0 || (uint64_t)out->quarantine_ms < 2ull * out->max_op_ms)
-		return KVC_EPROTO;
-	if (out->client_id == 0 || out->region_size == 0 ||
-	    out->region_addr + out->region_size < out->region_addr)
-		return KVC_EPROTO;
+		return bad_welcome(why, "quarantine not above twice the operation deadline");
+	if (out->client_id == 0)
+		return bad_welcome(why, "client id 0");
+	geo_bad = kvi_geometry_check(&out->geo);
+	if (geo_bad)
+		return bad_welcome(why, geo_bad);
+	if (out->region_addr + out->geo.region_size < out->region_addr)
+		return bad_welcome(why, "region address wraps");
 	return 0;
 }
 

@@ -13,8 +13,10 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "layout.h" /* struct kvi_geometry */
+
 #define KVI_WIRE_MAGIC 0x3143564bu /* "KVC1" read as little-endian bytes */
-#define KVI_WIRE_VERSION 1u
+#define KVI_WIRE_VERSION 2u /* 2: the welcome carries the geometry */
 
 /* rdma_cm limits for RC over IB/RoCE (IB CM REQ/REP/REJ private data). */
 #define KVI_CM_CONNECT_PDATA_MAX 56u
@@ -61,7 +63,24 @@ enum kvi_welcome_flags {
 	KVI_WELCOME_FLAGS = KVI_WELCOME_NO_EVICT,
 };
 
-/* Accept private data: everything a client needs to address the region. */
+/* The region's geometry on the wire (layout.h struct kvi_geometry). */
+struct kvi_wire_geometry {
+	uint32_t layout_version;
+	uint32_t reserved; /* zero */
+	uint64_t epoch;
+	uint64_t region_size;
+	uint64_t index_off;
+	uint64_t bucket_count;
+	uint64_t heap_off;
+	uint64_t heap_size;
+	uint64_t segment_size;
+	uint64_t hash_seed;
+};
+_Static_assert(sizeof(struct kvi_wire_geometry) == 72, "geometry layout");
+
+/* Accept private data: everything a client needs to address the region. The
+ * geometry comes from here, never from the region's superblock (layout.h
+ * "Geometry"). */
 struct kvi_wire_welcome {
 	uint32_t magic;
 	uint16_t version;
@@ -69,13 +88,15 @@ struct kvi_wire_welcome {
 	uint32_t client_id;   /* lock owner id for this client; never 0 */
 	uint32_t rkey;        /* of the one region MR */
 	uint64_t region_addr; /* remote virtual address of region offset 0 */
-	uint64_t region_size; /* bytes */
-	uint64_t epoch;       /* layout epoch the client starts from */
 	uint32_t max_op_ms;   /* longest operation deadline a client may use (>= 1) */
 	uint32_t quarantine_ms; /* reclaimed memory is reused after this (> 2 x max_op_ms) */
-	uint8_t reserved[16];
+	uint32_t lease_ms;    /* client lease length; 0 = no leases */
+	uint32_t reserved0;
+	struct kvi_wire_geometry geo;
+	uint8_t reserved[24];
 };
-_Static_assert(sizeof(struct kvi_wire_welcome) == 64, "welcome layout");
+_Static_assert(offsetof(struct kvi_wire_welcome, geo) == 40, "welcome layout");
+_Static_assert(sizeof(struct kvi_wire_welcome) == 136, "welcome layout");
 _Static_assert(sizeof(struct kvi_wire_welcome) <= KVI_CM_ACCEPT_PDATA_MAX, "welcome fits REP");
 
 enum kvi_reject_reason {
@@ -199,18 +220,21 @@ struct kvi_welcome {
 	uint32_t client_id;
 	uint32_t rkey;
 	uint64_t region_addr;
-	uint64_t region_size;
-	uint64_t epoch;
 	uint32_t max_op_ms;
 	uint32_t quarantine_ms;
+	uint32_t lease_ms;
 	uint16_t flags; /* enum kvi_welcome_flags */
+	struct kvi_geometry geo;
 };
 
 void kvi_wire_hello_encode(struct kvi_wire_hello *w, const struct kvi_hello *h);
 int kvi_wire_hello_decode(const void *buf, size_t len, struct kvi_hello *out);
 
 void kvi_wire_welcome_encode(struct kvi_wire_welcome *w, const struct kvi_welcome *h);
-int kvi_wire_welcome_decode(const void *buf, size_t len, struct kvi_welcome *out);
+/* 0, or KVC_EPROTO for a wrong size, magic, version or flags, impossible
+ * limits, or a geometry kvi_geometry_check refuses; *why (when why is not
+ * NULL) then names the problem in a phrase. */
+int kvi_wire_welcome_decode(const void *buf, size_t len, struct kvi_welcome *out, const char **why);
 
 void kvi_wire_reject_encode(struct kvi_wire_reject *w, uint16_t reason);
 /* Returns the reason, or 0 when buf is not one of our rejects. */

@@ -1,9 +1,11 @@
 #include "core.h"
 
+#include <errno.h>
 #include <inttypes.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/random.h>
 #include <sys/resource.h>
 #include <pthread.h>
 #include <time.h>
@@ -25,7 +27,7 @@ struct kvs_client {
 struct kvs_core {
 	pthread_mutex_t mu; /* guards everything below */
 	uint8_t *base;
-	struct kvi_superblock sb; /* private copy: the region's may be scribbled on */
+	struct kvi_geometry geo; /* private: the region's superblock may be scribbled on */
 	struct kvs_core_opts o;   /* with defaults filled in */
 	struct kvs_heap *heap;
 	struct kvs_segtab *segs;
@@ -81,7 +83,7 @@ static uint64_t align_up(uint64_t v, uint64_t a)
 }
 
 int kvs_core_plan(uintptr_t base, uint64_t region_size, const struct kvs_core_opts *o,
-		  struct kvi_superblock *sb, struct kvi_errbuf *e)
+		  struct kvi_geometry *g, struct kvi_errbuf *e)
 {
 	uint64_t seg = o && o->segment_size ? o->segment_size : KVS_DEFAULT_SEGMENT_SIZE;
 	uint64_t buckets, index_end, heap_off, stride;
@@ -92,7 +94,7 @@ int kvs_core_plan(uintptr_t base, uint64_t region_size, const struct kvs_core_op
 		return KVC_EINVAL;
 	}
 	/* Slots address objects in 16-byte units with 38 bits: 4 TiB. */
-	if (region_size > ((uint64_t)KVI_OBJ_ALIGN << KVI_SLOT_OFF_BITS) || region_size <= KVI_SUPERBLOCK_SIZE) {
+	if (region_size > KVI_MAX_REGION_SIZE || region_size <= KVI_SUPERBLOCK_SIZE) {
 		kvi_errbuf_set(e, "region of %" PRIu64 " bytes: must be larger than %u bytes and at most 4 TiB",
 			       region_size, KVI_SUPERBLOCK_SIZE);
 		return KVC_EINVAL;
@@ -133,17 +135,17 @@ int kvs_core_plan(uintptr_t base, uint64_t region_size, const struct kvs_core_op
 			       seg >> 10, buckets, region_size >> 20);
 		return KVC_EINVAL;
 	}
-	memset(sb, 0, sizeof(*sb));
-	sb->magic = KVI_REGION_MAGIC;
-	sb->layout_version = KVI_LAYOUT_VERSION;
-	sb->state = KVI_STATE_SERVING;
-	sb->epoch = 1;
-	sb->region_size = region_size;
-	sb->index_off = KVI_SUPERBLOCK_SIZE;
-	sb->bucket_count = buckets;
-	sb->heap_off = heap_off;
-	sb->heap_size = (region_size - heap_off) / stride * stride;
-	sb->segment_size = seg;
+	*g = (struct kvi_geometry){
+		.layout_version = KVI_LAYOUT_VERSION,
+		.epoch = 1,
+		.region_size = region_size,
+		.index_off = KVI_SUPERBLOCK_SIZE,
+		.bucket_count = buckets,
+		.heap_off = heap_off,
+		.heap_size = (region_size - heap_off) / stride * stride,
+		.segment_size = seg,
+		.hash_seed = o ? o->hash_seed : 0,
+	};
 	return 0;
 }
 
@@ -202,34 +204,43 @@ int kvs_core_create(void *region_base, uint64_t region_size, const struct kvs_co
 		return KVC_ENOMEM;
 	}
 	c->base = region_base;
-	rc = kvs_core_plan((uintptr_t)region_base, region_size, o, &c->sb, e);
+	rc = kvs_core_plan((uintptr_t)region_base, region_size, o, &c->geo, e);
 	if (rc)
 		goto clean_core;
 	policy_opts(o, &c->o, e); /* checked by kvs_core_plan */
-	if (kvi_superblock_check(&c->sb, region_size)) { /* the readers' view of it */
-		kvi_errbuf_set(e, "internal error: planned layout fails the superblock check");
+	if (kvi_geometry_check(&c->geo)) { /* what every client will check */
+		kvi_errbuf_set(e, "internal error: planned layout fails the geometry check: %s",
+			       kvi_geometry_check(&c->geo));
 		rc = KVC_EINVAL;
 		goto clean_core;
 	}
-	c->stride = kvs_heap_stride(c->sb.segment_size);
-	c->nsegs = c->sb.heap_size / c->stride;
+	/* A fresh seed per start: key placement cannot be predicted (or
+	 * flooded) by anyone who has not joined this server (hash.h). */
+	if (!c->geo.hash_seed && getrandom(&c->geo.hash_seed, sizeof(c->geo.hash_seed), 0) !=
+					 (ssize_t)sizeof(c->geo.hash_seed)) {
+		kvi_errbuf_set(e, "getrandom for the hash seed: %s", strerror(errno));
+		rc = KVC_ESYS;
+		goto clean_core;
+	}
+	c->stride = kvs_heap_stride(c->geo.segment_size);
+	c->nsegs = c->geo.heap_size / c->stride;
 	c->low = c->nsegs * c->o.reclaim_low_pct / 100;
 	if (c->low < KVS_RESERVE_SEGMENTS + 2)
 		c->low = KVS_RESERVE_SEGMENTS + 2; /* the reserve, one to carve, one in quarantine */
 	c->high = c->nsegs * c->o.reclaim_high_pct / 100;
 	if (c->high <= c->low)
 		c->high = c->low + 1;
-	c->quota = c->sb.heap_size / 100 * c->o.client_quota_pct;
-	if (c->quota < 2 * c->sb.segment_size)
-		c->quota = 2 * c->sb.segment_size;
+	c->quota = c->geo.heap_size / 100 * c->o.client_quota_pct;
+	if (c->quota < 2 * c->geo.segment_size)
+		c->quota = 2 * c->geo.segment_size;
 	c->starving_ns = (uint64_t)(c->o.max_op_ms > KVS_STARVING_MIN_MS ? c->o.max_op_ms : KVS_STARVING_MIN_MS) *
 			 1000000u;
-	rc = kvs_heap_create(c->base + c->sb.heap_off, c->sb.heap_size, c->sb.segment_size, &c->heap, e);
+	rc = kvs_heap_create(c->base + c->geo.heap_off, c->geo.heap_size, c->geo.segment_size, &c->heap, e);
 	if (rc)
 		goto clean_core;
 	rc = kvs_segtab_create(&(struct kvs_segtab_opts){ .base = c->base, .heap = c->heap,
-							  .heap_off = c->sb.heap_off,
-							  .segment_size = c->sb.segment_size, .stride = c->stride,
+							  .heap_off = c->geo.heap_off,
+							  .segment_size = c->geo.segment_size, .stride = c->stride,
 							  .nsegs = c->nsegs,
 							  .settle_ns = ((uint64_t)c->o.max_op_ms +
 									(c->o.in_process ? 0 : KVS_QUARANTINE_MARGIN_MS)) *
@@ -246,9 +257,14 @@ int kvs_core_create(void *region_base, uint64_t region_size, const struct kvs_co
 	pthread_mutex_init(&c->mu, NULL);
 	/* Index first, superblock last: a reader that sees the magic sees an
 	 * empty index (no client is connected yet anyway). */
-	memset(c->base + c->sb.index_off, 0, c->sb.bucket_count * KVI_BUCKET_SIZE);
+	memset(c->base + c->geo.index_off, 0, c->geo.bucket_count * KVI_BUCKET_SIZE);
 	memset(c->base, 0, KVI_SUPERBLOCK_SIZE);
-	memcpy(c->base, &c->sb, sizeof(c->sb));
+	{
+		struct kvi_superblock sb; /* for debugging tools only (layout.h "Geometry") */
+
+		kvi_superblock_from_geometry(&sb, &c->geo);
+		memcpy(c->base, &sb, sizeof(sb));
+	}
 	*out = c;
 	return 0;
 clean_heap:
@@ -346,7 +362,7 @@ static int seg_request(struct kvs_core *c, uint32_t id, const struct kvi_ctrl *r
 	uint64_t now = now_ns();
 	int rc, over;
 
-	if (req->arg[0] > c->sb.segment_size) {
+	if (req->arg[0] > c->geo.segment_size) {
 		reply_error(req, resp, KVC_EINVAL);
 		return 0;
 	}
@@ -612,7 +628,7 @@ int kvs_core_server_extent(struct kvs_core *c, struct kvs_extent *x, uint64_t us
 
 	pthread_mutex_lock(&c->mu);
 	kvs_segtab_tick(c->segs, now_ns());
-	rc = kvs_segtab_grant(c->segs, x, c->sb.segment_size, used, KVS_GRANT_SERVER, now_ns());
+	rc = kvs_segtab_grant(c->segs, x, c->geo.segment_size, used, KVS_GRANT_SERVER, now_ns());
 	pthread_mutex_unlock(&c->mu);
 	return rc;
 }
@@ -670,9 +686,9 @@ uint8_t *kvs_core_region(const struct kvs_core *c)
 	return c->base;
 }
 
-const struct kvi_superblock *kvs_core_superblock(const struct kvs_core *c)
+const struct kvi_geometry *kvs_core_geometry(const struct kvs_core *c)
 {
-	return &c->sb;
+	return &c->geo;
 }
 
 static void kvs_core_stats_locked(struct kvs_core *c, struct kvs_core_stats *out)
@@ -687,8 +703,8 @@ static void kvs_core_stats_locked(struct kvs_core *c, struct kvs_core_stats *out
 		.segments_open = n.open,
 		.segments_sealed = n.sealed + n.reclaiming,
 		.segments_quarantined = n.quarantined,
-		.heap_bytes = c->sb.heap_size,
-		.index_bytes = c->sb.bucket_count * KVI_BUCKET_SIZE,
+		.heap_bytes = c->geo.heap_size,
+		.index_bytes = c->geo.bucket_count * KVI_BUCKET_SIZE,
 		.carved_bytes = n.carved_bytes,
 		.grants = n.grants,
 		.grants_deferred = n.grants_deferred + c->throttled,
@@ -717,7 +733,7 @@ void kvs_core_summary(struct kvs_core *c, char *buf, size_t len)
 	snprintf(buf, len, "segments %" PRIu64 " open, %" PRIu64 " sealed, %" PRIu64 " quarantined, %" PRIu64
 		 " free of %" PRIu64 " x %" PRIu64 " KiB; %" PRIu64 " reclaimed, %" PRIu64 " evictions",
 		 st.segments_open, st.segments_sealed, st.segments_quarantined, st.segments_free, c->nsegs,
-		 c->sb.segment_size >> 10, st.rc.segments, st.rc.evictions);
+		 c->geo.segment_size >> 10, st.rc.segments, st.rc.evictions);
 }
 
 const struct kvs_heap *kvs_core_heap(const struct kvs_core *c)

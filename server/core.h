@@ -3,8 +3,9 @@
  * local in-process transport calls kvs_core_ctrl directly.
  *
  * What the core owns and trusts:
- *  - A private copy of the layout (kvs_core_superblock). The region's own
- *    superblock is written once at create and never read back: clients can
+ *  - The geometry (kvs_core_geometry): where index and heap are, and the
+ *    random hash seed; what kvserver states in every welcome. The region's
+ *    superblock is written from it once at create and never read back: clients can
  *    RDMA-WRITE anywhere in the region, so nothing in it is trusted by the
  *    server, and no server decision depends on region contents.
  *  - The segment table (heap-private memory): which segment is free, granted
@@ -34,8 +35,8 @@
 #include "wire.h"
 
 #define KVS_DEFAULT_SEGMENT_SIZE (1u << 20)
-#define KVS_MIN_SEGMENT_SIZE (64u << 10)
-#define KVS_MAX_SEGMENT_SIZE (1u << 20)
+#define KVS_MIN_SEGMENT_SIZE KVI_MIN_SEGMENT_SIZE
+#define KVS_MAX_SEGMENT_SIZE KVI_MAX_SEGMENT_SIZE
 #define KVS_MIN_BUCKETS 64u /* floor of the default; an explicit count may go down to 2 */
 /* Default index size: one bucket (15 slots) per KVS_BYTES_PER_BUCKET bytes of
  * region, i.e. the index takes 1/16 of the region and there is one slot per
@@ -79,6 +80,9 @@ struct kvs_core_opts {
 	 * can be on a wire when a deadline passes, so the quarantine needs no
 	 * margin over twice the operation deadline. */
 	int in_process;
+	/* Seed of every key hash (hash.h). 0 = random, from getrandom(2), as a
+	 * server should; tests fix it to place keys on purpose. */
+	uint64_t hash_seed;
 	/* Called (with the core's lock held: do not call back into the core)
 	 * when reclamation is wanted, so that kvserver can wake its reclaimer. */
 	void (*wake)(void *arg);
@@ -88,11 +92,12 @@ struct kvs_core_opts {
 struct kvs_core;
 
 /* Compute the layout for a region of region_size bytes at address base
- * without touching memory: fills sb as kvs_core_create would write it. Any
+ * without touching memory: fills g as kvs_core_create would (but for a
+ * random hash seed, which only kvs_core_create draws). Any
  * page-aligned base gives the same layout, so kvserver validates its flags
  * with base 0 before mapping anything. 0, or KVC_EINVAL with the reason in e. */
 int kvs_core_plan(uintptr_t base, uint64_t region_size, const struct kvs_core_opts *o,
-		  struct kvi_superblock *sb, struct kvi_errbuf *e);
+		  struct kvi_geometry *g, struct kvi_errbuf *e);
 
 /* Format [region_base, +region_size) (superblock, zeroed index) and set up the
  * heap allocator over its heap area. region_base must be page-aligned; o may be
@@ -202,7 +207,7 @@ void kvs_core_set_full(struct kvs_core *c);
 uint8_t *kvs_core_region(const struct kvs_core *c);
 
 /* The layout as the core formatted it (its private copy, never the region's). */
-const struct kvi_superblock *kvs_core_superblock(const struct kvs_core *c);
+const struct kvi_geometry *kvs_core_geometry(const struct kvs_core *c);
 
 struct kvs_core_stats {
 	uint64_t segments_total; /* heap_bytes / stride (segment size + one page, heap.h) */

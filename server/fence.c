@@ -174,7 +174,7 @@ static int fenced_word(const struct kvs_fence *f, uint64_t w)
 
 /* Release the fenced clients' locks in buckets [from, to). Returns 0, or 1
  * when stopping (the rest is abandoned). */
-static int release_range(struct kvs_fence *f, const struct kvi_superblock *sb, const struct kvi_bucket *index,
+static int release_range(struct kvs_fence *f, const struct kvi_geometry *sb, const struct kvi_bucket *index,
 			 uint64_t from, uint64_t to, uint64_t *released, unsigned *mismatches)
 {
 	uint64_t b = from;
@@ -231,7 +231,7 @@ static int release_range(struct kvs_fence *f, const struct kvi_superblock *sb, c
 /* Serve every queued single-word clear request. Returns 1 when stopping. */
 static int serve_clears(struct kvs_fence *f)
 {
-	const struct kvi_superblock *sb = kvs_core_superblock(f->o.core);
+	const struct kvi_geometry *sb = kvs_core_geometry(f->o.core);
 
 	for (;;) {
 		struct clear_req r;
@@ -317,13 +317,13 @@ static void run_pass(struct kvs_fence *f)
 	uint64_t retries0, cpu, wall;
 	unsigned mismatches = 0;
 	const struct kvi_bucket *index;
-	struct kvi_superblock sb;
+	struct kvi_geometry sb;
 	int stopped = 0;
 
 	if (take_clients(f) <= 0)
 		return;
 	/* Geometry from the core's private copy, as it is now. */
-	sb = *kvs_core_superblock(f->o.core);
+	sb = *kvs_core_geometry(f->o.core);
 	index = (const void *)(kvs_core_region(f->o.core) + sb.index_off);
 	pthread_mutex_lock(&f->mu);
 	retries0 = f->st.retries;
@@ -451,7 +451,7 @@ int kvs_fence_clear_word(struct kvs_fence *f, uint64_t bucket, uint64_t word)
 
 	if (!f)
 		return KVC_ESERVERGONE;
-	if (bucket >= kvs_core_superblock(f->o.core)->bucket_count || !(word & KVI_LOCK_LOCKED))
+	if (bucket >= kvs_core_geometry(f->o.core)->bucket_count || !(word & KVI_LOCK_LOCKED))
 		return KVC_EINVAL;
 	pthread_mutex_lock(&f->mu);
 	if (f->ccount == KVS_FENCE_CLEAR_MAX) {

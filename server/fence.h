@@ -32,7 +32,7 @@
  * reports again) instead of growing without bound on reports from clients.
  *
  * Geometry (bucket count, index offset) is the core's private copy
- * (kvs_core_superblock), read when a pass starts; the lock words are read at
+ * (kvs_core_geometry), read when a pass starts; the lock words are read at
  * kvs_core_region. Counters go to the core's statistics (kvs_core_add_fence).
  *
  * Transport-independent: the loopback comes from a connect function, the

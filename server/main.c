@@ -144,7 +144,7 @@ static int parse_args(int argc, char **argv, struct kvs_opts *o)
 		{ "version", no_argument, NULL, 'V' },
 		{ 0 },
 	};
-	struct kvi_superblock sb;
+	struct kvi_geometry sb;
 	struct kvi_errbuf e;
 	uint64_t port, v;
 	int c;
@@ -345,8 +345,8 @@ static int on_connect(void *arg, struct kvi_peer *p, const struct kvi_hello *h, 
 	w->client_id = s->next_client_id++;
 	w->rkey = s->region.mr->rkey;
 	w->region_addr = (uintptr_t)s->region.base;
-	w->region_size = s->region.size;
-	w->epoch = kvs_core_superblock(s->core)->epoch;
+	w->geo = *kvs_core_geometry(s->core); /* never read from the region (layout.h "Geometry") */
+	w->lease_ms = 0; /* no leases yet */
 	kvs_core_limits(s->core, &w->max_op_ms, &w->quarantine_ms, &w->flags);
 	kvi_info("client %u joining", w->client_id);
 	(void)p;
@@ -418,7 +418,7 @@ static void expel(struct kvs_server *s, uint32_t id, const char *why)
 /* A writer keeps finding `word` in bucket arg[0] (members.h "Lock reports"). */
 static int lock_report(struct kvs_server *s, uint32_t reporter, const struct kvi_ctrl *req, struct kvi_ctrl *resp)
 {
-	const struct kvi_superblock *sb = kvs_core_superblock(s->core);
+	const struct kvi_geometry *sb = kvs_core_geometry(s->core);
 	const struct kvi_bucket *b;
 	enum kvi_report_verdict v;
 	uint64_t current;
@@ -540,7 +540,7 @@ int main(int argc, char **argv)
 	struct kvs_server s = { .next_client_id = 1 };
 	struct kvi_listen_cb cb = { .arg = &s, .on_connect = on_connect, .on_established = on_established,
 				    .on_disconnect = on_disconnect, .on_ctrl = on_ctrl };
-	const struct kvi_superblock *sb;
+	const struct kvi_geometry *sb;
 	struct kvi_errbuf e = { { 0 } };
 	uint32_t max_op_ms, quarantine_ms;
 	uint16_t flags;
@@ -593,7 +593,7 @@ int main(int argc, char **argv)
 		rc = 1;
 		goto clean_core;
 	}
-	sb = kvs_core_superblock(s.core);
+	sb = kvs_core_geometry(s.core);
 	printf("kvserver %s: listening on %s port %u, device %s, region %" PRIu64 " MiB (%s), "
 	       "%" PRIu64 " buckets, %" PRIu64 " segments of %" PRIu64 " KiB\n",
 	       KVS_VERSION, s.o.listen ? s.o.listen : "*", kvi_listener_port(s.l),

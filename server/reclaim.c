@@ -43,7 +43,7 @@ struct kvs_reclaimer {
 	struct kvs_core *core;
 	struct kvi_rmem *rm;
 	struct kvs_reclaim_hooks hooks;
-	struct kvi_superblock sb; /* the core's private copy */
+	struct kvi_geometry geo; /* the core's private copy */
 	uint8_t *base;
 	uint8_t *snap; /* private copy of the segment being walked; in the local
 			* buffer, because copies forward are RDMA WRITEs from it */
@@ -88,17 +88,17 @@ int kvs_reclaimer_create(struct kvs_core *core, struct kvi_rmem *rm, const struc
 	r->rm = rm;
 	if (hooks)
 		r->hooks = *hooks;
-	r->sb = *kvs_core_superblock(core);
+	r->geo = *kvs_core_geometry(core);
 	r->base = kvs_core_region(core);
 	r->no_evict = kvs_core_no_evict(core);
 	/* At most one object per footprint of the smallest one (a header and a
 	 * 1-byte key, aligned: 32 bytes). An item the walk cannot record keeps
 	 * its slot into a segment that is zeroed and reused. */
-	r->cap_items = (uint32_t)(r->sb.segment_size / kvi_obj_footprint(kvi_obj_len(1, 0)) + 1);
+	r->cap_items = (uint32_t)(r->geo.segment_size / kvi_obj_footprint(kvi_obj_len(1, 0)) + 1);
 	r->items = calloc(r->cap_items, sizeof(*r->items));
 	if (!r->items)
 		goto fail;
-	rc = kvi_rmem_set_lbuf(rm, sizeof(struct lbuf) + r->sb.segment_size);
+	rc = kvi_rmem_set_lbuf(rm, sizeof(struct lbuf) + r->geo.segment_size);
 	if (rc)
 		goto fail;
 	r->snap = (uint8_t *)kvi_rmem_lbuf(rm, NULL) + sizeof(struct lbuf);
@@ -133,7 +133,7 @@ static uint64_t held(const struct kvs_reclaimer *r)
 /* Step 1 and 2: walk the snapshot, keep the objects some slot names. */
 static void walk(struct kvs_reclaimer *r, uint64_t off, uint64_t len, struct kvs_reclaim_stats *st)
 {
-	const struct kvi_bucket *index = (const void *)(r->base + r->sb.index_off);
+	const struct kvi_bucket *index = (const void *)(r->base + r->geo.index_off);
 	uint64_t p = 0;
 
 	r->nitems = 0;
@@ -149,7 +149,7 @@ static void walk(struct kvs_reclaimer *r, uint64_t off, uint64_t len, struct kvs
 			p += KVI_OBJ_ALIGN;
 			continue;
 		}
-		kvi_key_hash(r->snap + p + sizeof(*h), h->key_len, r->sb.bucket_count, &kh);
+		kvi_key_hash(r->snap + p + sizeof(*h), h->key_len, r->geo.hash_seed, r->geo.bucket_count, &kh);
 		slot = kvi_slot_make(kh.fp, off + p, olen);
 		for (unsigned w = 0; w < 2 && !found; w++) {
 			for (unsigned i = 0; i < KVI_SLOTS_PER_BUCKET; i++) {
@@ -294,7 +294,7 @@ static int do_batch(struct kvs_reclaimer *r, struct batch *b, uint64_t *copied, 
 	int rc, abort = 0;
 
 	for (unsigned i = 0; i < b->nb; i++) {
-		uint64_t lo = kvi_bucket_off(&r->sb, b->bucket[i]);
+		uint64_t lo = kvi_bucket_off(&r->geo, b->bucket[i]);
 
 		ops[n++] = kvi_rop_cas(lo, &lb->cas[i], 0, held(r));
 		ops[n++] = kvi_rop_read(lo, &lb->bk[i], KVI_BUCKET_SIZE);
@@ -334,7 +334,7 @@ static int do_batch(struct kvs_reclaimer *r, struct batch *b, uint64_t *copied, 
 	 * doorbells are cut at KVI_RMEM_MAX_BATCH without breaking the order. */
 	n = 0;
 	for (unsigned i = 0; i < b->nb; i++) {
-		uint64_t lo = kvi_bucket_off(&r->sb, b->bucket[i]);
+		uint64_t lo = kvi_bucket_off(&r->geo, b->bucket[i]);
 
 		if (lb->cas[i] != 0)
 			continue;
@@ -443,19 +443,19 @@ static int reclaim_segment(struct kvs_reclaimer *r, uint64_t off, uint64_t len)
 		for (uint32_t k = 0; k < r->nitems; k++)
 			live += kvi_obj_footprint(r->items[k].len);
 		kvs_core_stats(r->core, &cs);
-		if (live > r->sb.segment_size / 8 * COPY_LIMIT_EIGHTHS ||
-		    live > (r->x.off ? r->x.len - r->x_used : 0) + cs.segments_free * r->sb.segment_size) {
+		if (live > r->geo.segment_size / 8 * COPY_LIMIT_EIGHTHS ||
+		    live > (r->x.off ? r->x.len - r->x_used : 0) + cs.segments_free * r->geo.segment_size) {
 			st.cpu_ns = thread_cpu_ns() - cpu0;
 			kvs_core_reclaim_end(r->core, off, 0, 1, &st);
-			return live > r->sb.segment_size / 8 * COPY_LIMIT_EIGHTHS ? 2 : 3;
+			return live > r->geo.segment_size / 8 * COPY_LIMIT_EIGHTHS ? 2 : 3;
 		}
 	}
 	for (uint32_t k = 0; k < r->nitems && !r->no_evict; k++)
 		live += kvi_obj_footprint(r->items[k].len);
-	r->keep_cold = !r->no_evict && live * 2 <= r->sb.segment_size;
+	r->keep_cold = !r->no_evict && live * 2 <= r->geo.segment_size;
 	if (r->hooks.before_lock)
 		r->hooks.before_lock(r->hooks.arg);
-	rc = settle_items(r, r->sb.segment_size, &st);
+	rc = settle_items(r, r->geo.segment_size, &st);
 	st.cpu_ns = thread_cpu_ns() - cpu0;
 	if (rc) {
 		/* Try it again later; what was already switched stays switched. */

@@ -26,7 +26,7 @@ static const char put_value[] = "value written by kvc_put";
 
 static struct kvt_env env;
 static kvc_t *cli;
-static struct kvi_superblock sb;
+static struct kvi_geometry sb;
 static uint8_t *region;
 static uint64_t data_off;
 static unsigned inputs;
@@ -35,7 +35,8 @@ static unsigned inputs;
 static void reset(void)
 {
 	struct kvs_core_opts o = { .buckets = 64, .segment_size = 64u << 10, .max_op_ms = 50,
-				   .quarantine_ms = 100 + KVS_QUARANTINE_MARGIN_MS, .no_evict = 1 };
+				   .quarantine_ms = 100 + KVS_QUARANTINE_MARGIN_MS, .no_evict = 1,
+				   .hash_seed = 0x5eed }; /* fixed: a crash replays the same placement */
 
 	if (cli) {
 		kvc_destroy(cli);
@@ -44,7 +45,7 @@ static void reset(void)
 	}
 	FUZZ_CHECK(kvt_env_init_opts(&env, 4, &o) == 0, "server core setup failed");
 	FUZZ_CHECK(kvt_env_client(&env, NULL, 0, 4, &cli) == 0, "client setup failed");
-	sb = *kvs_core_superblock(env.core);
+	sb = *kvs_core_geometry(env.core);
 	region = kvs_core_region(env.core);
 	data_off = (sb.heap_off + sb.heap_size - DATA_SIZE) & ~(uint64_t)(KVI_OBJ_ALIGN - 1);
 	inputs = 0;
@@ -88,7 +89,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 	key_len = byte(&in);
 	for (unsigned i = 0; i < key_len; i++)
 		key[i] = (uint8_t)byte(&in);
-	kvi_key_hash(key, key_len ? key_len : 1, sb.bucket_count, &kh);
+	kvi_key_hash(key, key_len ? key_len : 1, sb.hash_seed, sb.bucket_count, &kh);
 
 	memset(region + sb.index_off, 0, sb.bucket_count * KVI_BUCKET_SIZE);
 	memset(region + data_off, 0, DATA_SIZE);
@@ -112,7 +113,9 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 
 			if (mode[s] & 4) { /* plant an object of this key (or another) there */
 				uint32_t vl = (uint32_t)(w >> 56) % 200, len = (uint32_t)kvi_obj_len(key_len ? key_len : 1, vl);
-				int other = mode[s] & 8;
+				/* "another key" only if the input's key is not that very string
+				 * (the fuzzer finds it in the binary and tries it). */
+				int other = (mode[s] & 8) && !(key_len == 11 && memcmp(key, "another key", 11) == 0);
 
 				if (off + len > sb.heap_off + sb.heap_size)
 					off = data_off;

@@ -49,12 +49,17 @@ static int superblock(const struct kvi_superblock *sb)
 	return 1;
 }
 
-static void slot(const struct kvi_superblock *sb, uint64_t s)
+static void slot(const struct kvi_superblock *ssb, uint64_t s)
 {
-	uint64_t off = kvi_slot_obj_off(s), len = kvi_slot_read_len(s);
-	int want = len >= sizeof(struct kvi_obj_hdr) && off >= sb->heap_off &&
-		   (u128)off + sizeof(struct kvi_obj_hdr) <= (u128)sb->heap_off + sb->heap_size;
+	struct kvi_geometry g, *sb = &g;
+	uint64_t off, len;
+	int want;
 
+	kvi_geometry_from_superblock(&g, ssb);
+	off = kvi_slot_obj_off(s);
+	len = kvi_slot_read_len(s);
+	want = len >= sizeof(struct kvi_obj_hdr) && off >= sb->heap_off &&
+		   (u128)off + sizeof(struct kvi_obj_hdr) <= (u128)sb->heap_off + sb->heap_size;
 	FUZZ_CHECK(!!kvi_slot_in_heap(sb, s) == want, "slot %#llx: in heap %d, expected %d", (unsigned long long)s,
 		   !want, want);
 	if (want)

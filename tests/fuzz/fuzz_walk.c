@@ -29,7 +29,7 @@
 
 static struct kvt_env env;
 static struct kvs_reclaimer *rcl;
-static struct kvi_superblock sb;
+static struct kvi_geometry sb;
 static struct kvi_bucket *index_;
 
 /* What the builder put where. */
@@ -48,13 +48,14 @@ int LLVMFuzzerInitialize(int *argc, char ***argv);
 int LLVMFuzzerInitialize(int *argc, char ***argv)
 {
 	struct kvs_core_opts o = { .buckets = BUCKETS, .segment_size = SEGMENT_SIZE, .max_op_ms = 50,
-				   .quarantine_ms = 100 + KVS_QUARANTINE_MARGIN_MS };
+				   .quarantine_ms = 100 + KVS_QUARANTINE_MARGIN_MS,
+				   .hash_seed = 0x5eed }; /* fixed: a crash replays the same placement */
 
 	(void)argc;
 	(void)argv;
 	FUZZ_CHECK(kvt_env_init_opts(&env, 4, &o) == 0, "server core setup failed");
 	FUZZ_CHECK(kvt_env_reclaimer(&env, NULL, &rcl) == 0, "reclaimer setup failed");
-	sb = *kvs_core_superblock(env.core);
+	sb = *kvs_core_geometry(env.core);
 	index_ = (struct kvi_bucket *)((uint8_t *)kvs_core_region(env.core) + sb.index_off);
 	return 0;
 }
@@ -97,7 +98,7 @@ static int put_obj(uint32_t p, unsigned version, unsigned key_len, uint32_t valu
 	memcpy(seg + p, &h, sizeof(h));
 	h.checksum = XXH3_64bits(seg + p + KVI_OBJ_CSUM_FROM, len - KVI_OBJ_CSUM_FROM);
 	memcpy(seg + p, &h, sizeof(h));
-	kvi_key_hash(key, key_len, sb.bucket_count, &kh);
+	kvi_key_hash(key, key_len, sb.hash_seed, sb.bucket_count, &kh);
 	*o = (struct built){ .pos = p, .len = (uint32_t)len, .b = { kh.b[0], kh.b[1] },
 			     .valid = version == KVI_LAYOUT_VERSION && key_len >= 1 && key_len <= KVI_MAX_KEY,
 			     .slot = kvi_slot_make(kh.fp, sb.heap_off + p, len) };

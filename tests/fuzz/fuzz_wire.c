@@ -15,6 +15,8 @@
 #include "kvclient_errors.h"
 #include "wire.h"
 
+typedef unsigned __int128 u128;
+
 static void hello(const uint8_t *data, size_t size)
 {
 	struct kvi_hello h = { 0 }, h2 = { 0 };
@@ -56,26 +58,48 @@ static void welcome(const uint8_t *data, size_t size)
 {
 	struct kvi_welcome h, h2;
 	struct kvi_wire_welcome w;
+	const struct kvi_geometry *g = &h.geo;
+	const char *why = NULL;
 
 	memset(&h, 0, sizeof(h));
 	memset(&h2, 0, sizeof(h2));
-	if (kvi_wire_welcome_decode(data, size, &h) != 0)
+	if (kvi_wire_welcome_decode(data, size, &h, &why) != 0) {
+		FUZZ_CHECK(why != NULL, "welcome refused without a reason");
 		return;
+	}
 	FUZZ_CHECK(size >= sizeof(w), "welcome accepted from %zu bytes", size);
 	FUZZ_CHECK(h.client_id != 0, "welcome with client id 0 accepted");
 	FUZZ_CHECK(h.max_op_ms >= 1 && (uint64_t)h.quarantine_ms >= 2ull * h.max_op_ms,
 		   "welcome max_op_ms %u quarantine_ms %u accepted", h.max_op_ms, h.quarantine_ms);
-	FUZZ_CHECK(h.region_size != 0 && h.region_addr + h.region_size > h.region_addr,
-		   "welcome region %#llx + %#llx accepted", (unsigned long long)h.region_addr,
-		   (unsigned long long)h.region_size);
+	FUZZ_CHECK(h.region_addr + g->region_size > h.region_addr, "welcome region %#llx + %#llx accepted",
+		   (unsigned long long)h.region_addr, (unsigned long long)g->region_size);
 	FUZZ_CHECK((h.flags & ~(unsigned)KVI_WELCOME_FLAGS) == 0, "welcome flags %#x accepted", h.flags);
+	/* The geometry, checked independently of kvi_geometry_check: superblock
+	 * page < index < heap, all inside the region, sizes and alignment. */
+	FUZZ_CHECK(g->layout_version == KVI_LAYOUT_VERSION && g->epoch != 0, "welcome version/epoch accepted");
+	FUZZ_CHECK(g->segment_size >= KVI_MIN_SEGMENT_SIZE && g->segment_size <= KVI_MAX_SEGMENT_SIZE &&
+			   (g->segment_size & (g->segment_size - 1)) == 0,
+		   "welcome segment size %#llx accepted", (unsigned long long)g->segment_size);
+	FUZZ_CHECK(g->bucket_count >= 2 && g->index_off >= KVI_SUPERBLOCK_SIZE && g->index_off % KVI_BUCKET_SIZE == 0 &&
+			   g->heap_off % KVI_OBJ_ALIGN == 0,
+		   "welcome index/heap placement accepted");
+	FUZZ_CHECK((u128)g->index_off + (u128)g->bucket_count * KVI_BUCKET_SIZE <= g->heap_off,
+		   "welcome index overlapping the heap accepted");
+	FUZZ_CHECK(g->heap_size >= g->segment_size && (u128)g->heap_off + g->heap_size <= g->region_size &&
+			   g->region_size <= KVI_MAX_REGION_SIZE,
+		   "welcome heap past the region accepted");
 	kvi_wire_welcome_encode(&w, &h);
-	FUZZ_CHECK(memcmp(&w, data, offsetof(struct kvi_wire_welcome, reserved)) == 0,
+	/* Everything but the reserved words means something and re-encodes the same. */
+	FUZZ_CHECK(memcmp(&w, data, offsetof(struct kvi_wire_welcome, reserved0)) == 0 &&
+			   memcmp(&w.geo.epoch, data + offsetof(struct kvi_wire_welcome, geo.epoch),
+				  sizeof(w.geo) - offsetof(struct kvi_wire_geometry, epoch)) == 0 &&
+			   memcmp(&w.geo, data + offsetof(struct kvi_wire_welcome, geo), 4) == 0,
 		   "welcome re-encodes differently");
-	FUZZ_CHECK(kvi_wire_welcome_decode(&w, sizeof(w), &h2) == 0, "re-encoded welcome refused");
+	FUZZ_CHECK(kvi_wire_welcome_decode(&w, sizeof(w), &h2, NULL) == 0, "re-encoded welcome refused");
 	FUZZ_CHECK(h2.client_id == h.client_id && h2.rkey == h.rkey && h2.region_addr == h.region_addr &&
-			   h2.region_size == h.region_size && h2.epoch == h.epoch && h2.max_op_ms == h.max_op_ms &&
-			   h2.quarantine_ms == h.quarantine_ms && h2.flags == h.flags,
+			   h2.max_op_ms == h.max_op_ms && h2.quarantine_ms == h.quarantine_ms &&
+			   h2.lease_ms == h.lease_ms && h2.flags == h.flags &&
+			   kvi_geometry_equal(&h2.geo, &h.geo),
 		   "welcome round trip");
 }
 

@@ -22,7 +22,6 @@
 int main(int argc, char **argv)
 {
 	struct kvi_errbuf e = { { 0 } };
-	struct kvi_superblock sb;
 	struct kvi_keyhash kh;
 	struct kvi_welcome w;
 	struct kvi_rmem *rm;
@@ -40,11 +39,8 @@ int main(int argc, char **argv)
 		return 1;
 	}
 	lb = kvi_rmem_lbuf(rm, NULL);
-	op = kvi_rop_read(0, lb, sizeof(sb));
-	if (kvi_rmem_exec(rm, &op, 1, 10000))
-		return 1;
-	memcpy(&sb, lb, sizeof(sb));
-	kvi_key_hash(argv[3], strlen(argv[3]), sb.bucket_count, &kh);
+	/* Where the key lives, by the geometry the server stated (its seed too). */
+	kvi_key_hash(argv[3], strlen(argv[3]), w.geo.hash_seed, w.geo.bucket_count, &kh);
 	if (late_ms > 0) {
 		struct kvi_rop wipe[2];
 		int rc;
@@ -53,14 +49,14 @@ int main(int argc, char **argv)
 		fflush(stdout);
 		usleep((useconds_t)atoi(argv[4]) * 1000u);
 		memset(lb, 0, 2 * KVI_BUCKET_SIZE);
-		wipe[0] = kvi_rop_write(kvi_bucket_off(&sb, kh.b[0]), lb, KVI_BUCKET_SIZE);
-		wipe[1] = kvi_rop_write(kvi_bucket_off(&sb, kh.b[1]), (char *)lb + KVI_BUCKET_SIZE, KVI_BUCKET_SIZE);
+		wipe[0] = kvi_rop_write(kvi_bucket_off(&w.geo, kh.b[0]), lb, KVI_BUCKET_SIZE);
+		wipe[1] = kvi_rop_write(kvi_bucket_off(&w.geo, kh.b[1]), (char *)lb + KVI_BUCKET_SIZE, KVI_BUCKET_SIZE);
 		rc = kvi_rmem_exec(rm, wipe, 2, 10000);
 		printf("WIPE %s\n", kvc_err_name(rc));
 		return 0;
 	}
 	for (int i = 0; i < 2; i++) {
-		op = kvi_rop_cas(kvi_bucket_off(&sb, kh.b[i]), &lb[i], 0, kvi_lock_held_by(w.client_id));
+		op = kvi_rop_cas(kvi_bucket_off(&w.geo, kh.b[i]), &lb[i], 0, kvi_lock_held_by(w.client_id));
 		if (kvi_rmem_exec(rm, &op, 1, 10000) || lb[i] != 0) {
 			fprintf(stderr, "lock_holder: bucket %d not free\n", i);
 			return 1;

@@ -34,8 +34,12 @@ static int on_connect(void *arg, struct kvi_peer *p, const struct kvi_hello *h, 
 	w->client_id = s->next_id++;
 	w->rkey = s->mr->rkey;
 	w->region_addr = (uintptr_t)s->base;
-	w->region_size = s->size + s->extra;
-	w->epoch = 1;
+	/* A geometry the client accepts (it addresses raw offsets here, no index). */
+	w->geo = (struct kvi_geometry){ .layout_version = KVI_LAYOUT_VERSION, .epoch = 1,
+					.region_size = s->size + s->extra, .index_off = KVI_SUPERBLOCK_SIZE,
+					.bucket_count = 2, .heap_off = 2 * KVI_SUPERBLOCK_SIZE,
+					.heap_size = s->size + s->extra - 2 * KVI_SUPERBLOCK_SIZE,
+					.segment_size = KVI_MIN_SEGMENT_SIZE };
 	w->max_op_ms = 1000;
 	w->quarantine_ms = 2500;
 	return 0;

@@ -12,6 +12,8 @@
 
 #include "harness.h"
 #include "kvclient.h"
+#include "layout.h"
+#include "rmem_verbs.h"
 
 TestSuite(kv, .init = kvt_require_rdma, .timeout = 300);
 
@@ -307,4 +309,82 @@ Test(kv, locks_of_a_client_that_dies_are_released_by_the_server)
 	kvc_destroy(h);
 	stop_server(&srv);
 	cr_expect(strstr(srv.all, "holding 2 bucket locks: released") != NULL, "kvserver: %s", srv.all);
+}
+
+/* RDMA-WRITE len bytes of buf at offset 0 of the server's region, as any
+ * client may (the region's one rkey covers the superblock page too). */
+static void write_superblock(const char *port, const void *buf, uint32_t len)
+{
+	struct kvi_errbuf e = { { 0 } };
+	struct kvi_welcome w;
+	struct kvi_rmem *rm;
+	struct kvi_rop op;
+
+	cr_assert_eq(kvi_rmem_verbs_connect(&(struct kvi_verbs_opts){ .host = kvt_rdma_addr(), .port = port,
+								    .lbuf_size = 4096, .timeout_ms = 20000 },
+					    &rm, &w, &e),
+		     0, "%s", e.msg);
+	memcpy(kvi_rmem_lbuf(rm, NULL), buf, len);
+	op = kvi_rop_write(0, kvi_rmem_lbuf(rm, NULL), len);
+	cr_assert_eq(kvi_rmem_exec(rm, &op, 1, 20000), 0);
+	kvi_rmem_destroy(rm);
+}
+
+/* A new client over a scribbled superblock finds every key written before,
+ * and what it writes the old client sees (no key hashed elsewhere). */
+static void new_client_sees_old_keys(const char *port, kvc_t *old, const char *tag)
+{
+	char k[32], want[32], buf[64];
+	size_t len = 0;
+	kvc_t *nc = connect_kv(port, 1024);
+
+	for (int i = 0; i < 100; i++) {
+		snprintf(k, sizeof(k), "before-%d", i);
+		snprintf(want, sizeof(want), "value-%d", i);
+		cr_assert_eq(kvc_get(nc, k, strlen(k), buf, sizeof(buf), &len), 0, "%s: new client misses %s", tag, k);
+		cr_assert(len == strlen(want) && memcmp(buf, want, len) == 0, "%s: %s has another value", tag, k);
+	}
+	cr_assert_eq(kvc_put(nc, tag, strlen(tag), "new", 3, 0), 0, "%s", tag);
+	cr_assert_eq(kvc_get(old, tag, strlen(tag), buf, sizeof(buf), &len), 0, "%s: old client misses it", tag);
+	cr_assert_eq(kvc_put(nc, "before-3", 8, "updated", 7, 0), 0);
+	cr_assert_eq(kvc_get(old, "before-3", 8, buf, sizeof(buf), &len), 0);
+	cr_expect(len == 7 && memcmp(buf, "updated", 7) == 0, "%s: the update went elsewhere", tag);
+	cr_assert_eq(kvc_put(old, "before-3", 8, "value-3", 7, 0), 0);
+	kvc_destroy(nc);
+}
+
+/* Any client may WRITE the superblock page; the geometry comes from the
+ * server's welcome, so neither a stray bucket count nor garbage there
+ * changes anything for clients that join afterwards (layout.h "Geometry"). */
+Test(kv, a_client_writing_garbage_over_the_superblock_changes_nothing_for_new_clients)
+{
+	struct kvi_superblock sb = { .magic = KVI_REGION_MAGIC, .layout_version = KVI_LAYOUT_VERSION,
+				     .state = KVI_STATE_SERVING, .epoch = 1, .index_off = KVI_SUPERBLOCK_SIZE,
+				     .bucket_count = 2, .segment_size = 1u << 20 };
+	unsigned char junk[4096];
+	uint64_t x = 0x2545f4914f6cdd1dull;
+	struct kvt_proc srv;
+	char k[32], v[32];
+	kvc_t *h;
+
+	kvt_start_server(&srv, "7639", NULL);
+	h = connect_kv("7639", 1024);
+	for (int i = 0; i < 100; i++) {
+		snprintf(k, sizeof(k), "before-%d", i);
+		snprintf(v, sizeof(v), "value-%d", i);
+		cr_assert_eq(kvc_put(h, k, strlen(k), v, strlen(v), 0), 0);
+	}
+	/* A plausible superblock naming 2 buckets: hashing by it would miss. */
+	write_superblock("7639", &sb, sizeof(sb));
+	new_client_sees_old_keys("7639", h, "after-bucket-count");
+	for (size_t i = 0; i < sizeof(junk); i++) {
+		x ^= x << 13;
+		x ^= x >> 7;
+		x ^= x << 17;
+		junk[i] = (unsigned char)x;
+	}
+	write_superblock("7639", junk, sizeof(junk));
+	new_client_sees_old_keys("7639", h, "after-garbage");
+	kvc_destroy(h);
+	stop_server(&srv);
 }

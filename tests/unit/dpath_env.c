@@ -20,7 +20,7 @@ static uint64_t mono_ns(void)
 /* kvserver's on_ctrl for membership (server/main.c), over the local region. */
 static int members_ctrl(struct kvt_env *env, uint32_t client_id, const struct kvi_ctrl *req, struct kvi_ctrl *resp)
 {
-	const struct kvi_superblock *sb = kvs_core_superblock(env->core);
+	const struct kvi_geometry *sb = kvs_core_geometry(env->core);
 	uint32_t lease, owner;
 	uint64_t *word, current;
 	enum kvi_report_verdict v;
@@ -83,10 +83,17 @@ int kvt_env_init(struct kvt_env *env, uint64_t region_mib, uint64_t buckets, uin
 	return kvt_env_init_opts(env, region_mib, &o);
 }
 
-int kvt_env_init_opts(struct kvt_env *env, uint64_t region_mib, const struct kvs_core_opts *o)
+int kvt_env_init_opts(struct kvt_env *env, uint64_t region_mib, const struct kvs_core_opts *in)
 {
+	struct kvs_core_opts o = *in;
 	struct kvi_errbuf e = { { 0 } };
 	int rc;
+
+	/* A fixed hash seed unless the test picks one: where keys land is the
+	 * same in every run, so a failure replays (test_server_core checks that
+	 * a server draws a random one). */
+	if (!o.hash_seed)
+		o.hash_seed = KVT_HASH_SEED;
 
 	memset(env, 0, sizeof(*env));
 	env->next_client = 1;
@@ -94,7 +101,7 @@ int kvt_env_init_opts(struct kvt_env *env, uint64_t region_mib, const struct kvs
 	env->reg = kvi_local_region_create(region_mib << 20);
 	if (!env->reg)
 		return KVC_ENOMEM;
-	rc = kvs_core_create(kvi_local_region_base(env->reg), region_mib << 20, o, &env->core, &e);
+	rc = kvs_core_create(kvi_local_region_base(env->reg), region_mib << 20, &o, &env->core, &e);
 	if (rc) {
 		fprintf(stderr, "kvt_env_init: %s\n", e.msg);
 		kvi_local_region_destroy(env->reg);
@@ -119,6 +126,8 @@ static void set_limits(struct kvt_env *env, struct kvi_rmem *rm)
 
 	kvs_core_limits(env->core, &max_op, &quarantine, &flags);
 	kvi_rmem_local_set_limits(rm, max_op, quarantine, flags);
+	/* As kvserver's welcome does: the core's geometry, never the region's. */
+	kvi_rmem_local_set_geometry(rm, kvs_core_geometry(env->core));
 }
 
 int kvt_env_reclaimer(struct kvt_env *env, const struct kvs_reclaim_hooks *hooks, struct kvs_reclaimer **out)

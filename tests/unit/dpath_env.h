@@ -30,6 +30,8 @@ struct kvt_env {
  * machine). Tests of reclamation use kvt_env_init_opts. */
 int kvt_env_init(struct kvt_env *env, uint64_t region_mib, uint64_t buckets, uint64_t segment_kib);
 int kvt_env_init_opts(struct kvt_env *env, uint64_t region_mib, const struct kvs_core_opts *o);
+/* The hash seed both use when o->hash_seed is 0 (reproducible placement). */
+#define KVT_HASH_SEED 0x6b76746573747365ull
 /* The server's reclaimer over its own loopback-like local connection. */
 int kvt_env_reclaimer(struct kvt_env *env, const struct kvs_reclaim_hooks *hooks, struct kvs_reclaimer **out);
 void kvt_env_fini(struct kvt_env *env);

@@ -186,7 +186,7 @@ const char *reclaim_races_readers_and_writers(void)
 		memset(&wr[i], 0, sizeof(wr[i]));
 		wr[i].env = &env;
 		wr[i].id = i + 1;
-		wr[i].bytes_goal = HEAP_TIMES * kvs_core_superblock(env.core)->heap_size / WRITERS;
+		wr[i].bytes_goal = HEAP_TIMES * kvs_core_geometry(env.core)->heap_size / WRITERS;
 		if (pthread_create(&wr[i].t, NULL, writer_main, &wr[i]))
 			return "cannot start a thread";
 	}

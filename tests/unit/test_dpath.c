@@ -205,7 +205,7 @@ Test(dpath, expired_items_read_as_misses)
 }
 
 /* Two keys with the same fingerprint whose bucket pairs overlap. */
-static void colliding_keys(uint64_t buckets, char a[32], char b[32])
+static void colliding_keys(const struct kvi_geometry *g, char a[32], char b[32])
 {
 	static struct kvi_keyhash kh[4096];
 
@@ -213,7 +213,7 @@ static void colliding_keys(uint64_t buckets, char a[32], char b[32])
 		char k[32];
 
 		snprintf(k, sizeof(k), "collide-%d", i);
-		kvi_key_hash(k, strlen(k), buckets, &kh[i]);
+		kvi_key_hash(k, strlen(k), g->hash_seed, g->bucket_count, &kh[i]);
 		for (int j = 0; j < i; j++) {
 			if (kh[j].fp == kh[i].fp && kh[j].b[0] == kh[i].b[0]) {
 				snprintf(a, 32, "collide-%d", j);
@@ -233,7 +233,7 @@ Test(dpath_small, fingerprint_collisions_keep_both_keys)
 
 	/* 64 buckets x 4096 fingerprints: 4096 keys give ~32 colliding pairs. */
 	cr_assert_eq(kvt_env_init(&e2, 4, 64, 64), 0);
-	colliding_keys(kvs_core_superblock(e2.core)->bucket_count, a, b);
+	colliding_keys(kvs_core_geometry(e2.core), a, b);
 	cr_assert_eq(kvt_env_client(&e2, NULL, 0, 4, &nc), 0);
 	cr_assert_eq(kvt_put_s(nc, a, "value-a"), 0);
 	cr_assert_eq(kvt_put_s(nc, b, "value-b"), 0);
@@ -250,6 +250,129 @@ Test(dpath_small, fingerprint_collisions_keep_both_keys)
 	cr_expect_eq(kvt_get_s(nc, a, v, sizeof(v)), KVC_ENOTFOUND);
 	kvc_destroy(nc);
 	kvt_env_fini(&e2);
+}
+
+/* --- geometry from the server, not from the region ----------------------- */
+
+/* Any client may WRITE the region's superblock. A new client takes the
+ * geometry from the server (layout.h "Geometry"): the superblock's contents
+ * change nothing for it. */
+static void scribble_then_new_client_finds_old_keys(void (*scribble)(struct kvi_superblock *sb))
+{
+	struct kvi_superblock *rsb = kvi_local_region_base(env.reg);
+	char k[32], v[64], want[64];
+	kvc_t *nc;
+
+	for (int i = 0; i < 200; i++) {
+		snprintf(k, sizeof(k), "before-%d", i);
+		snprintf(want, sizeof(want), "value-%d", i);
+		cr_assert_eq(kvt_put_s(h, k, want), 0);
+	}
+	scribble(rsb);
+	cr_assert_eq(kvt_env_client(&env, NULL, 1024, 4, &nc), 0, "a new client fails over a scribbled superblock");
+	for (int i = 0; i < 200; i++) {
+		snprintf(k, sizeof(k), "before-%d", i);
+		snprintf(want, sizeof(want), "value-%d", i);
+		cr_assert_eq(kvt_get_s(nc, k, v, sizeof(v)), 0, "new client misses %s", k);
+		cr_assert_str_eq(v, want);
+	}
+	/* Its writes land where everyone looks: no duplicate, no lost key. */
+	cr_assert_eq(kvt_put_s(nc, "before-7", "updated"), 0);
+	cr_assert_eq(kvt_put_s(nc, "after", "new"), 0);
+	cr_assert_eq(kvt_get_s(h, "before-7", v, sizeof(v)), 0);
+	cr_expect_str_eq(v, "updated");
+	cr_assert_eq(kvt_get_s(h, "after", v, sizeof(v)), 0);
+	cr_expect_str_eq(v, "new");
+	cr_assert_eq(kvc_delete(h, "before-7", 8), 0);
+	cr_expect_eq(kvt_get_s(nc, "before-7", v, sizeof(v)), KVC_ENOTFOUND, "a duplicate survived the delete");
+	kvc_destroy(nc);
+}
+
+static void wrong_bucket_count(struct kvi_superblock *sb)
+{
+	sb->bucket_count = sb->bucket_count / 2 + 1; /* still a valid-looking layout */
+}
+
+static void garbage_superblock(struct kvi_superblock *sb)
+{
+	uint64_t x = 0x9e3779b97f4a7c15ull;
+	unsigned char *p = (unsigned char *)sb;
+
+	for (unsigned i = 0; i < 128; i++) {
+		x ^= x << 13;
+		x ^= x >> 7;
+		x ^= x << 17;
+		p[i] = (unsigned char)x;
+	}
+}
+
+Test(dpath, a_stray_bucket_count_in_the_superblock_changes_nothing_for_new_clients)
+{
+	scribble_then_new_client_finds_old_keys(wrong_bucket_count);
+}
+
+Test(dpath, garbage_over_the_superblock_changes_nothing_for_new_clients)
+{
+	scribble_then_new_client_finds_old_keys(garbage_superblock);
+}
+
+/* The bucket holding key's slot, found by scanning the index for an object
+ * with this key (not by hashing: the test must see where the client put it). */
+static uint64_t bucket_holding(struct kvt_env *e, const char *key)
+{
+	const struct kvi_geometry *g = kvs_core_geometry(e->core);
+	const unsigned char *base = kvi_local_region_base(e->reg);
+	const struct kvi_bucket *b = (const void *)(base + g->index_off);
+
+	for (uint64_t i = 0; i < g->bucket_count; i++)
+		for (unsigned j = 0; j < KVI_SLOTS_PER_BUCKET; j++) {
+			const struct kvi_obj_hdr *oh;
+
+			if (!b[i].slot[j] || !kvi_slot_in_heap(g, b[i].slot[j]))
+				continue;
+			oh = (const void *)(base + kvi_slot_obj_off(b[i].slot[j]));
+			if (oh->key_len == strlen(key) && memcmp(oh + 1, key, oh->key_len) == 0)
+				return i;
+		}
+	cr_assert_fail("key %s is in no bucket", key);
+	return 0;
+}
+
+Test(dpath_small, two_servers_with_different_seeds_place_a_key_in_different_buckets)
+{
+	struct kvs_core_opts o = { .buckets = 4096, .segment_size = 64u << 10, .max_op_ms = 20000,
+				   .quarantine_ms = 40100, .no_evict = 1 };
+	struct kvt_env e[2];
+	kvc_t *c[2];
+	unsigned differ = 0;
+	char k[32];
+
+	for (int s = 0; s < 2; s++) {
+		o.hash_seed = 1000 + (uint64_t)s;
+		cr_assert_eq(kvt_env_init_opts(&e[s], 4, &o), 0);
+		cr_assert_eq(kvt_env_client(&e[s], NULL, 0, 4, &c[s]), 0);
+		cr_assert_eq(c[s]->sb.hash_seed, 1000 + (uint64_t)s, "the client hashes with the server's seed");
+	}
+	for (int i = 0; i < 32; i++) {
+		uint64_t where[2];
+
+		snprintf(k, sizeof(k), "seeded-%d", i);
+		for (int s = 0; s < 2; s++) {
+			struct kvi_keyhash kh;
+
+			cr_assert_eq(kvt_put_s(c[s], k, "v"), 0);
+			where[s] = bucket_holding(&e[s], k);
+			kvi_key_hash(k, strlen(k), 1000 + (uint64_t)s, 4096, &kh);
+			cr_expect(where[s] == kh.b[0] || where[s] == kh.b[1], "%s not in a bucket of seed %d", k, s);
+		}
+		differ += where[0] != where[1];
+	}
+	/* Same bucket by chance: ~2/4096 a key. */
+	cr_expect_geq(differ, 30, "only %u of 32 keys placed differently", differ);
+	for (int s = 0; s < 2; s++) {
+		kvc_destroy(c[s]);
+		kvt_env_fini(&e[s]);
+	}
 }
 
 /* --- full buckets --------------------------------------------------------- */
@@ -366,7 +489,7 @@ static void tear_hook(void *arg, const struct kvi_rop *op, void *dst, const void
 	unsigned char *d = dst;
 
 	(void)src;
-	if (op->roff < KVI_SUPERBLOCK_SIZE) /* the superblock is read once, at open */
+	if (op->roff < KVI_SUPERBLOCK_SIZE) /* nothing reads the superblock page */
 		return;
 	if (op->roff < t->heap_off) {
 		if (t->buckets_too && xs(&t->rng) % 100 < t->percent) {
@@ -390,7 +513,7 @@ static void check_never_wrong(struct tear *t, int expect_some_hits)
 	char k[32], v[48], got[64];
 	kvc_t *c;
 
-	t->heap_off = kvs_core_superblock(env.core)->heap_off;
+	t->heap_off = kvs_core_geometry(env.core)->heap_off;
 	int hits = 0, errors = 0;
 
 	for (int i = 0; i < 64; i++) {
@@ -444,7 +567,7 @@ Test(dpath, garbage_in_bucket_reads_never_gives_a_wrong_value)
 
 Test(dpath, corrupt_index_and_heap_do_not_crash_the_client)
 {
-	const struct kvi_superblock *sb = kvs_core_superblock(env.core);
+	const struct kvi_geometry *sb = kvs_core_geometry(env.core);
 	unsigned char *base = kvi_local_region_base(env.reg);
 	uint64_t s = 12345;
 	char k[32], got[64];
@@ -537,8 +660,8 @@ Test(dpath, server_stats_report_segments_and_cpu)
 	cr_expect_gt(ss.segments_total, ss.segments_used);
 	cr_expect_gt(ss.cpu_ns, 0);
 	/* The index and the extents handed out: the first one is small. */
-	cr_expect_gt(ss.bytes_used, kvs_core_superblock(env.core)->bucket_count * KVI_BUCKET_SIZE);
-	cr_expect_leq(ss.bytes_used, kvs_core_superblock(env.core)->bucket_count * KVI_BUCKET_SIZE + KVS_MIN_EXTENT);
+	cr_expect_gt(ss.bytes_used, kvs_core_geometry(env.core)->bucket_count * KVI_BUCKET_SIZE);
+	cr_expect_leq(ss.bytes_used, kvs_core_geometry(env.core)->bucket_count * KVI_BUCKET_SIZE + KVS_MIN_EXTENT);
 }
 
 Test(dpath, stat_names_cover_every_kind)

@@ -46,9 +46,9 @@ TestSuite(review_malicious, .init = setup, .fini = teardown, .timeout = 60);
 
 /* ---- region inspection -------------------------------------------------- */
 
-static const struct kvi_superblock *sb(void)
+static const struct kvi_geometry *sb(void)
 {
-	return kvs_core_superblock(env.core);
+	return kvs_core_geometry(env.core);
 }
 
 static unsigned char *base(void)
@@ -90,7 +90,7 @@ static struct kvi_keyhash hash_of(const char *key)
 {
 	struct kvi_keyhash kh;
 
-	kvi_key_hash(key, strlen(key), sb()->bucket_count, &kh);
+	kvi_key_hash(key, strlen(key), sb()->hash_seed, sb()->bucket_count, &kh);
 	return kh;
 }
 
@@ -648,6 +648,54 @@ Test(review_cache, cached_location_outside_the_key_buckets_is_never_locked)
 	kvc_destroy(a);
 }
 
+/* A crafted 128-bit collision: the attacker's key hashes like the victim's,
+ * so its location-cache entry is the victim's (same hash, same entry, same
+ * buckets). Forged here by filing the victim's location under the attacker's
+ * hash; the attacker key shares the victim's bucket, as a true collision
+ * would. The cached PUT must see the key bytes differ and leave the victim
+ * alone -- and an honest cached PUT must still take 2 round trips. */
+Test(review_cache, a_forged_hash_collision_cannot_make_a_cached_put_replace_another_keys_value)
+{
+	kvc_t *a = client(NULL, 1024, 4);
+	struct kvi_keyhash kv = hash_of("victim"), ka;
+	char attacker[48], v[64];
+	struct kvc_stats st0, st1;
+	uint64_t vb = UINT64_MAX, word = 0;
+	unsigned idx = 0;
+	int which = -1;
+
+	cr_assert_eq(kvt_put_s(a, "victim", "victim-value"), 0);
+	cr_assert_eq(key_slots("victim", NULL, 0, &which), 1);
+	vb = kv.b[which];
+	for (unsigned i = 0; i < KVI_SLOTS_PER_BUCKET; i++)
+		if (*slot_ptr(vb, i) && kvi_slot_fp(*slot_ptr(vb, i)) == kv.fp) {
+			idx = i;
+			word = *slot_ptr(vb, i);
+		}
+	cr_assert_neq(word, 0);
+	key_with_first_bucket("attacker", vb, attacker);
+	ka = hash_of(attacker);
+	kvi_locache_put(&a->cache, ka.lo, ka.hi, vb, idx, word, kvi_now_ns());
+	cr_assert_eq(kvt_put_s(a, attacker, "attacker-value"), 0);
+	cr_expect_eq(kvt_get_s(a, "victim", v, sizeof(v)), 0, "the victim's key is gone");
+	cr_expect_str_eq(v, "victim-value", "the victim's value was replaced");
+	cr_expect_eq(kvt_get_s(a, attacker, v, sizeof(v)), 0);
+	cr_expect_str_eq(v, "attacker-value");
+	cr_expect_eq(key_slots("victim", NULL, 0, NULL), 1);
+	cr_expect_eq(key_slots(attacker, NULL, 0, NULL), 1);
+	cr_expect_eq(stat_ops(a, KVC_STAT_PUT_UPDATE_CACHED), 0, "the forged entry was used as the attacker's");
+	cr_expect_eq(locked_buckets(), 0);
+	/* The honest cached update: one doorbell more READ, no more round trips. */
+	kvc_get_stats(a, &st0);
+	cr_assert_eq(kvt_put_s(a, attacker, "attacker-2"), 0);
+	kvc_get_stats(a, &st1);
+	cr_expect_eq(st1.ops[KVC_STAT_PUT_UPDATE_CACHED] - st0.ops[KVC_STAT_PUT_UPDATE_CACHED], 1);
+	cr_expect_eq(st1.round_trips[KVC_STAT_PUT_UPDATE_CACHED] - st0.round_trips[KVC_STAT_PUT_UPDATE_CACHED], 2);
+	cr_expect_eq(kvt_get_s(a, "victim", v, sizeof(v)), 0);
+	cr_expect_str_eq(v, "victim-value");
+	kvc_destroy(a);
+}
+
 /* ========================================================================= */
 /* The asynchronous interface                                                 */
 /* ========================================================================= */
@@ -1134,24 +1182,29 @@ Test(review_expiry, delete_of_an_expired_item_is_enotfound_through_the_cached_lo
 /* Candidates read over several rounds                                        */
 /* ========================================================================= */
 
-/* n keys "twin-N" with one fingerprint (the bucket pair is {0,1} anyway). */
+/* n keys "twin-N" with one fingerprint and one first candidate bucket (the
+ * pair is {0,1} anyway): every twin lists the candidates in the same order,
+ * inserts alternate between the two buckets, and the later twins in the
+ * second bucket sit past the first 16 candidates, whatever the hash seed. */
 static void fingerprint_twins(unsigned n, char (*out)[32])
 {
-	static uint16_t count[1u << KVI_SLOT_FP_BITS];
-	static uint32_t first[1u << KVI_SLOT_FP_BITS][32];
+	static uint16_t count[2u << KVI_SLOT_FP_BITS];
+	static uint32_t first[2u << KVI_SLOT_FP_BITS][32];
 	char k[32];
 
 	cr_assert_leq(n, 32);
 	memset(count, 0, sizeof(count));
-	for (uint32_t i = 0; i < 2000000; i++) {
-		uint32_t fp;
+	for (uint32_t i = 0; i < 4000000; i++) {
+		struct kvi_keyhash kh;
+		uint32_t c;
 
 		snprintf(k, sizeof(k), "twin-%u", i);
-		fp = hash_of(k).fp;
-		first[fp][count[fp]++] = i;
-		if (count[fp] == n) {
+		kh = hash_of(k);
+		c = kh.fp << 1 | (uint32_t)kh.b[0];
+		first[c][count[c]++] = i;
+		if (count[c] == n) {
 			for (unsigned j = 0; j < n; j++)
-				snprintf(out[j], 32, "twin-%u", first[fp][j]);
+				snprintf(out[j], 32, "twin-%u", first[c][j]);
 			return;
 		}
 	}

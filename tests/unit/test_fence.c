@@ -28,7 +28,7 @@ static struct kvi_local_region *reg;
 static struct kvs_core *core;
 static struct kvs_fence *fence;
 static struct kvi_bucket *index_;
-static const struct kvi_superblock *sb;
+static const struct kvi_geometry *sb;
 
 /* Faults: the Nth CAS (counting from 1) of all connections fails; connect
  * fails while connect_fails > 0; connect waits while gate is closed. */
@@ -91,7 +91,7 @@ static void setup_geometry(uint64_t region, uint64_t buckets)
 	reg = kvi_local_region_create(region);
 	cr_assert_not_null(reg);
 	cr_assert_eq(kvs_core_create(kvi_local_region_base(reg), region, &o, &core, &e), 0, "%s", e.msg);
-	sb = kvs_core_superblock(core);
+	sb = kvs_core_geometry(core);
 	index_ = (struct kvi_bucket *)((char *)kvi_local_region_base(reg) + sb->index_off);
 }
 

@@ -54,10 +54,10 @@ static kvc_t *client(const struct kvi_local_hooks *hooks)
 
 static uint64_t *lock_of(const char *key, int which)
 {
-	const struct kvi_superblock *sb = kvs_core_superblock(env.core);
+	const struct kvi_geometry *sb = kvs_core_geometry(env.core);
 	struct kvi_keyhash kh;
 
-	kvi_key_hash(key, strlen(key), sb->bucket_count, &kh);
+	kvi_key_hash(key, strlen(key), sb->hash_seed, sb->bucket_count, &kh);
 	return (uint64_t *)(void *)(kvi_local_region_base(env.reg) + kvi_bucket_off(sb, kh.b[which]));
 }
 

@@ -82,13 +82,13 @@ static struct kvs_core_stats stats(void)
  * many, and the object of the last one (NULL if none). */
 static const struct kvi_obj_hdr *obj_of(const char *key, unsigned *count)
 {
-	const struct kvi_superblock *sb = kvs_core_superblock(env.core);
+	const struct kvi_geometry *sb = kvs_core_geometry(env.core);
 	const uint8_t *base = kvs_core_region(env.core);
 	const struct kvi_obj_hdr *found = NULL;
 	struct kvi_keyhash kh;
 	unsigned n = 0;
 
-	kvi_key_hash(key, strlen(key), sb->bucket_count, &kh);
+	kvi_key_hash(key, strlen(key), sb->hash_seed, sb->bucket_count, &kh);
 	for (int w = 0; w < 2; w++) {
 		const struct kvi_bucket *b = (const void *)(base + kvi_bucket_off(sb, kh.b[w]));
 
@@ -428,7 +428,7 @@ static void stalled_reader(int read_first, int want_rc, const char *want_val)
 	 * waiting (the first call seals the shared carving segment). */
 	cr_assert_eq(kvs_reclaim_one(rcl), 0);
 	usleep(SETTLE_US);
-	pz = (struct pause){ .armed = 1, .heap_off = kvs_core_superblock(env.core)->heap_off, .fn = reclaim_now };
+	pz = (struct pause){ .armed = 1, .heap_off = kvs_core_geometry(env.core)->heap_off, .fn = reclaim_now };
 	cr_expect_eq(kvt_get_s(r, "paused", got, sizeof(got)), want_rc);
 	cr_expect_str_eq(got, want_val);
 	cr_expect_eq(pz.fired, 1);
@@ -480,7 +480,7 @@ Test(reclaim, a_reader_stalled_across_reuse_times_out_and_never_returns_foreign_
 	kvc_destroy(a);
 	cr_assert_eq(kvs_reclaim_one(rcl), 0);
 	usleep(SETTLE_US);
-	pz = (struct pause){ .armed = 1, .heap_off = kvs_core_superblock(env.core)->heap_off,
+	pz = (struct pause){ .armed = 1, .heap_off = kvs_core_geometry(env.core)->heap_off,
 			     .fn = reclaim_and_reuse };
 	rc = kvt_get_s(r, "paused", got, sizeof(got));
 	cr_expect_eq(rc, KVC_ETIMEDOUT, "got %s '%s'", kvc_err_name(rc), got);
@@ -530,7 +530,7 @@ static void bg_stop(struct bg *g)
 /* Updates writing `times` x the heap over a working set of 30 % of it. */
 static void sustained_updates(int no_evict, unsigned times)
 {
-	const struct kvi_superblock *sb;
+	const struct kvi_geometry *sb;
 	static uint32_t last[4096];
 	uint64_t written = 0;
 	unsigned keys, failed = 0, missing = 0, wrong = 0;
@@ -542,7 +542,7 @@ static void sustained_updates(int no_evict, unsigned times)
 
 	teardown();
 	setup_with(2, 0, no_evict, MAX_OP_MS);
-	sb = kvs_core_superblock(env.core);
+	sb = kvs_core_geometry(env.core);
 	a = client(NULL, 1024);
 	keys = (unsigned)(sb->heap_size * 3 / 10 / 560);
 	cr_assert_leq(keys, 4096);
@@ -608,7 +608,7 @@ Test(reclaim, sustained_updates_with_eviction_never_fail_or_read_an_old_value)
 
 Test(reclaim, live_data_three_times_the_heap_keeps_the_newest_keys)
 {
-	const struct kvi_superblock *sb;
+	const struct kvi_geometry *sb;
 	unsigned n, failed = 0, recent_missing = 0;
 	char k[32], v[600], got[700];
 	struct bg g;
@@ -616,7 +616,7 @@ Test(reclaim, live_data_three_times_the_heap_keeps_the_newest_keys)
 
 	teardown();
 	setup_with(2, 0, 0, MAX_OP_MS);
-	sb = kvs_core_superblock(env.core);
+	sb = kvs_core_geometry(env.core);
 	a = client(NULL, 0);
 	n = (unsigned)(3 * sb->heap_size / 560);
 	bg_start(&g);
@@ -751,7 +751,7 @@ Test(reclaim, a_read_marks_its_object_once_in_a_later_doorbell)
 
 Test(reclaim, a_put_waiting_for_memory_does_not_block_the_caller)
 {
-	const struct kvi_superblock *sb;
+	const struct kvi_geometry *sb;
 	struct kvc_op op[2];
 	struct kvc_op *done[2];
 	char v[600];
@@ -760,7 +760,7 @@ Test(reclaim, a_put_waiting_for_memory_does_not_block_the_caller)
 
 	teardown();
 	setup_with(2, 0, 0, MAX_OP_MS);
-	sb = kvs_core_superblock(env.core);
+	sb = kvs_core_geometry(env.core);
 	a = client(NULL, 0);
 	memset(v, 'x', sizeof(v) - 1);
 	v[sizeof(v) - 1] = '\0';
@@ -793,7 +793,7 @@ Test(reclaim, a_put_waiting_for_memory_does_not_block_the_caller)
 
 Test(reclaim, items_read_outlive_a_stream_of_keys_written_once)
 {
-	const struct kvi_superblock *sb;
+	const struct kvi_geometry *sb;
 	char k[32], v[600], got[700];
 	unsigned hot = 200, lost = 0; /* read every 112 KB of stream: well inside the 200 KB small FIFO */
 	struct bg g;
@@ -801,7 +801,7 @@ Test(reclaim, items_read_outlive_a_stream_of_keys_written_once)
 
 	teardown();
 	setup_with(2, 0, 0, MAX_OP_MS);
-	sb = kvs_core_superblock(env.core);
+	sb = kvs_core_geometry(env.core);
 	a = client(NULL, 0);
 	memset(v, 'h', 500);
 	v[500] = '\0';

@@ -76,59 +76,134 @@ Test(wire, hello_rejects_short_bad_magic_bad_version_bad_role)
 	cr_expect_eq(kvi_wire_hello_decode(&w, sizeof(w), &h), KVC_EPROTO);
 }
 
+/* A usable geometry: 1 GiB, 4096 buckets after the superblock page, heap after them. */
+static const struct kvi_geometry good_geo = {
+	.layout_version = KVI_LAYOUT_VERSION, .epoch = 3, .region_size = 1ull << 30,
+	.index_off = KVI_SUPERBLOCK_SIZE, .bucket_count = 4096,
+	.heap_off = KVI_SUPERBLOCK_SIZE + 4096ull * KVI_BUCKET_SIZE,
+	.heap_size = (1ull << 30) - KVI_SUPERBLOCK_SIZE - 4096ull * KVI_BUCKET_SIZE,
+	.segment_size = 1u << 20, .hash_seed = 0x0123456789abcdefull,
+};
+
 Test(wire, welcome_round_trip_with_padding_from_cm)
 {
 	unsigned char buf[KVI_CM_ACCEPT_PDATA_MAX] = { 0 };
 	struct kvi_wire_welcome w;
 	struct kvi_welcome in = { .client_id = 7, .rkey = 0xabcdef01u, .region_addr = 0x7f0000001000ull,
-				  .region_size = 1ull << 30, .epoch = 3, .max_op_ms = 1000, .quarantine_ms = 2500 };
+				  .max_op_ms = 1000, .quarantine_ms = 2500, .lease_ms = 300,
+				  .flags = KVI_WELCOME_NO_EVICT, .geo = good_geo };
 	struct kvi_welcome out;
 
 	kvi_wire_welcome_encode(&w, &in);
 	memcpy(buf, &w, sizeof(w)); /* rdma_cm delivers the whole private-data area */
-	cr_assert_eq(kvi_wire_welcome_decode(buf, sizeof(buf), &out), 0);
+	cr_assert_eq(kvi_wire_welcome_decode(buf, sizeof(buf), &out, NULL), 0);
 	cr_expect_eq(out.client_id, 7);
 	cr_expect_eq(out.rkey, 0xabcdef01u);
 	cr_expect_eq(out.region_addr, 0x7f0000001000ull);
-	cr_expect_eq(out.region_size, 1ull << 30);
-	cr_expect_eq(out.epoch, 3);
 	cr_expect_eq(out.max_op_ms, 1000);
 	cr_expect_eq(out.quarantine_ms, 2500);
+	cr_expect_eq(out.lease_ms, 300);
+	cr_expect_eq(out.flags, KVI_WELCOME_NO_EVICT);
+	cr_expect(kvi_geometry_equal(&out.geo, &good_geo), "geometry round trip");
+	/* Fixed little-endian layout: the seed's first byte on the wire. */
+	cr_expect_eq(((const unsigned char *)&w)[offsetof(struct kvi_wire_welcome, geo) +
+						 offsetof(struct kvi_wire_geometry, hash_seed)], 0xef);
+}
+
+static void expect_refused(const struct kvi_welcome *bad, const char *what, const char *why_part)
+{
+	struct kvi_wire_welcome w;
+	struct kvi_welcome out;
+	const char *why = NULL;
+
+	kvi_wire_welcome_encode(&w, bad);
+	cr_expect_eq(kvi_wire_welcome_decode(&w, sizeof(w), &out, &why), KVC_EPROTO, "%s accepted", what);
+	cr_expect(why && strstr(why, why_part), "%s: reason '%s' lacks '%s'", what, why ? why : "(none)", why_part);
 }
 
 Test(wire, welcome_rejects_impossible_values)
 {
 	struct kvi_wire_welcome w;
 	struct kvi_welcome out;
-	struct kvi_welcome base = { .client_id = 1, .rkey = 1, .region_addr = 4096, .region_size = 4096,
-				    .max_op_ms = 10, .quarantine_ms = 20 };
+	struct kvi_welcome base = { .client_id = 1, .rkey = 1, .region_addr = 4096, .max_op_ms = 10,
+				    .quarantine_ms = 20, .geo = good_geo };
 	struct kvi_welcome bad;
 
 	bad = base;
 	bad.client_id = 0; /* 0 means "unlocked" in lock words: never a client */
-	kvi_wire_welcome_encode(&w, &bad);
-	cr_expect_eq(kvi_wire_welcome_decode(&w, sizeof(w), &out), KVC_EPROTO);
-	bad = base;
-	bad.region_size = 0;
-	kvi_wire_welcome_encode(&w, &bad);
-	cr_expect_eq(kvi_wire_welcome_decode(&w, sizeof(w), &out), KVC_EPROTO);
+	expect_refused(&bad, "client id 0", "client id");
 	bad = base;
 	bad.region_addr = UINT64_MAX - 10; /* wraps */
-	kvi_wire_welcome_encode(&w, &bad);
-	cr_expect_eq(kvi_wire_welcome_decode(&w, sizeof(w), &out), KVC_EPROTO);
+	expect_refused(&bad, "wrapping region", "wraps");
 	bad = base;
 	bad.quarantine_ms = 19; /* reuse before every operation has ended */
-	kvi_wire_welcome_encode(&w, &bad);
-	cr_expect_eq(kvi_wire_welcome_decode(&w, sizeof(w), &out), KVC_EPROTO);
+	expect_refused(&bad, "short quarantine", "quarantine");
 	bad = base;
 	bad.max_op_ms = 0;
-	kvi_wire_welcome_encode(&w, &bad);
-	cr_expect_eq(kvi_wire_welcome_decode(&w, sizeof(w), &out), KVC_EPROTO);
+	expect_refused(&bad, "deadline 0", "quarantine");
 	kvi_wire_welcome_encode(&w, &base);
-	cr_expect_eq(kvi_wire_welcome_decode(&w, sizeof(w), &out), 0);
+	cr_expect_eq(kvi_wire_welcome_decode(&w, sizeof(w), &out, NULL), 0);
 	w.flags = 0x8000; /* an unknown flag */
-	cr_expect_eq(kvi_wire_welcome_decode(&w, sizeof(w), &out), KVC_EPROTO);
-	cr_expect_eq(kvi_wire_welcome_decode(&w, 10, &out), KVC_EPROTO);
+	cr_expect_eq(kvi_wire_welcome_decode(&w, sizeof(w), &out, NULL), KVC_EPROTO);
+	cr_expect_eq(kvi_wire_welcome_decode(&w, 10, &out, NULL), KVC_EPROTO);
+	cr_expect_eq(kvi_wire_welcome_decode(&w, sizeof(w) - 1, &out, NULL), KVC_EPROTO);
+}
+
+/* Every kind of impossible geometry is refused, with the reason named: a
+ * client must never address a region by it (layout.h "Geometry"). */
+Test(wire, welcome_rejects_every_kind_of_bad_geometry)
+{
+	static const struct {
+		const char *what, *why;
+		int field;
+		uint64_t value;
+	} bad[] = {
+		{ "layout version", "version", 0, KVI_LAYOUT_VERSION + 1 },
+		{ "epoch 0", "epoch", 1, 0 },
+		{ "region size 0", "region size", 2, 0 },
+		{ "region over 4 TiB", "region size", 2, (1ull << 42) + (1ull << 30) },
+		{ "region smaller than the heap", "past the region", 2, 1ull << 29 },
+		{ "index on the superblock page", "superblock", 3, 0 },
+		{ "index misaligned", "misaligned", 3, KVI_SUPERBLOCK_SIZE + 8 },
+		{ "index past the region", "past the region", 3, (1ull << 30) - KVI_BUCKET_SIZE },
+		{ "one bucket", "bucket count", 4, 1 },
+		{ "more buckets than the region holds", "bucket count", 4, (1ull << 30) / KVI_BUCKET_SIZE + 1 },
+		{ "buckets overlapping the heap", "heap starts before", 4, 8192 },
+		{ "heap inside the index", "heap starts before", 5, KVI_SUPERBLOCK_SIZE + 64 * KVI_BUCKET_SIZE },
+		{ "heap misaligned", "misaligned", 5, KVI_SUPERBLOCK_SIZE + 4096ull * KVI_BUCKET_SIZE + 8 },
+		{ "heap past the region", "past the region", 6, 1ull << 30 },
+		{ "heap wrapping", "past the region", 6, UINT64_MAX - 4095 },
+		{ "heap smaller than a segment", "smaller than a segment", 6, (1u << 20) - 16 },
+		{ "segment not a power of two", "segment size", 7, 3u << 18 },
+		{ "segment too small", "segment size", 7, 32u << 10 },
+		{ "segment too large", "segment size", 7, 2u << 20 },
+		{ "segment 0", "segment size", 7, 0 },
+	};
+
+	for (size_t i = 0; i < sizeof(bad) / sizeof(bad[0]); i++) {
+		struct kvi_welcome wv = { .client_id = 1, .rkey = 1, .region_addr = 1ull << 40, .max_op_ms = 10,
+					  .quarantine_ms = 20, .geo = good_geo };
+		uint64_t *f[] = { NULL, &wv.geo.epoch, &wv.geo.region_size, &wv.geo.index_off,
+				  &wv.geo.bucket_count, &wv.geo.heap_off, &wv.geo.heap_size, &wv.geo.segment_size };
+
+		if (bad[i].field == 0)
+			wv.geo.layout_version = (uint32_t)bad[i].value;
+		else
+			*f[bad[i].field] = bad[i].value;
+		expect_refused(&wv, bad[i].what, bad[i].why);
+	}
+	/* ... and the good one passes, with any seed. */
+	{
+		struct kvi_welcome wv = { .client_id = 1, .rkey = 1, .region_addr = 1ull << 40, .max_op_ms = 10,
+					  .quarantine_ms = 20, .geo = good_geo };
+		struct kvi_wire_welcome w;
+		struct kvi_welcome out;
+
+		wv.geo.hash_seed = UINT64_MAX;
+		kvi_wire_welcome_encode(&w, &wv);
+		cr_expect_eq(kvi_wire_welcome_decode(&w, sizeof(w), &out, NULL), 0);
+		cr_expect_eq(out.geo.hash_seed, UINT64_MAX);
+	}
 }
 
 Test(wire, reject_reason_survives_and_maps_to_codes)
