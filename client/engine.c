@@ -893,6 +893,10 @@ int kvc_poll(kvc_t *h, struct kvc_op **done, unsigned max, int timeout_ms)
 		wait_ms = next_due == UINT64_MAX ? 1000 : (int)((next_due - now) / 1000000u);
 		if (wait_ms > 1000)
 			wait_ms = 1000;
+		/* A long wait (a slow path) must not starve the lease: look at it
+		 * (lease_tick) a few times per renewal interval. */
+		if (h->lease_ns && wait_ms > (int)(h->renew_ns / 4000000u))
+			wait_ms = (int)(h->renew_ns / 4000000u) + 1;
 		if (h->rm->inflight == 0 && next_due != UINT64_MAX && now < next_due) {
 			/* Only PUTs waiting for memory: nothing to poll until one is due. */
 			uint64_t ns = next_due - now;

@@ -535,6 +535,7 @@ static int admit(struct kvi_listener *l, struct rdma_cm_event *ev, const struct 
 					       : l->attr.max_qp_init_rd_atom);
 	cp.retry_count = 7;
 	cp.rnr_retry_count = 7;
+	kvi_set_ack_timeout(id);
 	if (rdma_accept(id, &cp)) {
 		kvi_err("rdma_accept for client %u: %s", w.client_id, strerror(errno));
 		goto clean_qp;

@@ -656,6 +656,7 @@ int kvi_rmem_verbs_connect(const struct kvi_verbs_opts *o, struct kvi_rmem **out
 	rc = create_resources(v, o, &attr, e);
 	if (rc)
 		goto clean_ai;
+	kvi_set_ack_timeout(v->id);
 
 	rc = make_hello(o, &hello, e);
 	if (rc)

@@ -7,6 +7,7 @@
 #include <string.h>
 
 #include "kvclient_errors.h"
+#include "log.h"
 
 void kvi_errbuf_set(struct kvi_errbuf *e, const char *fmt, ...)
 {
@@ -101,4 +102,13 @@ int kvi_cm_wait(struct rdma_event_channel *ch, int timeout_ms, struct rdma_cm_ev
 	if (rdma_get_cm_event(ch, ev))
 		return errno == EAGAIN ? KVC_ETIMEDOUT : KVC_ESYS;
 	return 0;
+}
+
+void kvi_set_ack_timeout(struct rdma_cm_id *id)
+{
+	uint8_t t = KVI_ACK_TIMEOUT;
+
+	if (rdma_set_option(id, RDMA_OPTION_ID, RDMA_OPTION_ID_ACK_TIMEOUT, &t, sizeof(t)))
+		kvi_warn("cannot set the RDMA ACK timeout (%s): retransmissions wait the default ~1 s",
+			 strerror(errno));
 }

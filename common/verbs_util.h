@@ -26,6 +26,16 @@ int kvi_wc_status_code(enum ibv_wc_status st);
 
 /* Wait up to timeout_ms (negative: forever) for the next event on ch.
  * 0 with *ev set, KVC_ETIMEDOUT, or KVC_ESYS. */
+/* Set the QP's local ACK timeout (retransmission timer) on a CM id before it
+ * connects or accepts: 4.096 us x 2^KVI_ACK_TIMEOUT. rdma_cm's RoCE default
+ * is 2^18 (~1 s): one lost packet (a loaded host, a dropping switch) then
+ * stalls a QP for a second, longer than an operation's deadline, and the
+ * connection is broken. 14 (~67 ms, perftest's default) retries in time;
+ * with retry_count 7 a dead peer is still noticed within ~0.5 s. Failure to
+ * set it (an old kernel) leaves the default: logged, not fatal. */
+#define KVI_ACK_TIMEOUT 14
+void kvi_set_ack_timeout(struct rdma_cm_id *id);
+
 int kvi_cm_wait(struct rdma_event_channel *ch, int timeout_ms, struct rdma_cm_event **ev);
 
 /* Largest value an rdma_conn_param depth field can carry. */

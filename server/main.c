@@ -309,11 +309,8 @@ static int auth_setup(struct kvs_server *s)
 			s->gate.replay ? "no random bytes from the kernel (getrandom)" : "out of memory");
 		return 1;
 	}
-	if (!s->o.secret_file) {
-		kvi_warn("no --secret-file: anyone who can reach port %s can read and write all of this "
-			 "server's memory; give --secret-file PATH to require a shared secret", s->o.port);
+	if (!s->o.secret_file)
 		return 0;
-	}
 	if (kvi_auth_load_secret(s->o.secret_file, s->secret, &s->gate.secret_len, &loose, &e)) {
 		fprintf(stderr, "kvserver: %s\n", e.msg);
 		return 2;
@@ -600,6 +597,11 @@ int main(int argc, char **argv)
 	       kvi_listener_device(s.l), s.o.memory_mib, s.region.huge ? "2 MiB hugepages" : "4 KiB pages",
 	       sb->bucket_count, sb->heap_size / sb->segment_size, sb->segment_size >> 10);
 	fflush(stdout);
+	/* Said once everything started: a bad flag or device is then the only
+	 * line a failed start prints. */
+	if (!s.o.secret_file)
+		kvi_warn("no --secret-file: anyone who can reach port %u can read and write all of this "
+			 "server's memory; give --secret-file PATH to require a shared secret", kvi_listener_port(s.l));
 
 	/* The loopback for fencing connects to our own listening address; with a
 	 * wildcard listener there is no address to name. */

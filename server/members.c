@@ -22,8 +22,9 @@ struct kvs_members {
 	struct member *t; /* open addressing, linear probing; cap is a power of two */
 	unsigned cap, n;
 	uint64_t lease_ns, watch_ns;
-	/* No lease ends before this: renewals only move ends later, so a
-	 * stale value is early, never late. Expiry scans run only once it is
+	/* No lease ends before this: kept a lower bound (joins and renewals
+	 * lower it when they set an earlier end; renewals that move an end
+	 * later leave it early, never late). Expiry scans run only once it is
 	 * reached, which keeps event-loop work per event independent of the
 	 * number of members. */
 	uint64_t earliest;
@@ -109,7 +110,9 @@ int kvs_members_join(struct kvs_members *m, uint32_t id, int leased, uint64_t no
 		return KVC_ENOMEM;
 	for (i = home(m, id); m->t[i].id; i = (i + 1) & (m->cap - 1))
 		;
-	m->t[i] = (struct member){ .id = id, .leased = leased != 0, .lease_end = now + m->lease_ns };
+	m->t[i] = (struct member){ .id = id, .leased = leased != 0,
+				   .lease_end = now + (m->lease_ns > KVS_FIRST_LEASE_MS * 1000000ull
+							   ? m->lease_ns : KVS_FIRST_LEASE_MS * 1000000ull) };
 	m->n++;
 	if (leased && m->t[i].lease_end < m->earliest)
 		m->earliest = m->t[i].lease_end;
@@ -159,6 +162,8 @@ uint32_t kvs_members_renew(struct kvs_members *m, uint32_t id, uint64_t now)
 	if (!e || !e->leased || e->expelled)
 		return 0;
 	e->lease_end = now + m->lease_ns;
+	if (e->lease_end < m->earliest) /* the first renewal may shorten the first lease */
+		m->earliest = e->lease_end;
 	m->st.renewals++;
 	return (uint32_t)(m->lease_ns / 1000000u);
 }

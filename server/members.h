@@ -45,6 +45,10 @@
 #define KVS_MIN_LEASE_MS 50u
 #define KVS_MAX_LEASE_MS 600000u
 #define KVS_WATCH_MAX 64u
+/* A member's first lease lasts at least this long: the client renews as soon
+ * as it has set itself up (registering its buffers can take a while on a
+ * loaded host), and it posts nothing to the region before that renewal. */
+#define KVS_FIRST_LEASE_MS 5000u
 /* Slack on top of max_op_ms before a watched lock word condemns its owner. */
 #define KVS_WATCH_MARGIN_MS 50u
 

@@ -6,7 +6,20 @@
  * accept NULL. The library never prints, never exits, and starts no threads.
  *
  * Threads: a kvc_t is one connection with its own queue pair, like a verbs QP;
- * use one per thread. Nothing on the data path takes a lock. */
+ * use one per thread. Nothing on the data path takes a lock.
+ *
+ * Membership: a handle holds a lease from the server, renewed from inside
+ * kvc_submit and kvc_poll (the library has no thread of its own). A handle
+ * whose lease ran out -- its thread stalled, or the application did not call
+ * it for longer than the server's lease (kvserver --lease-ms, default 1 s) --
+ * is fenced by the server; operations that would post after the lease fail
+ * KVC_EFENCED. Whenever a handle's connection is broken (fenced, server
+ * restarted, path lost), the operations in flight fail and the next call with
+ * nothing in flight rejoins the server transparently (a new connection and
+ * client id; attempts back off from 10 ms to 1 s, failing fast with
+ * KVC_ESERVERGONE meanwhile). An idle handle thus costs one reconnection when
+ * used again after its lease; call kvc_poll(h, ..., 0) now and then to keep
+ * it alive instead. */
 #ifndef KVCLIENT_H
 #define KVCLIENT_H
 
@@ -51,8 +64,8 @@ struct kvc_opts {
 	 * passes its deadline while it may hold bucket locks, or a batch
 	 * unanswered for this long (server or path gone), breaks the handle's
 	 * connection on purpose (the server then releases its locks): every
-	 * operation in flight fails KVC_ETIMEDOUT and later calls
-	 * KVC_ESERVERGONE; create a new handle. Default 2000. */
+	 * operation in flight fails KVC_ETIMEDOUT, and the next call rejoins
+	 * (see "Membership" above). Default 2000. */
 	int op_timeout_ms;
 	unsigned depth;         /* asynchronous operations in flight, 1..64; default 16 */
 	unsigned cache_entries; /* client-side location cache entries (40 B each); 0 = off; default 4096 */
@@ -99,7 +112,7 @@ KVC_EXPORT int kvc_get(kvc_t *h, const void *key, size_t key_len, void *buf, siz
 KVC_EXPORT int kvc_put(kvc_t *h, const void *key, size_t key_len, const void *value, size_t value_len,
 		       uint64_t ttl_ms);
 /* Outcomes of a write (PUT or DELETE). 0: it took effect. A failure code
- * (KVC_ETIMEDOUT, KVC_ESERVERGONE, KVC_EIO, ...): it did not, and changed
+ * (KVC_ETIMEDOUT, KVC_ESERVERGONE, KVC_EFENCED, KVC_EIO, ...): it did not, and changed
  * nothing. KVC_EUNKNOWN: its commit (the slot WRITE) was sent, and then the
  * connection broke or the answer was lost; it may or may not have taken
  * effect -- read the key to learn which, or write it again (both PUT and

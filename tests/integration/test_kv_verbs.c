@@ -366,13 +366,15 @@ Test(kv, a_client_writing_garbage_over_the_superblock_changes_nothing_for_new_cl
 	struct kvt_proc srv;
 	char k[32], v[32];
 	kvc_t *h;
+	int rc;
 
 	kvt_start_server(&srv, "7639", NULL);
 	h = connect_kv("7639", 1024);
 	for (int i = 0; i < 100; i++) {
 		snprintf(k, sizeof(k), "before-%d", i);
 		snprintf(v, sizeof(v), "value-%d", i);
-		cr_assert_eq(kvc_put(h, k, strlen(k), v, strlen(v), 0), 0);
+		rc = kvc_put(h, k, strlen(k), v, strlen(v), 0);
+		cr_assert_eq(rc, 0, "PUT %s: %s", k, kvc_err_name(rc));
 	}
 	/* A plausible superblock naming 2 buckets: hashing by it would miss. */
 	write_superblock("7639", &sb, sizeof(sb));

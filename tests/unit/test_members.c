@@ -29,7 +29,9 @@ Test(members, a_lease_ends_once_and_only_for_leased_members)
 
 	cr_assert_eq(kvs_members_join(m, 1, 1, 0), 0);
 	cr_assert_eq(kvs_members_join(m, 2, 0, 0), 0); /* a server loopback */
-	cr_expect_eq(kvs_members_next_due(m, 0, 1000), 100);
+	cr_expect_eq(kvs_members_next_due(m, 0, 10000), KVS_FIRST_LEASE_MS, "the first lease is longer");
+	cr_expect_eq(kvs_members_expired(m, KVS_FIRST_LEASE_MS * MS - 1, ids, 64), 0);
+	cr_expect_eq(kvs_members_renew(m, 1, 0), 100);
 	cr_expect_eq(kvs_members_expired(m, 100 * MS - 1, ids, 64), 0);
 	cr_assert_eq(kvs_members_expired(m, 100 * MS, ids, 64), 1);
 	cr_expect_eq(ids[0], 1);
@@ -48,6 +50,7 @@ Test(members, renewals_move_the_end_and_a_late_renewal_is_refused)
 
 	kvs_members_join(m, 1, 1, 0);
 	kvs_members_join(m, 2, 1, 0);
+	kvs_members_renew(m, 2, 0);
 	cr_expect_eq(kvs_members_renew(m, 1, 80 * MS), 100);
 	cr_assert_eq(kvs_members_expired(m, 100 * MS, ids, 64), 1);
 	cr_expect_eq(ids[0], 2);
@@ -67,7 +70,7 @@ Test(members, many_expire_in_chunks)
 
 	for (uint32_t id = 1; id <= 1000; id++)
 		cr_assert_eq(kvs_members_join(m, id, 1, 0), 0);
-	while ((n = kvs_members_expired(m, 100 * MS, ids, 64)) > 0)
+	while ((n = kvs_members_expired(m, KVS_FIRST_LEASE_MS * MS, ids, 64)) > 0)
 		seen += n;
 	cr_expect_eq(seen, 1000);
 }

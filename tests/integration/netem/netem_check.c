@@ -19,7 +19,8 @@
  * read before (reads never go back), no newer than the last PUT attempted. A
  * PUT that failed may or may not have taken effect, so it only widens what a
  * later GET may see. Failures are allowed only with the codes a network fault
- * explains: KVC_ETIMEDOUT, KVC_ESERVERGONE (then the handle is replaced) and
+ * explains: KVC_ETIMEDOUT, KVC_ESERVERGONE (then the handle is replaced),
+ * KVC_EFENCED (a fault outlasted the lease; the handle rejoins by itself) and
  * KVC_EUNKNOWN; any other code is "unexpected".
  *
  * Exit status: 0 all held; 3 a violation (wrong data; described on stderr);
@@ -151,7 +152,7 @@ static void count_failure(struct phase *p, int rc)
 	total_failed++;
 	if (rc < 0 && rc > -NCODES)
 		p->by_code[-rc]++;
-	if (rc != KVC_ETIMEDOUT && rc != KVC_ESERVERGONE && rc != KVC_EUNKNOWN) {
+	if (rc != KVC_ETIMEDOUT && rc != KVC_ESERVERGONE && rc != KVC_EUNKNOWN && rc != KVC_EFENCED) {
 		total_unexpected++;
 		fprintf(stderr, "netem_check: unexpected failure in phase %s: %s (%s)\n", p->name, kvc_err_name(rc),
 			kvc_strerror(rc));
