@@ -591,17 +591,18 @@ int main(int argc, char **argv)
 		goto clean_core;
 	}
 	sb = kvs_core_geometry(s.core);
+	/* Said once the port and region are set up, before "listening" (tests
+	 * wait for that line): a bad flag or device is then the only
+	 * line a failed start prints. */
+	if (!s.o.secret_file)
+		kvi_warn("no --secret-file: anyone who can reach port %u can read and write all of this "
+			 "server's memory; give --secret-file PATH to require a shared secret", kvi_listener_port(s.l));
 	printf("kvserver %s: listening on %s port %u, device %s, region %" PRIu64 " MiB (%s), "
 	       "%" PRIu64 " buckets, %" PRIu64 " segments of %" PRIu64 " KiB\n",
 	       KVS_VERSION, s.o.listen ? s.o.listen : "*", kvi_listener_port(s.l),
 	       kvi_listener_device(s.l), s.o.memory_mib, s.region.huge ? "2 MiB hugepages" : "4 KiB pages",
 	       sb->bucket_count, sb->heap_size / sb->segment_size, sb->segment_size >> 10);
 	fflush(stdout);
-	/* Said once everything started: a bad flag or device is then the only
-	 * line a failed start prints. */
-	if (!s.o.secret_file)
-		kvi_warn("no --secret-file: anyone who can reach port %u can read and write all of this "
-			 "server's memory; give --secret-file PATH to require a shared secret", kvi_listener_port(s.l));
 
 	/* The loopback for fencing connects to our own listening address; with a
 	 * wildcard listener there is no address to name. */
