@@ -22,8 +22,8 @@
 # duplicate 1 %, reorder 25 % (of packets sent at once, the others 5 ms late).
 # Passes when: the checker saw no wrong data and only the failures a fault explains
 # (KVC_ETIMEDOUT, KVC_ESERVERGONE, KVC_EUNKNOWN; see netem_check.c), and after every fault
-# the after- or the later- phase reaches KV_NETEM_RECOVER percent (default 80) of base's
-# throughput.
+# one healed phase after it (after-, later-, and up to two retry- phases that run only when
+# those fall short) reaches KV_NETEM_RECOVER percent (default 80) of base's throughput.
 set -uo pipefail
 prog=netem
 
@@ -158,6 +158,11 @@ phase base
 fault_off
 
 faults=("loss1:loss 1%" "loss5:loss 5%" "delay:delay 5ms 2ms" "dup1:duplicate 1%" "reorder:delay 5ms reorder 25% 50%")
+# A phase's PHASE line is printed when the next phase begins: wait_rate waits for it.
+rate() { awk -v p="$1" '$1 == "PHASE" && $2 == p { for (i = 3; i <= NF; i++) if ($i ~ /^ops_per_s=/) { sub(/.*=/, "", $i); print $i } }' "$work/check.out"; }
+wait_rate() { local _; for _ in $(seq 50); do [ -n "$(rate "$1")" ] && break; sleep 0.1; done; rate "$1"; }
+best() { local m=0 v; for v in "$@"; do [ "${v:-0}" -le "$m" ] || m=$v; done; echo "$m"; }
+base=""
 for f in "${faults[@]}"; do
   name=${f%%:*}
   # shellcheck disable=SC2086  # the netem arguments are words
@@ -166,6 +171,19 @@ for f in "${faults[@]}"; do
   fault_off
   phase "after-$name"
   phase "later-$name"
+  # Recovered in a healed phase after the fault? One 1 s timeout (the server's deadline) or
+  # a burst of host load can sink a phase or two; a fault that leaves something broken sinks
+  # them all. So up to two more healed phases before that verdict. retry1 always starts (its
+  # start ends later-$name) and is cut short when it is not needed.
+  echo "retry1-$name" >&7
+  [ -n "$base" ] || base=$(wait_rate base)
+  for n in 1 2; do
+    r=$(best "$(wait_rate "after-$name")" "$(wait_rate "later-$name")" "$(rate "retry1-$name")")
+    [ "${base:-0}" -gt 0 ] && [ $(( r * 100 / base )) -lt "$recover" ] || break
+    say "after '${f#*:}': at best $r ops/s so far, $(( r * 100 / base )) % of base $base: one more healed phase"
+    sleep "$secs"
+    [ "$n" = 2 ] || { echo "retry2-$name" >&7; wait_rate "retry1-$name" >/dev/null; }
+  done
 done
 echo end >&7
 exec 7>&-
@@ -185,20 +203,15 @@ case $st in
   4) echo "$prog: FAIL: a failure with a code no network fault explains (see 'unexpected' lines)" >&2; bad=1;;
   *) echo "$prog: FAIL: netem_check exited with status $st" >&2; bad=1;;
 esac
-rate() { awk -v p="$1" '$1 == "PHASE" && $2 == p { for (i = 3; i <= NF; i++) if ($i ~ /^ops_per_s=/) { sub(/.*=/, "", $i); print $i } }' "$work/check.out"; }
-base=$(rate base)
 if [ -z "$base" ] || [ "$base" -le 0 ]; then
   echo "$prog: FAIL: no operation succeeded in the base phase" >&2; bad=1
 else
   for f in "${faults[@]}"; do
-    # Recovered in the first or the second phase after the fault: a single 1 s timeout (the
-    # server's deadline) in a stalled guest can sink one phase, a fault that leaves something
-    # broken sinks both.
-    name=${f%%:*} r=$(rate "after-$name") r2=$(rate "later-$name")
-    [ "${r2:-0}" -le "${r:-0}" ] || r=$r2
-    pct=$(( ${r:-0} * 100 / base ))
+    name=${f%%:*}
+    r=$(best "$(rate "after-$name")" "$(rate "later-$name")" "$(rate "retry1-$name")" "$(rate "retry2-$name")")
+    pct=$(( r * 100 / base ))
     if [ "$pct" -lt "$recover" ]; then
-      echo "$prog: FAIL: throughput after removing '${f#*:}' is ${r:-0} ops/s, $pct % of base $base ops/s (want >= $recover %)" >&2
+      echo "$prog: FAIL: throughput after removing '${f#*:}' is at best $r ops/s, $pct % of base $base ops/s (want >= $recover %)" >&2
       bad=1
     else
       echo "$prog: after '${f#*:}': ${r} ops/s = $pct % of base $base ops/s"
