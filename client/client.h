@@ -105,8 +105,12 @@ struct kvi_opst {
 	unsigned char *obj;    /* object area: new object (PUT), objects read */
 	uint32_t obj_cap;      /* its bytes: KVI_OBJ_AREA_MIN, grown for large values (kvi_obj_room) */
 
-	/* Buckets this attempt works on: bucket indices, how many, which are held. */
+	/* Buckets this attempt works on: bucket indices, their lock words' region
+	 * offsets (fixed when chosen: a new index may arrive meanwhile), how many
+	 * (1 when the key's two choices coincide), which are held. */
 	uint64_t b[2];
+	uint64_t boff[2];
+	uint64_t epoch; /* of the index b[] are buckets of */
 	unsigned nb;
 	unsigned held; /* bit i: lock on b[i] held */
 
@@ -136,9 +140,21 @@ struct kvi_opst {
  * negative code. NULL when the transport cannot be re-made. */
 typedef int (*kvi_dial_fn)(void *arg, int timeout_ms, struct kvi_rmem **rm);
 
+/* An index as the server stated it (wire.h INDEX), with room for its chunks. */
+struct kvi_cindex {
+	struct kvi_index ix; /* epoch 0: none */
+	uint64_t *chunks;    /* [chunk_cap] */
+};
+
 struct kvc {
 	struct kvi_rmem *rm;
 	struct kvi_geometry sb; /* the geometry the server stated at join (rm->geo), validated at open */
+	/* The index in use, and the one a migration is emptying into it (epoch 0:
+	 * none) -- layout.h "Resize"; engine.c "Indexes". */
+	struct kvi_cindex cur, prev;
+	uint32_t chunk_cap; /* room in each: the most chunks an index of this region has */
+	uint32_t index_state; /* enum kvi_index_state, as the server last stated it */
+	int index_stale;      /* a LEASE named another epoch or state: fetch (index.c) */
 	struct kvc_opts o;
 	uint32_t op_timeout_ms; /* o.op_timeout_ms, at most the server's max_op_ms */
 	uint32_t obj_area; /* the largest object area an op may need (max_object, rounded) */
@@ -205,6 +221,16 @@ uint64_t kvi_rand(kvc_t *h);
 
 /* Make st's object area at least `need` bytes (<= h->obj_area); 0 or KVC_ENOMEM. */
 int kvi_obj_room(kvc_t *h, struct kvi_opst *st, uint64_t need);
+
+/* Indexes (index.c): room for the chunk tables (at attach: the region's
+ * geometry bounds them), and their release; fetch the current and previous
+ * index from the server (sync; clears the location cache when the epoch
+ * changed); choose st's candidate buckets in the current index (st->b, boff,
+ * nb, epoch). */
+int kvi_index_alloc(kvc_t *h);
+void kvi_index_free(kvc_t *h);
+int kvi_index_refresh(kvc_t *h);
+void kvi_place(const kvc_t *h, struct kvi_opst *st);
 
 /* Shared helpers of the GET and write paths. */
 uint64_t kvi_read_len(const kvc_t *h, uint64_t slot);

@@ -75,6 +75,7 @@ static void close_handle(kvc_t *h)
 {
 	kvi_rmem_destroy(h->rm);
 	kvi_locache_fini(&h->cache);
+	kvi_index_free(h);
 	if (h->dial_free)
 		h->dial_free(h->dial_arg);
 	free(h->st);
@@ -113,6 +114,9 @@ static int lease_granted(kvc_t *h, const struct kvi_ctrl *r, uint64_t sent)
 	end = sent + h->lease_ns;
 	if (end > h->lease_end)
 		h->lease_end = end;
+	/* A resize began or ended since we last looked: fetch the indexes. */
+	if (r->arg[2] != h->cur.ix.epoch || r->arg[3] != h->index_state)
+		h->index_stale = 1;
 	return 0;
 }
 
@@ -120,7 +124,7 @@ static int lease_granted(kvc_t *h, const struct kvi_ctrl *r, uint64_t sent)
  * back after its lease ran out (the server may not have expelled it yet). */
 static int lease_renew_sync(kvc_t *h, int timeout_ms)
 {
-	struct kvi_ctrl req = { .type = KVI_CTRL_LEASE_RENEW }, resp;
+	struct kvi_ctrl req = { .type = KVI_CTRL_LEASE_RENEW, .arg = { h->cur.ix.epoch } }, resp;
 	uint64_t sent = kvi_now_ns();
 	int rc = kvi_rmem_ctrl_call(h->rm, &req, &resp, timeout_ms);
 
@@ -137,8 +141,23 @@ static void lease_tick(kvc_t *h, uint64_t now)
 {
 	struct kvi_ctrl r;
 
+	if (h->rm->broken)
+		return;
+	/* The server's index changed (a LEASE said so, or an operation met a
+	 * MOVED bucket): fetch it now, before anything else is placed. A
+	 * client that cannot learn where the buckets are cannot go on. */
+	if (h->index_stale) {
+		int rc;
+
+		h->index_stale = 0;
+		rc = kvi_index_refresh(h);
+		if (rc) {
+			kvi_rmem_shutdown(h->rm, rc == KVC_ETIMEDOUT ? KVC_ESERVERGONE : rc);
+			return;
+		}
+	}
 	/* Lapsed: the next post breaks the connection, or kvc_submit renews. */
-	if (!h->lease_ns || h->rm->broken || lease_lapsed(h, now))
+	if (!h->lease_ns || lease_lapsed(h, now))
 		return;
 	if (h->renew_seq) {
 		if (kvi_rmem_ctrl_take(h->rm, h->renew_seq, &r)) {
@@ -154,7 +173,9 @@ static void lease_tick(kvc_t *h, uint64_t now)
 		}
 	}
 	if (now + h->lease_ns >= h->lease_end + h->renew_ns) {
-		struct kvi_ctrl req = { .type = KVI_CTRL_LEASE_RENEW };
+		/* arg0: the epoch we use, which the server counts as our
+		 * acknowledgement of it (index.c). */
+		struct kvi_ctrl req = { .type = KVI_CTRL_LEASE_RENEW, .arg = { h->cur.ix.epoch } };
 
 		if (kvi_rmem_ctrl_send(h->rm, &req) == 0) {
 			h->renew_seq = req.seq;
@@ -173,7 +194,7 @@ static void lease_tick(kvc_t *h, uint64_t now)
 void kvi_lock_waited(kvc_t *h, struct kvi_opst *st, uint64_t bucket, uint64_t word)
 {
 	uint64_t now = kvi_now_ns();
-	struct kvi_ctrl req = { .type = KVI_CTRL_LOCK_REPORT, .arg = { bucket, word } }, r;
+	struct kvi_ctrl req = { .type = KVI_CTRL_LOCK_REPORT, .arg = { bucket, word, st->epoch } }, r;
 
 	if (kvi_lock_owner(word) == h->rm->client_id)
 		return; /* another operation of ours */
@@ -247,7 +268,14 @@ static int attach(kvc_t *h, struct kvi_rmem *rm)
 	}
 	h->lease_ns = h->renew_ns = h->lease_end = 0;
 	h->renew_seq = h->report_seq = 0;
-	return lease_renew_sync(h, CTRL_TIMEOUT_MS);
+	rc = kvi_index_alloc(h);
+	if (rc)
+		return rc;
+	rc = lease_renew_sync(h, CTRL_TIMEOUT_MS);
+	if (rc)
+		return rc;
+	h->index_stale = 0;
+	return kvi_index_refresh(h);
 }
 
 int kvi_client_open(struct kvi_rmem *rm, const struct kvc_opts *o, kvc_t **out)
@@ -734,7 +762,7 @@ int kvc_submit(kvc_t *h, struct kvc_op *op)
 		st->obj = keep.obj;
 		st->obj_cap = keep.obj_cap;
 	}
-	kvi_key_hash(op->key, op->key_len, h->sb.hash_seed, h->sb.bucket_count, &st->kh);
+	kvi_key_hash(op->key, op->key_len, h->sb.hash_seed, h->cur.ix.bucket_count, &st->kh);
 	if (op->type == KVC_OP_PUT) {
 		st->obj_len = (uint32_t)kvi_obj_len((uint32_t)op->key_len, (uint32_t)op->value_len);
 		rc = kvi_obj_room(h, st, st->obj_len);
@@ -991,6 +1019,9 @@ const char *const *kvc_server_stat_names(size_t *n)
 		[KVI_STAT_FENCINGS] = "fencings",
 		[KVI_STAT_FENCE_RELEASED] = "fence_released",
 		[KVI_STAT_FENCE_CPU_NS] = "fence_cpu_ns",
+		[KVI_STAT_RESIZES] = "resizes",
+		[KVI_STAT_INDEX_BUCKETS] = "index_buckets",
+		[KVI_STAT_INDEX_EPOCH] = "index_epoch",
 	};
 
 	if (n)

@@ -22,12 +22,10 @@ static void read_buckets(kvc_t *h, struct kvi_opst *st)
 	struct kvi_rop ops[2];
 
 	st->cached = 0;
-	st->nb = 2;
-	st->b[0] = st->kh.b[0];
-	st->b[1] = st->kh.b[1];
-	ops[0] = kvi_rop_read(kvi_bucket_off(&h->sb, st->b[0]), &st->bk[0], KVI_BUCKET_SIZE);
-	ops[1] = kvi_rop_read(kvi_bucket_off(&h->sb, st->b[1]), &st->bk[1], KVI_BUCKET_SIZE);
-	if (kvi_st_post(h, st, ops, 2, KVI_ST_GET_BUCKETS) == 0)
+	kvi_place(h, st);
+	for (unsigned i = 0; i < st->nb; i++)
+		ops[i] = kvi_rop_read(st->boff[i], &st->bk[i], KVI_BUCKET_SIZE);
+	if (kvi_st_post(h, st, ops, st->nb, KVI_ST_GET_BUCKETS) == 0)
 		st->slot_posted = st->posted;
 }
 
@@ -36,7 +34,7 @@ void kvi_get_start(kvc_t *h, struct kvi_opst *st)
 	const struct kvi_loc *l = kvi_locache_get(&h->cache, st->kh.lo, st->kh.hi);
 	struct kvi_rop ops[2];
 
-	if (!l || l->bucket >= h->sb.bucket_count || l->idx >= KVI_SLOTS_PER_BUCKET ||
+	if (!l || l->bucket >= h->cur.ix.bucket_count || l->idx >= KVI_SLOTS_PER_BUCKET ||
 	    !kvi_slot_in_heap(&h->sb, l->slot) || kvi_read_len(h, l->slot) > h->obj_area) {
 		read_buckets(h, st);
 		return;
@@ -49,7 +47,11 @@ void kvi_get_start(kvc_t *h, struct kvi_opst *st)
 	st->loc = *l;
 	st->ncand = 1;
 	st->cand[0] = (struct kvi_cand){ .slot = l->slot, .idx = l->idx, .len = (uint32_t)kvi_read_len(h, l->slot) };
-	ops[0] = kvi_rop_read(kvi_bucket_off(&h->sb, l->bucket) + 8 + 8u * l->idx, &st->w[0], 8);
+	st->nb = 1;
+	st->b[0] = l->bucket;
+	st->boff[0] = kvi_index_bucket_off(&h->cur.ix, l->bucket);
+	st->epoch = h->cur.ix.epoch;
+	ops[0] = kvi_rop_read(st->boff[0] + 8 + 8u * l->idx, &st->w[0], 8);
 	ops[1] = kvi_rop_read(kvi_slot_obj_off(l->slot), st->obj, st->cand[0].len);
 	if (kvi_st_post(h, st, ops, 2, KVI_ST_GET_CACHED) == 0)
 		st->slot_posted = st->posted;

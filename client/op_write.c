@@ -35,9 +35,11 @@ static uint64_t held_word(const kvc_t *h)
 	return kvi_lock_held_by(h->rm->client_id);
 }
 
-static uint64_t lock_off(const kvc_t *h, uint64_t bucket)
+/* Region offset of the lock word of the attempt's bucket i (chosen with the
+ * index of its epoch: a newer index arriving meanwhile changes nothing). */
+static uint64_t lock_off(const struct kvi_opst *st, unsigned i)
 {
-	return kvi_bucket_off(&h->sb, bucket);
+	return st->boff[i];
 }
 
 /* May a cached PUT that started at st->start trust the entry? Its locked
@@ -82,7 +84,7 @@ void kvi_write_start(kvc_t *h, struct kvi_opst *st)
 	/* A cached PUT trusts the slot word without reading the object, so the
 	 * entry must be too young for its segment to have been reused since
 	 * (locache.h); a cached DELETE reads the object and checks the key. */
-	st->cached = l && l->bucket < h->sb.bucket_count && l->idx < KVI_SLOTS_PER_BUCKET &&
+	st->cached = l && l->bucket < h->cur.ix.bucket_count && l->idx < KVI_SLOTS_PER_BUCKET &&
 		     (l->bucket == st->kh.b[0] || l->bucket == st->kh.b[1]) &&
 		     (st->op->type == KVC_OP_PUT ? cache_trusted(h, st, l) && keyhead_len(h, st, l->slot)
 						  : (kvi_slot_in_heap(&h->sb, l->slot) &&
@@ -91,20 +93,18 @@ void kvi_write_start(kvc_t *h, struct kvi_opst *st)
 		kvi_st_finish(h, st, KVC_ENOMEM, KVC_STAT_FAILED); /* nothing held yet */
 		return;
 	}
+	kvi_place(h, st);
 	if (st->cached) {
 		st->loc = *l;
 		st->nb = 1;
 		st->b[0] = l->bucket;
-	} else {
-		st->nb = 2;
-		st->b[0] = st->kh.b[0];
-		st->b[1] = st->kh.b[1];
+		st->boff[0] = kvi_index_bucket_off(&h->cur.ix, l->bucket);
 	}
 	if (st->op->type == KVC_OP_PUT && !st->obj_written)
 		ops[n++] = kvi_rop_write(st->obj_off, st->obj, st->obj_len);
 	for (unsigned i = 0; i < st->nb; i++) {
-		ops[n++] = kvi_rop_cas(lock_off(h, st->b[i]), &st->w[i], 0, held_word(h));
-		ops[n++] = kvi_rop_read(lock_off(h, st->b[i]), &st->bk[i], KVI_BUCKET_SIZE);
+		ops[n++] = kvi_rop_cas(lock_off(st, i), &st->w[i], 0, held_word(h));
+		ops[n++] = kvi_rop_read(lock_off(st, i), &st->bk[i], KVI_BUCKET_SIZE);
 	}
 	/* A cached PUT reads the object's header and key, under the lock
 	 * (posted after the CAS), to check that the entry is really this key's. */
@@ -131,7 +131,7 @@ static void release(kvc_t *h, struct kvi_opst *st, int retry)
 	st->retry = retry;
 	for (unsigned i = 0; i < st->nb; i++)
 		if (st->held & (1u << i))
-			ops[n++] = kvi_rop_cas(lock_off(h, st->b[i]), &st->w[2 + i], held_word(h), 0);
+			ops[n++] = kvi_rop_cas(lock_off(st, i), &st->w[2 + i], held_word(h), 0);
 	if (n == 0) {
 		st->state = KVI_ST_W_RELEASE;
 		kvi_write_step(h, st); /* nothing to release: go straight on */
@@ -151,9 +151,9 @@ static void commit(kvc_t *h, struct kvi_opst *st, uint32_t which, uint32_t idx, 
 	st->commit_slot = slot;
 	st->kind = kind;
 	st->w[4] = slot;
-	ops[n++] = kvi_rop_write(lock_off(h, st->b[which]) + 8 + 8u * idx, &st->w[4], 8);
+	ops[n++] = kvi_rop_write(lock_off(st, which) + 8 + 8u * idx, &st->w[4], 8);
 	for (unsigned i = 0; i < st->nb; i++)
-		ops[n++] = kvi_rop_cas(lock_off(h, st->b[i]), &st->w[2 + i], held_word(h), 0);
+		ops[n++] = kvi_rop_cas(lock_off(st, i), &st->w[2 + i], held_word(h), 0);
 	kvi_st_post(h, st, ops, n, KVI_ST_W_COMMIT);
 }
 
@@ -189,7 +189,7 @@ static void read_headers(kvc_t *h, struct kvi_opst *st)
 	struct kvi_rop ops[KVI_RMEM_MAX_BATCH];
 	unsigned n = 0;
 
-	for (unsigned k = st->exp_next; k < 2 * KVI_SLOTS_PER_BUCKET && n < KVI_RMEM_MAX_BATCH; k++) {
+	for (unsigned k = st->exp_next; k < st->nb * KVI_SLOTS_PER_BUCKET && n < KVI_RMEM_MAX_BATCH; k++) {
 		uint64_t s = st->bk[k / KVI_SLOTS_PER_BUCKET].slot[k % KVI_SLOTS_PER_BUCKET];
 
 		st->exp_next = k + 1;
@@ -235,7 +235,7 @@ static int pick_victim(const kvc_t *h, const struct kvi_opst *st, int *expired)
 			any = (int)k;
 	}
 	*expired = 0;
-	if (st->exp_next < 2 * KVI_SLOTS_PER_BUCKET || (h->rm->server_flags & KVI_WELCOME_NO_EVICT))
+	if (st->exp_next < st->nb * KVI_SLOTS_PER_BUCKET || (h->rm->server_flags & KVI_WELCOME_NO_EVICT))
 		return -1;
 	return unread >= 0 ? unread : any;
 }
@@ -253,7 +253,7 @@ static void on_expcheck(kvc_t *h, struct kvi_opst *st)
 		       KVC_STAT_PUT_INSERT);
 		return;
 	}
-	if (st->exp_next < 2 * KVI_SLOTS_PER_BUCKET) {
+	if (st->exp_next < st->nb * KVI_SLOTS_PER_BUCKET) {
 		read_headers(h, st);
 		return;
 	}
@@ -274,7 +274,7 @@ static void absent(kvc_t *h, struct kvi_opst *st)
 		release(h, st, 0);
 		return;
 	}
-	for (unsigned w = 0; w < 2; w++)
+	for (unsigned w = 0; w < st->nb; w++)
 		for (unsigned i = 0; i < KVI_SLOTS_PER_BUCKET; i++)
 			if (st->bk[w].slot[i] == 0) {
 				free_n[w]++;

@@ -10,10 +10,7 @@ void kvi_key_hash(const void *key, size_t len, uint64_t seed, uint64_t bucket_co
 
 	out->lo = h.low64;
 	out->hi = h.high64;
-	out->b[0] = h.low64 % bucket_count;
-	out->b[1] = h.high64 % bucket_count;
-	if (out->b[1] == out->b[0])
-		out->b[1] = (out->b[0] + 1) % bucket_count;
+	kvi_keyhash_place(out, bucket_count);
 	/* The top bits of both halves: independent of the low bits that pick buckets. */
 	out->fp = (uint32_t)((h.low64 ^ h.high64) >> (64 - KVI_SLOT_FP_BITS));
 }

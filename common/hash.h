@@ -13,13 +13,24 @@
 #include <stddef.h>
 #include <stdint.h>
 
+/* Candidate buckets are lo mod n and hi mod n in an index of n buckets, with
+ * nothing done when they coincide (1 key in n has a single bucket): then the
+ * choice j of a key in an index of 2n buckets is always that in n buckets or
+ * n more, which is what lets a resize migrate bucket by bucket (layout.h
+ * "Resize"). Every user of b[] must allow b[0] == b[1]. */
 struct kvi_keyhash {
 	uint64_t lo, hi;  /* the 128-bit hash, kept for the location cache */
-	uint64_t b[2];    /* candidate buckets, b[0] != b[1] */
+	uint64_t b[2];    /* candidate buckets (may be equal) */
 	uint32_t fp;      /* fingerprint stored in the slot */
 };
 
-/* seed: the server's (kvi_geometry.hash_seed); bucket_count must be >= 2. */
+/* seed: the server's (kvi_geometry.hash_seed); bucket_count must be >= 1. */
 void kvi_key_hash(const void *key, size_t len, uint64_t seed, uint64_t bucket_count, struct kvi_keyhash *out);
+/* Recompute kh->b for an index of bucket_count buckets (a resize). */
+static inline void kvi_keyhash_place(struct kvi_keyhash *kh, uint64_t bucket_count)
+{
+	kh->b[0] = kh->lo % bucket_count;
+	kh->b[1] = kh->hi % bucket_count;
+}
 
 #endif

@@ -24,7 +24,7 @@ const char *kvi_geometry_check(const struct kvi_geometry *g)
 	if (g->segment_size < KVI_MIN_SEGMENT_SIZE || g->segment_size > KVI_MAX_SEGMENT_SIZE ||
 	    (g->segment_size & (g->segment_size - 1)))
 		return "segment size is not a power of two from 64 KiB to 1 MiB";
-	if (g->index_off % KVI_BUCKET_SIZE || g->heap_off % KVI_OBJ_ALIGN)
+	if (g->index_off % KVI_INDEX_CHUNK_ALIGN || g->heap_off % KVI_OBJ_ALIGN)
 		return "index or heap offset misaligned";
 	if (g->bucket_count < 2 || g->bucket_count > g->region_size / KVI_BUCKET_SIZE)
 		return "bucket count below 2 or larger than the region";
@@ -36,6 +36,39 @@ const char *kvi_geometry_check(const struct kvi_geometry *g)
 	if (g->heap_size < g->segment_size || !fits(g->heap_off, g->heap_size, g->region_size))
 		return "heap smaller than a segment or ending past the region";
 	return NULL;
+}
+
+const char *kvi_index_check(const struct kvi_index *x, const struct kvi_geometry *g)
+{
+	uint64_t chunk_bytes = g->segment_size, left;
+
+	if (x->epoch == 0)
+		return "index epoch 0";
+	if (x->bucket_count < 2 || x->bucket_count > g->region_size / KVI_BUCKET_SIZE)
+		return "index bucket count below 2 or larger than the region";
+	if (x->chunk_shift != kvi_index_chunk_shift(g) || x->nchunks != kvi_index_nchunks(x->bucket_count, x->chunk_shift))
+		return "index chunking does not match the segment size";
+	left = x->bucket_count * KVI_BUCKET_SIZE;
+	for (uint32_t k = 0; k < x->nchunks; k++) {
+		uint64_t len = left < chunk_bytes ? left : chunk_bytes;
+
+		if (x->chunk_off[k] % KVI_INDEX_CHUNK_ALIGN || x->chunk_off[k] < KVI_SUPERBLOCK_SIZE ||
+		    !fits(x->chunk_off[k], len, g->region_size))
+			return "index chunk misaligned, on the superblock page or past the region";
+		left -= len;
+	}
+	return NULL;
+}
+
+void kvi_index_home(struct kvi_index *x, const struct kvi_geometry *g, uint64_t *chunk_off)
+{
+	x->epoch = 1;
+	x->bucket_count = g->bucket_count;
+	x->chunk_shift = kvi_index_chunk_shift(g);
+	x->nchunks = kvi_index_nchunks(g->bucket_count, x->chunk_shift);
+	x->chunk_off = chunk_off;
+	for (uint32_t k = 0; k < x->nchunks; k++)
+		chunk_off[k] = g->index_off + (uint64_t)k * g->segment_size;
 }
 
 int kvi_geometry_equal(const struct kvi_geometry *a, const struct kvi_geometry *b)

@@ -3,9 +3,17 @@
  *
  *   offset 0                 superblock   (4 KiB, written by the server once; trusted
  *                                         by nobody, see "Geometry" below)
- *   index_off                index        bucket_count x 128-byte buckets
+ *   index_off                home index   bucket_count x 128-byte buckets: the index
+ *                                         the server starts with (epoch 1)
  *   heap_off                 heap         segments of segment_size bytes, handed to
- *                                         clients, which append objects into them
+ *                                         clients, which append objects into them, or
+ *                                         taken by the server for a grown index
+ *
+ * Indexes and resizing ("Resize" below): the index in use is described by a
+ * struct kvi_index -- its epoch, bucket count and the chunks that hold its
+ * buckets -- which clients get over the control path (wire.h INDEX), never from
+ * the region. At epoch 1 it is the home index; each resize doubles the bucket
+ * count into chunks taken from the heap (or from the home area, once free).
  *
  * Geometry. Where the index and the heap are, how many buckets there are, the
  * segment size, the layout epoch and the hash seed (struct kvi_geometry) come
@@ -31,9 +39,17 @@
  * Bucket lock word (8 bytes, first word of each bucket)
  *
  *   bit 63      LOCKED  held by a writer
- *   bit 62      MOVED   the bucket was migrated to a newer index (resize; later)
+ *   bit 62      MOVED   resize: see below
  *   bits 61..40 OWNER   client id of the holder (22 bits; 0 = none)
  *   bits 39..0  zero
+ *
+ *   MOVED alone (exactly KVI_LOCK_MOVED): a bucket of an older index whose
+ *   items were migrated to the newer one; its slots are frozen (never written
+ *   again) and no longer the truth.
+ *   LOCKED|MOVED (exactly KVI_LOCK_UNMIGRATED): a bucket of the newer index
+ *   that has not received its items yet; the older index's bucket is still
+ *   the truth for it.
+ *   Both name no owner: no lock report or fencing ever clears them.
  *
  *   Free is exactly 0. A writer takes the lock with CAS(0 -> LOCKED|OWNER) and
  *   releases it with CAS(LOCKED|OWNER -> 0), never with a WRITE: on NICs that
@@ -44,6 +60,32 @@
  *   loopback QP, never through a CPU atomic.
  *   The lock word carries no version (SPEC deviation, see docs/design.md): with
  *   one, a writer could not CAS-lock a bucket without first reading it.
+ *
+ * Resize (the server's migrator, server/migrate.c, does it; docs/design.md
+ * "Online resize" says why this way). From an index of N buckets (epoch E)
+ * to one of 2N (epoch E + 1). A key's candidate buckets in an index of n
+ * buckets are h0 mod n and h1 mod n (hash.h; they may coincide), so its
+ * choice j in the new index, h_j mod 2N, is either b or b + N where b = h_j
+ * mod N is that choice in the old one: old bucket b's items all go to new
+ * buckets b and b + N, and nothing else goes there (15 slots split in two
+ * never overflow). The new index starts with every lock word UNMIGRATED.
+ * Migrating old bucket b, through the server's NIC:
+ *   1 CAS-lock old b (0 -> LOCKED|server): waits for its writer like any writer.
+ *   2 Copy its slots to new b and b + N (the server's CPU: nobody else may
+ *     write a bucket whose word is UNMIGRATED), each to the bucket of the
+ *     choice that put it in old b (found by hashing its key).
+ *   3 One doorbell: CAS old b -> MOVED, then CAS new b and b + N
+ *     UNMIGRATED -> 0 (RC keeps that order).
+ * The truth for a key's choice j is therefore new bucket h_j mod 2N unless
+ * its word is UNMIGRATED, and then old bucket h_j mod N -- unless that one is
+ * MOVED by now, and then the new one again (its slots were written before the
+ * MOVED). Readers and writers that know both indexes follow exactly that;
+ * one that knows only the old index and meets MOVED (in a lock word it read
+ * or a CAS it lost) fetches the current index and starts over. A GET never
+ * waits for a lock; a PUT waits for at most one bucket's migration (step 1
+ * to 3). The old index stays readable until every client holding a lease
+ * acknowledged the new epoch and no operation that began before could still
+ * run (server/migrate.h "Retiring"); then its memory is reused.
  *
  * Invariants of the index:
  *   I1 A slot changes only while its bucket's lock is held by the changer.
@@ -141,24 +183,18 @@ enum kvi_region_state {
 /* Slots address objects in 16-byte units with 38 bits: a region is at most 4 TiB. */
 #define KVI_MAX_REGION_SIZE ((uint64_t)KVI_OBJ_ALIGN << 38)
 
-/* The geometry of a region (host view), as the server states it: in the
- * welcome of every connection (wire.h) and, once the index can grow, in the
- * notice of a resize. Defined once, here; validated by kvi_geometry_check
- * wherever it is received.
- *
- * A future GEOMETRY request/notice on the control path (wire.h, 5 x u64
- * arguments) carries the fields a resize changes: arg0 epoch, arg1 index_off,
- * arg2 bucket_count, arg3 heap_off, arg4 heap_size. layout_version,
- * region_size, segment_size and hash_seed are fixed for a server's lifetime
- * (a restart is a new connection and a new welcome): the receiver builds the
- * new kvi_geometry from its current one plus those five, and runs the same
- * kvi_geometry_check before using it (an epoch not above its own is ignored). */
+/* The geometry of a region (host view), as the server states it in the
+ * welcome of every connection (wire.h). Defined once, here; validated by
+ * kvi_geometry_check wherever it is received. Everything in it is fixed for
+ * a server's lifetime but epoch (the server's at the moment of the welcome);
+ * the index in use comes separately (struct kvi_index, wire.h INDEX), since
+ * a resize moves it. */
 struct kvi_geometry {
 	uint32_t layout_version; /* KVI_LAYOUT_VERSION */
-	uint64_t epoch;          /* layout epoch (>= 1): bumped when the index moves (resize) */
+	uint64_t epoch;          /* index epoch (>= 1) at the welcome: bumped by each resize */
 	uint64_t region_size;    /* bytes */
-	uint64_t index_off;      /* KVI_BUCKET_SIZE aligned, after the superblock page */
-	uint64_t bucket_count;   /* >= 2 */
+	uint64_t index_off;      /* home index (epoch 1): KVI_INDEX_CHUNK_ALIGN aligned, after the superblock page */
+	uint64_t bucket_count;   /* buckets of the home index, >= 2 */
 	uint64_t heap_off;       /* KVI_OBJ_ALIGN aligned, after the index */
 	uint64_t heap_size;      /* at least one segment */
 	uint64_t segment_size;   /* power of two, KVI_MIN_SEGMENT_SIZE .. KVI_MAX_SEGMENT_SIZE */
@@ -202,6 +238,8 @@ _Static_assert(sizeof(struct kvi_bucket) == KVI_BUCKET_SIZE, "a bucket is two ca
 #define KVI_LOCK_OWNER_SHIFT 40
 #define KVI_LOCK_OWNER_BITS 22
 #define KVI_MAX_CLIENT_ID ((1u << KVI_LOCK_OWNER_BITS) - 1)
+
+#define KVI_LOCK_UNMIGRATED (KVI_LOCK_LOCKED | KVI_LOCK_MOVED)
 
 static inline uint64_t kvi_lock_held_by(uint32_t client_id)
 {
@@ -320,11 +358,48 @@ void kvi_geometry_from_superblock(struct kvi_geometry *g, const struct kvi_super
  * bytes: magic, version, and kvi_geometry_check. 0 or KVC_EPROTO. */
 int kvi_superblock_check(const struct kvi_superblock *sb, uint64_t region_size);
 
-/* Byte offset of bucket i (caller ensures i < bucket_count). */
-static inline uint64_t kvi_bucket_off(const struct kvi_geometry *g, uint64_t i)
+/* Byte offset of bucket i of the home index (caller ensures i <
+ * bucket_count): the index in use until the first resize. Tests and tools
+ * only; clients and the server address buckets through their kvi_index. */
+static inline uint64_t kvi_home_bucket_off(const struct kvi_geometry *g, uint64_t i)
 {
 	return g->index_off + i * KVI_BUCKET_SIZE;
 }
+
+/* An index: bucket_count buckets held in chunks of 2^chunk_shift buckets
+ * (one segment's worth: segment_size / KVI_BUCKET_SIZE), chunk k at region
+ * offset chunk_off[k] (page-aligned; the last chunk may be partly used). The
+ * server states it (wire.h INDEX); kvi_index_check validates it before use.
+ * chunk_off is owned by whoever filled the struct. */
+#define KVI_INDEX_CHUNK_ALIGN 4096u
+struct kvi_index {
+	uint64_t epoch;        /* >= 1 */
+	uint64_t bucket_count; /* >= 2 */
+	uint32_t chunk_shift;  /* log2(segment_size / KVI_BUCKET_SIZE) */
+	uint32_t nchunks;      /* ceil(bucket_count / 2^chunk_shift) */
+	uint64_t *chunk_off;   /* [nchunks] */
+};
+
+static inline uint32_t kvi_index_chunk_shift(const struct kvi_geometry *g)
+{
+	return (uint32_t)__builtin_ctzll(g->segment_size / KVI_BUCKET_SIZE);
+}
+static inline uint32_t kvi_index_nchunks(uint64_t bucket_count, uint32_t chunk_shift)
+{
+	return (uint32_t)((bucket_count + (1ull << chunk_shift) - 1) >> chunk_shift);
+}
+/* Byte offset of bucket i of x (caller ensures i < bucket_count). */
+static inline uint64_t kvi_index_bucket_off(const struct kvi_index *x, uint64_t i)
+{
+	return x->chunk_off[i >> x->chunk_shift] + (i & ((1ull << x->chunk_shift) - 1)) * KVI_BUCKET_SIZE;
+}
+/* NULL when x is a usable index of a region with geometry g (epoch, counts,
+ * chunk shift, every chunk aligned, after the superblock, inside the region);
+ * else a phrase naming the first problem. */
+const char *kvi_index_check(const struct kvi_index *x, const struct kvi_geometry *g);
+/* The home index of g (epoch 1: contiguous at g->index_off), in chunk_off,
+ * which has room for kvi_index_nchunks(g->bucket_count, shift) entries. */
+void kvi_index_home(struct kvi_index *x, const struct kvi_geometry *g, uint64_t *chunk_off);
 
 /* Is the object a slot points at entirely inside the heap? Slots are read
  * from remote memory: this is what makes a garbage slot harmless. */

@@ -16,7 +16,7 @@
 #include "layout.h" /* struct kvi_geometry */
 
 #define KVI_WIRE_MAGIC 0x3143564bu /* "KVC1" read as little-endian bytes */
-#define KVI_WIRE_VERSION 2u /* 2: the welcome carries the geometry */
+#define KVI_WIRE_VERSION 3u /* 2: the welcome carries the geometry; 3: indexes come in INDEX messages */
 
 /* rdma_cm limits for RC over IB/RoCE (IB CM REQ/REP/REJ private data). */
 #define KVI_CM_CONNECT_PDATA_MAX 56u
@@ -69,8 +69,8 @@ struct kvi_wire_geometry {
 	uint32_t reserved; /* zero */
 	uint64_t epoch;
 	uint64_t region_size;
-	uint64_t index_off;
-	uint64_t bucket_count;
+	uint64_t index_off;    /* home index */
+	uint64_t bucket_count; /* home index */
 	uint64_t heap_off;
 	uint64_t heap_size;
 	uint64_t segment_size;
@@ -136,11 +136,46 @@ enum kvi_ctrl_type {
 	KVI_CTRL_STATS = 6,     /* server -> client: arg0..4 = statistics 5 x page .. 5 x page + 4 */
 	KVI_CTRL_SEG_RETURN = 7,   /* client -> server, when leaving: arg0 = bytes of my extent used */
 	KVI_CTRL_SEG_RETURNED = 8, /* server -> client: the extent's unused tail is the server's again */
-	KVI_CTRL_LEASE_RENEW = 9,  /* client -> server: extend my lease (server/members.h "Leases") */
-	KVI_CTRL_LEASE = 10,       /* server -> client: arg0 = lease ms, counted from when the server got the renewal */
-	KVI_CTRL_LOCK_REPORT = 11, /* client -> server: arg0 = bucket, arg1 = lock word I keep finding there */
+	/* client -> server: extend my lease (server/members.h "Leases"); arg0 = the
+	 * index epoch I use (my acknowledgement of it, layout.h "Resize") */
+	KVI_CTRL_LEASE_RENEW = 9,
+	/* server -> client: arg0 = lease ms, counted from when the server got the
+	 * renewal, arg1 = renewal interval ms, arg2 = the current index epoch,
+	 * arg3 = enum kvi_index_state: fetch the index (INDEX_REQ) when either
+	 * differs from what I have */
+	KVI_CTRL_LEASE = 10,
+	/* client -> server: arg0 = bucket, arg1 = lock word I keep finding there,
+	 * arg2 = epoch of the index of that bucket */
+	KVI_CTRL_LOCK_REPORT = 11,
 	KVI_CTRL_LOCK_REPORTED = 12, /* server -> client: arg0 = enum kvi_report_verdict */
-	KVI_CTRL_TYPE_MAX = 12,
+	/* client -> server: arg0 = which index (0 current, 1 previous: the one a
+	 * migration is emptying), arg1 = first chunk wanted */
+	KVI_CTRL_INDEX_REQ = 13,
+	/* server -> client: arg0 = epoch (0: no such index), arg1 = bucket count,
+	 * arg2 = first chunk (bits 0..31) | number of chunks (bits 32..63),
+	 * arg3, arg4 = chunks first .. first + 3 as page numbers (region offset /
+	 * KVI_INDEX_CHUNK_ALIGN), two per word, low half first; 0 past the end */
+	KVI_CTRL_INDEX = 14,
+	/* client -> server: an insert found both its buckets full of live items;
+	 * arg0 = epoch of that index */
+	KVI_CTRL_GROW = 15,
+	KVI_CTRL_GROWING = 16, /* server -> client: arg0 = enum kvi_grow_verdict */
+	KVI_CTRL_TYPE_MAX = 16,
+};
+
+#define KVI_INDEX_CHUNKS_PER_MSG 4u
+
+/* LEASE arg3: where the server's resizing stands. */
+enum kvi_index_state {
+	KVI_INDEX_STABLE = 0,    /* one index */
+	KVI_INDEX_MIGRATING = 1, /* the current index is filling from the previous one */
+};
+
+/* What the server makes of a GROW. */
+enum kvi_grow_verdict {
+	KVI_GROW_NO = 0,      /* the index cannot grow (memory): evict, or fail KVC_EINDEXFULL */
+	KVI_GROW_STARTED = 1, /* a resize is under way: wait for the next epoch, then retry */
+	KVI_GROW_STALE = 2,   /* the index you named is not the current one: fetch it and retry */
 };
 
 /* What the server makes of a lock report (server/members.h "Lock reports"). */
@@ -181,6 +216,9 @@ enum kvi_stat_id {
 	KVI_STAT_FENCINGS,         /* clients fenced (gone: their locks released) */
 	KVI_STAT_FENCE_RELEASED,   /* bucket locks released by fencing */
 	KVI_STAT_FENCE_CPU_NS,     /* CPU time of the fence thread */
+	KVI_STAT_RESIZES,          /* index resizes completed */
+	KVI_STAT_INDEX_BUCKETS,    /* buckets of the current index */
+	KVI_STAT_INDEX_EPOCH,      /* epoch of the current index */
 	KVI_STAT_COUNT
 };
 #define KVI_STATS_PAGES ((KVI_STAT_COUNT + 4) / 5)

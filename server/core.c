@@ -51,6 +51,7 @@ struct kvs_core {
 	struct kvs_reclaim_stats rc;
 	uint64_t fencings, fence_released, fence_cpu_ns; /* the fencer's (kvs_core_add_fence) */
 	struct kvs_client *clients[KVS_CLIENT_BUCKETS];
+	struct kvs_indexes ix; /* index.h */
 };
 
 static void kvs_core_stats_locked(struct kvs_core *c, struct kvs_core_stats *out);
@@ -254,6 +255,12 @@ int kvs_core_create(void *region_base, uint64_t region_size, const struct kvs_co
 		kvi_errbuf_set(e, "out of memory for the table of %" PRIu64 " segments", c->nsegs);
 		goto clean_heap;
 	}
+	rc = kvs_indexes_init(&c->ix, &c->geo);
+	if (rc) {
+		kvi_errbuf_set(e, "out of memory for the index's chunk table");
+		kvs_segtab_destroy(c->segs);
+		goto clean_heap;
+	}
 	pthread_mutex_init(&c->mu, NULL);
 	/* Index first, superblock last: a reader that sees the magic sees an
 	 * empty index (no client is connected yet anyway). */
@@ -286,6 +293,7 @@ void kvs_core_destroy(struct kvs_core *c)
 			free(cl);
 		}
 	}
+	kvs_indexes_fini(&c->ix);
 	kvs_segtab_destroy(c->segs);
 	kvs_heap_destroy(c->heap);
 	pthread_mutex_destroy(&c->mu);
@@ -476,6 +484,9 @@ static void fill_stats(struct kvs_core *c, uint64_t *v)
 	v[KVI_STAT_FENCINGS] = c->fencings;
 	v[KVI_STAT_FENCE_RELEASED] = c->fence_released;
 	v[KVI_STAT_FENCE_CPU_NS] = c->fence_cpu_ns;
+	v[KVI_STAT_RESIZES] = c->ix.resizes;
+	v[KVI_STAT_INDEX_BUCKETS] = c->ix.cur.bucket_count;
+	v[KVI_STAT_INDEX_EPOCH] = c->ix.cur.epoch;
 }
 
 /* The process's CPU time lets a benchmark on another machine show that the
@@ -517,6 +528,16 @@ int kvs_core_ctrl(void *core, uint32_t client_id, const struct kvi_ctrl *req, st
 	case KVI_CTRL_STATS_REQ:
 		rc = stats_reply(c, req, resp);
 		break;
+	case KVI_CTRL_INDEX_REQ:
+		rc = kvs_indexes_describe(&c->ix, req, resp);
+		break;
+	case KVI_CTRL_GROW:
+		/* Resizing needs the migrator (server/migrate.h), which kvserver
+		 * runs with its reclaimer; a core without one cannot grow. */
+		*resp = (struct kvi_ctrl){ .type = KVI_CTRL_GROWING, .seq = req->seq,
+					   .arg = { req->arg[0] == c->ix.cur.epoch ? KVI_GROW_NO : KVI_GROW_STALE } };
+		rc = 0;
+		break;
 	case KVI_CTRL_LEASE_RENEW:
 	case KVI_CTRL_LOCK_REPORT:
 		/* Membership is kvserver's (members.h), not the core's: a core
@@ -531,6 +552,8 @@ int kvs_core_ctrl(void *core, uint32_t client_id, const struct kvi_ctrl *req, st
 	case KVI_CTRL_SEG_RETURNED:
 	case KVI_CTRL_LEASE:
 	case KVI_CTRL_LOCK_REPORTED:
+	case KVI_CTRL_INDEX:
+	case KVI_CTRL_GROWING:
 		kvi_warn("client %u sent control type %u, which only the server sends", client_id, req->type);
 		rc = KVC_EPROTO;
 		break;
@@ -689,6 +712,49 @@ uint8_t *kvs_core_region(const struct kvs_core *c)
 const struct kvi_geometry *kvs_core_geometry(const struct kvs_core *c)
 {
 	return &c->geo;
+}
+
+uint32_t kvs_core_max_chunks(const struct kvs_core *c)
+{
+	return (uint32_t)(c->geo.region_size / c->geo.segment_size + 1);
+}
+
+int kvs_core_index(struct kvs_core *c, int which, struct kvi_index *out, uint64_t *chunks, uint32_t cap)
+{
+	int rc;
+
+	pthread_mutex_lock(&c->mu);
+	rc = kvs_indexes_copy(&c->ix, which, out, chunks, cap);
+	pthread_mutex_unlock(&c->mu);
+	return rc;
+}
+
+void kvs_core_index_status(struct kvs_core *c, uint64_t *epoch, enum kvi_index_state *state)
+{
+	pthread_mutex_lock(&c->mu);
+	*epoch = c->ix.cur.epoch;
+	*state = c->ix.state;
+	pthread_mutex_unlock(&c->mu);
+}
+
+int kvs_core_bucket_of_epoch(struct kvs_core *c, uint64_t epoch, uint64_t bucket, uint64_t *off)
+{
+	int rc;
+
+	pthread_mutex_lock(&c->mu);
+	rc = kvs_indexes_bucket(&c->ix, epoch, bucket, off);
+	pthread_mutex_unlock(&c->mu);
+	return rc;
+}
+
+uint64_t kvs_core_bucket_off(struct kvs_core *c, uint64_t bucket)
+{
+	uint64_t off;
+
+	pthread_mutex_lock(&c->mu);
+	off = kvi_index_bucket_off(&c->ix.cur, bucket);
+	pthread_mutex_unlock(&c->mu);
+	return off;
 }
 
 static void kvs_core_stats_locked(struct kvs_core *c, struct kvs_core_stats *out)

@@ -29,6 +29,7 @@
 #include <stdint.h>
 
 #include "heap.h"
+#include "index.h"
 #include "segtab.h"
 #include "layout.h"
 #include "verbs_util.h" /* struct kvi_errbuf */
@@ -208,6 +209,17 @@ uint8_t *kvs_core_region(const struct kvs_core *c);
 
 /* The layout as the core formatted it (its private copy, never the region's). */
 const struct kvi_geometry *kvs_core_geometry(const struct kvs_core *c);
+
+/* The indexes (index.h): the most chunks any index of this region can have
+ * (room to give kvs_core_index); a copy of index `which` (0 current, 1
+ * previous; KVC_ENOTFOUND when there is none); the current epoch and state
+ * (what a LEASE states); byte offset of a bucket of the current index. */
+uint32_t kvs_core_max_chunks(const struct kvs_core *c);
+int kvs_core_index(struct kvs_core *c, int which, struct kvi_index *out, uint64_t *chunks, uint32_t cap);
+void kvs_core_index_status(struct kvs_core *c, uint64_t *epoch, enum kvi_index_state *state);
+uint64_t kvs_core_bucket_off(struct kvs_core *c, uint64_t bucket);
+/* kvs_indexes_bucket under the core's lock. */
+int kvs_core_bucket_of_epoch(struct kvs_core *c, uint64_t epoch, uint64_t bucket, uint64_t *off);
 
 struct kvs_core_stats {
 	uint64_t segments_total; /* heap_bytes / stride (segment size + one page, heap.h) */

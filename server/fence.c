@@ -22,7 +22,7 @@
 #define BITMAP_WORDS (((uint64_t)KVI_MAX_CLIENT_ID + 1) / 64)
 
 struct clear_req {
-	uint64_t bucket, word;
+	uint64_t off, word; /* region offset of the lock word */
 };
 
 struct kvs_fence {
@@ -44,6 +44,8 @@ struct kvs_fence {
 	uint64_t *counts; /* locks released per id of the pass */
 	unsigned nids, ids_cap;
 	struct kvi_rmem *rm; /* the loopback; NULL or broken: connect again */
+	struct kvi_index ix[2]; /* the pass's copies of the current and previous index */
+	uint64_t *chunks[2];
 	/* Read by the control loop. */
 	_Atomic uint32_t own[OWN_IDS];
 	atomic_uint own_next;
@@ -174,10 +176,12 @@ static int fenced_word(const struct kvs_fence *f, uint64_t w)
 
 /* Release the fenced clients' locks in buckets [from, to). Returns 0, or 1
  * when stopping (the rest is abandoned). */
-static int release_range(struct kvs_fence *f, const struct kvi_geometry *sb, const struct kvi_bucket *index,
-			 uint64_t from, uint64_t to, uint64_t *released, unsigned *mismatches)
+static int release_range(struct kvs_fence *f, const struct kvi_index *ix, uint64_t from, uint64_t to,
+			 uint64_t *released, unsigned *mismatches)
 {
+	const uint8_t *base = kvs_core_region(f->o.core);
 	uint64_t b = from;
+#define LOCKW(b) ((const uint64_t *)(const void *)(base + kvi_index_bucket_off(ix, (b))))
 
 	while (b < to) {
 		struct kvi_rop ops[KVI_RMEM_MAX_BATCH];
@@ -186,7 +190,7 @@ static int release_range(struct kvs_fence *f, const struct kvi_geometry *sb, con
 
 		for (; b < to && n < KVI_RMEM_MAX_BATCH; b++) {
 			/* Reading the word with the CPU is fine; changing it is the NIC's job. */
-			uint64_t w = __atomic_load_n(&index[b].lock, __ATOMIC_RELAXED);
+			uint64_t w = __atomic_load_n(LOCKW(b), __ATOMIC_RELAXED);
 
 			if (fenced_word(f, w)) {
 				bk[n] = b;
@@ -199,14 +203,14 @@ static int release_range(struct kvs_fence *f, const struct kvi_geometry *sb, con
 			return 1;
 		old = kvi_rmem_lbuf(f->rm, NULL);
 		for (unsigned i = 0; i < n; i++)
-			ops[i] = kvi_rop_cas(kvi_bucket_off(sb, bk[i]), &old[i], want[i], want[i] & KVI_LOCK_MOVED);
+			ops[i] = kvi_rop_cas(kvi_index_bucket_off(ix, bk[i]), &old[i], want[i], want[i] & KVI_LOCK_MOVED);
 		if (exec_batch(f, ops, n)) {
 			/* Some CAS of the batch may have landed. Once a client is
 			 * fenced only we change its words, so a word that changed is
 			 * one we released. Then redo the batch from fresh reads: the
 			 * CAS never releases twice. */
 			for (unsigned i = 0; i < n; i++) {
-				if (__atomic_load_n(&index[bk[i]].lock, __ATOMIC_RELAXED) != want[i]) {
+				if (__atomic_load_n(LOCKW(bk[i]), __ATOMIC_RELAXED) != want[i]) {
 					f->counts[id_index(f, kvi_lock_owner(want[i]))]++;
 					(*released)++;
 				}
@@ -226,13 +230,12 @@ static int release_range(struct kvs_fence *f, const struct kvi_geometry *sb, con
 		}
 	}
 	return 0;
+#undef LOCKW
 }
 
 /* Serve every queued single-word clear request. Returns 1 when stopping. */
 static int serve_clears(struct kvs_fence *f)
 {
-	const struct kvi_geometry *sb = kvs_core_geometry(f->o.core);
-
 	for (;;) {
 		struct clear_req r;
 		uint64_t t0 = clock_ns(CLOCK_THREAD_CPUTIME_ID), w0 = clock_ns(CLOCK_MONOTONIC);
@@ -251,11 +254,11 @@ static int serve_clears(struct kvs_fence *f)
 			if (!loopback(f))
 				return 1;
 			old = kvi_rmem_lbuf(f->rm, NULL);
-			op = kvi_rop_cas(kvi_bucket_off(sb, r.bucket), old, r.word, r.word & KVI_LOCK_MOVED);
+			op = kvi_rop_cas(r.off, old, r.word, r.word & KVI_LOCK_MOVED);
 			rc = exec_batch(f, &op, 1);
 		} while (rc);
 		if (*old == r.word)
-			kvi_warn("fence: bucket %" PRIu64 ": lock word of client %u (no live client) cleared", r.bucket,
+			kvi_warn("fence: lock word at %" PRIu64 " of client %u (no live client) cleared", r.off,
 				 kvi_lock_owner(r.word));
 		pthread_mutex_lock(&f->mu);
 		f->chead = (f->chead + 1) % KVS_FENCE_CLEAR_MAX;
@@ -316,23 +319,29 @@ static void run_pass(struct kvs_fence *f)
 	uint64_t cpu0 = clock_ns(CLOCK_THREAD_CPUTIME_ID), wall0 = clock_ns(CLOCK_MONOTONIC), released = 0;
 	uint64_t retries0, cpu, wall;
 	unsigned mismatches = 0;
-	const struct kvi_bucket *index;
-	struct kvi_geometry sb;
+	uint64_t buckets = 0;
 	int stopped = 0;
 
 	if (take_clients(f) <= 0)
 		return;
-	/* Geometry from the core's private copy, as it is now. */
-	sb = *kvs_core_geometry(f->o.core);
-	index = (const void *)(kvs_core_region(f->o.core) + sb.index_off);
 	pthread_mutex_lock(&f->mu);
 	retries0 = f->st.retries;
 	pthread_mutex_unlock(&f->mu);
-	for (uint64_t b = 0; b < sb.bucket_count && !stopped; b += f->o.slice) {
-		uint64_t end = sb.bucket_count - b < f->o.slice ? sb.bucket_count : b + f->o.slice;
+	/* Both indexes while a resize migrates (layout.h "Resize"): a client may
+	 * hold locks in either. The copies are the core's, as they are now; an
+	 * index is reused only after fencing went idle (server/migrate.h). */
+	for (int which = 0; which < 2 && !stopped; which++) {
+		const struct kvi_index *ix = &f->ix[which];
 
-		/* A clear request waits for one slice, not for a whole pass. */
-		stopped = serve_clears(f) || release_range(f, &sb, index, b, end, &released, &mismatches);
+		if (kvs_core_index(f->o.core, which, &f->ix[which], f->chunks[which], kvs_core_max_chunks(f->o.core)))
+			continue;
+		buckets += ix->bucket_count;
+		for (uint64_t b = 0; b < ix->bucket_count && !stopped; b += f->o.slice) {
+			uint64_t end = ix->bucket_count - b < f->o.slice ? ix->bucket_count : b + f->o.slice;
+
+			/* A clear request waits for one slice, not for a whole pass. */
+			stopped = serve_clears(f) || release_range(f, ix, b, end, &released, &mismatches);
+		}
 	}
 	cpu = clock_ns(CLOCK_THREAD_CPUTIME_ID) - cpu0;
 	wall = clock_ns(CLOCK_MONOTONIC) - wall0;
@@ -356,7 +365,7 @@ static void run_pass(struct kvs_fence *f)
 	kvi_log(retries0 ? KVI_LOG_WARN : KVI_LOG_INFO,
 		"fence pass%s: %u client%s, %" PRIu64 " buckets, %" PRIu64 " locks released, %" PRIu64
 		" retries, cpu %.3f ms, wall %.3f ms",
-		stopped ? " (abandoned: stopping)" : "", f->nids, f->nids == 1 ? "" : "s", sb.bucket_count, released,
+		stopped ? " (abandoned: stopping)" : "", f->nids, f->nids == 1 ? "" : "s", buckets, released,
 		retries0, cpu / 1e6, wall / 1e6);
 }
 
@@ -406,9 +415,13 @@ int kvs_fence_create(const struct kvs_fence_opts *o, struct kvs_fence **out)
 		f->o.slice = KVS_FENCE_SLICE;
 	f->pending = calloc(BITMAP_WORDS, sizeof(uint64_t));
 	f->active = calloc(BITMAP_WORDS, sizeof(uint64_t));
-	if (!f->pending || !f->active) {
+	f->chunks[0] = calloc(kvs_core_max_chunks(o->core), sizeof(uint64_t));
+	f->chunks[1] = calloc(kvs_core_max_chunks(o->core), sizeof(uint64_t));
+	if (!f->pending || !f->active || !f->chunks[0] || !f->chunks[1]) {
 		free(f->pending);
 		free(f->active);
+		free(f->chunks[0]);
+		free(f->chunks[1]);
 		free(f);
 		return KVC_ENOMEM;
 	}
@@ -445,19 +458,20 @@ int kvs_fence_client(struct kvs_fence *f, uint32_t client_id)
 	return 0;
 }
 
-int kvs_fence_clear_word(struct kvs_fence *f, uint64_t bucket, uint64_t word)
+int kvs_fence_clear_word(struct kvs_fence *f, uint64_t off, uint64_t word)
 {
 	int rc = 0;
 
 	if (!f)
 		return KVC_ESERVERGONE;
-	if (bucket >= kvs_core_geometry(f->o.core)->bucket_count || !(word & KVI_LOCK_LOCKED))
+	if (off % KVI_BUCKET_SIZE || off >= kvs_core_geometry(f->o.core)->region_size || !(word & KVI_LOCK_LOCKED) ||
+	    kvi_lock_owner(word) == 0)
 		return KVC_EINVAL;
 	pthread_mutex_lock(&f->mu);
 	if (f->ccount == KVS_FENCE_CLEAR_MAX) {
 		rc = KVC_EAGAIN;
 	} else {
-		f->clears[(f->chead + f->ccount) % KVS_FENCE_CLEAR_MAX] = (struct clear_req){ bucket, word };
+		f->clears[(f->chead + f->ccount) % KVS_FENCE_CLEAR_MAX] = (struct clear_req){ off, word };
 		f->ccount++;
 		pthread_cond_signal(&f->cv);
 	}
@@ -526,6 +540,8 @@ void kvs_fence_destroy(struct kvs_fence *f)
 	free(f->active);
 	free(f->ids);
 	free(f->counts);
+	free(f->chunks[0]);
+	free(f->chunks[1]);
 	free(f);
 }
 

@@ -89,12 +89,13 @@ int kvs_fence_start(struct kvs_fence **out, struct kvs_core *core, const char *h
  * no fencer). */
 int kvs_fence_client(struct kvs_fence *f, uint32_t client_id);
 
-/* Queue the release of one lock word that names no live client: bucket's
- * lock word becomes word & KVI_LOCK_MOVED, only if it still equals word
- * (which must be LOCKED). Never blocks. 0, KVC_EINVAL (bucket out of range,
- * word not locked), KVC_EAGAIN (too many requests queued: ask again later),
- * KVC_ESERVERGONE (f is NULL). */
-int kvs_fence_clear_word(struct kvs_fence *f, uint64_t bucket, uint64_t word);
+/* Queue the release of one lock word that names no live client: the lock
+ * word at region offset off (a bucket's first word, of an index the caller
+ * found it in) becomes word & KVI_LOCK_MOVED, only if it still equals word
+ * (which must be LOCKED with an owner). Never blocks. 0, KVC_EINVAL (off not
+ * a bucket's, word not locked), KVC_EAGAIN (too many requests queued: ask
+ * again later), KVC_ESERVERGONE (f is NULL). */
+int kvs_fence_clear_word(struct kvs_fence *f, uint64_t off, uint64_t word);
 
 /* Is client_id one of the fencer's own loopback connections (present or
  * past)? They never hold a lock and are not fenced. 0 for NULL. */

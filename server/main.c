@@ -412,27 +412,27 @@ static void expel(struct kvs_server *s, uint32_t id, const char *why)
 	kvi_listener_drop(s->l, p);
 }
 
-/* A writer keeps finding `word` in bucket arg[0] (members.h "Lock reports"). */
+/* A writer keeps finding `word` in bucket arg[0] of the index of epoch arg[2]
+ * (members.h "Lock reports"). */
 static int lock_report(struct kvs_server *s, uint32_t reporter, const struct kvi_ctrl *req, struct kvi_ctrl *resp)
 {
-	const struct kvi_geometry *sb = kvs_core_geometry(s->core);
-	const struct kvi_bucket *b;
 	enum kvi_report_verdict v;
-	uint64_t current;
+	uint64_t current, off;
 	uint32_t owner;
 
-	if (req->arg[0] >= sb->bucket_count) {
-		*resp = (struct kvi_ctrl){ .type = KVI_CTRL_ERROR, .seq = req->seq, .status = KVC_EINVAL };
+	if (kvs_core_bucket_of_epoch(s->core, req->arg[2], req->arg[0], &off)) {
+		/* An index retired since (or never ours): nothing to clear there. */
+		*resp = (struct kvi_ctrl){ .type = KVI_CTRL_LOCK_REPORTED, .seq = req->seq,
+					   .arg = { KVI_REPORT_CHANGED } };
 		return 0;
 	}
 	/* Reading a lock word with the CPU is fine; changing it is the NIC's job. */
-	b = (const struct kvi_bucket *)(const void *)(kvs_core_region(s->core) + kvi_bucket_off(sb, req->arg[0]));
-	current = __atomic_load_n(&b->lock, __ATOMIC_RELAXED);
-	v = kvs_members_report(s->members, reporter, req->arg[0], req->arg[1], current, mono_ns(), &owner);
+	current = __atomic_load_n((const uint64_t *)(const void *)(kvs_core_region(s->core) + off), __ATOMIC_RELAXED);
+	v = kvs_members_report(s->members, reporter, off, req->arg[1], current, mono_ns(), &owner);
 	if (v == KVI_REPORT_CLEARING) {
-		kvi_warn("bucket %" PRIu64 " is locked by %u, which is not a client (reported by client %u): "
-			 "releasing it", req->arg[0], kvi_lock_owner(current), reporter);
-		kvs_fence_clear_word(s->fence, req->arg[0], current);
+		kvi_warn("bucket %" PRIu64 " (epoch %" PRIu64 ") is locked by %u, which is not a client (reported by "
+			 "client %u): releasing it", req->arg[0], req->arg[2], kvi_lock_owner(current), reporter);
+		kvs_fence_clear_word(s->fence, off, current);
 	} else if (v == KVI_REPORT_FENCING) {
 		expel(s, owner, "kept a bucket lock past every operation deadline");
 	}
@@ -443,16 +443,19 @@ static int lock_report(struct kvs_server *s, uint32_t reporter, const struct kvi
 static int on_ctrl(void *arg, struct kvi_peer *p, const struct kvi_ctrl *req, struct kvi_ctrl *resp)
 {
 	struct kvs_server *s = arg;
+	enum kvi_index_state state;
+	uint64_t epoch;
 	uint32_t lease;
 
 	switch (req->type) {
 	case KVI_CTRL_LEASE_RENEW:
 		lease = kvs_members_renew(s->members, p->client_id, mono_ns());
+		kvs_core_index_status(s->core, &epoch, &state);
 		if (!lease) /* expelled already, or a loopback */
 			*resp = (struct kvi_ctrl){ .type = KVI_CTRL_ERROR, .seq = req->seq, .status = KVC_EFENCED };
 		else
 			*resp = (struct kvi_ctrl){ .type = KVI_CTRL_LEASE, .seq = req->seq,
-						   .arg = { lease, s->o.renew_ms } };
+						   .arg = { lease, s->o.renew_ms, epoch, state } };
 		return 0;
 	case KVI_CTRL_LOCK_REPORT:
 		return lock_report(s, p->client_id, req, resp);

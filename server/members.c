@@ -227,7 +227,9 @@ enum kvi_report_verdict kvs_members_report(struct kvs_members *m, uint32_t repor
 	m->st.reports++;
 	*owner = 0;
 	w = watched(m, bucket);
-	if (current != reported || !(current & KVI_LOCK_LOCKED) || who == reporter) {
+	/* A resize mark (layout.h "Resize") is nobody's lock: the migrator
+	 * clears it; so is a word that changed or is the reporter's own. */
+	if (current != reported || !(current & KVI_LOCK_LOCKED) || (current & KVI_LOCK_MOVED) || who == reporter) {
 		if (w && w->word != current)
 			unwatch(m, w);
 		return KVI_REPORT_CHANGED;

@@ -76,7 +76,8 @@ unsigned kvs_members_expired(struct kvs_members *m, uint64_t now, uint32_t *ids,
 /* Milliseconds until the next lease ends (at most max_ms; 0 if one ended). */
 int kvs_members_next_due(const struct kvs_members *m, uint64_t now, int max_ms);
 
-/* Judge a lock report from reporter about bucket: `reported` is the word it
+/* Judge a lock report from reporter about bucket (any name of the lock word:
+ * kvserver passes its region offset): `reported` is the word it
  * found, `current` what the bucket holds now (read by the caller). Returns
  * the verdict; with KVI_REPORT_FENCING *owner is the member to expel. */
 enum kvi_report_verdict kvs_members_report(struct kvs_members *m, uint32_t reporter, uint64_t bucket,

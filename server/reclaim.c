@@ -44,6 +44,11 @@ struct kvs_reclaimer {
 	struct kvi_rmem *rm;
 	struct kvs_reclaim_hooks hooks;
 	struct kvi_geometry geo; /* the core's private copy */
+	/* The current index, copied from the core at each segment: the migrator
+	 * (same thread) changes it only between segments, and reclamation never
+	 * runs during a migration, so the previous index is never the truth here. */
+	struct kvi_index ix;
+	uint64_t *chunks;
 	uint8_t *base;
 	uint8_t *snap; /* private copy of the segment being walked; in the local
 			* buffer, because copies forward are RDMA WRITEs from it */
@@ -96,7 +101,8 @@ int kvs_reclaimer_create(struct kvs_core *core, struct kvi_rmem *rm, const struc
 	 * its slot into a segment that is zeroed and reused. */
 	r->cap_items = (uint32_t)(r->geo.segment_size / kvi_obj_footprint(kvi_obj_len(1, 0)) + 1);
 	r->items = calloc(r->cap_items, sizeof(*r->items));
-	if (!r->items)
+	r->chunks = calloc(kvs_core_max_chunks(core), sizeof(*r->chunks));
+	if (!r->items || !r->chunks || kvs_core_index(core, 0, &r->ix, r->chunks, kvs_core_max_chunks(core)))
 		goto fail;
 	rc = kvi_rmem_set_lbuf(rm, sizeof(struct lbuf) + r->geo.segment_size);
 	if (rc)
@@ -122,6 +128,7 @@ void kvs_reclaimer_destroy(struct kvs_reclaimer *r)
 		kvs_core_server_release(r->core, &r->x, r->x_used);
 	kvi_rmem_destroy(r->rm);
 	free(r->items);
+	free(r->chunks);
 	free(r);
 }
 
@@ -133,7 +140,6 @@ static uint64_t held(const struct kvs_reclaimer *r)
 /* Step 1 and 2: walk the snapshot, keep the objects some slot names. */
 static void walk(struct kvs_reclaimer *r, uint64_t off, uint64_t len, struct kvs_reclaim_stats *st)
 {
-	const struct kvi_bucket *index = (const void *)(r->base + r->geo.index_off);
 	uint64_t p = 0;
 
 	r->nitems = 0;
@@ -149,12 +155,14 @@ static void walk(struct kvs_reclaimer *r, uint64_t off, uint64_t len, struct kvs
 			p += KVI_OBJ_ALIGN;
 			continue;
 		}
-		kvi_key_hash(r->snap + p + sizeof(*h), h->key_len, r->geo.hash_seed, r->geo.bucket_count, &kh);
+		kvi_key_hash(r->snap + p + sizeof(*h), h->key_len, r->geo.hash_seed, r->ix.bucket_count, &kh);
 		slot = kvi_slot_make(kh.fp, off + p, olen);
 		for (unsigned w = 0; w < 2 && !found; w++) {
 			for (unsigned i = 0; i < KVI_SLOTS_PER_BUCKET; i++) {
 				/* A hint only: the decision is taken again under the lock. */
-				if (__atomic_load_n(&index[kh.b[w]].slot[i], __ATOMIC_RELAXED) != slot)
+				const struct kvi_bucket *b = (const void *)(r->base + kvi_index_bucket_off(&r->ix, kh.b[w]));
+
+				if (__atomic_load_n(&b->slot[i], __ATOMIC_RELAXED) != slot)
 					continue;
 				if (r->nitems < r->cap_items)
 					r->items[r->nitems++] = (struct item){ .pos = (uint32_t)p,
@@ -294,7 +302,7 @@ static int do_batch(struct kvs_reclaimer *r, struct batch *b, uint64_t *copied, 
 	int rc, abort = 0;
 
 	for (unsigned i = 0; i < b->nb; i++) {
-		uint64_t lo = kvi_bucket_off(&r->geo, b->bucket[i]);
+		uint64_t lo = kvi_index_bucket_off(&r->ix, b->bucket[i]);
 
 		ops[n++] = kvi_rop_cas(lo, &lb->cas[i], 0, held(r));
 		ops[n++] = kvi_rop_read(lo, &lb->bk[i], KVI_BUCKET_SIZE);
@@ -334,7 +342,7 @@ static int do_batch(struct kvs_reclaimer *r, struct batch *b, uint64_t *copied, 
 	 * doorbells are cut at KVI_RMEM_MAX_BATCH without breaking the order. */
 	n = 0;
 	for (unsigned i = 0; i < b->nb; i++) {
-		uint64_t lo = kvi_bucket_off(&r->geo, b->bucket[i]);
+		uint64_t lo = kvi_index_bucket_off(&r->ix, b->bucket[i]);
 
 		if (lb->cas[i] != 0)
 			continue;
@@ -491,6 +499,8 @@ int kvs_reclaim_one(struct kvs_reclaimer *r)
 	uint64_t off, len;
 
 	kvs_core_tick(r->core, 0);
+	if (kvs_core_index(r->core, 0, &r->ix, r->chunks, kvs_core_max_chunks(r->core)))
+		return 0; /* cannot happen: there is always a current index */
 	if (kvs_core_reclaim_begin(r->core, &off, &len))
 		return 0;
 	return reclaim_segment(r, off, len);

@@ -218,6 +218,9 @@ struct kvc_server_stats {
 	uint64_t fencings;        /* clients fenced (gone): their bucket locks released */
 	uint64_t fence_released;  /* bucket locks released by fencing */
 	uint64_t fence_cpu_ns;    /* CPU time of the server's fence thread */
+	uint64_t resizes;         /* index resizes completed (each doubles the buckets) */
+	uint64_t index_buckets;   /* buckets of the current index */
+	uint64_t index_epoch;     /* epoch of the current index (1 + resizes begun) */
 };
 KVC_EXPORT int kvc_server_stats(kvc_t *h, struct kvc_server_stats *out);
 /* The statistics above as (name, value) pairs, in struct order: for printing

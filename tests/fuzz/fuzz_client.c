@@ -131,7 +131,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 			w = (w & ~(((1ull << KVI_SLOT_FP_BITS) - 1) << KVI_SLOT_FP_SHIFT)) |
 			    (uint64_t)kh.fp << KVI_SLOT_FP_SHIFT;
 		}
-		((struct kvi_bucket *)(region + kvi_bucket_off(&sb, kh.b[s / KVI_SLOTS_PER_BUCKET])))
+		((struct kvi_bucket *)(region + kvi_home_bucket_off(&sb, kh.b[s / KVI_SLOTS_PER_BUCKET])))
 			->slot[s % KVI_SLOTS_PER_BUCKET] = w;
 	}
 

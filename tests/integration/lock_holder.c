@@ -49,14 +49,14 @@ int main(int argc, char **argv)
 		fflush(stdout);
 		usleep((useconds_t)atoi(argv[4]) * 1000u);
 		memset(lb, 0, 2 * KVI_BUCKET_SIZE);
-		wipe[0] = kvi_rop_write(kvi_bucket_off(&w.geo, kh.b[0]), lb, KVI_BUCKET_SIZE);
-		wipe[1] = kvi_rop_write(kvi_bucket_off(&w.geo, kh.b[1]), (char *)lb + KVI_BUCKET_SIZE, KVI_BUCKET_SIZE);
+		wipe[0] = kvi_rop_write(kvi_home_bucket_off(&w.geo, kh.b[0]), lb, KVI_BUCKET_SIZE);
+		wipe[1] = kvi_rop_write(kvi_home_bucket_off(&w.geo, kh.b[1]), (char *)lb + KVI_BUCKET_SIZE, KVI_BUCKET_SIZE);
 		rc = kvi_rmem_exec(rm, wipe, 2, 10000);
 		printf("WIPE %s\n", kvc_err_name(rc));
 		return 0;
 	}
 	for (int i = 0; i < 2; i++) {
-		op = kvi_rop_cas(kvi_bucket_off(&w.geo, kh.b[i]), &lb[i], 0, kvi_lock_held_by(w.client_id));
+		op = kvi_rop_cas(kvi_home_bucket_off(&w.geo, kh.b[i]), &lb[i], 0, kvi_lock_held_by(w.client_id));
 		if (kvi_rmem_exec(rm, &op, 1, 10000) || lb[i] != 0) {
 			fprintf(stderr, "lock_holder: bucket %d not free\n", i);
 			return 1;

@@ -36,7 +36,7 @@ static int members_ctrl(struct kvt_env *env, uint32_t client_id, const struct kv
 		*resp = (struct kvi_ctrl){ .type = KVI_CTRL_ERROR, .seq = req->seq, .status = KVC_EINVAL };
 		return 0;
 	}
-	word = (uint64_t *)(void *)(kvi_local_region_base(env->reg) + kvi_bucket_off(sb, req->arg[0]));
+	word = (uint64_t *)(void *)(kvi_local_region_base(env->reg) + kvi_home_bucket_off(sb, req->arg[0]));
 	current = __atomic_load_n(word, __ATOMIC_SEQ_CST);
 	v = kvs_members_report(env->members, client_id, req->arg[0], req->arg[1], current, mono_ns(), &owner);
 	env->verdicts[v]++;
@@ -226,4 +226,20 @@ int kvt_get_s(kvc_t *c, const char *k, char *out, size_t cap)
 
 	out[rc == 0 ? len : 0] = '\0';
 	return rc;
+}
+
+void kvt_spread_key(struct kvt_env *env, const char *prefix, unsigned *next, char *out, size_t len)
+{
+	const struct kvi_geometry *g = kvs_core_geometry(env->core);
+	struct kvi_index ix;
+	uint64_t chunks[1];
+	struct kvi_keyhash kh;
+
+	ix.bucket_count = g->bucket_count;
+	if (kvs_core_index(env->core, 0, &ix, chunks, 1) != 0)
+		ix.bucket_count = g->bucket_count; /* a larger index: placement is rarely single */
+	do {
+		snprintf(out, len, "%s-%u", prefix, (*next)++);
+		kvi_key_hash(out, strlen(out), g->hash_seed, ix.bucket_count, &kh);
+	} while (kh.b[0] == kh.b[1]);
 }

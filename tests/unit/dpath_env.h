@@ -35,6 +35,10 @@ int kvt_env_init_opts(struct kvt_env *env, uint64_t region_mib, const struct kvs
 /* The server's reclaimer over its own loopback-like local connection. */
 int kvt_env_reclaimer(struct kvt_env *env, const struct kvs_reclaim_hooks *hooks, struct kvs_reclaimer **out);
 void kvt_env_fini(struct kvt_env *env);
+/* The next key "<prefix>-<n>" (n from *next on, which is advanced past it)
+ * whose two candidate buckets in env's current index differ: tests that
+ * fill a tiny index count on every key having both (hash.h). */
+void kvt_spread_key(struct kvt_env *env, const char *prefix, unsigned *next, char *out, size_t len);
 /* A client handle; hooks may be NULL; cache_entries 0 disables the cache. */
 int kvt_env_client(struct kvt_env *env, const struct kvi_local_hooks *hooks, unsigned cache_entries,
 		   unsigned depth, kvc_t **out);

@@ -288,10 +288,11 @@ Test(fence, clearing_a_word_that_changed_does_nothing)
 	set_word(11, gone | KVI_LOCK_MOVED);         /* still 50's */
 	set_word(12, kvi_lock_held_by(52));
 	start_fence(0);
-	cr_assert_eq(kvs_fence_clear_word(fence, 10, gone), 0);
-	cr_assert_eq(kvs_fence_clear_word(fence, 11, gone | KVI_LOCK_MOVED), 0);
-	cr_assert_eq(kvs_fence_clear_word(fence, 12, 0), KVC_EINVAL, "an unlocked word");
-	cr_assert_eq(kvs_fence_clear_word(fence, sb->bucket_count, gone), KVC_EINVAL, "past the index");
+	cr_assert_eq(kvs_fence_clear_word(fence, kvi_home_bucket_off(sb, 10), gone), 0);
+	cr_assert_eq(kvs_fence_clear_word(fence, kvi_home_bucket_off(sb, 11), gone | KVI_LOCK_MOVED), 0);
+	cr_assert_eq(kvs_fence_clear_word(fence, kvi_home_bucket_off(sb, 12), 0), KVC_EINVAL, "an unlocked word");
+	cr_assert_eq(kvs_fence_clear_word(fence, sb->region_size, gone), KVC_EINVAL, "past the region");
+	cr_assert_eq(kvs_fence_clear_word(fence, kvi_home_bucket_off(sb, 12) + 8, gone), KVC_EINVAL, "not a lock word");
 	cr_assert_eq(kvs_fence_wait_idle(fence, IDLE_MS), 0);
 	cr_expect_eq(word(10), now, "a word that changed is left alone");
 	cr_expect_eq(word(11), KVI_LOCK_MOVED, "the word is cleared, MOVED kept");

@@ -58,7 +58,7 @@ static uint64_t *lock_of(const char *key, int which)
 	struct kvi_keyhash kh;
 
 	kvi_key_hash(key, strlen(key), sb->hash_seed, sb->bucket_count, &kh);
-	return (uint64_t *)(void *)(kvi_local_region_base(env.reg) + kvi_bucket_off(sb, kh.b[which]));
+	return (uint64_t *)(void *)(kvi_local_region_base(env.reg) + kvi_home_bucket_off(sb, kh.b[which]));
 }
 
 static struct kvs_members_stats mstats(void)

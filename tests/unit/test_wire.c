@@ -165,7 +165,7 @@ Test(wire, welcome_rejects_every_kind_of_bad_geometry)
 		{ "region smaller than the heap", "past the region", 2, 1ull << 29 },
 		{ "index on the superblock page", "superblock", 3, 0 },
 		{ "index misaligned", "misaligned", 3, KVI_SUPERBLOCK_SIZE + 8 },
-		{ "index past the region", "past the region", 3, (1ull << 30) - KVI_BUCKET_SIZE },
+		{ "index past the region", "past the region", 3, (1ull << 30) - KVI_INDEX_CHUNK_ALIGN },
 		{ "one bucket", "bucket count", 4, 1 },
 		{ "more buckets than the region holds", "bucket count", 4, (1ull << 30) / KVI_BUCKET_SIZE + 1 },
 		{ "buckets overlapping the heap", "heap starts before", 4, 8192 },
