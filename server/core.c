@@ -737,6 +737,17 @@ void kvs_core_index_status(struct kvs_core *c, uint64_t *epoch, enum kvi_index_s
 	pthread_mutex_unlock(&c->mu);
 }
 
+int kvs_core_set_indexes(struct kvs_core *c, const struct kvi_index *cur, const struct kvi_index *prev,
+			 enum kvi_index_state state)
+{
+	int rc;
+
+	pthread_mutex_lock(&c->mu);
+	rc = kvs_indexes_set(&c->ix, cur, prev, state);
+	pthread_mutex_unlock(&c->mu);
+	return rc;
+}
+
 int kvs_core_bucket_of_epoch(struct kvs_core *c, uint64_t epoch, uint64_t bucket, uint64_t *off)
 {
 	int rc;

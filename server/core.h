@@ -218,6 +218,10 @@ uint32_t kvs_core_max_chunks(const struct kvs_core *c);
 int kvs_core_index(struct kvs_core *c, int which, struct kvi_index *out, uint64_t *chunks, uint32_t cap);
 void kvs_core_index_status(struct kvs_core *c, uint64_t *epoch, enum kvi_index_state *state);
 uint64_t kvs_core_bucket_off(struct kvs_core *c, uint64_t bucket);
+/* kvs_indexes_set under the core's lock: what INDEX answers and LEASEs
+ * state from now on (the migrator's, and tests' that stage a resize). */
+int kvs_core_set_indexes(struct kvs_core *c, const struct kvi_index *cur, const struct kvi_index *prev,
+			 enum kvi_index_state state);
 /* kvs_indexes_bucket under the core's lock. */
 int kvs_core_bucket_of_epoch(struct kvs_core *c, uint64_t epoch, uint64_t bucket, uint64_t *off);
 

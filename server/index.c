@@ -77,3 +77,34 @@ int kvs_indexes_bucket(const struct kvs_indexes *x, uint64_t epoch, uint64_t buc
 	*off = kvi_index_bucket_off(ix, bucket);
 	return 0;
 }
+
+static int dup_index(struct kvi_index *dst, const struct kvi_index *src)
+{
+	uint64_t *c = malloc((src->nchunks ? src->nchunks : 1) * sizeof(*c));
+
+	if (!c)
+		return KVC_ENOMEM;
+	memcpy(c, src->chunk_off, src->nchunks * sizeof(*c));
+	*dst = *src;
+	dst->chunk_off = c;
+	return 0;
+}
+
+int kvs_indexes_set(struct kvs_indexes *x, const struct kvi_index *cur, const struct kvi_index *prev,
+		    enum kvi_index_state state)
+{
+	struct kvi_index c, p = { 0 };
+
+	if (dup_index(&c, cur))
+		return KVC_ENOMEM;
+	if (prev && dup_index(&p, prev)) {
+		free(c.chunk_off);
+		return KVC_ENOMEM;
+	}
+	free(x->cur.chunk_off);
+	free(x->prev.chunk_off);
+	x->cur = c;
+	x->prev = p;
+	x->state = state;
+	return 0;
+}

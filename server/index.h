@@ -39,6 +39,11 @@ int kvs_indexes_describe(const struct kvs_indexes *x, const struct kvi_ctrl *req
  * KVC_ENOMEM (cap too small). */
 int kvs_indexes_copy(const struct kvs_indexes *x, int which, struct kvi_index *out, uint64_t *chunks, uint32_t cap);
 
+/* Make cur the current index and prev (NULL: none) the previous one, in
+ * state `state` (copies the chunk tables). 0 or KVC_ENOMEM (nothing changed). */
+int kvs_indexes_set(struct kvs_indexes *x, const struct kvi_index *cur, const struct kvi_index *prev,
+		    enum kvi_index_state state);
+
 /* Region offset of bucket `bucket` of the index of epoch `epoch` (current or
  * previous): 0, or KVC_EINVAL when there is no such index or bucket. */
 int kvs_indexes_bucket(const struct kvs_indexes *x, uint64_t epoch, uint64_t bucket, uint64_t *off);
