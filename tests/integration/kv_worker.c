@@ -1,6 +1,6 @@
 /* kv_worker: one client process of the multi-process verbs tests.
  *
- *   kv_worker -s HOST:PORT --id N --seconds S [--shared K] [--own K]
+ *   kv_worker -s HOST:PORT --id N --seconds S [--shared K] [--own K] [--survive]
  *
  * Runs mixed GET/PUT/DELETE through libkvclient for S seconds on K shared keys
  * (written by every worker) and K own keys (written only by this one). Values
@@ -8,7 +8,12 @@
  * numbers never go backwards and that its own keys read back what it last
  * wrote. Prints "READY" after its first operations, then at the end one line
  * "ACK <key> <value>" per own key it wrote and "DONE <ops> <violations>".
- * Exit 0 when all held, 3 on a violation (described on stderr), 2 on errors. */
+ * Exit 0 when all held, 3 on a violation (described on stderr), 2 on errors.
+ * --survive: a failure a stalled or cut-off client meets (KVC_EFENCED,
+ * KVC_ESERVERGONE, KVC_ETIMEDOUT, KVC_EUNKNOWN) is counted, not fatal: the
+ * handle rejoins on its next call (an own key whose write had an unknown
+ * outcome is not checked until it is written again). DONE then also says
+ * "survived <n>". */
 #include <getopt.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -22,6 +27,7 @@
 
 static unsigned long long seen[MAX_KEYS][MAX_WRITERS + 1];
 static unsigned long long acked[MAX_KEYS];
+static unsigned char unknown[MAX_KEYS]; /* own key whose last write's outcome is unknown */
 
 static int parse(const char *v, size_t len, unsigned *w, unsigned long long *seq)
 {
@@ -39,11 +45,13 @@ int main(int argc, char **argv)
 	static const struct option lo[] = {
 		{ "server", required_argument, NULL, 's' }, { "id", required_argument, NULL, 'i' },
 		{ "seconds", required_argument, NULL, 't' }, { "shared", required_argument, NULL, 'k' },
-		{ "own", required_argument, NULL, 'o' },    { 0 },
+		{ "own", required_argument, NULL, 'o' },    { "survive", no_argument, NULL, 'v' },
+		{ 0 },
 	};
 	struct kvc_opts o;
-	unsigned id = 1, nshared = 8, nown = 8, seconds = 5, violations = 0, c;
+	unsigned id = 1, nshared = 8, nown = 8, seconds = 5, violations = 0, c, survived = 0;
 	unsigned long long seq = 0, ops = 0;
+	int survive = 0;
 	uint64_t rng;
 	char err[400], k[48], v[40], got[64];
 	time_t end;
@@ -67,6 +75,9 @@ int main(int argc, char **argv)
 			break;
 		case 'o':
 			nown = (unsigned)atoi(optarg);
+			break;
+		case 'v':
+			survive = 1;
 			break;
 		default:
 			return 2;
@@ -102,6 +113,10 @@ int main(int argc, char **argv)
 			rc = kvc_put(h, k, strlen(k), v, strlen(v), 0);
 			if (rc == 0)
 				acked[key % nown] = seq;
+			else if (rc == KVC_EUNKNOWN)
+				unknown[key % nown] = 1;
+			if (rc == 0)
+				unknown[key % nown] = 0;
 		} else if (r < 6) {
 			snprintf(k, sizeof(k), "tmp-%u", id);
 			rc = kvc_put(h, k, strlen(k), "t", 1, 0);
@@ -135,13 +150,20 @@ int main(int argc, char **argv)
 
 			snprintf(k, sizeof(k), "own-%u-%u", id, ok);
 			rc = kvc_get(h, k, strlen(k), got, sizeof(got), &len);
-			if (rc == KVC_ENOTFOUND && acked[ok] == 0) {
+			if (unknown[ok] && (rc == 0 || rc == KVC_ENOTFOUND)) {
+				rc = 0; /* its last write may or may not have landed */
+			} else if (rc == KVC_ENOTFOUND && acked[ok] == 0) {
 				rc = 0;
 			} else if (rc == 0 && (parse(got, len, &w, &s) || w != id || s != acked[ok])) {
 				fprintf(stderr, "kv_worker %u: VIOLATION: %s reads '%.*s', last written w%u:%llu\n", id, k,
 					(int)len, got, id, acked[ok]);
 				violations++;
 			}
+		}
+		if (rc && survive &&
+		    (rc == KVC_EFENCED || rc == KVC_ESERVERGONE || rc == KVC_ETIMEDOUT || rc == KVC_EUNKNOWN)) {
+			survived++;
+			rc = 0;
 		}
 		if (rc) {
 			fprintf(stderr, "kv_worker %u: operation on %s failed: %s\n", id, k, kvc_strerror(rc));
@@ -156,7 +178,10 @@ int main(int argc, char **argv)
 	for (unsigned i = 0; i < nown; i++)
 		if (acked[i])
 			printf("ACK own-%u-%u w%u:%llu\n", id, i, id, acked[i]);
-	printf("DONE %llu %u\n", ops, violations);
+	if (survive)
+		printf("DONE %llu %u survived %u\n", ops, violations, survived);
+	else
+		printf("DONE %llu %u\n", ops, violations);
 	kvc_destroy(h);
 	return violations ? 3 : 0;
 }

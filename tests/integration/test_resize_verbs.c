@@ -1,0 +1,173 @@
+/* Online index resize on a real kvserver over Soft-RoCE (layout.h "Resize"):
+ *  - under load: a kvserver started with a tiny index (256 buckets) and
+ *    --no-evict is filled with 16000 keys while two verifying workers run
+ *    mixed operations; the index grows several times, no worker sees a
+ *    violation, and a fresh client and the filler's own handle read every
+ *    key back;
+ *  - asleep during two resizes: a worker stopped (SIGSTOP) while the index
+ *    doubles twice is expelled by its lease; continued, it rejoins, learns
+ *    the current index and goes on without a violation. */
+#include <criterion/criterion.h>
+#include <signal.h>
+#include <stdio.h>
+#include <string.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "harness.h"
+#include "kvclient.h"
+
+#define FILL 16000
+
+static double now_s(void)
+{
+	struct timespec ts;
+
+	clock_gettime(CLOCK_MONOTONIC, &ts);
+	return (double)ts.tv_sec + ts.tv_nsec / 1e9;
+}
+
+static void stop_server(struct kvt_proc *srv)
+{
+	kvt_kill(srv, SIGTERM);
+	cr_expect_eq(kvt_wait(srv, 20000), 0, "kvserver: %s", srv->all);
+}
+
+static void start_worker(struct kvt_proc *w, const char *port, unsigned id, unsigned seconds, int survive)
+{
+	static char server[8][128], ids[8][8], secs[8][8];
+	char *argv[] = { KV_WORKER_BIN, "-s", server[id], "--id", ids[id], "--seconds", secs[id], "--shared", "16",
+			 "--own", "16", survive ? "--survive" : NULL, NULL };
+	char line[256];
+
+	snprintf(server[id], sizeof(server[id]), "%s:%s", kvt_rdma_addr(), port);
+	snprintf(ids[id], sizeof(ids[id]), "%u", id);
+	snprintf(secs[id], sizeof(secs[id]), "%u", seconds);
+	cr_assert_eq(kvt_start(w, argv), 0);
+	cr_assert_eq(kvt_line(w, line, sizeof(line), 60000), 0, "worker %u: %s", id, w->all);
+	cr_assert_str_eq(line, "READY", "worker %u: %s", id, w->all);
+}
+
+static void check_worker(struct kvt_proc *w, unsigned id)
+{
+	int st = kvt_wait(w, 120000);
+
+	cr_expect_eq(st, 0, "worker %u exited %d: %s", id, st, w->all);
+	cr_expect(strstr(w->all, "DONE"), "worker %u: %s", id, w->all);
+	printf("worker %u: %s", id, strstr(w->all, "DONE") ? strstr(w->all, "DONE") : "(no DONE)\n");
+}
+
+/* PUT fill-<i> for i in [from, to); an index that is full for a moment (a
+ * resize under way) refuses with KVC_EINDEXFULL: retried, for up to 20 s. */
+static void fill(kvc_t *h, unsigned from, unsigned to, double *worst)
+{
+	char k[32], v[32];
+
+	for (unsigned i = from; i < to; i++) {
+		double t0 = now_s(), dt;
+		int rc;
+
+		snprintf(k, sizeof(k), "fill-%u", i);
+		snprintf(v, sizeof(v), "value-%u", i);
+		do {
+			rc = kvc_put(h, k, strlen(k), v, strlen(v), 0);
+			if (rc == KVC_EINDEXFULL)
+				usleep(2000);
+		} while ((rc == KVC_EINDEXFULL || rc == KVC_ETIMEDOUT) && now_s() - t0 < 20);
+		cr_assert_eq(rc, 0, "PUT %s: %s", k, kvc_err_name(rc));
+		dt = now_s() - t0;
+		if (dt > *worst)
+			*worst = dt;
+	}
+}
+
+static unsigned check_fill(kvc_t *h, unsigned n)
+{
+	char k[32], v[32], got[64];
+	unsigned bad = 0;
+
+	for (unsigned i = 0; i < n; i++) {
+		size_t len = 0;
+		int rc;
+
+		snprintf(k, sizeof(k), "fill-%u", i);
+		snprintf(v, sizeof(v), "value-%u", i);
+		rc = kvc_get(h, k, strlen(k), got, sizeof(got), &len);
+		if (rc != 0 || len != strlen(v) || memcmp(got, v, len) != 0) {
+			if (bad++ < 5)
+				cr_expect_fail("%s: %s, '%.*s'", k, kvc_err_name(rc), (int)len, got);
+		}
+	}
+	return bad;
+}
+
+static struct kvc_server_stats stats_of(kvc_t *h)
+{
+	struct kvc_server_stats s;
+
+	cr_assert_eq(kvc_server_stats(h, &s), 0);
+	return s;
+}
+
+TestSuite(resize, .init = kvt_require_rdma, .timeout = 400);
+
+Test(resize, the_index_grows_under_load_and_loses_nothing)
+{
+	const char *extra[] = { "--buckets", "256", "--no-evict", NULL };
+	struct kvt_proc srv, w1, w2;
+	struct kvc_server_stats s;
+	double t0, worst = 0;
+	kvc_t *h, *fresh;
+
+	kvt_start_server(&srv, "7681", extra);
+	start_worker(&w1, "7681", 1, 25, 0);
+	start_worker(&w2, "7681", 2, 25, 0);
+	h = kvt_kv_connect("7681", 1, 1024);
+	t0 = now_s();
+	fill(h, 0, FILL, &worst);
+	s = stats_of(h);
+	printf("filled %u keys in %.1f s (slowest PUT %.0f ms): %llu resizes, %llu buckets (epoch %llu)\n", FILL,
+	       now_s() - t0, worst * 1000, (unsigned long long)s.resizes, (unsigned long long)s.index_buckets,
+	       (unsigned long long)s.index_epoch);
+	cr_expect_geq(s.resizes, 3, "256 buckets hold 3840 items: 16000 need at least three doublings");
+	cr_expect_geq(s.index_buckets, 2048);
+	check_worker(&w1, 1);
+	check_worker(&w2, 2);
+	cr_expect_eq(check_fill(h, FILL), 0, "the filler's own handle");
+	fresh = kvt_kv_connect("7681", 1, 0);
+	cr_expect_eq(check_fill(fresh, FILL), 0, "a client that joined after the resizes");
+	kvc_destroy(fresh);
+	kvc_destroy(h);
+	stop_server(&srv);
+}
+
+Test(resize, a_client_asleep_during_two_resizes_rejoins_and_stays_correct)
+{
+	const char *extra[] = { "--buckets", "256", "--no-evict", "--lease-ms", "1000", NULL };
+	struct kvt_proc srv, w;
+	struct kvc_server_stats s;
+	double worst = 0;
+	unsigned n = 0;
+	kvc_t *h;
+
+	kvt_start_server(&srv, "7682", extra);
+	start_worker(&w, "7682", 3, 20, 1);
+	h = kvt_kv_connect("7682", 1, 1024);
+	kvt_kill(&w, SIGSTOP);
+	/* Two doublings while it sleeps (its lease runs out meanwhile). */
+	do {
+		fill(h, n, n + 1000, &worst);
+		n += 1000;
+		s = stats_of(h);
+	} while (s.resizes < 2 && n < FILL);
+	cr_assert_geq(s.resizes, 2, "%u keys did not make the index grow twice", n);
+	sleep(2); /* past its lease, whatever the fill took */
+	kvt_kill(&w, SIGCONT);
+	check_worker(&w, 3);
+	cr_expect(strstr(w.all, "survived"), "%s", w.all);
+	cr_expect_eq(check_fill(h, n), 0);
+	printf("asleep during %llu resizes (%u keys written meanwhile): the worker went on without a violation\n",
+	       (unsigned long long)s.resizes, n);
+	kvc_destroy(h);
+	stop_server(&srv);
+}
