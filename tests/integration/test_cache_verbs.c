@@ -30,8 +30,9 @@ static struct kvc_server_stats server_stats(const char *port)
 {
 	struct kvc_server_stats ss;
 	kvc_t *h = connect_kv(port, 1);
+	int rc = kvc_server_stats(h, &ss);
 
-	cr_assert_eq(kvc_server_stats(h, &ss), 0);
+	cr_assert_eq(rc, 0, "server statistics: %s", kvc_err_name(rc));
 	kvc_destroy(h);
 	return ss;
 }
