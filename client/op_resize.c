@@ -158,8 +158,12 @@ void kvi_grow_collect(kvc_t *h, uint64_t now)
 		return;
 	}
 	h->grow_seq = 0;
-	if (r.type == KVI_CTRL_GROWING && r.arg[0] == KVI_GROW_STARTED)
-		return; /* the next LEASE names the new epoch; waiters see it */
+	if (r.type == KVI_CTRL_GROWING && r.arg[0] == KVI_GROW_STARTED) {
+		/* The new index may be published already: look now (else the
+		 * next LEASE names it). */
+		h->index_stale = 1;
+		return;
+	}
 	if (r.type == KVI_CTRL_GROWING && r.arg[0] == KVI_GROW_STALE) {
 		h->index_stale = 1;
 		return;
