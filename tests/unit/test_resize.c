@@ -393,6 +393,107 @@ Test(resize, a_put_waits_for_the_migrator_and_a_get_does_not)
 	kvc_destroy(rd);
 }
 
+/* A migration between two doorbells of one operation: the hook migrates old
+ * bucket G.b just before the operation's first access to it (and, for a GET,
+ * has another client update the key in the new index right after). */
+static struct {
+	uint64_t b, off;
+	kvc_t *other;
+	const char *key;
+	int done;
+} G;
+
+static int migrate_under(void *arg, struct kvi_rmem *rm, const struct kvi_rop *op)
+{
+	(void)arg;
+	(void)rm;
+	if (!G.done && op->roff == G.off) {
+		G.done = 1;
+		migrate(G.b, G.b + 1);
+		if (G.other)
+			cr_assert_eq(kvt_put_s(G.other, G.key, "v2"), 0);
+	}
+	return 0;
+}
+
+Test(resize, a_get_that_finds_its_old_bucket_moved_reads_the_new_one_again)
+{
+	struct kvi_local_hooks hooks = { .before_op = migrate_under };
+	kvc_t *w = client(0, 4, NULL), *g, *up;
+	char got[64];
+
+	cr_assert_eq(kvt_put_s(w, "mid", "v1"), 0);
+	G = (typeof(G)){ .b = old_home("mid"), .off = kvi_index_bucket_off(&R.oldx, old_home("mid")), .key = "mid" };
+	stage();
+	up = client(0, 4, NULL);
+	g = client(0, 4, &hooks);
+	G.other = up;
+	cr_assert_eq(kvt_get_s(g, "mid", got, sizeof(got)), 0);
+	cr_assert(G.done, "the GET read the old bucket");
+	cr_expect_str_eq(got, "v2", "the update made during the GET (after the MOVED) is seen");
+	cr_expect_eq(slots_of("mid"), 1);
+	kvc_destroy(w);
+	kvc_destroy(g);
+	kvc_destroy(up);
+}
+
+Test(resize, a_put_that_finds_its_old_bucket_moved_starts_over_at_once)
+{
+	struct kvi_local_hooks hooks = { .before_op = migrate_under };
+	kvc_t *w = client(0, 4, NULL), *p;
+	char got[64];
+
+	cr_assert_eq(kvt_put_s(w, "mid", "v1"), 0);
+	G = (typeof(G)){ .b = old_home("mid"), .off = kvi_index_bucket_off(&R.oldx, old_home("mid")) };
+	stage();
+	p = client(0, 4, &hooks);
+	cr_assert_eq(kvt_put_s(p, "mid", "v3"), 0);
+	cr_assert(G.done, "the PUT went for the old bucket");
+	cr_expect_eq(stats(p).lock_conflicts, 0, "MOVED is not a conflict: no backoff");
+	cr_expect_eq(slots_of("mid"), 1);
+	cr_assert_eq(kvt_get_s(w, "mid", got, sizeof(got)), 0);
+	cr_expect_str_eq(got, "v3");
+	kvc_destroy(w);
+	kvc_destroy(p);
+}
+
+/* Both new choices of a key (b and b + N) share old bucket b: it is locked
+ * and read once. */
+Test(resize, choices_that_share_an_old_bucket_lock_and_read_it_once)
+{
+	kvc_t *w = client(0, 4, NULL), *a, *r;
+	struct kvi_keyhash kh;
+	char k[32], got[64];
+	uint64_t f0;
+	unsigned i = 0;
+
+	do {
+		snprintf(k, sizeof(k), "dd-%u", i++);
+		kvi_key_hash(k, strlen(k), R.seed, 2 * N_OLD, &kh);
+	} while (kh.b[0] == kh.b[1] || kh.lo % N_OLD != kh.hi % N_OLD);
+	cr_assert_eq(kvt_put_s(w, k, "v1"), 0);
+	stage();
+	a = client(0, 4, NULL);
+	r = client(0, 4, NULL);
+	cr_assert_eq(kvt_put_s(a, k, "v2"), 0);
+	cr_expect_eq(stats(a).resize_follows, 1, "one old bucket locked for both choices");
+	cr_expect_eq(stats(a).lock_conflicts, 0);
+	cr_expect_eq(slots_of(k), 1);
+	cr_assert_eq(kvt_get_s(r, k, got, sizeof(got)), 0);
+	cr_expect_str_eq(got, "v2");
+	cr_expect_eq(stats(r).resize_follows, 1, "one old bucket read for both choices");
+	migrate(kh.lo % N_OLD, kh.lo % N_OLD + 1);
+	f0 = stats(r).resize_follows;
+	cr_assert_eq(kvt_get_s(r, k, got, sizeof(got)), 0);
+	cr_expect_str_eq(got, "v2");
+	cr_expect_eq(stats(r).resize_follows, f0, "migrated: the new buckets are the truth");
+	cr_assert_eq(kvc_delete(a, k, strlen(k)), 0);
+	cr_expect_eq(slots_of(k), 0);
+	kvc_destroy(w);
+	kvc_destroy(a);
+	kvc_destroy(r);
+}
+
 /* (e) */
 static uint64_t rng = 0x2545f4914f6cdd1dull;
 
