@@ -10,6 +10,7 @@
 #include <stdio.h>
 #include <string.h>
 #include <time.h>
+#include <unistd.h>
 
 #include "dpath_env.h"
 #include "kvclient_errors.h"
@@ -492,6 +493,38 @@ Test(resize, choices_that_share_an_old_bucket_lock_and_read_it_once)
 	kvc_destroy(w);
 	kvc_destroy(a);
 	kvc_destroy(r);
+}
+
+/* A client with a lease learns of a resize from its LEASE (epoch, state), not
+ * only from a MOVED mark: it follows the migration before any bucket moved,
+ * and drops the previous index when the server says STABLE. */
+Test(resize, a_leased_client_learns_of_the_resize_from_its_lease)
+{
+	kvc_t *c;
+	char got[64];
+	int i;
+
+	cr_assert_eq(kvt_env_leases(&env, 2000, 20), 0);
+	c = client(0, 4, NULL);
+	cr_assert_eq(kvt_put_s(c, "leased", "v"), 0);
+	stage();
+	for (i = 0; i < 200 && stats(c).resize_follows == 0; i++) {
+		cr_assert_eq(kvt_get_s(c, "leased", got, sizeof(got)), 0);
+		usleep(5000);
+	}
+	cr_assert_eq(c->cur.ix.epoch, 2, "the LEASE named epoch 2");
+	cr_assert_eq(c->index_state, KVI_INDEX_MIGRATING);
+	cr_expect_eq(stats(c).index_stale, 0, "no operation had to meet a mark first");
+	migrate(0, N_OLD);
+	publish_stable();
+	for (i = 0; i < 200 && c->prev.ix.epoch != 0; i++) {
+		cr_assert_eq(kvt_get_s(c, "leased", got, sizeof(got)), 0);
+		cr_assert_str_eq(got, "v");
+		usleep(5000);
+	}
+	cr_expect_eq(c->index_state, KVI_INDEX_STABLE);
+	cr_expect_eq(c->prev.ix.epoch, 0);
+	kvc_destroy(c);
 }
 
 /* (e) */
