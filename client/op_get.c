@@ -82,12 +82,9 @@ static void deliver(kvc_t *h, struct kvi_opst *st, const struct kvi_cand *c, int
 	/* The slot named this object of our key during this operation: the
 	 * location is confirmed as of its start (locache.h) -- if it is a bucket
 	 * of the current index (not an old one, not of an index since replaced). */
-	if (st->epoch != h->cur.ix.epoch || (!st->cached && (st->old & (1u << c->which))))
-		;
-	else if (st->cached)
-		kvi_locache_put(&h->cache, st->kh.lo, st->kh.hi, st->loc.bucket, st->loc.idx, c->slot, st->start);
-	else
-		kvi_locache_put(&h->cache, st->kh.lo, st->kh.hi, st->b[c->which], c->idx, c->slot, st->start);
+	if (st->epoch == h->cur.ix.epoch && (st->cached || !(st->old & (1u << c->which))))
+		kvi_locache_put(&h->cache, st->kh.lo, st->kh.hi, st->cached ? st->loc.bucket : st->b[c->which],
+				st->cached ? st->loc.idx : c->idx, c->slot, st->start);
 	/* First read since the item was written (or copied forward): tell the
 	 * reclaimer it is in use. */
 	if (oh->access == 0)
