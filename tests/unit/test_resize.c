@@ -7,6 +7,8 @@
  * before the staging know only the old index (stale: they learn of the
  * resize by meeting a MOVED mark); clients made after know both. */
 #include <criterion/criterion.h>
+#include <pthread.h>
+#include <sched.h>
 #include <stdio.h>
 #include <string.h>
 #include <time.h>
@@ -94,8 +96,9 @@ static int mig_lock(uint64_t b)
 
 /* Steps 2 and 3: copy old bucket b's slots to new b and b + N, each to the
  * bucket of the choice that put it in b (same slot index: the two halves
- * cannot collide), then MOVED on old b, then the new ones unmarked. */
-static void mig_copy_and_mark(uint64_t b)
+ * cannot collide), then MOVED on old b, then the new ones unmarked. NULL, or
+ * what was wrong (callable from any thread: no assertion here). */
+static const char *mig_copy_and_mark_why(uint64_t b)
 {
 	uint64_t n = R.oldx.bucket_count;
 	struct kvi_bucket *ob = bkt(&R.oldx, b), *nb[2] = { bkt(&R.newx, b), bkt(&R.newx, b + n) };
@@ -110,14 +113,24 @@ static void mig_copy_and_mark(uint64_t b)
 		oh = (const void *)(R.base + kvi_slot_obj_off(s));
 		kvi_key_hash((const char *)oh + sizeof(*oh), oh->key_len, R.seed, 2 * n, &kh);
 		to = kh.lo % n == b ? kh.b[0] : kh.b[1];
-		cr_assert_eq(to % n, b, "slot %u of old bucket %llu holds a key of neither choice", i,
-			     (unsigned long long)b);
-		cr_assert_eq(load(&nb[to == b ? 0 : 1]->slot[i]), 0);
+		if (to % n != b)
+			return "an old bucket holds a key of neither of its choices";
+		if (load(&nb[to == b ? 0 : 1]->slot[i]))
+			return "a new bucket's slot was written before its migration";
 		__atomic_store_n(&nb[to == b ? 0 : 1]->slot[i], s, __ATOMIC_SEQ_CST);
 	}
-	cr_assert(cas(&ob->lock, kvi_lock_held_by(MIGRATOR_ID), KVI_LOCK_MOVED));
-	cr_assert(cas(&nb[0]->lock, KVI_LOCK_UNMIGRATED, 0));
-	cr_assert(cas(&nb[1]->lock, KVI_LOCK_UNMIGRATED, 0));
+	if (!cas(&ob->lock, kvi_lock_held_by(MIGRATOR_ID), KVI_LOCK_MOVED))
+		return "the migrator lost the old bucket's lock";
+	if (!cas(&nb[0]->lock, KVI_LOCK_UNMIGRATED, 0) || !cas(&nb[1]->lock, KVI_LOCK_UNMIGRATED, 0))
+		return "a new bucket was not UNMIGRATED";
+	return NULL;
+}
+
+static void mig_copy_and_mark(uint64_t b)
+{
+	const char *why = mig_copy_and_mark_why(b);
+
+	cr_assert_null(why, "migrating old bucket %llu: %s", (unsigned long long)b, why);
 }
 
 static void migrate(uint64_t from, uint64_t to)
@@ -717,4 +730,101 @@ Test(grow, a_started_resize_takes_the_insert_into_the_new_index)
 	}
 	kvc_destroy(c);
 	kvt_env_fini(&env);
+}
+
+/* Threads: two writers, each PUTting, reading back and deleting its own
+ * keys, while a migrator thread migrates every bucket (waiting for writers
+ * like any writer) and publishes STABLE. Every read returns the thread's
+ * last acknowledged write (also under TSan-like scheduling noise). */
+#define TKEYS 40u
+
+struct worker {
+	kvc_t *c;
+	unsigned id, ops, bad;
+	char last[160];
+};
+
+static volatile int migrator_done;
+
+static void *migrator(void *arg)
+{
+	const char **why = arg;
+
+	for (uint64_t b = 0; b < R.oldx.bucket_count && !*why; b++) {
+		while (!mig_lock(b))
+			sched_yield();
+		*why = mig_copy_and_mark_why(b);
+	}
+	if (!*why && kvs_core_set_indexes(env.core, &R.newx, NULL, KVI_INDEX_STABLE) != 0)
+		*why = "publishing STABLE failed";
+	__atomic_store_n(&migrator_done, 1, __ATOMIC_SEQ_CST);
+	return NULL;
+}
+
+static void *writer(void *arg)
+{
+	struct worker *w = arg;
+	char k[32], v[32], got[64];
+	char model[TKEYS][32] = { { 0 } };
+
+	for (unsigned i = 0; i < TKEYS && w->id == 0; i++)
+		strcpy(model[i], "pre"); /* written before the resize (the test's main thread) */
+	for (unsigned round = 0; !__atomic_load_n(&migrator_done, __ATOMIC_SEQ_CST) || round < 2; round++) {
+		for (unsigned i = 0; i < TKEYS; i++) {
+			int rc;
+
+			snprintf(k, sizeof(k), "t%u-%u", w->id, i);
+			if ((round + i) % 5 == 4) {
+				rc = kvc_delete(w->c, k, strlen(k));
+				if (rc != (model[i][0] ? 0 : KVC_ENOTFOUND))
+					w->bad++;
+				model[i][0] = '\0';
+			} else {
+				snprintf(v, sizeof(v), "r%u-%u", round, i);
+				if (kvt_put_s(w->c, k, v) != 0)
+					w->bad++;
+				else
+					strcpy(model[i], v);
+			}
+			rc = kvt_get_s(w->c, k, got, sizeof(got));
+			if (model[i][0] ? rc != 0 || strcmp(got, model[i]) != 0 : rc != KVC_ENOTFOUND) {
+				if (!w->bad)
+					snprintf(w->last, sizeof(w->last), "%s: %s (%s)", k, kvc_err_name(rc), got);
+				w->bad++;
+			}
+			w->ops += 2;
+		}
+	}
+	return NULL;
+}
+
+Test(resize, threads_write_and_read_their_keys_while_a_migrator_thread_runs)
+{
+	struct worker w[2] = { { .id = 0 }, { .id = 1 } };
+	pthread_t t[3];
+	const char *why = NULL;
+
+	w[0].c = client(64, 4, NULL); /* knows only the old index */
+	for (unsigned i = 0; i < TKEYS; i++) {
+		char k[32];
+
+		snprintf(k, sizeof(k), "t0-%u", i);
+		cr_assert_eq(kvt_put_s(w[0].c, k, "pre"), 0);
+	}
+	stage();
+	w[1].c = client(64, 4, NULL);
+	cr_assert_eq(pthread_create(&t[0], NULL, writer, &w[0]), 0);
+	cr_assert_eq(pthread_create(&t[1], NULL, writer, &w[1]), 0);
+	cr_assert_eq(pthread_create(&t[2], NULL, migrator, &why), 0);
+	for (unsigned i = 0; i < 3; i++)
+		pthread_join(t[i], NULL);
+	cr_assert_null(why, "migrator: %s", why);
+	printf("threads during a migration: %u + %u operations, %llu old-bucket follows, %llu stale waits\n", w[0].ops,
+	       w[1].ops, (unsigned long long)(stats(w[0].c).resize_follows + stats(w[1].c).resize_follows),
+	       (unsigned long long)(stats(w[0].c).index_stale + stats(w[1].c).index_stale));
+	for (unsigned i = 0; i < 2; i++) {
+		cr_expect_eq(w[i].bad, 0, "writer %u: %u of %u operations wrong, first %s", i, w[i].bad, w[i].ops,
+			     w[i].last);
+		kvc_destroy(w[i].c);
+	}
 }
