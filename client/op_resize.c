@@ -192,8 +192,9 @@ int kvi_resize_step(kvc_t *h, struct kvi_opst *st, uint64_t now, uint64_t *next_
 		if (now >= st->not_before)
 			return 1; /* nothing changed for a quarter deadline */
 		due = st->not_before;
-		if (h->grow_seq || !st->grow_sent)
-			due = cap_deadline(st, now + GROW_POLL_NS) < due ? now + GROW_POLL_NS : due;
+		/* An answer to collect, or a request still to send: look often. */
+		if ((h->grow_seq || !st->grow_sent) && now + GROW_POLL_NS < due)
+			due = now + GROW_POLL_NS;
 	} else {
 		if (now >= st->not_before) {
 			/* The fetch brought nothing new: look again, less often. */
