@@ -270,7 +270,8 @@ int kvi_obj_room(kvc_t *h, struct kvi_opst *st, uint64_t need);
  * geometry bounds them), and their release; fetch the current and previous
  * index from the server (sync; clears the location cache when the epoch
  * changed); choose st's candidate buckets in the current index (st->b, boff,
- * nb, epoch). */
+ * bep, nb, epoch; nbk, noff, nchoice) and, while the server migrates, in the
+ * previous one (obk, ooff, oepoch). */
 int kvi_index_alloc(kvc_t *h);
 void kvi_index_free(kvc_t *h);
 int kvi_index_refresh(kvc_t *h);
@@ -294,6 +295,8 @@ void kvi_wait_grow(kvc_t *h, struct kvi_opst *st);
 int kvi_view_changed(const kvc_t *h, const struct kvi_opst *st);
 void kvi_grow_collect(kvc_t *h, uint64_t now);
 int kvi_resize_step(kvc_t *h, struct kvi_opst *st, uint64_t now, uint64_t *next_due);
+/* May st ask the server to grow its index (it has not, and the server did
+ * not just say it cannot)? */
 int kvi_grow_wanted(const kvc_t *h, const struct kvi_opst *st);
 
 /* Shared helpers of the GET and write paths. */
