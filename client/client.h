@@ -61,6 +61,29 @@ enum kvi_state {
 	KVI_ST_W_EXPCHECK,   /* both buckets full: READ the headers of their objects for an expired one */
 	KVI_ST_W_GRANT,      /* PUT waiting for the server to have memory (nothing posted yet) */
 	KVI_ST_BACKOFF,      /* waiting to retry after a lock conflict */
+	/* Resize (op_resize.c; layout.h "Resize"). */
+	KVI_ST_GET_OLD,      /* mixed mode: READ the old bucket(s) of unmigrated choices */
+	KVI_ST_GET_RENEW,    /* an old bucket was MOVED meanwhile: READ the new one(s) again */
+	KVI_ST_W_LOCK_OLD,   /* mixed mode: CAS-lock and READ the old bucket(s) of unmigrated choices */
+	KVI_ST_STALE,        /* met a mark its index view cannot explain: wait for a new view (nothing posted) */
+	KVI_ST_GROW,         /* both buckets full: asked the server to grow; wait for a new index (nothing posted) */
+};
+
+/* What a writer does once its locks are released (KVI_ST_W_RELEASE). */
+enum kvi_after_release {
+	KVI_AFTER_FINISH = 0, /* finish with st->result / st->kind */
+	KVI_AFTER_RETRY,      /* a lock conflict: back off (none after a stale cache hint: lock_tries 0) */
+	KVI_AFTER_RETRY_NOW,  /* an old bucket migrated under us: start over at once */
+	KVI_AFTER_STALE,      /* wait for a new index view, then start over (KVI_ST_STALE) */
+	KVI_AFTER_GROW,       /* ask the server to grow, wait (KVI_ST_GROW) */
+};
+
+/* What a lock word read (or returned by a lock CAS) in an operation's bucket
+ * means for it (kvi_lock_mark). */
+enum kvi_rmark {
+	KVI_RMARK_NONE,   /* no resize mark: free, or held by a writer */
+	KVI_RMARK_FOLLOW, /* UNMIGRATED in a new bucket, MOVED in an old one: go to the other index */
+	KVI_RMARK_STALE,  /* a mark our view of the indexes cannot explain: fetch them, start over */
 };
 
 /* A slot whose fingerprint matched: an object to read and check. */
@@ -106,13 +129,28 @@ struct kvi_opst {
 	uint32_t obj_cap;      /* its bytes: KVI_OBJ_AREA_MIN, grown for large values (kvi_obj_room) */
 
 	/* Buckets this attempt works on: bucket indices, their lock words' region
-	 * offsets (fixed when chosen: a new index may arrive meanwhile), how many
-	 * (1 when the key's two choices coincide), which are held. */
+	 * offsets (fixed when chosen: a new index may arrive meanwhile), the epoch
+	 * of the index of each, how many (1 when the key's two choices coincide,
+	 * or resolve to one old bucket), which are held. Bucket i serves choice i
+	 * (both choices when nb is 1). */
 	uint64_t b[2];
 	uint64_t boff[2];
-	uint64_t epoch; /* of the index b[] are buckets of */
+	uint64_t bep[2];
+	uint64_t epoch; /* of the current index when placed (kvi_place) */
 	unsigned nb;
 	unsigned held; /* bit i: lock on b[i] held */
+	unsigned old;  /* bit i: b[i] is a bucket of the previous index (mixed mode) */
+	/* Where kvi_place put the key: its choices in the current index
+	 * (nchoice of them) and, in mixed mode (oepoch != 0), in the previous
+	 * one; and the view of the indexes it placed with (epoch, and whether
+	 * mixed), which KVI_ST_STALE and KVI_ST_GROW wait to see change. */
+	unsigned nchoice;
+	uint64_t nbk[2], noff[2];
+	uint64_t obk[2], ooff[2], oepoch;
+	uint64_t grow_epoch;  /* KVI_ST_GROW: the index epoch it asked to grow */
+	int grow_asked;       /* asked already: a full pair now evicts or fails */
+	int grow_sent;        /* its GROW went out (or another insert's for the same index) */
+	uint32_t stale_pause_us; /* KVI_ST_STALE: look again this long after without a new view */
 
 	struct kvi_cand cand[KVI_MAX_CAND];
 	unsigned ncand, cand_next, cand_round, cand_bad;
@@ -132,7 +170,7 @@ struct kvi_opst {
 	unsigned grant_pause_us; /* KVI_ST_W_GRANT: pause before asking again */
 	int result;
 	int kind;  /* enum kvc_stat_kind for the statistics */
-	int retry; /* after KVI_ST_W_RELEASE: retry (1) or finish (0) */
+	int retry; /* after KVI_ST_W_RELEASE: enum kvi_after_release */
 };
 
 /* How a handle gets a new connection to its server (rejoining after a
@@ -185,6 +223,12 @@ struct kvc {
 	uint32_t report_seq; /* lock report sent, response not yet taken */
 	uint64_t report_sent;
 	uint64_t report_after_ns; /* a lock word seen this long is reported */
+	/* GROW (op_resize.c): the one request outstanding (shares the report's
+	 * place among KVI_CTRL_MAX_OUTSTANDING: never both at once), and the
+	 * epoch the server last said it cannot grow, until when we believe it. */
+	uint32_t grow_seq;
+	uint64_t grow_sent, grow_sent_epoch;
+	uint64_t grow_no_epoch, grow_no_until;
 
 	/* Rejoining (engine.c "Rejoin"). */
 	kvi_dial_fn dial;
@@ -203,7 +247,7 @@ int kvi_client_open(struct kvi_rmem *rm, const struct kvc_opts *o, kvc_t **out);
 void kvi_client_set_dial(kvc_t *h, kvi_dial_fn dial, void *arg, void (*free_arg)(void *arg));
 /* A writer found bucket locked by word (not its own): report it to the
  * server if it keeps finding it (engine.c "Lock reports"). */
-void kvi_lock_waited(kvc_t *h, struct kvi_opst *st, uint64_t bucket, uint64_t word);
+void kvi_lock_waited(kvc_t *h, struct kvi_opst *st, uint64_t bucket, uint64_t epoch, uint64_t word);
 
 /* Engine services for the state machines. */
 int kvi_st_post(kvc_t *h, struct kvi_opst *st, const struct kvi_rop *ops, unsigned n, int state);
@@ -226,11 +270,34 @@ int kvi_obj_room(kvc_t *h, struct kvi_opst *st, uint64_t need);
  * geometry bounds them), and their release; fetch the current and previous
  * index from the server (sync; clears the location cache when the epoch
  * changed); choose st's candidate buckets in the current index (st->b, boff,
- * nb, epoch). */
+ * bep, nb, epoch; nbk, noff, nchoice) and, while the server migrates, in the
+ * previous one (obk, ooff, oepoch). */
 int kvi_index_alloc(kvc_t *h);
 void kvi_index_free(kvc_t *h);
 int kvi_index_refresh(kvc_t *h);
 void kvi_place(const kvc_t *h, struct kvi_opst *st);
+
+/* Resize (op_resize.c): following a migration, and waiting for a new index.
+ * kvi_lock_mark: what lock word w of st's bucket i means. kvi_use_old: take
+ * the previous index's bucket for the choices in mask (deduplicated: both
+ * choices may have the same old bucket); kvi_use_new: the current index's
+ * again for the choices in mask. kvi_wait_stale / kvi_wait_grow: st holds no
+ * lock; put it in KVI_ST_STALE / KVI_ST_GROW. kvi_view_changed: the index
+ * view differs from the one st was placed with. kvi_grow_collect (kvc_poll):
+ * take a GROW answer that arrived. kvi_resize_step (kvc_poll, for st in
+ * either wait): 1 when st must start over now; else it waits (lowering
+ * *next_due to when to look again) or finished (its deadline passed). */
+enum kvi_rmark kvi_lock_mark(const struct kvi_opst *st, unsigned i, uint64_t w);
+void kvi_use_old(struct kvi_opst *st, unsigned mask);
+void kvi_use_new(struct kvi_opst *st, unsigned mask);
+void kvi_wait_stale(kvc_t *h, struct kvi_opst *st);
+void kvi_wait_grow(kvc_t *h, struct kvi_opst *st);
+int kvi_view_changed(const kvc_t *h, const struct kvi_opst *st);
+void kvi_grow_collect(kvc_t *h, uint64_t now);
+int kvi_resize_step(kvc_t *h, struct kvi_opst *st, uint64_t now, uint64_t *next_due);
+/* May st ask the server to grow its index (it has not, and the server did
+ * not just say it cannot)? */
+int kvi_grow_wanted(const kvc_t *h, const struct kvi_opst *st);
 
 /* Shared helpers of the GET and write paths. */
 uint64_t kvi_read_len(const kvc_t *h, uint64_t slot);

@@ -191,13 +191,15 @@ static void lease_tick(kvc_t *h, uint64_t now)
  * live client and expels an owner that keeps one past every deadline
  * (server/members.h "Lock reports"). One report in flight per handle; the
  * answer is only collected (the writer just goes on trying). */
-void kvi_lock_waited(kvc_t *h, struct kvi_opst *st, uint64_t bucket, uint64_t word)
+void kvi_lock_waited(kvc_t *h, struct kvi_opst *st, uint64_t bucket, uint64_t epoch, uint64_t word)
 {
 	uint64_t now = kvi_now_ns();
-	struct kvi_ctrl req = { .type = KVI_CTRL_LOCK_REPORT, .arg = { bucket, word, st->epoch } }, r;
+	struct kvi_ctrl req = { .type = KVI_CTRL_LOCK_REPORT, .arg = { bucket, word, epoch } }, r;
 
 	if (kvi_lock_owner(word) == h->rm->client_id)
 		return; /* another operation of ours */
+	if (word & KVI_LOCK_MOVED)
+		return; /* a resize mark, not a holder: nothing to clear (layout.h) */
 	if (st->wait_since == 0 || st->wait_bucket != bucket || st->wait_word != word) {
 		st->wait_bucket = bucket;
 		st->wait_word = word;
@@ -205,6 +207,9 @@ void kvi_lock_waited(kvc_t *h, struct kvi_opst *st, uint64_t bucket, uint64_t wo
 		return;
 	}
 	if (now - st->wait_since < h->report_after_ns)
+		return;
+	/* A GROW outstanding holds the place a report would take (client.h). */
+	if (h->grow_seq)
 		return;
 	if (h->report_seq && !kvi_rmem_ctrl_take(h->rm, h->report_seq, &r) &&
 	    now - h->report_sent < h->report_after_ns)
@@ -529,8 +534,9 @@ const struct kvi_cand *kvi_check_round(const kvc_t *h, struct kvi_opst *st, enum
 static int may_hold_locks(const struct kvi_opst *st)
 {
 	return st->op->type != KVC_OP_GET && st->state != KVI_ST_BACKOFF && st->state != KVI_ST_FREE &&
-	       st->state != KVI_ST_W_GRANT &&
-	       (st->held || st->state == KVI_ST_W_LOCK || st->state == KVI_ST_W_LOCK_CACHED);
+	       st->state != KVI_ST_W_GRANT && st->state != KVI_ST_STALE && st->state != KVI_ST_GROW &&
+	       (st->held || st->state == KVI_ST_W_LOCK || st->state == KVI_ST_W_LOCK_CACHED ||
+		st->state == KVI_ST_W_LOCK_OLD);
 }
 
 /* An operation that cannot go on while it may hold locks: nothing else can
@@ -819,6 +825,13 @@ static void retry_grant(kvc_t *h, struct kvi_opst *st, uint64_t now)
 	start(h, st);
 }
 
+/* Waiting without anything posted (kvc_poll wakes them, run_backoffs). */
+static int waiting(const struct kvi_opst *st)
+{
+	return st->state == KVI_ST_BACKOFF || st->state == KVI_ST_W_GRANT || st->state == KVI_ST_STALE ||
+	       st->state == KVI_ST_GROW;
+}
+
 /* A batch outstanding for longer than a whole operation may take means the
  * server or the path stopped answering: break the connection so that nothing
  * can land later. (Judged by the batch's age, not the operation's, so that a
@@ -830,7 +843,7 @@ static void check_stuck(kvc_t *h, uint64_t now)
 	for (unsigned i = 0; i < h->o.depth; i++) {
 		struct kvi_opst *st = &h->st[i];
 
-		if (!st->op || st->state == KVI_ST_BACKOFF || st->state == KVI_ST_W_GRANT)
+		if (!st->op || waiting(st))
 			continue;
 		/* A write past its deadline that may still hold locks cannot
 		 * release them any more (it must post nothing): only fencing can. */
@@ -843,11 +856,19 @@ static void check_stuck(kvc_t *h, uint64_t now)
 
 static void run_backoffs(kvc_t *h, uint64_t now, uint64_t *next_due)
 {
+	kvi_grow_collect(h, now);
 	for (unsigned i = 0; i < h->o.depth; i++) {
 		struct kvi_opst *st = &h->st[i];
 
-		if (!st->op || (st->state != KVI_ST_BACKOFF && st->state != KVI_ST_W_GRANT))
+		if (!st->op || !waiting(st))
 			continue;
+		if (st->state == KVI_ST_STALE || st->state == KVI_ST_GROW) {
+			/* A new index view (lease_tick fetched it), an answer, or
+			 * time: start over from the buckets. */
+			if (kvi_resize_step(h, st, now, next_due))
+				start(h, st);
+			continue;
+		}
 		if (st->not_before <= now) {
 			if (st->state == KVI_ST_W_GRANT)
 				retry_grant(h, st, now);

@@ -92,6 +92,14 @@ int kvi_index_refresh(kvc_t *h)
 	/* A previous index only matters while it is older than ours. */
 	if (h->prev.ix.epoch && h->prev.ix.epoch + 1 != h->cur.ix.epoch)
 		h->prev.ix.epoch = 0;
+	/* A resize doubles (layout.h "Resize"): following a migration relies on
+	 * it (a key's choice b in the old index is b or b + N in the new one). */
+	if (h->prev.ix.epoch && h->prev.ix.bucket_count * 2 != h->cur.ix.bucket_count) {
+		kvi_err("the server stated a previous index of %llu buckets for a current one of %llu (not half)",
+			(unsigned long long)h->prev.ix.bucket_count, (unsigned long long)h->cur.ix.bucket_count);
+		h->cur.ix.epoch = h->prev.ix.epoch = 0;
+		return KVC_EPROTO;
+	}
 	h->index_state = h->prev.ix.epoch ? KVI_INDEX_MIGRATING : KVI_INDEX_STABLE;
 	/* Cached locations name buckets of the index they were found in. */
 	if (before != h->cur.ix.epoch)
@@ -128,15 +136,31 @@ void kvi_index_free(kvc_t *h)
 	h->chunk_cap = 0;
 }
 
+/* The key's choices in the current index, and in mixed mode (a resize
+ * migrating from the previous index, which has half as many buckets) in the
+ * previous one too: the attempt starts on the current index's buckets and
+ * follows a choice to its old bucket when it finds the new one UNMIGRATED
+ * (op_resize.c). Offsets are fixed here: a new index arriving while the
+ * operation runs changes nothing under it. */
 void kvi_place(const kvc_t *h, struct kvi_opst *st)
 {
-	const struct kvi_index *ix = &h->cur.ix;
+	const struct kvi_index *ix = &h->cur.ix, *px = &h->prev.ix;
 
 	kvi_keyhash_place(&st->kh, ix->bucket_count);
 	st->epoch = ix->epoch;
-	st->nb = st->kh.b[0] == st->kh.b[1] ? 1 : 2;
+	st->nchoice = st->nb = st->kh.b[0] == st->kh.b[1] ? 1 : 2;
+	st->old = 0;
 	for (unsigned i = 0; i < 2; i++) {
-		st->b[i] = st->kh.b[i];
-		st->boff[i] = kvi_index_bucket_off(ix, st->b[i]);
+		st->nbk[i] = st->b[i] = st->kh.b[i];
+		st->noff[i] = st->boff[i] = kvi_index_bucket_off(ix, st->b[i]);
+		st->bep[i] = ix->epoch;
+	}
+	st->oepoch = 0;
+	if (px->epoch) {
+		st->oepoch = px->epoch;
+		st->obk[0] = st->kh.lo % px->bucket_count;
+		st->obk[1] = st->kh.hi % px->bucket_count;
+		for (unsigned i = 0; i < 2; i++)
+			st->ooff[i] = kvi_index_bucket_off(px, st->obk[i]);
 	}
 }

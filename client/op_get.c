@@ -11,7 +11,14 @@
  * KVI_VERIFY_TRIES times; it is never a result. Nothing read is used once the
  * deadline has passed (engine.c): the memory may have been reused since.
  * Why the cached path (slot word and object in one doorbell, not ordered with
- * each other) stays right under reuse: layout.h "Reuse". */
+ * each other) stays right under reuse: layout.h "Reuse".
+ *
+ * Resize (layout.h "Resize", op_resize.c): the cached path reads the bucket's
+ * lock word with the slot word, in one READ, so that a location in a bucket a
+ * migration emptied (MOVED) is never trusted. While the server migrates, a
+ * bucket found UNMIGRATED is read from the old index in one more doorbell,
+ * and an old bucket found MOVED by then from the new one again. Locations
+ * found in an old bucket are not cached (the cache names current buckets). */
 #include <string.h>
 
 #include "client.h"
@@ -34,6 +41,7 @@ void kvi_get_start(kvc_t *h, struct kvi_opst *st)
 	const struct kvi_loc *l = kvi_locache_get(&h->cache, st->kh.lo, st->kh.hi);
 	struct kvi_rop ops[2];
 
+	kvi_place(h, st); /* the index view this attempt uses (also the cached one) */
 	if (!l || l->bucket >= h->cur.ix.bucket_count || l->idx >= KVI_SLOTS_PER_BUCKET ||
 	    !kvi_slot_in_heap(&h->sb, l->slot) || kvi_read_len(h, l->slot) > h->obj_area) {
 		read_buckets(h, st);
@@ -50,8 +58,9 @@ void kvi_get_start(kvc_t *h, struct kvi_opst *st)
 	st->nb = 1;
 	st->b[0] = l->bucket;
 	st->boff[0] = kvi_index_bucket_off(&h->cur.ix, l->bucket);
-	st->epoch = h->cur.ix.epoch;
-	ops[0] = kvi_rop_read(st->boff[0] + 8 + 8u * l->idx, &st->w[0], 8);
+	/* The lock word with the slot word, in one READ (bytes 0 .. the slot's
+	 * end): a bucket migrated away (MOVED) is seen with the word it froze. */
+	ops[0] = kvi_rop_read(st->boff[0], &st->bk[0], 8u * (l->idx + 2u));
 	ops[1] = kvi_rop_read(kvi_slot_obj_off(l->slot), st->obj, st->cand[0].len);
 	if (kvi_st_post(h, st, ops, 2, KVI_ST_GET_CACHED) == 0)
 		st->slot_posted = st->posted;
@@ -71,11 +80,11 @@ static void deliver(kvc_t *h, struct kvi_opst *st, const struct kvi_cand *c, int
 	else if (op->value_len)
 		memcpy(op->buf, buf + sizeof(*oh) + oh->key_len, op->value_len);
 	/* The slot named this object of our key during this operation: the
-	 * location is confirmed as of its start (locache.h). */
-	if (st->cached)
-		kvi_locache_put(&h->cache, st->kh.lo, st->kh.hi, st->loc.bucket, st->loc.idx, c->slot, st->start);
-	else
-		kvi_locache_put(&h->cache, st->kh.lo, st->kh.hi, st->b[c->which], c->idx, c->slot, st->start);
+	 * location is confirmed as of its start (locache.h) -- if it is a bucket
+	 * of the current index (not an old one, not of an index since replaced). */
+	if (st->epoch == h->cur.ix.epoch && (st->cached || !(st->old & (1u << c->which))))
+		kvi_locache_put(&h->cache, st->kh.lo, st->kh.hi, st->cached ? st->loc.bucket : st->b[c->which],
+				st->cached ? st->loc.idx : c->idx, c->slot, st->start);
 	/* First read since the item was written (or copied forward): tell the
 	 * reclaimer it is in use. */
 	if (oh->access == 0)
@@ -94,7 +103,19 @@ static void retry_or_fail(kvc_t *h, struct kvi_opst *st)
 
 static void on_cached(kvc_t *h, struct kvi_opst *st)
 {
-	if (st->w[0] == st->loc.slot) {
+	uint64_t lock = st->bk[0].lock;
+
+	if (lock & KVI_LOCK_MOVED) {
+		/* UNMIGRATED (while we know of the migration): the full path
+		 * follows it; anything else: our index is not the server's. */
+		if (st->oepoch && lock == KVI_LOCK_UNMIGRATED) {
+			read_buckets(h, st);
+			return;
+		}
+		kvi_wait_stale(h, st);
+		return;
+	}
+	if (st->bk[0].slot[st->loc.idx] == st->loc.slot) {
 		switch (kvi_obj_check(st, &st->cand[0])) {
 		case KVI_OBJ_MATCH:
 			deliver(h, st, &st->cand[0], KVC_STAT_GET_HIT_CACHED);
@@ -139,6 +160,51 @@ static void on_objects(kvc_t *h, struct kvi_opst *st)
 		kvi_st_finish(h, st, KVC_ENOTFOUND, KVC_STAT_GET_MISS);
 }
 
+/* The buckets of this attempt were read: follow resize marks, or go on. */
+static int follow_marks(kvc_t *h, struct kvi_opst *st)
+{
+	struct kvi_rop ops[2];
+	unsigned follow = 0, n = 0, before = st->old, reread;
+
+	for (unsigned i = 0; i < st->nb; i++) {
+		uint64_t w = st->bk[i].lock;
+
+		/* Re-read new buckets are the truth even while still marked
+		 * UNMIGRATED: their old bucket was MOVED after the copy. */
+		if (st->state == KVI_ST_GET_RENEW && w == KVI_LOCK_UNMIGRATED)
+			continue;
+		switch (kvi_lock_mark(st, i, w)) {
+		case KVI_RMARK_STALE:
+			kvi_wait_stale(h, st);
+			return 1;
+		case KVI_RMARK_FOLLOW:
+			follow |= 1u << i;
+			break;
+		case KVI_RMARK_NONE:
+			break;
+		}
+	}
+	if (!follow)
+		return 0;
+	if (st->state == KVI_ST_GET_RENEW) {
+		kvi_wait_stale(h, st); /* MOVED again within one operation: not ours to follow */
+		return 1;
+	}
+	if (st->state == KVI_ST_GET_BUCKETS)
+		kvi_use_old(st, follow);
+	else
+		kvi_use_new(st, follow);
+	/* The buckets that changed index (one old bucket may serve both
+	 * choices, and both come back to the new index together). */
+	reread = st->old ^ before;
+	for (unsigned i = 0; i < st->nb; i++)
+		if (reread & (1u << i))
+			ops[n++] = kvi_rop_read(st->boff[i], &st->bk[i], KVI_BUCKET_SIZE);
+	h->stats.resize_follows += st->state == KVI_ST_GET_BUCKETS ? n : 0;
+	kvi_st_post(h, st, ops, n, st->state == KVI_ST_GET_BUCKETS ? KVI_ST_GET_OLD : KVI_ST_GET_RENEW);
+	return 1;
+}
+
 void kvi_get_step(kvc_t *h, struct kvi_opst *st)
 {
 	switch (st->state) {
@@ -146,6 +212,10 @@ void kvi_get_step(kvc_t *h, struct kvi_opst *st)
 		on_cached(h, st);
 		break;
 	case KVI_ST_GET_BUCKETS:
+	case KVI_ST_GET_OLD:
+	case KVI_ST_GET_RENEW:
+		if (follow_marks(h, st))
+			break;
 		if (kvi_collect_cands(h, st) == 0) {
 			kvi_st_finish(h, st, KVC_ENOTFOUND, KVC_STAT_GET_MISS);
 			break;

@@ -21,7 +21,16 @@
  *
  * A lock attempt that finds a bucket held releases what it took and retries
  * after a randomised exponential backoff, until the operation's deadline. Locks
- * are never waited for while held, so two writers cannot deadlock. */
+ * are never waited for while held, so two writers cannot deadlock.
+ *
+ * Resize (layout.h "Resize", op_resize.c): while the server migrates, a lock
+ * CAS that returns UNMIGRATED took nothing: the choice's truth is its old
+ * bucket, locked (with a READ) in one more doorbell, deduplicated when both
+ * choices share it. An old bucket found MOVED: let go of everything, start
+ * over at once (the new bucket is migrated by now). An old bucket held (by a
+ * writer or the migrator): a conflict like any other. A mark our view cannot
+ * explain: let go, wait for a new view (KVI_ST_STALE). An insert that finds
+ * its buckets full of live items asks the server to grow first (KVI_ST_GROW). */
 #include <string.h>
 
 #include "client.h"
@@ -81,6 +90,7 @@ void kvi_write_start(kvc_t *h, struct kvi_opst *st)
 	unsigned n = 0;
 
 	st->held = 0;
+	kvi_place(h, st); /* the key's buckets in the current index view (kh.b too) */
 	/* A cached PUT trusts the slot word without reading the object, so the
 	 * entry must be too young for its segment to have been reused since
 	 * (locache.h); a cached DELETE reads the object and checks the key. */
@@ -93,7 +103,6 @@ void kvi_write_start(kvc_t *h, struct kvi_opst *st)
 		kvi_st_finish(h, st, KVC_ENOMEM, KVC_STAT_FAILED); /* nothing held yet */
 		return;
 	}
-	kvi_place(h, st);
 	if (st->cached) {
 		st->loc = *l;
 		st->nb = 1;
@@ -121,8 +130,8 @@ void kvi_write_start(kvc_t *h, struct kvi_opst *st)
 	kvi_st_post(h, st, ops, n, st->cached ? KVI_ST_W_LOCK_CACHED : KVI_ST_W_LOCK);
 }
 
-/* Release the locks this attempt holds; then retry (after backoff) or finish
- * with st->result / st->kind. */
+/* Release the locks this attempt holds; then (enum kvi_after_release) retry,
+ * wait, or finish with st->result / st->kind. */
 static void release(kvc_t *h, struct kvi_opst *st, int retry)
 {
 	struct kvi_rop ops[2];
@@ -200,7 +209,7 @@ static void read_headers(kvc_t *h, struct kvi_opst *st)
 	if (n == 0) {
 		st->result = KVC_EINDEXFULL;
 		st->kind = KVC_STAT_FAILED;
-		release(h, st, 0);
+		release(h, st, KVI_AFTER_FINISH);
 		return;
 	}
 	kvi_st_post(h, st, ops, n, KVI_ST_W_EXPCHECK);
@@ -244,6 +253,13 @@ static void on_expcheck(kvc_t *h, struct kvi_opst *st)
 {
 	int expired, k = pick_victim(h, st, &expired);
 
+	/* Every header read, none expired: both buckets hold live items only.
+	 * Before evicting one (or failing), ask the server for a larger index,
+	 * once (op_resize.c "GROW"). */
+	if (!(k >= 0 && expired) && st->exp_next == st->nb * KVI_SLOTS_PER_BUCKET && kvi_grow_wanted(h, st)) {
+		release(h, st, KVI_AFTER_GROW);
+		return;
+	}
 	if (k >= 0) {
 		if (expired)
 			h->stats.expired_reused++;
@@ -259,7 +275,7 @@ static void on_expcheck(kvc_t *h, struct kvi_opst *st)
 	}
 	st->result = KVC_EINDEXFULL;
 	st->kind = KVC_STAT_FAILED;
-	release(h, st, 0);
+	release(h, st, KVI_AFTER_FINISH);
 }
 
 /* The key is in neither bucket (both locked and checked). */
@@ -271,7 +287,7 @@ static void absent(kvc_t *h, struct kvi_opst *st)
 	if (st->op->type == KVC_OP_DELETE) {
 		st->result = KVC_ENOTFOUND;
 		st->kind = KVC_STAT_DELETE_MISS;
-		release(h, st, 0);
+		release(h, st, KVI_AFTER_FINISH);
 		return;
 	}
 	for (unsigned w = 0; w < st->nb; w++)
@@ -293,25 +309,10 @@ static void absent(kvc_t *h, struct kvi_opst *st)
 	commit(h, st, pick, (uint32_t)first[pick], new_slot(st), KVC_STAT_PUT_INSERT);
 }
 
-static void on_lock(kvc_t *h, struct kvi_opst *st)
+/* Every bucket of the attempt is held: check the cached slot, or look for
+ * the key. */
+static void locked_all(kvc_t *h, struct kvi_opst *st)
 {
-	if (st->op->type == KVC_OP_PUT)
-		st->obj_written = 1;
-	for (unsigned i = 0; i < st->nb; i++)
-		if (st->w[i] == 0)
-			st->held |= 1u << i;
-	if (st->held != (1u << st->nb) - 1) {
-		h->stats.lock_conflicts++;
-		st->lock_tries++;
-		for (unsigned i = 0; i < st->nb; i++) {
-			if (st->w[i] != 0) {
-				kvi_lock_waited(h, st, st->b[i], st->w[i]);
-				break;
-			}
-		}
-		release(h, st, 1);
-		return;
-	}
 	if (st->state == KVI_ST_W_LOCK_CACHED) {
 		enum kvi_objcheck res = KVI_OBJ_MATCH;
 
@@ -326,7 +327,7 @@ static void on_lock(kvc_t *h, struct kvi_opst *st)
 		/* Stale hint: let go and take the general path at once. */
 		kvi_locache_drop(&h->cache, st->kh.lo, st->kh.hi);
 		st->lock_tries = 0;
-		release(h, st, 1);
+		release(h, st, KVI_AFTER_RETRY);
 		return;
 	}
 	if (kvi_collect_cands(h, st) == 0) {
@@ -337,6 +338,84 @@ static void on_lock(kvc_t *h, struct kvi_opst *st)
 		/* Every candidate is garbage (too large for any object): not our key. */
 		absent(h, st);
 	}
+}
+
+/* CAS-lock and READ the old buckets of the choices in `follow`, whose new
+ * buckets are UNMIGRATED (nothing of them is held). */
+static void lock_old(kvc_t *h, struct kvi_opst *st, unsigned follow)
+{
+	struct kvi_rop ops[4];
+	unsigned n = 0;
+
+	kvi_use_old(st, follow);
+	for (unsigned i = 0; i < st->nb; i++) {
+		if (!(st->old & (1u << i)))
+			continue;
+		ops[n++] = kvi_rop_cas(lock_off(st, i), &st->w[i], 0, held_word(h));
+		ops[n++] = kvi_rop_read(lock_off(st, i), &st->bk[i], KVI_BUCKET_SIZE);
+		h->stats.resize_follows++;
+	}
+	kvi_st_post(h, st, ops, n, KVI_ST_W_LOCK_OLD);
+}
+
+/* A lock doorbell completed: the CAS results of the buckets it tried. */
+static void on_lock(kvc_t *h, struct kvi_opst *st)
+{
+	unsigned tried = 0, follow = 0;
+	int busy = -1, stale = 0;
+
+	if (st->op->type == KVC_OP_PUT)
+		st->obj_written = 1;
+	for (unsigned i = 0; i < st->nb; i++)
+		if (st->state != KVI_ST_W_LOCK_OLD || (st->old & (1u << i)))
+			tried |= 1u << i;
+	for (unsigned i = 0; i < st->nb; i++) {
+		if (!(tried & (1u << i)))
+			continue;
+		if (st->w[i] == 0) {
+			st->held |= 1u << i;
+			continue;
+		}
+		switch (kvi_lock_mark(st, i, st->w[i])) {
+		case KVI_RMARK_STALE:
+			stale = 1;
+			break;
+		case KVI_RMARK_FOLLOW:
+			follow |= 1u << i;
+			break;
+		case KVI_RMARK_NONE:
+			if (busy < 0)
+				busy = (int)i;
+			break;
+		}
+	}
+	if (stale) {
+		release(h, st, KVI_AFTER_STALE);
+		return;
+	}
+	if (busy >= 0) {
+		h->stats.lock_conflicts++;
+		st->lock_tries++;
+		kvi_lock_waited(h, st, st->b[busy], st->bep[busy], st->w[busy]);
+		release(h, st, KVI_AFTER_RETRY);
+		return;
+	}
+	if (follow && st->state == KVI_ST_W_LOCK_OLD) {
+		/* Migrated since we looked: the new bucket is the truth now. */
+		release(h, st, KVI_AFTER_RETRY_NOW);
+		return;
+	}
+	if (follow && st->state == KVI_ST_W_LOCK_CACHED) {
+		/* A hint into a bucket still filling: take the general path. */
+		kvi_locache_drop(&h->cache, st->kh.lo, st->kh.hi);
+		release(h, st, KVI_AFTER_RETRY_NOW);
+		return;
+	}
+	if (follow) {
+		lock_old(h, st, follow);
+		return;
+	}
+	locked_all(h, st);
 }
 
 static void on_keycheck(kvc_t *h, struct kvi_opst *st)
@@ -360,7 +439,7 @@ static void on_keycheck(kvc_t *h, struct kvi_opst *st)
 	if (++st->verify_tries >= KVI_VERIFY_TRIES) {
 		st->result = KVC_ECORRUPT;
 		st->kind = KVC_STAT_FAILED;
-		release(h, st, 0);
+		release(h, st, KVI_AFTER_FINISH);
 		return;
 	}
 	st->cand_next = 0;
@@ -382,7 +461,9 @@ static void on_commit(kvc_t *h, struct kvi_opst *st)
 			return;
 		}
 	}
-	if (st->commit_slot)
+	/* Cache only a slot of the current index (not an old bucket, not an
+	 * index replaced while we ran): the cache names current buckets. */
+	if (st->commit_slot && st->epoch == h->cur.ix.epoch && !(st->old & (1u << st->commit_which)))
 		kvi_locache_put(&h->cache, st->kh.lo, st->kh.hi, st->b[st->commit_which], st->commit_idx,
 				st->commit_slot, st->start);
 	else
@@ -403,7 +484,7 @@ static void on_release(kvc_t *h, struct kvi_opst *st)
 		}
 	}
 	st->held = 0;
-	if (!st->retry) {
+	if (st->retry == KVI_AFTER_FINISH) {
 		kvi_st_finish(h, st, st->result, st->kind);
 		return;
 	}
@@ -412,7 +493,15 @@ static void on_release(kvc_t *h, struct kvi_opst *st)
 		kvi_st_finish(h, st, KVC_ETIMEDOUT, KVC_STAT_FAILED);
 		return;
 	}
-	if (st->lock_tries == 0) { /* a stale cache hint, not a conflict: no wait */
+	if (st->retry == KVI_AFTER_STALE) {
+		kvi_wait_stale(h, st);
+		return;
+	}
+	if (st->retry == KVI_AFTER_GROW) {
+		kvi_wait_grow(h, st);
+		return;
+	}
+	if (st->retry == KVI_AFTER_RETRY_NOW || st->lock_tries == 0) { /* not a conflict: no wait */
 		kvi_write_start(h, st);
 		return;
 	}
@@ -429,6 +518,7 @@ void kvi_write_step(kvc_t *h, struct kvi_opst *st)
 	switch (st->state) {
 	case KVI_ST_W_LOCK:
 	case KVI_ST_W_LOCK_CACHED:
+	case KVI_ST_W_LOCK_OLD:
 		on_lock(h, st);
 		break;
 	case KVI_ST_W_KEYCHECK:

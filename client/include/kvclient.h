@@ -185,6 +185,9 @@ struct kvc_stats {
 	uint64_t index_evictions;  /* inserts that evicted a live item because both buckets were full */
 	uint64_t lock_reports;     /* lock words reported to the server after a long wait */
 	uint64_t rejoins;          /* new connections after the old one broke (new client id, new lease) */
+	uint64_t resize_follows;   /* old-index buckets read or locked while the server resized its index */
+	uint64_t index_stale;      /* operations that met a resize this handle had not heard of, and waited */
+	uint64_t grow_requests;    /* requests to grow the index (an insert found both buckets full) */
 };
 
 KVC_EXPORT void kvc_get_stats(const kvc_t *h, struct kvc_stats *out);

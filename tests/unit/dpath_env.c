@@ -26,9 +26,15 @@ static int members_ctrl(struct kvt_env *env, uint32_t client_id, const struct kv
 	enum kvi_report_verdict v;
 
 	if (req->type == KVI_CTRL_LEASE_RENEW) {
+		uint64_t epoch;
+		enum kvi_index_state state;
+
+		/* As kvserver's LEASE: the index epoch and state, which the
+		 * client compares with what it has (fetching on a difference). */
+		kvs_core_index_status(env->core, &epoch, &state);
 		lease = kvs_members_renew(env->members, client_id, mono_ns());
 		*resp = lease ? (struct kvi_ctrl){ .type = KVI_CTRL_LEASE, .seq = req->seq,
-						   .arg = { lease, env->renew_ms } }
+						   .arg = { lease, env->renew_ms, epoch, state } }
 			      : (struct kvi_ctrl){ .type = KVI_CTRL_ERROR, .seq = req->seq, .status = KVC_EFENCED };
 		return 0;
 	}
