@@ -56,6 +56,7 @@
 #include "core.h"
 #include "rmem.h"
 
+#define KVS_DEFAULT_RESIZE_LOAD_PCT 80u /* kvserver --resize-load-pct */
 #define KVS_MIGRATE_SAMPLE_MS 100u
 #define KVS_MIGRATE_SAMPLE_BUCKETS 64u
 
