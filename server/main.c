@@ -443,6 +443,13 @@ static int lock_report(struct kvs_server *s, uint32_t reporter, const struct kvi
 	}
 	/* Reading a lock word with the CPU is fine; changing it is the NIC's job. */
 	current = __atomic_load_n((const uint64_t *)(const void *)(kvs_core_region(s->core) + off), __ATOMIC_RELAXED);
+	if (current == KVI_LOCK_MOVED || current == KVI_LOCK_UNMIGRATED) {
+		/* Resize marks name nobody and are never cleared (layout.h): the
+		 * reporter follows them (it knows, or fetches, the other index). */
+		*resp = (struct kvi_ctrl){ .type = KVI_CTRL_LOCK_REPORTED, .seq = req->seq,
+					   .arg = { KVI_REPORT_CHANGED } };
+		return 0;
+	}
 	v = kvs_members_report(s->members, reporter, off, req->arg[1], current, mono_ns(), &owner);
 	if (v == KVI_REPORT_CLEARING) {
 		kvi_warn("bucket %" PRIu64 " (epoch %" PRIu64 ") is locked by %u, which is not a client (reported by "

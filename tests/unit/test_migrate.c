@@ -362,3 +362,93 @@ Test(migrate_opts, sampling_leaves_a_light_index_alone)
 	cr_assert_eq(kvs_core_resize_phase(env.core), KVS_RESIZE_IDLE);
 	cr_assert_eq(epoch_now(NULL), 1);
 }
+
+/* Loopback faults: fail the n-th operation from now (0: none). */
+static int fail_at;
+static int fault(void *arg, struct kvi_rmem *rm, const struct kvi_rop *op)
+{
+	(void)arg;
+	(void)rm;
+	(void)op;
+	return fail_at && --fail_at == 0 ? KVC_ESERVERGONE : 0;
+}
+
+/* A reclaimer over a local loopback with fault hooks, as client id. */
+static struct kvs_reclaimer *faulty_reclaimer(uint32_t id)
+{
+	struct kvi_local_hooks hk = { .before_op = fault };
+	struct kvs_reclaimer *r;
+	struct kvi_rmem *rm;
+
+	cr_assert_eq(kvi_rmem_local_create(env.reg, 4096, &hk, &rm), 0);
+	kvi_rmem_local_set_ctrl(rm, kvs_core_ctrl, env.core, id);
+	kvi_rmem_local_set_limits(rm, MAX_OP_MS, QUARANTINE_MS, 0);
+	kvi_rmem_local_set_geometry(rm, kvs_core_geometry(env.core));
+	cr_assert_eq(kvs_reclaimer_create(env.core, rm, NULL, &r), 0);
+	kvs_reclaimer_set_migrator(r, mig);
+	return r;
+}
+
+Test(migrate, a_broken_loopback_resumes_where_it_was)
+{
+	const uint32_t dead = 3000;
+	struct kvi_index old, nw;
+	int rc = 0;
+
+	put_keys(NKEYS);
+	kvs_reclaimer_destroy(rcl);
+	rcl = faulty_reclaimer(dead);
+	cr_assert_eq(kvs_core_grow(env.core, 1), KVI_GROW_STARTED);
+	cr_assert_eq(kvs_reclaim_run(rcl), 0, "the first call starts the migration");
+	/* Lock doorbell: 5 CAS; end doorbell: old 0 -> MOVED lands, then the
+	 * connection breaks before new 0 and N are unlocked. */
+	fail_at = 7;
+	for (int i = 0; i < 10 && rc == 0; i++)
+		rc = kvs_reclaim_run(rcl);
+	cr_assert_eq(rc, KVC_ESERVERGONE);
+	cr_assert_eq(kvs_core_index(env.core, 0, &nw, chunks_new, 64), 0);
+	cr_assert_eq(kvs_core_index(env.core, 1, &old, chunks_old, 64), 0);
+	cr_assert_eq(bk(&old, 0)->lock, KVI_LOCK_MOVED);
+	cr_assert_eq(bk(&nw, 0)->lock, KVI_LOCK_UNMIGRATED);
+	cr_assert_eq(bk(&old, 1)->lock, kvi_lock_held_by(dead));
+	/* Fencing releases what the dead connection held (the local
+	 * transport's atomics are the CPU's). */
+	for (uint64_t i = 0; i < old.bucket_count; i++)
+		__atomic_compare_exchange_n(&bk(&old, i)->lock, &(uint64_t){ kvi_lock_held_by(dead) }, 0, 0,
+					    __ATOMIC_SEQ_CST, __ATOMIC_SEQ_CST);
+	kvs_reclaimer_destroy(rcl);
+	rcl = faulty_reclaimer(dead + 1);
+	run_until_phase(KVS_RESIZE_RUNNING, 20);
+	for (uint64_t i = 0; i < old.bucket_count; i++)
+		cr_assert_eq(bk(&old, i)->lock, KVI_LOCK_MOVED, "old bucket %lu", (unsigned long)i);
+	for (uint64_t i = 0; i < nw.bucket_count; i++)
+		cr_assert_eq(bk(&nw, i)->lock, 0, "new bucket %lu", (unsigned long)i);
+	check_keys(NKEYS);
+}
+
+Test(migrate_opts, eviction_makes_room_for_the_new_index)
+{
+	struct kvs_core_stats st;
+	unsigned n = 0;
+	char k[32], v[1024];
+	kvc_t *c;
+
+	setup_opts(4, 1024, 0, 0);
+	memset(v, 'x', sizeof(v) - 1);
+	v[sizeof(v) - 1] = 0;
+	c = client();
+	/* Fill the heap until fewer free segments are left than the 4 chunks
+	 * of 2048 buckets need (beyond the reserve). */
+	do {
+		snprintf(k, sizeof(k), "big-%u", n++);
+		cr_assert_eq(kvt_put_s(c, k, v), 0);
+		st = stats();
+	} while (st.segments_free > 3);
+	kvc_destroy(c);
+	cr_assert_eq(kvs_core_grow(env.core, 1), KVI_GROW_STARTED, "eviction can make room");
+	run_until_phase(KVS_RESIZE_RUNNING, 20);
+	st = stats();
+	cr_assert_eq(epoch_now(NULL), 2);
+	cr_assert_eq(st.segments_index, 4);
+	cr_assert_gt(st.rc.segments, 0, "segments were reclaimed to make room");
+}
