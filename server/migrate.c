@@ -123,9 +123,12 @@ static struct kvi_bucket *bucket(const struct kvs_migrator *m, const struct kvi_
 /* The load trigger: CPU reads of a few random buckets, never of the index. */
 static void sample(struct kvs_migrator *m)
 {
-	uint64_t used = 0, total = (uint64_t)KVS_MIGRATE_SAMPLE_BUCKETS * KVI_SLOTS_PER_BUCKET;
+	uint64_t used = 0, total = (uint64_t)KVS_MIGRATE_SAMPLE_BUCKETS * KVI_SLOTS_PER_BUCKET, epoch;
+	enum kvi_index_state state;
 
-	if (kvs_core_index(m->core, 0, &m->old, m->old_chunks, m->cap))
+	/* The chunk table is copied only when the index changed. */
+	kvs_core_index_status(m->core, &epoch, &state);
+	if (epoch != m->old.epoch && kvs_core_index(m->core, 0, &m->old, m->old_chunks, m->cap))
 		return;
 	for (unsigned k = 0; k < KVS_MIGRATE_SAMPLE_BUCKETS; k++) {
 		const struct kvi_bucket *b = bucket(m, &m->old, next_rand(m) % m->old.bucket_count);
