@@ -52,6 +52,17 @@ struct kvs_core {
 	uint64_t fencings, fence_released, fence_cpu_ns; /* the fencer's (kvs_core_add_fence) */
 	struct kvs_client *clients[KVS_CLIENT_BUCKETS];
 	struct kvs_indexes ix; /* index.h */
+	/* Resizing (migrate.h): who may start one, and where it stands. */
+	int has_migrator;
+	enum kvs_resize_phase resize;
+	uint64_t resize_need; /* chunks the wanted resize waits for (reclamation makes room) */
+	/* Home area pieces free for index chunks (after the home index retired). */
+	uint64_t *pool;
+	uint32_t npool, pool_cap;
+	/* Acknowledgements (kvs_core_set_acked): kvserver's members all use
+	 * acked_epoch or later since acked_at (ns). */
+	int acks_required;
+	uint64_t acked_epoch, acked_at;
 };
 
 static void kvs_core_stats_locked(struct kvs_core *c, struct kvs_core_stats *out);
@@ -76,6 +87,12 @@ static uint64_t now_ns(void)
 
 	clock_gettime(CLOCK_MONOTONIC, &ts);
 	return (uint64_t)ts.tv_sec * 1000000000u + (uint64_t)ts.tv_nsec;
+}
+
+/* Free segments only the reclaimer may take (segtab opts.reserve). */
+static uint64_t reserve_of(const struct kvs_core *c)
+{
+	return c->nsegs > 8 ? KVS_RESERVE_SEGMENTS : 0;
 }
 
 static uint64_t align_up(uint64_t v, uint64_t a)
@@ -247,7 +264,7 @@ int kvs_core_create(void *region_base, uint64_t region_size, const struct kvs_co
 									(c->o.in_process ? 0 : KVS_QUARANTINE_MARGIN_MS)) *
 								       1000000u,
 							  .quarantine_ns = (uint64_t)c->o.quarantine_ms * 1000000u,
-							  .reserve = c->nsegs > 8 ? KVS_RESERVE_SEGMENTS : 0,
+							  .reserve = (unsigned)reserve_of(c),
 							  .one_fifo = c->o.no_evict,
 							  .charge = charge_client, .charge_arg = c },
 			       &c->segs);
@@ -294,6 +311,7 @@ void kvs_core_destroy(struct kvs_core *c)
 		}
 	}
 	kvs_indexes_fini(&c->ix);
+	free(c->pool);
 	kvs_segtab_destroy(c->segs);
 	kvs_heap_destroy(c->heap);
 	pthread_mutex_destroy(&c->mu);
@@ -355,6 +373,11 @@ static int wanted(struct kvs_core *c)
 		c->reclaiming = 1;
 	else if (avail >= high)
 		c->reclaiming = 0;
+	/* A resize waiting for room: evict until its chunks are free or in
+	 * quarantine (chunks never take the reserve). */
+	if (c->resize == KVS_RESIZE_WANTED && c->resize_need &&
+	    n.free + n.quarantined + c->npool < c->resize_need + reserve_of(c))
+		return !full_now(c);
 	return c->reclaiming && !full_now(c);
 }
 
@@ -505,6 +528,44 @@ static int stats_reply(struct kvs_core *c, const struct kvi_ctrl *req, struct kv
 	return 0;
 }
 
+/* Chunks the next index (twice the current one) needs. */
+static uint64_t next_need(const struct kvs_core *c)
+{
+	return kvi_index_nchunks(2 * c->ix.cur.bucket_count, c->ix.cur.chunk_shift);
+}
+
+/* Could the next index get its memory? Now (free segments beyond the
+ * reserve, home pieces), or by eviction -- but an index never takes more
+ * than half of the heap's segments that are not index already. */
+static int can_grow(struct kvs_core *c)
+{
+	struct kvs_segtab_counts n;
+	uint64_t need = next_need(c), spare;
+
+	if (2 * c->ix.cur.bucket_count > c->geo.region_size / KVI_BUCKET_SIZE)
+		return 0;
+	kvs_segtab_counts(c->segs, &n);
+	spare = n.free > reserve_of(c) ? n.free - reserve_of(c) : 0;
+	if (spare + c->npool >= need)
+		return 1;
+	return !c->o.no_evict && c->has_reclaimer && need <= (c->nsegs - n.index) / 2;
+}
+
+/* A resize is asked for (a client's GROW of the current epoch, or the load
+ * sampler): enum kvi_grow_verdict. Caller holds the lock. */
+static uint64_t grow_locked(struct kvs_core *c)
+{
+	if (c->resize != KVS_RESIZE_IDLE)
+		return KVI_GROW_STARTED; /* one at a time; the next after retirement */
+	if (!c->has_migrator || !can_grow(c))
+		return KVI_GROW_NO;
+	c->resize = KVS_RESIZE_WANTED;
+	c->resize_need = 0;
+	if (c->o.wake)
+		c->o.wake(c->o.wake_arg);
+	return KVI_GROW_STARTED;
+}
+
 int kvs_core_ctrl(void *core, uint32_t client_id, const struct kvi_ctrl *req, struct kvi_ctrl *resp)
 {
 	struct kvs_core *c = core;
@@ -532,10 +593,8 @@ int kvs_core_ctrl(void *core, uint32_t client_id, const struct kvi_ctrl *req, st
 		rc = kvs_indexes_describe(&c->ix, req, resp);
 		break;
 	case KVI_CTRL_GROW:
-		/* Resizing needs the migrator (server/migrate.h), which kvserver
-		 * runs with its reclaimer; a core without one cannot grow. */
 		*resp = (struct kvi_ctrl){ .type = KVI_CTRL_GROWING, .seq = req->seq,
-					   .arg = { req->arg[0] == c->ix.cur.epoch ? KVI_GROW_NO : KVI_GROW_STALE } };
+					   .arg = { req->arg[0] == c->ix.cur.epoch ? grow_locked(c) : KVI_GROW_STALE } };
 		rc = 0;
 		break;
 	case KVI_CTRL_LEASE_RENEW:
@@ -768,6 +827,162 @@ uint64_t kvs_core_bucket_off(struct kvs_core *c, uint64_t bucket)
 	return off;
 }
 
+void kvs_core_attach_migrator(struct kvs_core *c)
+{
+	pthread_mutex_lock(&c->mu);
+	c->has_migrator = 1;
+	pthread_mutex_unlock(&c->mu);
+}
+
+uint64_t kvs_core_grow(struct kvs_core *c, uint64_t epoch)
+{
+	uint64_t v;
+
+	pthread_mutex_lock(&c->mu);
+	v = epoch == c->ix.cur.epoch ? grow_locked(c) : KVI_GROW_STALE;
+	pthread_mutex_unlock(&c->mu);
+	return v;
+}
+
+enum kvs_resize_phase kvs_core_resize_phase(struct kvs_core *c)
+{
+	enum kvs_resize_phase p;
+
+	pthread_mutex_lock(&c->mu);
+	p = c->resize;
+	pthread_mutex_unlock(&c->mu);
+	return p;
+}
+
+void kvs_core_set_resize_phase(struct kvs_core *c, enum kvs_resize_phase p)
+{
+	pthread_mutex_lock(&c->mu);
+	c->resize = p;
+	c->resize_need = 0;
+	pthread_mutex_unlock(&c->mu);
+}
+
+int kvs_core_chunks_take(struct kvs_core *c, uint32_t n, uint64_t *chunks)
+{
+	struct kvs_segtab_counts cnt;
+	uint32_t got = 0, from_pool;
+	int rc = 0;
+
+	pthread_mutex_lock(&c->mu);
+	kvs_segtab_tick(c->segs, now_ns());
+	kvs_segtab_counts(c->segs, &cnt);
+	from_pool = c->npool < n ? c->npool : n;
+	if (n > from_pool && cnt.free < (uint64_t)(n - from_pool) + reserve_of(c)) {
+		rc = KVC_EAGAIN;
+	} else {
+		while (got < from_pool)
+			chunks[got++] = c->pool[--c->npool];
+		while (got < n && kvs_segtab_index_take(c->segs, &chunks[got]) == 0)
+			got++;
+		if (got < n) { /* cannot happen after the count above: undo */
+			rc = KVC_EAGAIN;
+			while (got > 0) {
+				uint64_t off = chunks[--got];
+
+				if (kvs_segtab_index_return(c->segs, off, 0))
+					c->pool[c->npool++] = off;
+			}
+		}
+	}
+	if (rc) {
+		/* Ask for room: reclamation runs until these chunks would fit
+		 * (wanted()), unless eviction is off and nothing would come. */
+		c->resize_need = n;
+		if (c->o.no_evict && !can_grow(c))
+			rc = KVC_ENOMEM;
+		else if (c->o.wake && wanted(c))
+			c->o.wake(c->o.wake_arg);
+	} else {
+		c->resize_need = 0;
+	}
+	pthread_mutex_unlock(&c->mu);
+	return rc;
+}
+
+int kvs_core_chunks_return(struct kvs_core *c, const uint64_t *chunks, uint32_t n)
+{
+	uint64_t home_end = c->geo.index_off + c->geo.bucket_count * KVI_BUCKET_SIZE, now = now_ns();
+	int rc = 0;
+
+	pthread_mutex_lock(&c->mu);
+	for (uint32_t k = 0; k < n; k++) {
+		uint64_t off = chunks[k];
+
+		if (off >= c->geo.index_off && off < home_end) {
+			/* A home piece: reusable only whole (a chunk is a segment's
+			 * bytes); a partial last piece stays unused. */
+			if (off + c->geo.segment_size > home_end)
+				continue;
+			if (c->npool == c->pool_cap) {
+				uint32_t cap = c->pool_cap ? 2 * c->pool_cap : 16;
+				uint64_t *p = realloc(c->pool, cap * sizeof(*p));
+
+				if (!p) {
+					rc = KVC_ENOMEM; /* the piece is lost, nothing worse */
+					continue;
+				}
+				c->pool = p;
+				c->pool_cap = cap;
+			}
+			c->pool[c->npool++] = off;
+		} else if (kvs_segtab_index_return(c->segs, off, now)) {
+			kvi_err("index chunk at %#" PRIx64 " is not an index segment: not returned", off);
+			rc = KVC_EINVAL;
+		}
+	}
+	pthread_mutex_unlock(&c->mu);
+	return rc;
+}
+
+void kvs_core_require_acks(struct kvs_core *c)
+{
+	pthread_mutex_lock(&c->mu);
+	c->acks_required = 1;
+	pthread_mutex_unlock(&c->mu);
+}
+
+int kvs_core_acks_wanted(struct kvs_core *c, uint64_t *epoch)
+{
+	int w;
+
+	pthread_mutex_lock(&c->mu);
+	*epoch = c->ix.cur.epoch;
+	w = c->ix.prev.epoch != 0 && c->acked_epoch < c->ix.cur.epoch;
+	pthread_mutex_unlock(&c->mu);
+	return w;
+}
+
+void kvs_core_set_acked(struct kvs_core *c, uint64_t epoch, uint64_t at_ns)
+{
+	pthread_mutex_lock(&c->mu);
+	if (epoch > c->acked_epoch) {
+		c->acked_epoch = epoch;
+		c->acked_at = at_ns;
+	}
+	pthread_mutex_unlock(&c->mu);
+}
+
+int kvs_core_acked(struct kvs_core *c, uint64_t epoch, uint64_t *at_ns)
+{
+	int ok;
+
+	pthread_mutex_lock(&c->mu);
+	ok = !c->acks_required || c->acked_epoch >= epoch;
+	*at_ns = c->acks_required ? c->acked_at : 0;
+	pthread_mutex_unlock(&c->mu);
+	return ok;
+}
+
+uint32_t kvs_core_quarantine_ms(const struct kvs_core *c)
+{
+	return c->o.quarantine_ms;
+}
+
 static void kvs_core_stats_locked(struct kvs_core *c, struct kvs_core_stats *out)
 {
 	struct kvs_segtab_counts n;
@@ -781,7 +996,8 @@ static void kvs_core_stats_locked(struct kvs_core *c, struct kvs_core_stats *out
 		.segments_sealed = n.sealed + n.reclaiming,
 		.segments_quarantined = n.quarantined,
 		.heap_bytes = c->geo.heap_size,
-		.index_bytes = c->geo.bucket_count * KVI_BUCKET_SIZE,
+		.index_bytes = (c->ix.cur.bucket_count + c->ix.prev.bucket_count) * KVI_BUCKET_SIZE,
+		.segments_index = n.index,
 		.carved_bytes = n.carved_bytes,
 		.grants = n.grants,
 		.grants_deferred = n.grants_deferred + c->throttled,

@@ -225,12 +225,53 @@ int kvs_core_set_indexes(struct kvs_core *c, const struct kvi_index *cur, const 
 /* kvs_indexes_bucket under the core's lock. */
 int kvs_core_bucket_of_epoch(struct kvs_core *c, uint64_t epoch, uint64_t bucket, uint64_t *off);
 
+/* Resizing (migrate.h "Resize"). A resize is wanted (a client's GROW, or the
+ * load sampler), then running (migrating, then waiting to retire the old
+ * index); the next may be wanted only once the previous one retired. */
+enum kvs_resize_phase {
+	KVS_RESIZE_IDLE = 0,
+	KVS_RESIZE_WANTED,  /* the migrator starts it once its memory is there */
+	KVS_RESIZE_RUNNING, /* migrating, or the old index not yet retired */
+};
+/* A migrator exists (kvs_migrator_create says so): until then GROW answers
+ * KVI_GROW_NO. */
+void kvs_core_attach_migrator(struct kvs_core *c);
+/* Ask for a resize of the index of `epoch` (what GROW does): enum
+ * kvi_grow_verdict. STARTED also while one is under way; NO when memory
+ * cannot hold the next index even by eviction (see can_grow in core.c), or
+ * with no migrator; STALE when epoch is not the current one. */
+uint64_t kvs_core_grow(struct kvs_core *c, uint64_t epoch);
+enum kvs_resize_phase kvs_core_resize_phase(struct kvs_core *c);
+void kvs_core_set_resize_phase(struct kvs_core *c, enum kvs_resize_phase p);
+/* Take n index chunks (all or none): home pieces first, then free segments
+ * beyond the reserve (segtab INDEX). 0; KVC_EAGAIN when there is not room
+ * yet (reclamation is asked to make it: kvs_core_reclaim_wanted says so
+ * until the chunks would fit); KVC_ENOMEM when eviction is off and the
+ * room will not come. */
+int kvs_core_chunks_take(struct kvs_core *c, uint32_t n, uint64_t *chunks);
+/* Give back zeroed chunks of a retired index: segments are quarantined,
+ * home pieces go to the pool. 0, or a code (a chunk was not ours: logged). */
+int kvs_core_chunks_return(struct kvs_core *c, const uint64_t *chunks, uint32_t n);
+/* Acknowledgements of the current epoch (kvserver: its members renew their
+ * leases naming the epoch they use). Once required, an old index retires only
+ * when kvs_core_set_acked said that every member uses the new epoch (and
+ * when: the later ack); without, only its quarantine counts (local
+ * transport, tests). kvs_core_acks_wanted: 1 while a previous index waits for
+ * the acks of *epoch (the current one). kvs_core_acked: may the index before
+ * `epoch` retire as far as acks go, and since when (*at_ns, 0 if always). */
+void kvs_core_require_acks(struct kvs_core *c);
+int kvs_core_acks_wanted(struct kvs_core *c, uint64_t *epoch);
+void kvs_core_set_acked(struct kvs_core *c, uint64_t epoch, uint64_t at_ns);
+int kvs_core_acked(struct kvs_core *c, uint64_t epoch, uint64_t *at_ns);
+uint32_t kvs_core_quarantine_ms(const struct kvs_core *c);
+
 struct kvs_core_stats {
 	uint64_t segments_total; /* heap_bytes / stride (segment size + one page, heap.h) */
 	uint64_t segments_granted; /* open + sealed + reclaiming (holding objects) */
 	uint64_t segments_free, segments_open, segments_sealed, segments_quarantined;
 	uint64_t heap_bytes;
-	uint64_t index_bytes;
+	uint64_t index_bytes; /* current and previous index */
+	uint64_t segments_index; /* heap segments holding index chunks */
 	uint64_t carved_bytes;   /* handed out to writers and not yet reclaimed */
 	uint64_t grants, grants_deferred, grants_refused; /* refused: KVC_ENOMEM or KVC_EQUOTA */
 	uint64_t grants_over_quota;                        /* of those, KVC_EQUOTA */

@@ -10,6 +10,7 @@
 #include "kvclient_errors.h"
 #include "log.h"
 #include "loopkey.h"
+#include "migrate.h"
 #include "reclaim.h"
 #include "rmem_verbs.h"
 
@@ -23,6 +24,8 @@ struct kvs_evictor {
 	int kicked, stop, started;
 	pthread_t t;
 	struct kvs_core *core;
+	struct kvs_migrate_opts mo;
+	struct kvs_migrator *mig; /* survives reconnections: a migration resumes */
 	char host[256], port[16], device[64];
 };
 
@@ -99,6 +102,7 @@ static struct kvs_reclaimer *connect_reclaimer(struct kvs_evictor *ev)
 		kvi_err("reclaimer: out of memory");
 		return NULL;
 	}
+	kvs_reclaimer_set_migrator(r, ev->mig);
 	kvi_info("reclaimer: loopback connected as client %u", w.client_id);
 	return r;
 }
@@ -124,19 +128,28 @@ static void *evictor_main(void *arg)
 			ms = RECONNECT_MS;
 			continue;
 		}
-		/* Wake again when something settles or leaves quarantine. */
+		/* Wake again when something settles or leaves quarantine, or
+		 * when the migrator has work (at once while it migrates). */
 		ms = kvs_core_tick(ev->core, IDLE_WAKE_MS);
 		if (ms < 1)
 			ms = 1;
+		ms = kvs_migrate_next_ms(ev->mig, ms);
 	}
 	kvs_reclaimer_destroy(r);
 	return NULL;
+}
+
+void kvs_evictor_set_migrate(struct kvs_evictor *ev, const struct kvs_migrate_opts *o)
+{
+	ev->mo = *o;
 }
 
 int kvs_evictor_start(struct kvs_evictor *ev, struct kvs_core *core, const char *host, const char *port,
 		      const char *device)
 {
 	ev->core = core;
+	if (kvs_migrator_create(core, &ev->mo, &ev->mig))
+		return KVC_ENOMEM;
 	snprintf(ev->host, sizeof(ev->host), "%s", host);
 	snprintf(ev->port, sizeof(ev->port), "%s", port);
 	snprintf(ev->device, sizeof(ev->device), "%s", device ? device : "");
@@ -157,6 +170,7 @@ void kvs_evictor_destroy(struct kvs_evictor *ev)
 		pthread_mutex_unlock(&ev->mu);
 		pthread_join(ev->t, NULL);
 	}
+	kvs_migrator_destroy(ev->mig);
 	pthread_cond_destroy(&ev->cv);
 	pthread_mutex_destroy(&ev->mu);
 	free(ev);

@@ -1,7 +1,9 @@
 /* kvserver's reclaimer thread. It owns a loopback connection to the server's
  * own region (the bucket locks of reclamation are RDMA CAS through the NIC,
  * layout.h I1) and runs reclaim.h whenever the core asks for memory, or when a
- * quarantine or a settling segment comes due. Blocking RDMA calls happen here,
+ * quarantine or a settling segment comes due. It also owns the migrator
+ * (migrate.h), which outlives reconnections of the loopback and runs first:
+ * resizes, and the load sampler every KVS_MIGRATE_SAMPLE_MS. Blocking RDMA calls happen here,
  * never on the control loop. The connection is made by this thread (the
  * control loop must be running to accept it) and remade if it breaks.
  *
@@ -17,6 +19,10 @@ struct kvs_evictor;
 int kvs_evictor_create(struct kvs_evictor **out);
 /* The core's wake callback (struct kvs_core_opts.wake; arg = the evictor). */
 void kvs_evictor_wake(void *arg);
+/* Resizing (migrate.h): the thread runs a migrator with these options
+ * (before start; copied). Without this call it runs one with defaults. */
+struct kvs_migrate_opts;
+void kvs_evictor_set_migrate(struct kvs_evictor *ev, const struct kvs_migrate_opts *o);
 /* Start the thread: loopback to host:port through device. 0 or a code. */
 int kvs_evictor_start(struct kvs_evictor *ev, struct kvs_core *core, const char *host, const char *port,
 		      const char *device);

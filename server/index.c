@@ -105,6 +105,7 @@ int kvs_indexes_set(struct kvs_indexes *x, const struct kvi_index *cur, const st
 	free(x->prev.chunk_off);
 	x->cur = c;
 	x->prev = p;
+	x->resizes += x->state == KVI_INDEX_MIGRATING && state == KVI_INDEX_STABLE;
 	x->state = state;
 	return 0;
 }

@@ -40,7 +40,8 @@ int kvs_indexes_describe(const struct kvs_indexes *x, const struct kvi_ctrl *req
 int kvs_indexes_copy(const struct kvs_indexes *x, int which, struct kvi_index *out, uint64_t *chunks, uint32_t cap);
 
 /* Make cur the current index and prev (NULL: none) the previous one, in
- * state `state` (copies the chunk tables). 0 or KVC_ENOMEM (nothing changed). */
+ * state `state` (copies the chunk tables); going from MIGRATING to STABLE
+ * counts a completed resize. 0 or KVC_ENOMEM (nothing changed). */
 int kvs_indexes_set(struct kvs_indexes *x, const struct kvi_index *cur, const struct kvi_index *prev,
 		    enum kvi_index_state state);
 

@@ -27,6 +27,7 @@
 #include "evictor.h"
 #include "fence.h"
 #include "members.h"
+#include "migrate.h"
 #include "loopkey.h"
 #include "region.h"
 
@@ -41,6 +42,7 @@ struct kvs_opts {
 	enum kvs_hugepages huge;
 	struct kvs_core_opts core;
 	uint32_t lease_ms, renew_ms;
+	unsigned resize_load_pct; /* migrate.h load trigger; 0 = off */
 	const char *secret_file; /* --secret-file, or NULL */
 	int verbose;
 };
@@ -88,6 +90,10 @@ static void usage(FILE *f)
 		"      --client-quota-pct PCT  share of the heap one client may hold while\n"
 		"                          another waits for memory (at least 2 segments;\n"
 		"                          default %u; 100: no quota)\n"
+		"Index:\n"
+		"      --resize-load-pct PCT  double the index (online) when sampled buckets have\n"
+		"                          more than PCT %% of their slots used (0..99; 0: only\n"
+		"                          when an insert finds both buckets full; default %u)\n"
 		"Membership:\n"
 		"      --lease-ms MS       a client that has not renewed its lease for this long\n"
 		"                          is fenced (%u..%u, default %u)\n"
@@ -102,7 +108,7 @@ static void usage(FILE *f)
 		"  -V, --version           print the version\n",
 		KVS_DEFAULT_RECLAIM_LOW_PCT, KVS_DEFAULT_RECLAIM_HIGH_PCT, KVS_DEFAULT_MAX_OP_MS,
 		KVS_QUARANTINE_MARGIN_MS, KVS_DEFAULT_QUARANTINE_MS, KVS_DEFAULT_CLIENT_QUOTA_PCT,
-		KVS_MIN_LEASE_MS, KVS_MAX_LEASE_MS, KVS_DEFAULT_LEASE_MS, KVS_DEFAULT_RENEW_MS);
+		KVS_DEFAULT_RESIZE_LOAD_PCT, KVS_MIN_LEASE_MS, KVS_MAX_LEASE_MS, KVS_DEFAULT_LEASE_MS, KVS_DEFAULT_RENEW_MS);
 }
 
 static int parse_u64(const char *s, uint64_t lo, uint64_t hi, uint64_t *out)
@@ -136,6 +142,7 @@ static int parse_args(int argc, char **argv, struct kvs_opts *o)
 		{ "max-op-ms", required_argument, NULL, 'O' },
 		{ "quarantine-ms", required_argument, NULL, 'Q' },
 		{ "client-quota-pct", required_argument, NULL, 'C' },
+		{ "resize-load-pct", required_argument, NULL, 'Z' },
 		{ "lease-ms", required_argument, NULL, 'A' },
 		{ "renew-ms", required_argument, NULL, 'R' },
 		{ "secret-file", required_argument, NULL, 'K' },
@@ -150,7 +157,7 @@ static int parse_args(int argc, char **argv, struct kvs_opts *o)
 	int c;
 
 	*o = (struct kvs_opts){ .port = KVS_DEFAULT_PORT, .memory_mib = 64, .huge = KVS_HUGE_AUTO,
-				.lease_ms = KVS_DEFAULT_LEASE_MS };
+				.lease_ms = KVS_DEFAULT_LEASE_MS, .resize_load_pct = KVS_DEFAULT_RESIZE_LOAD_PCT };
 	while ((c = getopt_long(argc, argv, "l:p:m:d:vhV", longopts, NULL)) != -1) {
 		switch (c) {
 		case 'l':
@@ -232,6 +239,14 @@ static int parse_args(int argc, char **argv, struct kvs_opts *o)
 				return 2;
 			}
 			o->core.client_quota_pct = (unsigned)v;
+			break;
+		case 'Z':
+			if (parse_u64(optarg, 0, 99, &v)) {
+				fprintf(stderr, "kvserver: invalid --resize-load-pct '%s': expected a percentage of "
+						"slots used, 0..99 (0: off)\n", optarg);
+				return 2;
+			}
+			o->resize_load_pct = (unsigned)v;
 			break;
 		case 'A':
 			if (parse_u64(optarg, KVS_MIN_LEASE_MS, KVS_MAX_LEASE_MS, &v)) {
@@ -428,6 +443,13 @@ static int lock_report(struct kvs_server *s, uint32_t reporter, const struct kvi
 	}
 	/* Reading a lock word with the CPU is fine; changing it is the NIC's job. */
 	current = __atomic_load_n((const uint64_t *)(const void *)(kvs_core_region(s->core) + off), __ATOMIC_RELAXED);
+	if (current == KVI_LOCK_MOVED || current == KVI_LOCK_UNMIGRATED) {
+		/* Resize marks name nobody and are never cleared (layout.h): the
+		 * reporter follows them (it knows, or fetches, the other index). */
+		*resp = (struct kvi_ctrl){ .type = KVI_CTRL_LOCK_REPORTED, .seq = req->seq,
+					   .arg = { KVI_REPORT_CHANGED } };
+		return 0;
+	}
 	v = kvs_members_report(s->members, reporter, off, req->arg[1], current, mono_ns(), &owner);
 	if (v == KVI_REPORT_CLEARING) {
 		kvi_warn("bucket %" PRIu64 " (epoch %" PRIu64 ") is locked by %u, which is not a client (reported by "
@@ -438,6 +460,21 @@ static int lock_report(struct kvs_server *s, uint32_t reporter, const struct kvi
 	}
 	*resp = (struct kvi_ctrl){ .type = KVI_CTRL_LOCK_REPORTED, .seq = req->seq, .arg = { v } };
 	return 0;
+}
+
+/* While an old index waits to retire (migrate.h "Retiring"), tell the core
+ * once every member with a live lease uses the new epoch. */
+static void update_acks(struct kvs_server *s)
+{
+	uint64_t epoch, last;
+
+	if (kvs_core_acks_wanted(s->core, &epoch) && kvs_members_acked(s->members, epoch, mono_ns(), &last))
+		kvs_core_set_acked(s->core, epoch, last);
+}
+
+static int fence_idle(void *arg)
+{
+	return kvs_fence_wait_idle(arg, 0) == 0;
 }
 
 static int on_ctrl(void *arg, struct kvi_peer *p, const struct kvi_ctrl *req, struct kvi_ctrl *resp)
@@ -451,11 +488,15 @@ static int on_ctrl(void *arg, struct kvi_peer *p, const struct kvi_ctrl *req, st
 	case KVI_CTRL_LEASE_RENEW:
 		lease = kvs_members_renew(s->members, p->client_id, mono_ns());
 		kvs_core_index_status(s->core, &epoch, &state);
-		if (!lease) /* expelled already, or a loopback */
+		if (!lease) { /* expelled already, or a loopback */
 			*resp = (struct kvi_ctrl){ .type = KVI_CTRL_ERROR, .seq = req->seq, .status = KVC_EFENCED };
-		else
-			*resp = (struct kvi_ctrl){ .type = KVI_CTRL_LEASE, .seq = req->seq,
-						   .arg = { lease, s->o.renew_ms, epoch, state } };
+			return 0;
+		}
+		*resp = (struct kvi_ctrl){ .type = KVI_CTRL_LEASE, .seq = req->seq,
+					   .arg = { lease, s->o.renew_ms, epoch, state } };
+		/* arg0: the epoch it uses, its acknowledgement of a resize. */
+		kvs_members_ack(s->members, p->client_id, req->arg[0], mono_ns());
+		update_acks(s);
 		return 0;
 	case KVI_CTRL_LOCK_REPORT:
 		return lock_report(s, p->client_id, req, resp);
@@ -470,6 +511,7 @@ static int expire_leases(struct kvs_server *s)
 	uint32_t ids[64];
 	unsigned n;
 
+	update_acks(s); /* members that left or lost their lease count no more */
 	do {
 		n = kvs_members_expired(s->members, mono_ns(), ids, 64);
 		for (unsigned i = 0; i < n; i++)
@@ -588,6 +630,8 @@ int main(int argc, char **argv)
 		goto clean_region;
 	}
 	kvs_core_limits(s.core, &max_op_ms, &quarantine_ms, &flags);
+	/* Old indexes retire only once every member uses the new one. */
+	kvs_core_require_acks(s.core);
 	if (kvs_members_create(&s.members, s.o.lease_ms, max_op_ms)) {
 		fprintf(stderr, "kvserver: out of memory\n");
 		rc = 1;
@@ -615,6 +659,9 @@ int main(int argc, char **argv)
 		snprintf(port, sizeof(port), "%u", kvi_listener_port(s.l));
 		if (kvs_fence_start(&s.fence, s.core, s.o.listen, port, kvi_listener_device(s.l)))
 			kvi_warn("cannot start the loopback connection: locks of clients that die are not released");
+		kvs_evictor_set_migrate(s.evictor, &(struct kvs_migrate_opts){
+							   .load_pct = s.o.resize_load_pct,
+							   .fence_idle = s.fence ? fence_idle : NULL, .fence_arg = s.fence });
 		if (kvs_evictor_start(s.evictor, s.core, s.o.listen, port, kvi_listener_device(s.l)))
 			kvi_warn("cannot start the reclaimer thread: memory is never reclaimed");
 	} else {

@@ -11,6 +11,8 @@ struct member {
 	uint8_t leased;
 	uint8_t expelled;
 	uint64_t lease_end; /* ns */
+	uint64_t epoch;     /* index epoch it last said it uses (0: none yet) */
+	uint64_t epoch_at;  /* ns: when it first said so */
 };
 
 struct watch {
@@ -166,6 +168,32 @@ uint32_t kvs_members_renew(struct kvs_members *m, uint32_t id, uint64_t now)
 		m->earliest = e->lease_end;
 	m->st.renewals++;
 	return (uint32_t)(m->lease_ns / 1000000u);
+}
+
+void kvs_members_ack(struct kvs_members *m, uint32_t id, uint64_t epoch, uint64_t now)
+{
+	struct member *e = id ? find(m, id) : NULL;
+
+	if (!e || !e->leased || e->expelled || epoch == e->epoch)
+		return;
+	e->epoch = epoch;
+	e->epoch_at = now;
+}
+
+int kvs_members_acked(const struct kvs_members *m, uint64_t epoch, uint64_t now, uint64_t *last)
+{
+	*last = 0;
+	for (unsigned i = 0; i < m->cap; i++) {
+		const struct member *e = &m->t[i];
+
+		if (!e->id || !e->leased || e->expelled || e->lease_end <= now)
+			continue; /* no lease: a loopback, or one on its way out */
+		if (e->epoch < epoch)
+			return 0;
+		if (e->epoch_at > *last)
+			*last = e->epoch_at;
+	}
+	return 1;
 }
 
 unsigned kvs_members_expired(struct kvs_members *m, uint64_t now, uint32_t *ids, unsigned max)

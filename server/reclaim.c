@@ -10,6 +10,7 @@
 #include "kvclient_errors.h"
 #include "layout.h"
 #include "log.h"
+#include "migrate.h"
 
 #define LOCK_BATCH 7u          /* buckets per lock doorbell: CAS + READ each, <= 16 ops */
 #define RECLAIM_RDMA_MS 5000   /* one loopback doorbell; past it the loopback is broken */
@@ -42,6 +43,7 @@ struct lbuf {
 struct kvs_reclaimer {
 	struct kvs_core *core;
 	struct kvi_rmem *rm;
+	struct kvs_migrator *mig; /* not owned; NULL: no resizing */
 	struct kvs_reclaim_hooks hooks;
 	struct kvi_geometry geo; /* the core's private copy */
 	/* The current index, copied from the core at each segment: the migrator
@@ -118,6 +120,11 @@ fail:
 	}
 	kvi_rmem_destroy(rm);
 	return rc;
+}
+
+void kvs_reclaimer_set_migrator(struct kvs_reclaimer *r, struct kvs_migrator *m)
+{
+	r->mig = m;
 }
 
 void kvs_reclaimer_destroy(struct kvs_reclaimer *r)
@@ -496,9 +503,15 @@ static int reclaim_segment(struct kvs_reclaimer *r, uint64_t off, uint64_t len)
 
 int kvs_reclaim_one(struct kvs_reclaimer *r)
 {
-	uint64_t off, len;
+	enum kvi_index_state state;
+	uint64_t off, len, epoch;
 
 	kvs_core_tick(r->core, 0);
+	/* Never during a migration: buckets of the current index may still be
+	 * UNMIGRATED, their truth in the previous one (migrate.h). */
+	kvs_core_index_status(r->core, &epoch, &state);
+	if (state == KVI_INDEX_MIGRATING)
+		return 0;
 	if (kvs_core_index(r->core, 0, &r->ix, r->chunks, kvs_core_max_chunks(r->core)))
 		return 0; /* cannot happen: there is always a current index */
 	if (kvs_core_reclaim_begin(r->core, &off, &len))
@@ -511,6 +524,13 @@ int kvs_reclaim_run(struct kvs_reclaimer *r)
 	struct kvs_core_stats cs;
 	int done = 0, skipped = 0, rc;
 
+	if (r->mig) {
+		rc = kvs_migrate_run(r->mig, r->rm, kvi_rmem_lbuf(r->rm, NULL), sizeof(struct lbuf));
+		if (rc < 0)
+			return rc;
+		if (rc == KVS_MIGRATE_BUSY)
+			return 0; /* migrating instead of reclaiming */
+	}
 	while (kvs_core_reclaim_wanted(r->core)) {
 		rc = kvs_reclaim_one(r);
 		if (rc < 0)

@@ -57,9 +57,16 @@ int kvs_reclaimer_create(struct kvs_core *core, struct kvi_rmem *rm, const struc
 /* Seals the reclaimer's own open segment; accepts NULL. */
 void kvs_reclaimer_destroy(struct kvs_reclaimer *r);
 
-/* Reclaim while the core wants memory (its watermarks) and a settled sealed
- * segment exists. Returns the segments reclaimed, or a negative code when the
- * loopback broke (the caller reconnects). */
+/* The migrator (migrate.h) that kvs_reclaim_run runs first, through this
+ * reclaimer's loopback; not owned (it outlives reconnections); NULL: none. */
+struct kvs_migrator;
+void kvs_reclaimer_set_migrator(struct kvs_reclaimer *r, struct kvs_migrator *m);
+
+/* Run the migrator's next slice, if any (while it migrates, nothing else);
+ * then reclaim while the core wants memory (its watermarks, or a resize's
+ * room) and a settled sealed segment exists. Returns the segments
+ * reclaimed, or a negative code when the loopback broke (the caller
+ * reconnects). kvs_reclaim_one does nothing during a migration. */
 int kvs_reclaim_run(struct kvs_reclaimer *r);
 
 /* Reclaim the oldest settled sealed segment whatever the watermarks say:

@@ -13,6 +13,7 @@ enum seg_state {
 	SEG_SEALED,      /* in the FIFO, waiting to settle and be reclaimed */
 	SEG_RECLAIMING,  /* the reclaimer is walking it */
 	SEG_QUARANTINED, /* reclaimed and zeroed; reused after the quarantine */
+	SEG_INDEX,       /* a chunk of a grown index (segtab.h) */
 };
 
 /* Bytes of one owner's extents in a segment (for opts.charge): given back
@@ -375,6 +376,40 @@ void kvs_segtab_reclaim_end(struct kvs_segtab *t, uint64_t off, int done, int ro
 	s->t = now;
 	t->n.quarantined++;
 	q_push_tail(t, &t->quarantine, i);
+}
+
+int kvs_segtab_index_take(struct kvs_segtab *t, uint64_t *off)
+{
+	uint32_t i;
+
+	if (t->n.free <= t->o.reserve)
+		return KVC_EAGAIN;
+	i = take_free(t, 0);
+	if (i == KVS_NO_SEG)
+		return KVC_EAGAIN;
+	/* Out of the FIFOs' accounting: an index chunk is neither open nor a
+	 * client's segment. */
+	t->small_used--;
+	t->n.open--;
+	t->n.taken--; /* not writers' demand: the reclaimer's rate ignores it */
+	t->n.index++;
+	t->s[i] = (struct seg){ .state = SEG_INDEX, .next = KVS_NO_SEG };
+	*off = seg_off(t, i);
+	return 0;
+}
+
+int kvs_segtab_index_return(struct kvs_segtab *t, uint64_t off, uint64_t now)
+{
+	uint32_t i = kvs_segtab_seg_of(t, off);
+
+	if (i == KVS_NO_SEG || seg_off(t, i) != off || t->s[i].state != SEG_INDEX)
+		return KVC_EINVAL;
+	t->n.index--;
+	t->s[i].state = SEG_QUARANTINED;
+	t->s[i].t = now;
+	t->n.quarantined++;
+	q_push_tail(t, &t->quarantine, i);
+	return 0;
 }
 
 void kvs_segtab_tick(struct kvs_segtab *t, uint64_t now)

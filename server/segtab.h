@@ -6,7 +6,12 @@
  *        |                                        settled: reclaim_begin
  *        |                                                   v
  *        +--quarantine over-- QUARANTINED <--reclaim_end-- RECLAIMING
- *                                                 (failed: back to SEALED)
+ *        |                         ^                (failed: back to SEALED)
+ *        +--index_take--> INDEX ---+ index_return (zeroed by the caller)
+ *
+ * INDEX: a whole segment holding one chunk of a grown index (layout.h
+ * "Resize"; server/migrate.h). It never takes the reserve, is never sealed or
+ * reclaimed, and comes back like a reclaimed segment: zeroed, then quarantined.
  *
  * Extents. Writers do not get whole segments: they get extents, carved from a
  * segment front to back. A writer's first extent is small (KVS_MIN_EXTENT) and
@@ -84,6 +89,7 @@ struct kvs_segtab_opts {
 
 struct kvs_segtab_counts {
 	uint64_t free, open, sealed, reclaiming, quarantined;
+	uint64_t index; /* segments holding index chunks (INDEX) */
 	uint64_t carved_bytes; /* bytes handed out in segments that are not free */
 	uint64_t grants, grants_deferred;
 	uint64_t tails_returned; /* bytes given back from leaving writers' extents */
@@ -122,6 +128,13 @@ int kvs_segtab_reclaim_begin(struct kvs_segtab *t, uint64_t now, uint64_t *off, 
  * and the reclaimer zeroed it: it is quarantined. Otherwise it goes back to the sealed
  * FIFO (at the tail when `rotate`, else at the head, to be tried first). */
 void kvs_segtab_reclaim_end(struct kvs_segtab *t, uint64_t off, int done, int rotate, uint64_t now);
+
+/* A free segment for an index chunk (not the reserve): 0 with its region
+ * offset, or KVC_EAGAIN when no free segment beyond the reserve is left. */
+int kvs_segtab_index_take(struct kvs_segtab *t, uint64_t *off);
+/* Give back an index chunk taken with kvs_segtab_index_take, zeroed by the
+ * caller: it is quarantined. KVC_EINVAL (nothing changed) when off is not one. */
+int kvs_segtab_index_return(struct kvs_segtab *t, uint64_t off, uint64_t now);
 
 /* Hand quarantined segments whose time is over back to the heap. */
 void kvs_segtab_tick(struct kvs_segtab *t, uint64_t now);

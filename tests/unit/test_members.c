@@ -151,3 +151,32 @@ Test(members, the_watch_list_is_bounded_and_forgets_the_oldest)
 	cr_expect_eq(kvs_members_report(m, 1, 1, w3, w3, 1000 * MS, &owner), KVI_REPORT_FENCING,
 		     "bucket 1 was kept");
 }
+
+Test(members, acks_count_every_live_leased_member_and_when_the_last_came)
+{
+	uint64_t last = 99;
+
+	cr_assert_eq(kvs_members_join(m, 1, 1, 0), 0);
+	cr_assert_eq(kvs_members_join(m, 2, 1, 0), 0);
+	cr_assert_eq(kvs_members_join(m, 3, 0, 0), 0); /* a loopback: never acks, never counted */
+	kvs_members_ack(m, 1, 1, 1 * MS);
+	kvs_members_ack(m, 2, 1, 2 * MS);
+	cr_assert(kvs_members_acked(m, 1, 3 * MS, &last));
+	cr_expect_eq(last, 2 * MS);
+	cr_expect_not(kvs_members_acked(m, 2, 3 * MS, &last), "nobody uses epoch 2 yet");
+	kvs_members_ack(m, 1, 2, 10 * MS);
+	kvs_members_ack(m, 1, 2, 20 * MS); /* the same epoch again: the first time counts */
+	cr_expect_not(kvs_members_acked(m, 2, 30 * MS, &last), "member 2 still uses epoch 1");
+	kvs_members_ack(m, 2, 2, 40 * MS);
+	cr_assert(kvs_members_acked(m, 2, 50 * MS, &last));
+	cr_expect_eq(last, 40 * MS);
+	kvs_members_ack(m, 2, 1, 60 * MS); /* it went back (a bug): not acked any more */
+	cr_expect_not(kvs_members_acked(m, 2, 70 * MS, &last));
+	kvs_members_leave(m, 2);
+	cr_assert(kvs_members_acked(m, 2, 70 * MS, &last), "a member that left counts no more");
+	cr_expect_eq(last, 10 * MS);
+	/* A lease that ended counts no more either (its owner is being expelled). */
+	cr_assert_eq(kvs_members_join(m, 4, 1, 0), 0);
+	cr_expect_not(kvs_members_acked(m, 2, 70 * MS, &last));
+	cr_expect(kvs_members_acked(m, 2, KVS_FIRST_LEASE_MS * MS, &last));
+}

@@ -1,0 +1,497 @@
+#include "migrate.h"
+
+#include <inttypes.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include "hash.h"
+#include "kvclient_errors.h"
+#include "layout.h"
+#include "log.h"
+
+#define MIG_BATCH 5u     /* old buckets per doorbell: 3 CAS each at the end, <= 16 ops */
+#define MIG_SLICE 4096u  /* old buckets looked at per kvs_migrate_run */
+#define MIG_RDMA_MS 5000 /* one loopback doorbell; past it the loopback is broken */
+#define BACKOFF_MIN_US 100u
+#define BACKOFF_MAX_US 10000u
+#define ROOM_RETRY_MS 10
+#define RETIRE_RETRY_MS 10
+
+enum phase {
+	P_IDLE,
+	P_ROOM,        /* a resize is wanted: waiting for its chunks */
+	P_MIGRATING,
+	P_RETIRE_WAIT, /* STABLE, old index still published */
+	P_UNPUBLISHED, /* old index unpublished, waiting for the fencer to be idle */
+};
+
+/* Results of one batch's doorbells, in the connection's local buffer. */
+struct work {
+	uint64_t lock[MIG_BATCH];
+	uint64_t fin[3 * MIG_BATCH];
+};
+_Static_assert(sizeof(struct work) <= KVS_MIGRATE_LBUF, "migrator work area");
+
+struct kvs_migrator {
+	struct kvs_core *core;
+	struct kvs_migrate_opts o;
+	struct kvi_geometry geo;
+	uint8_t *base;
+	enum phase phase;
+	struct kvi_index old, nw; /* chunk_off: old_chunks, new_chunks */
+	uint64_t *old_chunks, *new_chunks;
+	uint32_t cap;
+	uint8_t *done;  /* bitmap over old buckets */
+	uint64_t left, cursor;
+	uint64_t pass_progress, pass_dropped, pass_held;
+	uint64_t t_start, t_end, cpu_start, dropped_at_start;
+	uint64_t backoff_until;
+	unsigned backoff_us;
+	uint64_t next_sample, rng, load_warned_epoch;
+	uint8_t *obj; /* private copy of one object (KVI_MAX_OBJECT bytes) */
+	struct kvs_migrate_stats st;
+};
+
+static uint64_t now_ns(void)
+{
+	struct timespec ts;
+
+	clock_gettime(CLOCK_MONOTONIC, &ts);
+	return (uint64_t)ts.tv_sec * 1000000000u + (uint64_t)ts.tv_nsec;
+}
+
+static uint64_t thread_cpu_ns(void)
+{
+	struct timespec ts;
+
+	clock_gettime(CLOCK_THREAD_CPUTIME_ID, &ts);
+	return (uint64_t)ts.tv_sec * 1000000000u + (uint64_t)ts.tv_nsec;
+}
+
+int kvs_migrator_create(struct kvs_core *core, const struct kvs_migrate_opts *o, struct kvs_migrator **out)
+{
+	struct kvs_migrator *m = calloc(1, sizeof(*m));
+
+	*out = NULL;
+	if (!m)
+		return KVC_ENOMEM;
+	m->core = core;
+	if (o)
+		m->o = *o;
+	m->geo = *kvs_core_geometry(core);
+	m->base = kvs_core_region(core);
+	m->cap = kvs_core_max_chunks(core);
+	m->old_chunks = calloc(m->cap, sizeof(uint64_t));
+	m->new_chunks = calloc(m->cap, sizeof(uint64_t));
+	m->obj = malloc(KVI_MAX_OBJECT);
+	if (!m->old_chunks || !m->new_chunks || !m->obj) {
+		kvs_migrator_destroy(m);
+		return KVC_ENOMEM;
+	}
+	m->rng = m->geo.hash_seed ^ 0x9e3779b97f4a7c15ull;
+	kvs_core_attach_migrator(core);
+	*out = m;
+	return 0;
+}
+
+void kvs_migrator_destroy(struct kvs_migrator *m)
+{
+	if (!m)
+		return;
+	free(m->old_chunks);
+	free(m->new_chunks);
+	free(m->done);
+	free(m->obj);
+	free(m);
+}
+
+static uint64_t next_rand(struct kvs_migrator *m)
+{
+	/* xorshift64: sampling needs spread, not secrecy. */
+	m->rng ^= m->rng << 13;
+	m->rng ^= m->rng >> 7;
+	m->rng ^= m->rng << 17;
+	return m->rng;
+}
+
+static struct kvi_bucket *bucket(const struct kvs_migrator *m, const struct kvi_index *x, uint64_t i)
+{
+	return (struct kvi_bucket *)(m->base + kvi_index_bucket_off(x, i));
+}
+
+/* The load trigger: CPU reads of a few random buckets, never of the index. */
+static void sample(struct kvs_migrator *m)
+{
+	uint64_t used = 0, total = (uint64_t)KVS_MIGRATE_SAMPLE_BUCKETS * KVI_SLOTS_PER_BUCKET, epoch;
+	enum kvi_index_state state;
+
+	/* The chunk table is copied only when the index changed. */
+	kvs_core_index_status(m->core, &epoch, &state);
+	if (epoch != m->old.epoch && kvs_core_index(m->core, 0, &m->old, m->old_chunks, m->cap))
+		return;
+	for (unsigned k = 0; k < KVS_MIGRATE_SAMPLE_BUCKETS; k++) {
+		const struct kvi_bucket *b = bucket(m, &m->old, next_rand(m) % m->old.bucket_count);
+
+		for (unsigned i = 0; i < KVI_SLOTS_PER_BUCKET; i++)
+			used += __atomic_load_n(&b->slot[i], __ATOMIC_RELAXED) != 0;
+	}
+	if (used * 100 <= (uint64_t)m->o.load_pct * total)
+		return;
+	if (kvs_core_grow(m->core, m->old.epoch) == KVI_GROW_NO) {
+		if (m->load_warned_epoch != m->old.epoch)
+			kvi_warn("index of epoch %" PRIu64 " is %" PRIu64 "%% full (sampled) but cannot grow: not "
+				 "enough memory for %" PRIu64 " buckets", m->old.epoch, used * 100 / total,
+				 2 * m->old.bucket_count);
+		m->load_warned_epoch = m->old.epoch;
+		return;
+	}
+	kvi_info("index of epoch %" PRIu64 " is %" PRIu64 "%% full (sampled): resize wanted", m->old.epoch,
+		 used * 100 / total);
+}
+
+/* Memory is there: build the new index and publish it. 0, or a code (the
+ * chunks went back; the resize is dropped). */
+static int start(struct kvs_migrator *m)
+{
+	uint64_t n2 = 2 * m->old.bucket_count, bytes = n2 * KVI_BUCKET_SIZE;
+	const char *why;
+
+	m->nw = (struct kvi_index){ .epoch = m->old.epoch + 1, .bucket_count = n2,
+				    .chunk_shift = m->old.chunk_shift,
+				    .nchunks = kvi_index_nchunks(n2, m->old.chunk_shift), .chunk_off = m->new_chunks };
+	if ((why = kvi_index_check(&m->nw, &m->geo))) {
+		kvi_err("resize: the new index is unusable (%s): dropped", why);
+		return KVC_EINVAL;
+	}
+	free(m->done);
+	m->done = calloc((m->old.bucket_count + 7) / 8, 1);
+	if (!m->done) {
+		kvi_err("resize: out of memory for %" PRIu64 " buckets' progress: dropped", m->old.bucket_count);
+		return KVC_ENOMEM;
+	}
+	/* Nobody knows these chunks yet: the CPU writes them. Every lock word
+	 * UNMIGRATED before the index is published (layout.h "Resize"). */
+	for (uint32_t k = 0; k < m->nw.nchunks; k++) {
+		uint64_t len = bytes - (uint64_t)k * m->geo.segment_size;
+
+		memset(m->base + m->nw.chunk_off[k], 0, len < m->geo.segment_size ? len : m->geo.segment_size);
+	}
+	for (uint64_t i = 0; i < n2; i++)
+		__atomic_store_n(&bucket(m, &m->nw, i)->lock, KVI_LOCK_UNMIGRATED, __ATOMIC_RELAXED);
+	__atomic_thread_fence(__ATOMIC_SEQ_CST);
+	if (kvs_core_set_indexes(m->core, &m->nw, &m->old, KVI_INDEX_MIGRATING)) {
+		kvi_err("resize: out of memory to publish the new index: dropped");
+		return KVC_ENOMEM;
+	}
+	m->left = m->old.bucket_count;
+	m->cursor = 0;
+	m->pass_progress = m->pass_dropped = m->pass_held = 0;
+	m->backoff_us = BACKOFF_MIN_US;
+	m->backoff_until = 0;
+	m->t_start = now_ns();
+	m->cpu_start = thread_cpu_ns();
+	m->dropped_at_start = m->st.dropped;
+	kvi_info("resize: epoch %" PRIu64 " -> %" PRIu64 ", %" PRIu64 " -> %" PRIu64 " buckets (%u chunks)",
+		 m->old.epoch, m->nw.epoch, m->old.bucket_count, n2, m->nw.nchunks);
+	return 0;
+}
+
+/* Is slot (found in old bucket b) a verified object whose key has a choice
+ * in b? Then *which is 0 for new bucket b, 1 for b + N. */
+static int slot_ok(struct kvs_migrator *m, uint64_t slot, uint64_t b, int *which)
+{
+	const struct kvi_obj_hdr *h = (const void *)m->obj;
+	uint64_t len = kvi_slot_read_len(slot), off = kvi_slot_obj_off(slot), n = m->old.bucket_count;
+	struct kvi_keyhash kh;
+	unsigned j;
+
+	if (!kvi_slot_in_heap(&m->geo, slot) || len < sizeof(*h) || len > KVI_MAX_OBJECT ||
+	    off + len > m->geo.region_size)
+		return 0;
+	/* A private copy: a writer that ignores the protocol may change the
+	 * bytes meanwhile, and what was verified must be what is hashed. */
+	memcpy(m->obj, m->base + off, len);
+	if (kvi_obj_verify(m->obj, len) || h->version != KVI_LAYOUT_VERSION || h->key_len == 0 ||
+	    h->key_len > KVI_MAX_KEY || kvi_obj_len(h->key_len, kvi_obj_value_len(h)) > len)
+		return 0;
+	kvi_key_hash(m->obj + sizeof(*h), h->key_len, m->geo.hash_seed, n, &kh);
+	if (kvi_slot_fp(slot) != (kh.fp & ((1u << KVI_SLOT_FP_BITS) - 1)))
+		return 0;
+	for (j = 0; j < 2 && kh.b[j] != b; j++)
+		;
+	if (j == 2)
+		return 0;
+	kvi_keyhash_place(&kh, 2 * n);
+	*which = kh.b[j] != b;
+	return 1;
+}
+
+/* Step 2 for old bucket b (its lock held by us): its slots to new b and
+ * b + N, with the CPU. */
+static void copy_bucket(struct kvs_migrator *m, uint64_t b)
+{
+	const struct kvi_bucket *ob = bucket(m, &m->old, b);
+	struct kvi_bucket *nb[2] = { bucket(m, &m->nw, b), bucket(m, &m->nw, b + m->old.bucket_count) };
+	uint64_t out[2][KVI_SLOTS_PER_BUCKET] = { { 0 } };
+	unsigned cnt[2] = { 0, 0 };
+
+	for (unsigned i = 0; i < KVI_SLOTS_PER_BUCKET; i++) {
+		uint64_t slot = __atomic_load_n(&ob->slot[i], __ATOMIC_ACQUIRE);
+		int which;
+
+		if (!slot)
+			continue;
+		if (!slot_ok(m, slot, b, &which)) {
+			m->st.dropped++;
+			m->pass_dropped++;
+			continue;
+		}
+		out[which][cnt[which]++] = slot;
+		m->st.moved++;
+	}
+	/* Every slot, also the empty ones: a retried bucket (its first copy's
+	 * doorbell never came) is rebuilt, not appended to. */
+	for (unsigned w = 0; w < 2; w++)
+		for (unsigned i = 0; i < KVI_SLOTS_PER_BUCKET; i++)
+			__atomic_store_n(&nb[w]->slot[i], out[w][i], __ATOMIC_RELAXED);
+}
+
+static void mark_done(struct kvs_migrator *m, uint64_t b)
+{
+	m->done[b / 8] |= (uint8_t)(1u << (b % 8));
+	m->left--;
+	m->pass_progress++;
+}
+
+static int is_done(const struct kvs_migrator *m, uint64_t b)
+{
+	return m->done[b / 8] >> (b % 8) & 1;
+}
+
+/* Steps 1 to 3 for up to MIG_BATCH old buckets. 0 or a transport code. */
+static int do_batch(struct kvs_migrator *m, struct kvi_rmem *rm, struct work *w, const uint64_t *bk, unsigned nb)
+{
+	uint64_t me = kvi_lock_held_by(rm->client_id), n = m->old.bucket_count;
+	struct kvi_rop ops[KVI_RMEM_MAX_BATCH] = { { 0 } };
+	unsigned nops = 0;
+	int rc;
+
+	for (unsigned i = 0; i < nb; i++)
+		ops[i] = kvi_rop_cas(kvi_index_bucket_off(&m->old, bk[i]), &w->lock[i], 0, me);
+	rc = kvi_rmem_exec(rm, ops, nb, MIG_RDMA_MS);
+	if (rc)
+		return rc;
+	for (unsigned i = 0; i < nb; i++) {
+		if (w->lock[i] == 0)
+			copy_bucket(m, bk[i]);
+	}
+	/* The new slots are in memory before the NIC unlocks the new buckets. */
+	__atomic_thread_fence(__ATOMIC_RELEASE);
+	for (unsigned i = 0; i < nb; i++) {
+		uint64_t o = kvi_index_bucket_off(&m->old, bk[i]);
+
+		if (w->lock[i] != 0 && w->lock[i] != KVI_LOCK_MOVED)
+			continue; /* held: next pass */
+		if (w->lock[i] == 0)
+			ops[nops++] = kvi_rop_cas(o, &w->fin[3 * i], me, KVI_LOCK_MOVED);
+		ops[nops++] = kvi_rop_cas(kvi_index_bucket_off(&m->nw, bk[i]), &w->fin[3 * i + 1], KVI_LOCK_UNMIGRATED, 0);
+		ops[nops++] = kvi_rop_cas(kvi_index_bucket_off(&m->nw, bk[i] + n), &w->fin[3 * i + 2],
+					  KVI_LOCK_UNMIGRATED, 0);
+	}
+	if (nops && (rc = kvi_rmem_exec(rm, ops, nops, MIG_RDMA_MS)))
+		return rc;
+	for (unsigned i = 0; i < nb; i++) {
+		if (w->lock[i] != 0 && w->lock[i] != KVI_LOCK_MOVED) {
+			m->st.held++;
+			m->pass_held++;
+			continue;
+		}
+		/* Only a writer that ignores the protocol can change words we
+		 * hold or UNMIGRATED ones; our writes landed: say so, go on. */
+		if (w->lock[i] == 0 && (w->fin[3 * i] != me || w->fin[3 * i + 1] != KVI_LOCK_UNMIGRATED ||
+					w->fin[3 * i + 2] != KVI_LOCK_UNMIGRATED))
+			kvi_err("resize: bucket %" PRIu64 ": lock words %#" PRIx64 ", %#" PRIx64 ", %#" PRIx64
+				" while the migrator held them", bk[i], w->fin[3 * i], w->fin[3 * i + 1],
+				w->fin[3 * i + 2]);
+		mark_done(m, bk[i]);
+	}
+	return 0;
+}
+
+static void finish(struct kvs_migrator *m)
+{
+	uint64_t ms = (now_ns() - m->t_start) / 1000000u, cpu = (thread_cpu_ns() - m->cpu_start) / 1000000u;
+
+	if (kvs_core_set_indexes(m->core, &m->nw, &m->old, KVI_INDEX_STABLE)) {
+		m->backoff_until = now_ns() + 1000000u; /* out of memory: try again shortly */
+		return;
+	}
+	m->st.resizes++;
+	m->t_end = now_ns();
+	m->phase = P_RETIRE_WAIT;
+	kvi_info("resize done: epoch %" PRIu64 ", %" PRIu64 " buckets, %" PRIu64 " ms (cpu %" PRIu64
+		 " ms), %" PRIu64 " passes, %" PRIu64 " garbage slots dropped",
+		 m->nw.epoch, m->nw.bucket_count, ms, cpu, m->st.passes, m->st.dropped - m->dropped_at_start);
+}
+
+/* One slice of step 3: 0 or a transport code. */
+static int migrate_slice(struct kvs_migrator *m, struct kvi_rmem *rm, struct work *w)
+{
+	uint64_t n = m->old.bucket_count, looked = 0, bk[MIG_BATCH];
+	int rc;
+
+	while (m->left && looked < MIG_SLICE) {
+		unsigned nb = 0;
+
+		while (nb < MIG_BATCH && m->cursor < n && looked < MIG_SLICE) {
+			if (!is_done(m, m->cursor))
+				bk[nb++] = m->cursor;
+			m->cursor++;
+			looked++;
+		}
+		if (nb && (rc = do_batch(m, rm, w, bk, nb)))
+			return rc;
+		if (m->cursor == n) { /* end of a pass */
+			m->st.passes++;
+			if (m->pass_dropped)
+				kvi_warn("resize: %" PRIu64 " slots naming no valid object of their bucket were dropped "
+					 "in this pass", m->pass_dropped);
+			if (m->left && !m->pass_progress) {
+				/* Only held buckets left: their writers finish within a
+				 * deadline or are fenced. Wait a little. */
+				m->backoff_until = now_ns() + (uint64_t)m->backoff_us * 1000u;
+				m->backoff_us = m->backoff_us * 2 > BACKOFF_MAX_US ? BACKOFF_MAX_US : m->backoff_us * 2;
+			} else {
+				m->backoff_us = BACKOFF_MIN_US;
+			}
+			m->cursor = 0;
+			m->pass_progress = m->pass_dropped = m->pass_held = 0;
+			break;
+		}
+	}
+	return 0;
+}
+
+/* Retirement (migrate.h "Retiring"): returns the verdict. */
+static int retire(struct kvs_migrator *m)
+{
+	uint64_t now = now_ns(), ack_at = 0, since, q = (uint64_t)kvs_core_quarantine_ms(m->core) * 1000000u;
+
+	if (m->phase == P_RETIRE_WAIT) {
+		if (!kvs_core_acked(m->core, m->nw.epoch, &ack_at))
+			return KVS_MIGRATE_RETIRING;
+		since = ack_at > m->t_end ? ack_at : m->t_end;
+		if (now - since < q)
+			return KVS_MIGRATE_RETIRING;
+		if (kvs_core_set_indexes(m->core, &m->nw, NULL, KVI_INDEX_STABLE))
+			return KVS_MIGRATE_RETIRING;
+		m->phase = P_UNPUBLISHED;
+	}
+	/* A fence pass that began before still scans the old index. */
+	if (m->o.fence_idle && !m->o.fence_idle(m->o.fence_arg))
+		return KVS_MIGRATE_RETIRING;
+	for (uint32_t k = 0; k < m->old.nchunks; k++) {
+		uint64_t len = m->old.bucket_count * KVI_BUCKET_SIZE - (uint64_t)k * m->geo.segment_size;
+
+		memset(m->base + m->old.chunk_off[k], 0, len < m->geo.segment_size ? len : m->geo.segment_size);
+	}
+	kvs_core_chunks_return(m->core, m->old.chunk_off, m->old.nchunks);
+	m->st.retired++;
+	m->phase = P_IDLE;
+	kvs_core_set_resize_phase(m->core, KVS_RESIZE_IDLE);
+	kvi_info("index of epoch %" PRIu64 " retired (%u chunks back)", m->old.epoch, m->old.nchunks);
+	return KVS_MIGRATE_IDLE;
+}
+
+int kvs_migrate_run(struct kvs_migrator *m, struct kvi_rmem *rm, void *work, uint64_t work_len)
+{
+	uint64_t now = now_ns();
+	int rc;
+
+	if (work_len < sizeof(struct work))
+		return KVC_EINVAL;
+	switch (m->phase) {
+	case P_IDLE:
+		if (kvs_core_resize_phase(m->core) != KVS_RESIZE_WANTED) {
+			if (m->o.load_pct && now >= m->next_sample) {
+				m->next_sample = now + KVS_MIGRATE_SAMPLE_MS * 1000000ull;
+				sample(m);
+			}
+			if (kvs_core_resize_phase(m->core) != KVS_RESIZE_WANTED)
+				return KVS_MIGRATE_IDLE;
+		}
+		if (kvs_core_index(m->core, 0, &m->old, m->old_chunks, m->cap))
+			return KVS_MIGRATE_IDLE;
+		m->phase = P_ROOM;
+		/* fall through */
+	case P_ROOM:
+		rc = kvs_core_chunks_take(m->core, kvi_index_nchunks(2 * m->old.bucket_count, m->old.chunk_shift),
+					  m->new_chunks);
+		if (rc == KVC_EAGAIN)
+			return KVS_MIGRATE_ROOM;
+		if (rc) {
+			kvi_warn("resize of epoch %" PRIu64 " dropped: no room for %" PRIu64
+				 " buckets and eviction is off", m->old.epoch, 2 * m->old.bucket_count);
+			m->phase = P_IDLE;
+			kvs_core_set_resize_phase(m->core, KVS_RESIZE_IDLE);
+			return KVS_MIGRATE_IDLE;
+		}
+		kvs_core_set_resize_phase(m->core, KVS_RESIZE_RUNNING);
+		if (start(m)) {
+			kvs_core_chunks_return(m->core, m->new_chunks,
+					       kvi_index_nchunks(2 * m->old.bucket_count, m->old.chunk_shift));
+			m->phase = P_IDLE;
+			kvs_core_set_resize_phase(m->core, KVS_RESIZE_IDLE);
+			return KVS_MIGRATE_IDLE;
+		}
+		m->phase = P_MIGRATING;
+		return KVS_MIGRATE_BUSY;
+	case P_MIGRATING:
+		if (now < m->backoff_until)
+			return KVS_MIGRATE_BUSY;
+		rc = migrate_slice(m, rm, work);
+		if (rc)
+			return rc;
+		if (!m->left)
+			finish(m);
+		return m->phase == P_MIGRATING ? KVS_MIGRATE_BUSY : KVS_MIGRATE_RETIRING;
+	case P_RETIRE_WAIT:
+	case P_UNPUBLISHED:
+		return retire(m);
+	}
+	return KVS_MIGRATE_IDLE;
+}
+
+int kvs_migrate_next_ms(const struct kvs_migrator *m, int max_ms)
+{
+	uint64_t now = now_ns(), ms;
+
+	switch (m->phase) {
+	case P_MIGRATING:
+		ms = m->backoff_until > now ? (m->backoff_until - now + 999999) / 1000000u : 0;
+		break;
+	case P_ROOM:
+		ms = ROOM_RETRY_MS;
+		break;
+	case P_RETIRE_WAIT:
+	case P_UNPUBLISHED:
+		ms = RETIRE_RETRY_MS;
+		break;
+	default:
+		ms = !m->o.load_pct ? (uint64_t)max_ms
+		     : m->next_sample > now ? (m->next_sample - now + 999999) / 1000000u : 0;
+		break;
+	}
+	return ms < (uint64_t)max_ms ? (int)ms : max_ms;
+}
+
+uint64_t kvs_migrate_left(const struct kvs_migrator *m)
+{
+	return m->phase == P_MIGRATING ? m->left : 0;
+}
+
+void kvs_migrate_stats(const struct kvs_migrator *m, struct kvs_migrate_stats *out)
+{
+	*out = m->st;
+}

@@ -1,0 +1,454 @@
+/* Online resize, the server's side (server/migrate.h): the migrator over the
+ * local transport's loopback, with quiescent clients before and after and
+ * direct checks of the region's memory. */
+#include <criterion/criterion.h>
+#include <stdio.h>
+#include <string.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "dpath_env.h"
+#include "hash.h"
+#include "kvclient_errors.h"
+#include "migrate.h"
+
+#define MAX_OP_MS 50u
+#define QUARANTINE_MS (2 * MAX_OP_MS)
+#define NKEYS 2000u
+
+static struct kvt_env env;
+static struct kvs_reclaimer *rcl;
+static struct kvs_migrator *mig;
+
+static void setup_opts(uint64_t mib, uint64_t buckets, int no_evict, unsigned load_pct)
+{
+	struct kvs_core_opts o = { .buckets = buckets, .segment_size = 64u << 10, .max_op_ms = MAX_OP_MS,
+				   .quarantine_ms = QUARANTINE_MS, .no_evict = no_evict, .in_process = 1 };
+
+	cr_assert_eq(kvt_env_init_opts(&env, mib, &o), 0);
+	cr_assert_eq(kvt_env_reclaimer(&env, NULL, &rcl), 0);
+	cr_assert_eq(kvs_migrator_create(env.core, &(struct kvs_migrate_opts){ .load_pct = load_pct }, &mig), 0);
+	kvs_reclaimer_set_migrator(rcl, mig);
+}
+
+static void setup(void)
+{
+	setup_opts(16, 1024, 0, 0);
+}
+
+static void teardown(void)
+{
+	kvs_reclaimer_destroy(rcl);
+	kvs_migrator_destroy(mig);
+	rcl = NULL;
+	mig = NULL;
+	kvt_env_fini(&env);
+}
+
+static kvc_t *client(void)
+{
+	kvc_t *c = NULL;
+
+	cr_assert_eq(kvt_env_client(&env, NULL, 0, 4, &c), 0);
+	return c;
+}
+
+static void put_keys(unsigned n)
+{
+	kvc_t *c = client();
+	char k[32], v[32];
+
+	for (unsigned i = 0; i < n; i++) {
+		snprintf(k, sizeof(k), "key-%u", i);
+		snprintf(v, sizeof(v), "value-%u", i);
+		cr_assert_eq(kvt_put_s(c, k, v), 0, "put %s", k);
+	}
+	kvc_destroy(c);
+}
+
+/* A fresh client (it fetches the index in use at join) finds every key. */
+static void check_keys(unsigned n)
+{
+	kvc_t *c = client();
+	char k[32], v[32], got[64];
+
+	for (unsigned i = 0; i < n; i++) {
+		snprintf(k, sizeof(k), "key-%u", i);
+		snprintf(v, sizeof(v), "value-%u", i);
+		cr_assert_eq(kvt_get_s(c, k, got, sizeof(got)), 0, "get %s", k);
+		cr_assert_str_eq(got, v);
+	}
+	kvc_destroy(c);
+}
+
+static struct kvs_core_stats stats(void)
+{
+	struct kvs_core_stats st;
+
+	kvs_core_stats(env.core, &st);
+	return st;
+}
+
+static uint64_t epoch_now(enum kvi_index_state *state)
+{
+	enum kvi_index_state s;
+	uint64_t e;
+
+	kvs_core_index_status(env.core, &e, &s);
+	if (state)
+		*state = s;
+	return e;
+}
+
+/* Run the reclaimer's loop (migration first) until the resize phase is
+ * `until` with the index STABLE, at most for secs seconds. */
+static void run_until_phase(enum kvs_resize_phase until, int secs)
+{
+	time_t end = time(NULL) + secs;
+	enum kvi_index_state st;
+
+	for (;;) {
+		int rc = kvs_reclaim_run(rcl);
+
+		cr_assert_geq(rc, 0, "reclaimer failed: %s", kvc_err_name(rc));
+		epoch_now(&st);
+		if (kvs_core_resize_phase(env.core) == until && st == KVI_INDEX_STABLE &&
+		    (until != KVS_RESIZE_RUNNING || kvs_migrate_left(mig) == 0))
+			return;
+		cr_assert(time(NULL) < end, "resize did not reach phase %d in %d s", until, secs);
+		usleep(1000);
+	}
+}
+
+static struct kvi_bucket *bk(const struct kvi_index *x, uint64_t i)
+{
+	return (struct kvi_bucket *)(kvs_core_region(env.core) + kvi_index_bucket_off(x, i));
+}
+
+static uint64_t chunks_old[64], chunks_new[64];
+
+/* Slots naming an object with key k among k's choices in x. */
+static unsigned occurrences(const struct kvi_index *x, const char *k)
+{
+	const struct kvi_geometry *g = kvs_core_geometry(env.core);
+	struct kvi_keyhash kh;
+	unsigned n = 0;
+
+	kvi_key_hash(k, strlen(k), g->hash_seed, x->bucket_count, &kh);
+	for (unsigned w = 0; w < 2; w++) {
+		if (w == 1 && kh.b[1] == kh.b[0])
+			break;
+		for (unsigned i = 0; i < KVI_SLOTS_PER_BUCKET; i++) {
+			uint64_t s = bk(x, kh.b[w])->slot[i];
+			const struct kvi_obj_hdr *h;
+
+			if (!s)
+				continue;
+			h = (const void *)(kvs_core_region(env.core) + kvi_slot_obj_off(s));
+			n += h->key_len == strlen(k) && !memcmp(h + 1, k, h->key_len);
+		}
+	}
+	return n;
+}
+
+/* The slot of key k in x (0 if none). */
+static uint64_t slot_of(const struct kvi_index *x, const char *k)
+{
+	const struct kvi_geometry *g = kvs_core_geometry(env.core);
+	struct kvi_keyhash kh;
+
+	kvi_key_hash(k, strlen(k), g->hash_seed, x->bucket_count, &kh);
+	for (unsigned w = 0; w < 2; w++) {
+		for (unsigned i = 0; i < KVI_SLOTS_PER_BUCKET; i++) {
+			uint64_t s = bk(x, kh.b[w])->slot[i];
+			const struct kvi_obj_hdr *h = (const void *)(kvs_core_region(env.core) + kvi_slot_obj_off(s));
+
+			if (s && h->key_len == strlen(k) && !memcmp(h + 1, k, h->key_len))
+				return s;
+		}
+	}
+	return 0;
+}
+
+TestSuite(migrate, .init = setup, .fini = teardown, .timeout = 60);
+/* Tests that set up their own server. */
+TestSuite(migrate_opts, .fini = teardown, .timeout = 60);
+
+Test(migrate, resize_keeps_every_key_and_retires_the_old_index)
+{
+	struct kvi_index old, nw;
+	struct kvs_core_stats st0, st;
+	char k[32];
+
+	put_keys(NKEYS);
+	st0 = stats();
+	cr_assert_eq(kvs_core_grow(env.core, 1), KVI_GROW_STARTED);
+	cr_assert_eq(kvs_core_grow(env.core, 1), KVI_GROW_STARTED, "also while one is under way");
+	run_until_phase(KVS_RESIZE_RUNNING, 20);
+	cr_assert_eq(epoch_now(NULL), 2);
+	cr_assert_eq(kvs_core_grow(env.core, 1), KVI_GROW_STALE);
+	cr_assert_eq(kvs_core_grow(env.core, 2), KVI_GROW_STARTED, "the next waits for the retirement");
+	cr_assert_eq(kvs_core_index(env.core, 0, &nw, chunks_new, 64), 0);
+	cr_assert_eq(kvs_core_index(env.core, 1, &old, chunks_old, 64), 0);
+	cr_assert_eq(nw.bucket_count, 2048);
+	cr_assert_eq(old.bucket_count, 1024);
+	for (uint64_t i = 0; i < old.bucket_count; i++)
+		cr_assert_eq(bk(&old, i)->lock, KVI_LOCK_MOVED, "old bucket %lu", (unsigned long)i);
+	for (uint64_t i = 0; i < nw.bucket_count; i++)
+		cr_assert_neq(bk(&nw, i)->lock, KVI_LOCK_UNMIGRATED, "new bucket %lu", (unsigned long)i);
+	for (unsigned i = 0; i < NKEYS; i++) {
+		snprintf(k, sizeof(k), "key-%u", i);
+		cr_assert_eq(occurrences(&nw, k), 1, "%s", k);
+	}
+	st = stats();
+	cr_assert_eq(st.segments_index, 4, "2048 buckets in 64 KiB chunks");
+	cr_assert_eq(st.segments_free, st0.segments_free - 4);
+	check_keys(NKEYS);
+
+	/* Retirement: after the quarantine (no members here). The home index
+	 * goes to the pool: the next resize takes its two pieces first. */
+	run_until_phase(KVS_RESIZE_IDLE, 20);
+	cr_assert_eq(kvs_core_index(env.core, 1, &old, chunks_old, 64), KVC_ENOTFOUND);
+	cr_assert_eq(kvs_core_grow(env.core, 2), KVI_GROW_STARTED);
+	run_until_phase(KVS_RESIZE_RUNNING, 20);
+	cr_assert_eq(kvs_core_index(env.core, 0, &nw, chunks_new, 64), 0);
+	cr_assert_eq(nw.epoch, 3);
+	cr_assert_eq(nw.nchunks, 8);
+	{
+		const struct kvi_geometry *g = kvs_core_geometry(env.core);
+		unsigned home = 0;
+
+		for (unsigned c = 0; c < nw.nchunks; c++)
+			home += nw.chunk_off[c] < g->heap_off;
+		cr_assert_eq(home, 2, "the home area's two 64 KiB pieces are reused");
+	}
+	st = stats();
+	cr_assert_eq(st.segments_index, 4 + 6, "epoch 2's chunks and 6 more");
+	check_keys(NKEYS);
+	run_until_phase(KVS_RESIZE_IDLE, 20);
+	st = stats();
+	cr_assert_eq(st.segments_index, 6, "epoch 2's segments went back");
+	usleep(2 * QUARANTINE_MS * 1000);
+	kvs_core_tick(env.core, 0);
+	st = stats();
+	cr_assert_eq(st.segments_quarantined, st0.segments_quarantined);
+	cr_assert_eq(st.segments_free, st0.segments_free - 6, "free segments come back after the quarantine");
+	cr_assert_eq(st.index_bytes, 4096u * KVI_BUCKET_SIZE);
+	check_keys(NKEYS);
+}
+
+Test(migrate, a_held_bucket_delays_only_itself)
+{
+	struct kvi_index old, nw;
+	const uint64_t held = 7, fake = kvi_lock_held_by(4000);
+
+	put_keys(300);
+	cr_assert_eq(kvs_core_index(env.core, 0, &old, chunks_old, 64), 0);
+	__atomic_store_n(&bk(&old, held)->lock, fake, __ATOMIC_SEQ_CST); /* a client holds it */
+	cr_assert_eq(kvs_core_grow(env.core, 1), KVI_GROW_STARTED);
+	for (int i = 0; i < 200 && kvs_migrate_left(mig) != 1; i++)
+		cr_assert_geq(kvs_reclaim_run(rcl), 0);
+	cr_assert_eq(kvs_migrate_left(mig), 1, "every bucket but the held one is migrated");
+	for (int i = 0; i < 20; i++)
+		cr_assert_geq(kvs_reclaim_run(rcl), 0);
+	cr_assert_eq(kvs_migrate_left(mig), 1, "the held one waits");
+	cr_assert_eq(kvs_core_index(env.core, 0, &nw, chunks_new, 64), 0);
+	for (uint64_t i = 0; i < old.bucket_count; i++) {
+		cr_assert_eq(bk(&old, i)->lock, i == held ? fake : KVI_LOCK_MOVED);
+		cr_assert_eq(bk(&nw, i)->lock == KVI_LOCK_UNMIGRATED, i == held);
+		cr_assert_eq(bk(&nw, i + old.bucket_count)->lock == KVI_LOCK_UNMIGRATED, i == held);
+	}
+	/* Its writer finishes. */
+	__atomic_store_n(&bk(&old, held)->lock, 0, __ATOMIC_SEQ_CST);
+	run_until_phase(KVS_RESIZE_RUNNING, 20);
+	cr_assert_eq(bk(&old, held)->lock, KVI_LOCK_MOVED);
+	cr_assert_eq(bk(&nw, held)->lock, 0);
+	cr_assert_eq(bk(&nw, held + old.bucket_count)->lock, 0);
+	check_keys(300);
+}
+
+Test(migrate, garbage_slots_are_dropped_not_copied)
+{
+	const struct kvi_geometry *g = kvs_core_geometry(env.core);
+	struct kvi_index old, nw;
+	struct kvs_migrate_stats ms;
+	struct kvi_keyhash kh;
+	uint64_t junk, foreign = 0, b;
+	unsigned put = 0;
+
+	put_keys(300);
+	cr_assert_eq(kvs_core_index(env.core, 0, &old, chunks_old, 64), 0);
+	/* Zeros in the heap's last segment: no object verifies there. */
+	junk = kvi_slot_make(0x123, g->heap_off + g->heap_size - 4096, 64);
+	/* A real object whose key has no choice in bucket b. */
+	kvi_key_hash("key-0", 5, g->hash_seed, old.bucket_count, &kh);
+	b = (kh.b[0] + 1) % old.bucket_count;
+	if (b == kh.b[1])
+		b = (b + 1) % old.bucket_count;
+	foreign = slot_of(&old, "key-0");
+	cr_assert(foreign);
+	for (unsigned i = 0; i < KVI_SLOTS_PER_BUCKET && put < 2; i++) {
+		if (bk(&old, b)->slot[i] == 0) {
+			bk(&old, b)->slot[i] = put ? foreign : junk;
+			put++;
+		}
+	}
+	cr_assert_eq(put, 2);
+	cr_assert_eq(kvs_core_grow(env.core, 1), KVI_GROW_STARTED);
+	run_until_phase(KVS_RESIZE_RUNNING, 20);
+	kvs_migrate_stats(mig, &ms);
+	cr_assert_eq(ms.dropped, 2);
+	cr_assert_eq(kvs_core_index(env.core, 0, &nw, chunks_new, 64), 0);
+	for (uint64_t i = 0; i < nw.bucket_count; i++)
+		for (unsigned s = 0; s < KVI_SLOTS_PER_BUCKET; s++)
+			cr_assert_neq(bk(&nw, i)->slot[s], junk);
+	cr_assert_eq(occurrences(&nw, "key-0"), 1, "the real one moved, the stray copy did not");
+	check_keys(300);
+}
+
+Test(migrate_opts, no_room_and_no_evict_cannot_grow)
+{
+	struct kvi_ctrl req = { .type = KVI_CTRL_GROW, .seq = 1, .arg = { 1 } }, resp;
+
+	/* 1 MiB of home index in a 2 MiB region: 2 MiB more cannot fit. */
+	setup_opts(2, 8192, 1, 0);
+	cr_assert_eq(kvs_core_ctrl(env.core, 1, &req, &resp), 0);
+	cr_assert_eq(resp.type, KVI_CTRL_GROWING);
+	cr_assert_eq(resp.arg[0], KVI_GROW_NO);
+	req.arg[0] = 0;
+	cr_assert_eq(kvs_core_ctrl(env.core, 1, &req, &resp), 0);
+	cr_assert_eq(resp.arg[0], KVI_GROW_STALE);
+	cr_assert_eq(kvs_core_resize_phase(env.core), KVS_RESIZE_IDLE);
+}
+
+Test(migrate_bare, a_core_without_a_migrator_cannot_grow)
+{
+	struct kvs_core_opts o = { .buckets = 64, .segment_size = 64u << 10 };
+
+	cr_assert_eq(kvt_env_init_opts(&env, 4, &o), 0);
+	cr_assert_eq(kvs_core_grow(env.core, 1), KVI_GROW_NO);
+	kvt_env_fini(&env);
+}
+
+Test(migrate_opts, sampling_wants_a_resize_of_a_filled_index)
+{
+	unsigned next = 0, ok = 0;
+	char k[64];
+	kvc_t *c;
+
+	setup_opts(16, 64, 0, 50);
+	c = client();
+	/* 64 buckets x 15 slots: fill about 62 % (no insert finds both
+	 * buckets full, which would send a GROW). */
+	while (ok < 600) {
+		kvt_spread_key(&env, "fill", &next, k, sizeof(k));
+		ok += kvt_put_s(c, k, "v") == 0;
+		cr_assert_lt(next, 5000u);
+	}
+	kvc_destroy(c);
+	cr_assert_eq(epoch_now(NULL), 1);
+	run_until_phase(KVS_RESIZE_RUNNING, 20);
+	cr_assert_eq(epoch_now(NULL), 2, "the sampler asked for a resize and it ran");
+}
+
+Test(migrate_opts, sampling_leaves_a_light_index_alone)
+{
+	setup_opts(16, 64, 0, 50);
+	put_keys(100); /* 10 % of 960 slots */
+	for (int i = 0; i < 5; i++) {
+		cr_assert_geq(kvs_reclaim_run(rcl), 0);
+		usleep((KVS_MIGRATE_SAMPLE_MS + 5) * 1000);
+	}
+	cr_assert_eq(kvs_core_resize_phase(env.core), KVS_RESIZE_IDLE);
+	cr_assert_eq(epoch_now(NULL), 1);
+}
+
+/* Loopback faults: fail the n-th operation from now (0: none). */
+static int fail_at;
+static int fault(void *arg, struct kvi_rmem *rm, const struct kvi_rop *op)
+{
+	(void)arg;
+	(void)rm;
+	(void)op;
+	return fail_at && --fail_at == 0 ? KVC_ESERVERGONE : 0;
+}
+
+/* A reclaimer over a local loopback with fault hooks, as client id. */
+static struct kvs_reclaimer *faulty_reclaimer(uint32_t id)
+{
+	struct kvi_local_hooks hk = { .before_op = fault };
+	struct kvs_reclaimer *r;
+	struct kvi_rmem *rm;
+
+	cr_assert_eq(kvi_rmem_local_create(env.reg, 4096, &hk, &rm), 0);
+	kvi_rmem_local_set_ctrl(rm, kvs_core_ctrl, env.core, id);
+	kvi_rmem_local_set_limits(rm, MAX_OP_MS, QUARANTINE_MS, 0);
+	kvi_rmem_local_set_geometry(rm, kvs_core_geometry(env.core));
+	cr_assert_eq(kvs_reclaimer_create(env.core, rm, NULL, &r), 0);
+	kvs_reclaimer_set_migrator(r, mig);
+	return r;
+}
+
+Test(migrate, a_broken_loopback_resumes_where_it_was)
+{
+	const uint32_t dead = 3000;
+	struct kvi_index old, nw;
+	int rc = 0;
+
+	put_keys(NKEYS);
+	kvs_reclaimer_destroy(rcl);
+	rcl = faulty_reclaimer(dead);
+	cr_assert_eq(kvs_core_grow(env.core, 1), KVI_GROW_STARTED);
+	cr_assert_eq(kvs_reclaim_run(rcl), 0, "the first call starts the migration");
+	/* Lock doorbell: 5 CAS; end doorbell: old 0 -> MOVED lands, then the
+	 * connection breaks before new 0 and N are unlocked. */
+	fail_at = 7;
+	for (int i = 0; i < 10 && rc == 0; i++)
+		rc = kvs_reclaim_run(rcl);
+	cr_assert_eq(rc, KVC_ESERVERGONE);
+	cr_assert_eq(kvs_core_index(env.core, 0, &nw, chunks_new, 64), 0);
+	cr_assert_eq(kvs_core_index(env.core, 1, &old, chunks_old, 64), 0);
+	cr_assert_eq(bk(&old, 0)->lock, KVI_LOCK_MOVED);
+	cr_assert_eq(bk(&nw, 0)->lock, KVI_LOCK_UNMIGRATED);
+	cr_assert_eq(bk(&old, 1)->lock, kvi_lock_held_by(dead));
+	/* Fencing releases what the dead connection held (the local
+	 * transport's atomics are the CPU's). */
+	for (uint64_t i = 0; i < old.bucket_count; i++)
+		__atomic_compare_exchange_n(&bk(&old, i)->lock, &(uint64_t){ kvi_lock_held_by(dead) }, 0, 0,
+					    __ATOMIC_SEQ_CST, __ATOMIC_SEQ_CST);
+	kvs_reclaimer_destroy(rcl);
+	rcl = faulty_reclaimer(dead + 1);
+	run_until_phase(KVS_RESIZE_RUNNING, 20);
+	for (uint64_t i = 0; i < old.bucket_count; i++)
+		cr_assert_eq(bk(&old, i)->lock, KVI_LOCK_MOVED, "old bucket %lu", (unsigned long)i);
+	for (uint64_t i = 0; i < nw.bucket_count; i++)
+		cr_assert_eq(bk(&nw, i)->lock, 0, "new bucket %lu", (unsigned long)i);
+	check_keys(NKEYS);
+}
+
+Test(migrate_opts, eviction_makes_room_for_the_new_index)
+{
+	struct kvs_core_stats st;
+	unsigned n = 0;
+	char k[32], v[1024];
+	kvc_t *c;
+
+	setup_opts(4, 1024, 0, 0);
+	memset(v, 'x', sizeof(v) - 1);
+	v[sizeof(v) - 1] = 0;
+	c = client();
+	/* Fill the heap until fewer free segments are left than the 4 chunks
+	 * of 2048 buckets need (beyond the reserve). */
+	do {
+		snprintf(k, sizeof(k), "big-%u", n++);
+		cr_assert_eq(kvt_put_s(c, k, v), 0);
+		st = stats();
+	} while (st.segments_free > 3);
+	kvc_destroy(c);
+	cr_assert_eq(kvs_core_grow(env.core, 1), KVI_GROW_STARTED, "eviction can make room");
+	run_until_phase(KVS_RESIZE_RUNNING, 20);
+	st = stats();
+	cr_assert_eq(epoch_now(NULL), 2);
+	cr_assert_eq(st.segments_index, 4);
+	cr_assert_gt(st.rc.segments, 0, "segments were reclaimed to make room");
+}
