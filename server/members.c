@@ -13,6 +13,7 @@ struct member {
 	uint64_t lease_end; /* ns */
 	uint64_t epoch;     /* index epoch it last said it uses (0: none yet) */
 	uint64_t epoch_at;  /* ns: when it first said so */
+	uint8_t behind;     /* counted in kvs_members.behind */
 };
 
 struct watch {
@@ -33,7 +34,24 @@ struct kvs_members {
 	struct watch watch[KVS_WATCH_MAX];
 	unsigned nwatch;
 	struct kvs_members_stats st;
+	/* Acknowledgements of epoch `target` (0: none awaited): how many live
+	 * leased members still use an older one, and when the last of the
+	 * others first named it. Counted once when a target is set (one scan
+	 * per resize), then kept by acks, leaves and expulsions: no renewal
+	 * or lease check looks at every member. */
+	uint64_t target, last_ack;
+	unsigned behind;
 };
+
+/* e stops counting towards the awaited acknowledgements (it left, was
+ * expelled, or acknowledged). */
+static void not_behind(struct kvs_members *m, struct member *e)
+{
+	if (e->behind) {
+		e->behind = 0;
+		m->behind--;
+	}
+}
 
 static unsigned home(const struct kvs_members *m, uint32_t id)
 {
@@ -116,6 +134,11 @@ int kvs_members_join(struct kvs_members *m, uint32_t id, int leased, uint64_t no
 				   .lease_end = now + (m->lease_ns > KVS_FIRST_LEASE_MS * 1000000ull
 							   ? m->lease_ns : KVS_FIRST_LEASE_MS * 1000000ull) };
 	m->n++;
+	/* A newcomer counts until its first renewal names the epoch it uses. */
+	if (leased && m->target) {
+		m->t[i].behind = 1;
+		m->behind++;
+	}
 	if (leased && m->t[i].lease_end < m->earliest)
 		m->earliest = m->t[i].lease_end;
 	return 0;
@@ -128,6 +151,7 @@ void kvs_members_leave(struct kvs_members *m, uint32_t id)
 
 	if (!e)
 		return;
+	not_behind(m, e);
 	/* Backward-shift deletion keeps every probe chain unbroken. */
 	i = (unsigned)(e - m->t);
 	m->t[i].id = 0;
@@ -178,22 +202,41 @@ void kvs_members_ack(struct kvs_members *m, uint32_t id, uint64_t epoch, uint64_
 		return;
 	e->epoch = epoch;
 	e->epoch_at = now;
+	if (!m->target)
+		return;
+	if (e->behind && epoch >= m->target) {
+		not_behind(m, e);
+		if (now > m->last_ack)
+			m->last_ack = now;
+	} else if (!e->behind && epoch < m->target) { /* it went back (a bug): counts again */
+		e->behind = 1;
+		m->behind++;
+	}
 }
 
-int kvs_members_acked(const struct kvs_members *m, uint64_t epoch, uint64_t now, uint64_t *last)
+int kvs_members_acked(struct kvs_members *m, uint64_t epoch, uint64_t now, uint64_t *last)
 {
-	*last = 0;
-	for (unsigned i = 0; i < m->cap; i++) {
-		const struct member *e = &m->t[i];
+	(void)now;
+	if (epoch != m->target) { /* a new resize: count once */
+		m->target = epoch;
+		m->behind = 0;
+		m->last_ack = 0;
+		for (unsigned i = 0; i < m->cap; i++) {
+			struct member *e = &m->t[i];
 
-		if (!e->id || !e->leased || e->expelled || e->lease_end <= now)
-			continue; /* no lease: a loopback, or one on its way out */
-		if (e->epoch < epoch)
-			return 0;
-		if (e->epoch_at > *last)
-			*last = e->epoch_at;
+			e->behind = 0;
+			if (!e->id || !e->leased || e->expelled)
+				continue; /* no lease: a loopback, or one on its way out */
+			if (e->epoch < epoch) {
+				e->behind = 1;
+				m->behind++;
+			} else if (e->epoch_at > m->last_ack) {
+				m->last_ack = e->epoch_at;
+			}
+		}
 	}
-	return 1;
+	*last = m->last_ack;
+	return m->behind == 0;
 }
 
 unsigned kvs_members_expired(struct kvs_members *m, uint64_t now, uint32_t *ids, unsigned max)
@@ -210,6 +253,7 @@ unsigned kvs_members_expired(struct kvs_members *m, uint64_t now, uint32_t *ids,
 			continue;
 		if (e->lease_end <= now && got < max) {
 			e->expelled = 1;
+			not_behind(m, e);
 			ids[got++] = e->id;
 			m->st.lease_expiries++;
 		} else if (e->lease_end < earliest) {
@@ -272,6 +316,7 @@ enum kvi_report_verdict kvs_members_report(struct kvs_members *m, uint32_t repor
 	if (w && w->word == current && now - w->first >= m->watch_ns && e->leased && !e->expelled) {
 		unwatch(m, w);
 		e->expelled = 1;
+		not_behind(m, e);
 		*owner = who;
 		m->st.reports_fenced++;
 		return KVI_REPORT_FENCING;

@@ -73,10 +73,11 @@ uint32_t kvs_members_renew(struct kvs_members *m, uint32_t id, uint64_t now);
 /* Acknowledgements (layout.h "Resize"): id renewed its lease naming the
  * index epoch it uses; the time it first named it is kept. */
 void kvs_members_ack(struct kvs_members *m, uint32_t id, uint64_t epoch, uint64_t now);
-/* Does every member with a live lease use epoch or later? 1 with *last the
- * latest time one of them first said so (0: no such member), else 0.
- * Looks at every member: call it only while a retirement waits for it. */
-int kvs_members_acked(const struct kvs_members *m, uint64_t epoch, uint64_t now, uint64_t *last);
+/* Does every leased member not yet expelled use epoch or later? 1 with
+ * *last the latest time one of them first said so (0: no such member), else
+ * 0. The first call for an epoch counts the members once; after that acks,
+ * leaves and expulsions keep the count, so a call costs O(1) (now unused). */
+int kvs_members_acked(struct kvs_members *m, uint64_t epoch, uint64_t now, uint64_t *last);
 
 /* Leased members whose lease ended by now, up to max, into ids; each is
  * returned once (it stays a member, marked expelled, until it leaves). */
