@@ -123,7 +123,7 @@ _Static_assert(sizeof(struct kvi_wire_reject) <= KVI_CM_REJECT_PDATA_MAX, "rejec
  * the same seq; the server may also send unsolicited notices (seq 0). The
  * server keeps KVI_CTRL_RECV_DEPTH receives posted per client; a client has at
  * most KVI_CTRL_MAX_OUTSTANDING requests outstanding (one call it waits for,
- * plus a lease renewal and a lock report sent without waiting). */
+ * plus a lease renewal and a lock report or GROW sent without waiting: they share one place). */
 #define KVI_CTRL_RECV_DEPTH 8u
 #define KVI_CTRL_MAX_OUTSTANDING 3u
 
