@@ -20,7 +20,7 @@
  *
  * GROW: an insert that finds both its buckets full of live items asks the
  * server to grow the index (once per operation, without waiting for the
- * answer) and waits for a new index for up to a quarter of its deadline; a
+ * answer) and waits for a new index until a quarter of its deadline is left; a
  * NO (the server has no memory for it, or cannot resize) sends it back to
  * today's path at once: evict a victim, or KVC_EINDEXFULL under no-evict.
  * A NO is remembered for the epoch for one deadline, so that a full index
@@ -142,7 +142,16 @@ void kvi_wait_grow(kvc_t *h, struct kvi_opst *st)
 	st->grow_sent = 0;
 	st->grow_epoch = st->epoch;
 	st->state = KVI_ST_GROW;
-	st->not_before = cap_deadline(st, now + (uint64_t)h->op_timeout_ms * 1000000u / 4);
+	/* Wait for the new index until a quarter of the deadline is left (what
+	 * today's path needs: a lock doorbell, header READs, a commit): a resize
+	 * asked for now may first wait for every client to acknowledge the last
+	 * one (a renewal interval), then migrate. */
+	{
+		uint64_t quarter = (uint64_t)h->op_timeout_ms * 1000000u / 4;
+		uint64_t until = st->deadline > quarter ? st->deadline - quarter : 0;
+
+		st->not_before = until > now ? until : now;
+	}
 	grow_send(h, st, now);
 }
 
@@ -190,7 +199,7 @@ int kvi_resize_step(kvc_t *h, struct kvi_opst *st, uint64_t now, uint64_t *next_
 		if (!st->grow_sent)
 			grow_send(h, st, now);
 		if (now >= st->not_before)
-			return 1; /* nothing changed for a quarter deadline */
+			return 1; /* nothing changed while three quarters of the deadline passed */
 		due = st->not_before;
 		/* An answer to collect, or a request still to send: look often. */
 		if ((h->grow_seq || !st->grow_sent) && now + GROW_POLL_NS < due)

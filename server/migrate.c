@@ -22,8 +22,7 @@ enum phase {
 	P_IDLE,
 	P_ROOM,        /* a resize is wanted: waiting for its chunks */
 	P_MIGRATING,
-	P_RETIRE_WAIT, /* STABLE, old index still published */
-	P_UNPUBLISHED, /* old index unpublished, waiting for the fencer to be idle */
+	P_RETIRE_WAIT, /* STABLE, old index still published until every member acknowledged */
 };
 
 /* Results of one batch's doorbells, in the connection's local buffer. */
@@ -41,6 +40,11 @@ struct kvs_migrator {
 	enum phase phase;
 	struct kvi_index old, nw; /* chunk_off: old_chunks, new_chunks */
 	uint64_t *old_chunks, *new_chunks;
+	/* An unpublished index waiting for its memory to be reused (ret_at,
+	 * and an idle fencer): the next resize need not wait for it. */
+	struct kvi_index ret; /* chunk_off: ret_chunks; epoch 0: none */
+	uint64_t *ret_chunks;
+	uint64_t ret_at;
 	uint32_t cap;
 	uint8_t *done;  /* bitmap over old buckets */
 	uint64_t left, cursor;
@@ -84,8 +88,9 @@ int kvs_migrator_create(struct kvs_core *core, const struct kvs_migrate_opts *o,
 	m->cap = kvs_core_max_chunks(core);
 	m->old_chunks = calloc(m->cap, sizeof(uint64_t));
 	m->new_chunks = calloc(m->cap, sizeof(uint64_t));
+	m->ret_chunks = calloc(m->cap, sizeof(uint64_t));
 	m->obj = malloc(KVI_MAX_OBJECT);
-	if (!m->old_chunks || !m->new_chunks || !m->obj) {
+	if (!m->old_chunks || !m->new_chunks || !m->ret_chunks || !m->obj) {
 		kvs_migrator_destroy(m);
 		return KVC_ENOMEM;
 	}
@@ -101,6 +106,7 @@ void kvs_migrator_destroy(struct kvs_migrator *m)
 		return;
 	free(m->old_chunks);
 	free(m->new_chunks);
+	free(m->ret_chunks);
 	free(m->done);
 	free(m->obj);
 	free(m);
@@ -113,6 +119,18 @@ static uint64_t next_rand(struct kvs_migrator *m)
 	m->rng ^= m->rng >> 7;
 	m->rng ^= m->rng << 17;
 	return m->rng;
+}
+
+/* Stores before it are in memory before anything that follows: the NIC's
+ * reads of the doorbell we post next, other threads' reads after the core's
+ * mutex. Posting a work request orders them anyway (libibverbs' barriers
+ * before the doorbell), so a TSan build, which cannot model a fence (gcc
+ * -Wtsan), leaves it out. */
+static inline void store_fence(void)
+{
+#ifndef __SANITIZE_THREAD__
+	__atomic_thread_fence(__ATOMIC_SEQ_CST);
+#endif
 }
 
 static struct kvi_bucket *bucket(const struct kvs_migrator *m, const struct kvi_index *x, uint64_t i)
@@ -179,7 +197,7 @@ static int start(struct kvs_migrator *m)
 	}
 	for (uint64_t i = 0; i < n2; i++)
 		__atomic_store_n(&bucket(m, &m->nw, i)->lock, KVI_LOCK_UNMIGRATED, __ATOMIC_RELAXED);
-	__atomic_thread_fence(__ATOMIC_SEQ_CST);
+	store_fence();
 	if (kvs_core_set_indexes(m->core, &m->nw, &m->old, KVI_INDEX_MIGRATING)) {
 		kvi_err("resize: out of memory to publish the new index: dropped");
 		return KVC_ENOMEM;
@@ -287,7 +305,7 @@ static int do_batch(struct kvs_migrator *m, struct kvi_rmem *rm, struct work *w,
 			copy_bucket(m, bk[i]);
 	}
 	/* The new slots are in memory before the NIC unlocks the new buckets. */
-	__atomic_thread_fence(__ATOMIC_RELEASE);
+	store_fence();
 	for (unsigned i = 0; i < nb; i++) {
 		uint64_t o = kvi_index_bucket_off(&m->old, bk[i]);
 
@@ -373,35 +391,49 @@ static int migrate_slice(struct kvs_migrator *m, struct kvi_rmem *rm, struct wor
 	return 0;
 }
 
-/* Retirement (migrate.h "Retiring"): returns the verdict. */
+/* Retirement (migrate.h "Retiring"), first half: once every member uses the
+ * new epoch, unpublish the old index and keep it aside until no operation
+ * that began on it can still run. Returns the verdict. */
 static int retire(struct kvs_migrator *m)
 {
-	uint64_t now = now_ns(), ack_at = 0, since, q = (uint64_t)kvs_core_quarantine_ms(m->core) * 1000000u;
+	uint64_t ack_at = 0, since, q = (uint64_t)kvs_core_quarantine_ms(m->core) * 1000000u;
+	uint64_t *swap;
 
-	if (m->phase == P_RETIRE_WAIT) {
-		if (!kvs_core_acked(m->core, m->nw.epoch, &ack_at))
-			return KVS_MIGRATE_RETIRING;
-		since = ack_at > m->t_end ? ack_at : m->t_end;
-		if (now - since < q)
-			return KVS_MIGRATE_RETIRING;
-		if (kvs_core_set_indexes(m->core, &m->nw, NULL, KVI_INDEX_STABLE))
-			return KVS_MIGRATE_RETIRING;
-		m->phase = P_UNPUBLISHED;
-	}
-	/* A fence pass that began before still scans the old index. */
-	if (m->o.fence_idle && !m->o.fence_idle(m->o.fence_arg))
+	if (!kvs_core_acked(m->core, m->nw.epoch, &ack_at) || m->ret.epoch)
+		return KVS_MIGRATE_RETIRING; /* (an older index still waits for its memory) */
+	if (kvs_core_set_indexes(m->core, &m->nw, NULL, KVI_INDEX_STABLE))
 		return KVS_MIGRATE_RETIRING;
-	for (uint32_t k = 0; k < m->old.nchunks; k++) {
-		uint64_t len = m->old.bucket_count * KVI_BUCKET_SIZE - (uint64_t)k * m->geo.segment_size;
-
-		memset(m->base + m->old.chunk_off[k], 0, len < m->geo.segment_size ? len : m->geo.segment_size);
-	}
-	kvs_core_chunks_return(m->core, m->old.chunk_off, m->old.nchunks);
-	m->st.retired++;
+	since = ack_at > m->t_end ? ack_at : m->t_end;
+	swap = m->ret_chunks;
+	m->ret = m->old;
+	m->ret_chunks = m->old_chunks;
+	m->old_chunks = swap;
+	m->old = (struct kvi_index){ .chunk_off = m->old_chunks };
+	m->ret_at = since + q;
 	m->phase = P_IDLE;
 	kvs_core_set_resize_phase(m->core, KVS_RESIZE_IDLE);
-	kvi_info("index of epoch %" PRIu64 " retired (%u chunks back)", m->old.epoch, m->old.nchunks);
+	kvi_info("index of epoch %" PRIu64 " unpublished: every client uses epoch %" PRIu64, m->ret.epoch,
+		 m->nw.epoch);
 	return KVS_MIGRATE_IDLE;
+}
+
+/* Second half: its memory is reused once quarantine_ms passed since the later
+ * of the migration's end and the last acknowledgement, and the fence thread
+ * is idle (a pass that began before may still scan it; one that begins after
+ * does not see it). */
+static void free_retired(struct kvs_migrator *m, uint64_t now)
+{
+	if (!m->ret.epoch || now < m->ret_at || (m->o.fence_idle && !m->o.fence_idle(m->o.fence_arg)))
+		return;
+	for (uint32_t k = 0; k < m->ret.nchunks; k++) {
+		uint64_t len = m->ret.bucket_count * KVI_BUCKET_SIZE - (uint64_t)k * m->geo.segment_size;
+
+		memset(m->base + m->ret.chunk_off[k], 0, len < m->geo.segment_size ? len : m->geo.segment_size);
+	}
+	kvs_core_chunks_return(m->core, m->ret.chunk_off, m->ret.nchunks);
+	m->st.retired++;
+	kvi_info("index of epoch %" PRIu64 " retired (%u chunks back)", m->ret.epoch, m->ret.nchunks);
+	m->ret.epoch = 0;
 }
 
 int kvs_migrate_run(struct kvs_migrator *m, struct kvi_rmem *rm, void *work, uint64_t work_len)
@@ -411,6 +443,7 @@ int kvs_migrate_run(struct kvs_migrator *m, struct kvi_rmem *rm, void *work, uin
 
 	if (work_len < sizeof(struct work))
 		return KVC_EINVAL;
+	free_retired(m, now);
 	switch (m->phase) {
 	case P_IDLE:
 		if (kvs_core_resize_phase(m->core) != KVS_RESIZE_WANTED) {
@@ -457,7 +490,6 @@ int kvs_migrate_run(struct kvs_migrator *m, struct kvi_rmem *rm, void *work, uin
 			finish(m);
 		return m->phase == P_MIGRATING ? KVS_MIGRATE_BUSY : KVS_MIGRATE_RETIRING;
 	case P_RETIRE_WAIT:
-	case P_UNPUBLISHED:
 		return retire(m);
 	}
 	return KVS_MIGRATE_IDLE;
@@ -475,13 +507,18 @@ int kvs_migrate_next_ms(const struct kvs_migrator *m, int max_ms)
 		ms = ROOM_RETRY_MS;
 		break;
 	case P_RETIRE_WAIT:
-	case P_UNPUBLISHED:
 		ms = RETIRE_RETRY_MS;
 		break;
 	default:
 		ms = !m->o.load_pct ? (uint64_t)max_ms
 		     : m->next_sample > now ? (m->next_sample - now + 999999) / 1000000u : 0;
 		break;
+	}
+	if (m->ret.epoch) {
+		uint64_t r = m->ret_at > now ? (m->ret_at - now + 999999) / 1000000u : RETIRE_RETRY_MS;
+
+		if (r < ms)
+			ms = r;
 	}
 	return ms < (uint64_t)max_ms ? (int)ms : max_ms;
 }

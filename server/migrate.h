@@ -33,15 +33,16 @@
  *    connection's id is released by fencing and then simply retried.
  *  4 End: published STABLE (previous kept). Log "resize done: ... X ms".
  *
- * Retiring (the old index's memory is reused): once STABLE, every member
- * with a live lease acknowledged the new epoch (kvs_core_acked), and
- * quarantine_ms passed since the later of the end and the last ack -- so no
- * operation that began on the old index can still run -- the previous index
- * is unpublished (kvs_core_set_indexes: prev none), then, once the fence
- * thread is idle (a pass that began before still scans the old index; one
- * that begins after does not), its chunks are zeroed and returned (segments
- * quarantined, home pieces to the pool). Log "index of epoch E retired".
- * Only then may the next resize be wanted.
+ * Retiring (the old index's memory is reused): once STABLE and every member
+ * with a live lease acknowledged the new epoch (kvs_core_acked), nobody
+ * places an operation in the old index any more: it is unpublished
+ * (kvs_core_set_indexes: prev none) and the next resize may begin. Its
+ * memory waits until quarantine_ms passed since the later of the end and
+ * the last ack -- so no operation that began on it can still run -- and the
+ * fence thread is idle (a pass that began before may still scan it); then
+ * its chunks are zeroed and returned (segments quarantined, home pieces to
+ * the pool). Log "index of epoch E retired". At most one index waits so: a
+ * later one is unpublished only after it went.
  *
  * Load: while idle, every MIG_SAMPLE_MS the migrator reads 64 random buckets
  * of the current index with the CPU and asks for a resize (kvs_core_grow)

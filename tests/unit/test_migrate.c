@@ -120,6 +120,25 @@ static void run_until_phase(enum kvs_resize_phase until, int secs)
 	}
 }
 
+/* Run the reclaimer thread's loop until `n` old indexes had their memory
+ * back (the next resize need not wait for that, the memory does). */
+static void run_until_retired(uint64_t n, int secs)
+{
+	time_t end = time(NULL) + secs;
+	struct kvs_migrate_stats ms;
+
+	for (;;) {
+		int rc = kvs_reclaim_run(rcl);
+
+		cr_assert_geq(rc, 0, "reclaimer failed: %s", kvc_err_name(rc));
+		kvs_migrate_stats(mig, &ms);
+		if (ms.retired >= n)
+			return;
+		cr_assert(time(NULL) < end, "%lu indexes not retired in %d s", (unsigned long)n, secs);
+		usleep(1000);
+	}
+}
+
 static struct kvi_bucket *bk(const struct kvi_index *x, uint64_t i)
 {
 	return (struct kvi_bucket *)(kvs_core_region(env.core) + kvi_index_bucket_off(x, i));
@@ -209,6 +228,7 @@ Test(migrate, resize_keeps_every_key_and_retires_the_old_index)
 	 * goes to the pool: the next resize takes its two pieces first. */
 	run_until_phase(KVS_RESIZE_IDLE, 20);
 	cr_assert_eq(kvs_core_index(env.core, 1, &old, chunks_old, 64), KVC_ENOTFOUND);
+	run_until_retired(1, 20);
 	cr_assert_eq(kvs_core_grow(env.core, 2), KVI_GROW_STARTED);
 	run_until_phase(KVS_RESIZE_RUNNING, 20);
 	cr_assert_eq(kvs_core_index(env.core, 0, &nw, chunks_new, 64), 0);
@@ -226,6 +246,7 @@ Test(migrate, resize_keeps_every_key_and_retires_the_old_index)
 	cr_assert_eq(st.segments_index, 4 + 6, "epoch 2's chunks and 6 more");
 	check_keys(NKEYS);
 	run_until_phase(KVS_RESIZE_IDLE, 20);
+	run_until_retired(2, 20);
 	st = stats();
 	cr_assert_eq(st.segments_index, 6, "epoch 2's segments went back");
 	usleep(2 * QUARANTINE_MS * 1000);
