@@ -148,6 +148,7 @@ struct kvi_opst {
 	uint64_t nbk[2], noff[2];
 	uint64_t obk[2], ooff[2], oepoch;
 	uint64_t grow_epoch;  /* KVI_ST_GROW: the index epoch it asked to grow */
+	uint64_t grow_bucket; /* ... or, in the index being emptied, the full bucket + 1 to split first */
 	int grow_asked;       /* asked already: a full pair now evicts or fails */
 	int grow_sent;        /* its GROW went out (or another insert's for the same index) */
 	uint32_t stale_pause_us; /* KVI_ST_STALE: look again this long after without a new view */

@@ -24,7 +24,10 @@
  * NO (the server has no memory for it, or cannot resize) sends it back to
  * today's path at once: evict a victim, or KVC_EINDEXFULL under no-evict.
  * A NO is remembered for the epoch for one deadline, so that a full index
- * does not cost every insert a control message. */
+ * does not cost every insert a control message. A full bucket of the index
+ * a migration is emptying is different: GROW names it (arg1), the migrator
+ * splits it next, and the insert looks again after a short pause; so an
+ * insert waits for about one bucket's migration, not for the whole pass. */
 #include "client.h"
 #include "kvclient_errors.h"
 
@@ -111,7 +114,7 @@ static int report_slot_free(kvc_t *h, uint64_t now)
 
 static void grow_send(kvc_t *h, struct kvi_opst *st, uint64_t now)
 {
-	struct kvi_ctrl req = { .type = KVI_CTRL_GROW, .arg = { st->grow_epoch } };
+	struct kvi_ctrl req = { .type = KVI_CTRL_GROW, .arg = { st->grow_epoch, st->grow_bucket } };
 
 	if (h->grow_seq) {
 		/* One outstanding per handle: another insert's, for this index,
@@ -138,6 +141,25 @@ void kvi_wait_grow(kvc_t *h, struct kvi_opst *st)
 {
 	uint64_t now = kvi_now_ns();
 
+	if (st->old) {
+		/* A full bucket of the index a migration is emptying: its split
+		 * (into two new buckets) makes the room. Ask for it first, look
+		 * again shortly, and do not count this as our one GROW. */
+		unsigned j = (st->old & 1u) ? 0 : 1;
+
+		st->grow_sent = 0;
+		st->grow_epoch = st->oepoch;
+		st->grow_bucket = st->obk[j] + 1;
+		st->state = KVI_ST_GROW;
+		if (st->stale_pause_us == 0)
+			st->stale_pause_us = STALE_PAUSE_MIN_US;
+		st->not_before = cap_deadline(st, now + st->stale_pause_us * 1000ull);
+		st->stale_pause_us = st->stale_pause_us * 2 > STALE_PAUSE_MAX_US ? STALE_PAUSE_MAX_US
+										 : st->stale_pause_us * 2;
+		grow_send(h, st, now);
+		return;
+	}
+	st->grow_bucket = 0;
 	st->grow_asked = 1;
 	st->grow_sent = 0;
 	st->grow_epoch = st->epoch;

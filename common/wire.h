@@ -157,7 +157,8 @@ enum kvi_ctrl_type {
 	 * KVI_INDEX_CHUNK_ALIGN), two per word, low half first; 0 past the end */
 	KVI_CTRL_INDEX = 14,
 	/* client -> server: an insert found both its buckets full of live items;
-	 * arg0 = epoch of that index */
+	 * arg0 = epoch of that index; arg1 = 0, or (during a migration, arg0 the
+	 * previous epoch) a full old bucket + 1 that the migrator should split next */
 	KVI_CTRL_GROW = 15,
 	KVI_CTRL_GROWING = 16, /* server -> client: arg0 = enum kvi_grow_verdict */
 	KVI_CTRL_TYPE_MAX = 16,

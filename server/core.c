@@ -52,6 +52,10 @@ struct kvs_core {
 	uint64_t fencings, fence_released, fence_cpu_ns; /* the fencer's (kvs_core_add_fence) */
 	struct kvs_client *clients[KVS_CLIENT_BUCKETS];
 	struct kvs_indexes ix; /* index.h */
+	/* Old buckets an insert found full during a migration (GROW naming the
+	 * previous index): the migrator splits them first (migrate.h). */
+	uint64_t urgent[KVS_URGENT_MAX];
+	unsigned urgent_n;
 	/* Resizing (migrate.h): who may start one, and where it stands. */
 	int has_migrator;
 	enum kvs_resize_phase resize;
@@ -595,6 +599,16 @@ int kvs_core_ctrl(void *core, uint32_t client_id, const struct kvi_ctrl *req, st
 	case KVI_CTRL_GROW:
 		*resp = (struct kvi_ctrl){ .type = KVI_CTRL_GROWING, .seq = req->seq,
 					   .arg = { req->arg[0] == c->ix.cur.epoch ? grow_locked(c) : KVI_GROW_STALE } };
+		/* arg1 = an old bucket + 1 that is full while it waits for its
+		 * migration: split it next (that is what makes room for it). */
+		if (req->arg[0] && req->arg[0] == c->ix.prev.epoch && c->ix.state == KVI_INDEX_MIGRATING &&
+		    req->arg[1] && req->arg[1] <= c->ix.prev.bucket_count) {
+			if (c->urgent_n < KVS_URGENT_MAX)
+				c->urgent[c->urgent_n++] = req->arg[1] - 1;
+			resp->arg[0] = KVI_GROW_STARTED;
+			if (c->o.wake)
+				c->o.wake(c->o.wake_arg);
+		}
 		rc = 0;
 		break;
 	case KVI_CTRL_LEASE_RENEW:
@@ -842,6 +856,18 @@ uint64_t kvs_core_grow(struct kvs_core *c, uint64_t epoch)
 	v = epoch == c->ix.cur.epoch ? grow_locked(c) : KVI_GROW_STALE;
 	pthread_mutex_unlock(&c->mu);
 	return v;
+}
+
+unsigned kvs_core_urgent_take(struct kvs_core *c, uint64_t *buckets, unsigned max)
+{
+	unsigned n;
+
+	pthread_mutex_lock(&c->mu);
+	n = c->urgent_n < max ? c->urgent_n : max;
+	memcpy(buckets, c->urgent + (c->urgent_n - n), n * sizeof(*buckets));
+	c->urgent_n -= n;
+	pthread_mutex_unlock(&c->mu);
+	return n;
 }
 
 enum kvs_resize_phase kvs_core_resize_phase(struct kvs_core *c)

@@ -242,6 +242,11 @@ void kvs_core_attach_migrator(struct kvs_core *c);
  * with no migrator; STALE when epoch is not the current one. */
 uint64_t kvs_core_grow(struct kvs_core *c, uint64_t epoch);
 enum kvs_resize_phase kvs_core_resize_phase(struct kvs_core *c);
+/* Old buckets clients found full while they wait for their migration (a
+ * GROW naming the previous index and a bucket), newest first, up to max;
+ * at most KVS_URGENT_MAX are kept (more are dropped: the pass reaches them). */
+#define KVS_URGENT_MAX 64u
+unsigned kvs_core_urgent_take(struct kvs_core *c, uint64_t *buckets, unsigned max);
 void kvs_core_set_resize_phase(struct kvs_core *c, enum kvs_resize_phase p);
 /* Take n index chunks (all or none): home pieces first, then free segments
  * beyond the reserve (segtab INDEX). 0; KVC_EAGAIN when there is not room

@@ -49,7 +49,7 @@ struct kvs_migrator {
 	uint8_t *done;  /* bitmap over old buckets */
 	uint64_t left, cursor;
 	uint64_t pass_progress, pass_dropped, pass_held;
-	uint64_t t_start, t_end, cpu_start, dropped_at_start;
+	uint64_t t_start, t_end, cpu_start, dropped_at_start, urgent_at_start;
 	uint64_t backoff_until;
 	unsigned backoff_us;
 	uint64_t next_sample, rng, load_warned_epoch;
@@ -210,6 +210,7 @@ static int start(struct kvs_migrator *m)
 	m->t_start = now_ns();
 	m->cpu_start = thread_cpu_ns();
 	m->dropped_at_start = m->st.dropped;
+	m->urgent_at_start = m->st.urgent;
 	kvi_info("resize: epoch %" PRIu64 " -> %" PRIu64 ", %" PRIu64 " -> %" PRIu64 " buckets (%u chunks)",
 		 m->old.epoch, m->nw.epoch, m->old.bucket_count, n2, m->nw.nchunks);
 	return 0;
@@ -349,8 +350,9 @@ static void finish(struct kvs_migrator *m)
 	m->t_end = now_ns();
 	m->phase = P_RETIRE_WAIT;
 	kvi_info("resize done: epoch %" PRIu64 ", %" PRIu64 " buckets, %" PRIu64 " ms (cpu %" PRIu64
-		 " ms), %" PRIu64 " passes, %" PRIu64 " garbage slots dropped",
-		 m->nw.epoch, m->nw.bucket_count, ms, cpu, m->st.passes, m->st.dropped - m->dropped_at_start);
+		 " ms), %" PRIu64 " passes, %" PRIu64 " garbage slots dropped, %" PRIu64 " buckets split first for waiting inserts",
+		 m->nw.epoch, m->nw.bucket_count, ms, cpu, m->st.passes, m->st.dropped - m->dropped_at_start,
+		 m->st.urgent - m->urgent_at_start);
 }
 
 /* One slice of step 3: 0 or a transport code. */
@@ -359,6 +361,22 @@ static int migrate_slice(struct kvs_migrator *m, struct kvi_rmem *rm, struct wor
 	uint64_t n = m->old.bucket_count, looked = 0, bk[MIG_BATCH];
 	int rc;
 
+	/* Buckets inserts are waiting for first (core.h kvs_core_urgent_take). */
+	for (unsigned nu; m->left && (nu = kvs_core_urgent_take(m->core, bk, MIG_BATCH)) > 0;) {
+		unsigned nb = 0;
+
+		for (unsigned i = 0; i < nu; i++) {
+			int dup = 0;
+
+			for (unsigned j = 0; j < nb; j++)
+				dup |= bk[j] == bk[i];
+			if (bk[i] < n && !is_done(m, bk[i]) && !dup)
+				bk[nb++] = bk[i];
+		}
+		if (nb && (rc = do_batch(m, rm, w, bk, nb)))
+			return rc;
+		m->st.urgent += nb;
+	}
 	while (m->left && looked < MIG_SLICE) {
 		unsigned nb = 0;
 

@@ -57,7 +57,7 @@
 #include "core.h"
 #include "rmem.h"
 
-#define KVS_DEFAULT_RESIZE_LOAD_PCT 80u /* kvserver --resize-load-pct */
+#define KVS_DEFAULT_RESIZE_LOAD_PCT 87u /* kvserver --resize-load-pct */
 #define KVS_MIGRATE_SAMPLE_MS 100u
 #define KVS_MIGRATE_SAMPLE_BUCKETS 64u
 
@@ -85,6 +85,7 @@ struct kvs_migrate_stats {
 	uint64_t dropped;  /* garbage slots not copied */
 	uint64_t held;     /* lock attempts that found a bucket held (retried) */
 	uint64_t passes;   /* passes over the old index */
+	uint64_t urgent;   /* buckets migrated first because an insert waited for them */
 };
 
 struct kvs_migrator;
