@@ -2,7 +2,9 @@
  *
  *   resizebench --target HOST[:PORT] [-N ITEMS] [-T THREADS] [-s BYTES] [--mix M]
  *
- * Start kvserver with a small index (--buckets 64) and room for ITEMS items.
+ * Start kvserver with a small index (--buckets 64), room for ITEMS items and
+ * --no-evict (with eviction on, reclamation may evict items nobody read, as
+ * a cache should, and the read-back counts them missing).
  * THREADS client threads (one handle each) insert ITEMS new keys between them;
  * after each insert a thread does M operations on keys already inserted (half
  * GETs that must return the key's last value, half PUT updates), so the load
@@ -343,6 +345,7 @@ int main(int argc, char **argv)
 		       class_name[k], g->count, kvb_hist_quantile(g, 0.5) / 1e3, kvb_hist_quantile(g, 0.99) / 1e3,
 		       p999g / 1e3, p999s > 0 ? p999g / p999s : 0.0);
 	}
+	fflush(stdout); /* the figures survive a read-back that is cut short */
 	bad = read_back(mh);
 	printf("read back: %" PRIu64 " of %" PRIu64 " keys missing or wrong\n", bad, cfg.items);
 	kvc_destroy(mh);
