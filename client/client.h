@@ -185,7 +185,7 @@ struct kvi_cindex {
 	uint64_t *chunks;    /* [chunk_cap] */
 };
 
-struct kvc {
+struct kvi_conn {
 	struct kvi_rmem *rm;
 	struct kvi_geometry sb; /* the geometry the server stated at join (rm->geo), validated at open */
 	/* The index in use, and the one a migration is emptying into it (epoch 0:
@@ -239,33 +239,66 @@ struct kvc {
 	uint32_t rejoin_backoff_ms;
 };
 
-/* Open a handle over a connected transport (takes ownership of rm, also on
- * failure): validates the geometry the server stated (rm->geo; the region's
- * superblock is never read), sizes the local buffer, takes a lease. */
-int kvi_client_open(struct kvi_rmem *rm, const struct kvc_opts *o, kvc_t **out);
+/* One server's connection (a kvi_conn) is what the rest of this file calls a
+ * "handle": the state machines and the engine work on one connection. The
+ * public kvc_t (cluster.c) holds one per server and routes each key to one.
+ *
+ * Open a connection over a connected transport (takes ownership of rm, also
+ * on failure): validates the geometry the server stated (rm->geo; the
+ * region's superblock is never read), sizes the local buffer, takes a lease. */
+int kvi_conn_open(struct kvi_rmem *rm, const struct kvc_opts *o, struct kvi_conn **out);
 /* Let h rejoin through dial when its connection breaks (owns arg: free_arg
- * is called on it at kvc_destroy; either may be NULL). */
+ * is called on it at kvi_conn_destroy; either may be NULL). */
+void kvi_conn_set_dial(struct kvi_conn *h, kvi_dial_fn dial, void *arg, void (*free_arg)(void *arg));
+/* The public calls, on one connection (engine.c). */
+void kvi_conn_destroy(struct kvi_conn *h);
+int kvi_conn_submit(struct kvi_conn *h, struct kvc_op *op);
+int kvi_conn_poll(struct kvi_conn *h, struct kvc_op **done, unsigned max, int timeout_ms);
+unsigned kvi_conn_inflight(const struct kvi_conn *h);
+size_t kvi_conn_max_value(const struct kvi_conn *h, size_t key_len);
+void kvi_conn_get_stats(const struct kvi_conn *h, struct kvc_stats *out);
+int kvi_conn_server_stats(struct kvi_conn *h, struct kvc_server_stats *out);
+void kvi_conn_reset_stats(struct kvi_conn *h);
+/* While waiting on several connections: let h notice a vanished peer (what
+ * kvi_rmem_wait does for one). */
+void kvi_conn_idle(struct kvi_conn *h);
+/* Its connection is broken now (it rejoins at the next submit). */
+int kvi_conn_broken(const struct kvi_conn *h);
+
+/* A handle of one server over a connected transport, without a server list:
+ * for tests and local:// benchmarks (cluster.c). kvi_client_set_dial: let its
+ * connection rejoin (kvi_conn_set_dial). kvi_client_conn: the connection of
+ * server i (tests look inside). */
+int kvi_client_open(struct kvi_rmem *rm, const struct kvc_opts *o, kvc_t **out);
 void kvi_client_set_dial(kvc_t *h, kvi_dial_fn dial, void *arg, void (*free_arg)(void *arg));
+struct kvi_conn *kvi_client_conn(kvc_t *h, unsigned i);
+/* A handle of several servers over given transports (tests): an empty one,
+ * then a server named name ("host:port") joined through dial (which owns
+ * arg). A server whose join fails is added down, as kvc_create would. */
+int kvi_client_new(const struct kvc_opts *o, kvc_t **out);
+int kvi_client_add(kvc_t *h, const char *name, uint32_t weight, kvi_dial_fn dial, void *arg,
+		   void (*free_arg)(void *arg));
+
 /* A writer found bucket locked by word (not its own): report it to the
  * server if it keeps finding it (engine.c "Lock reports"). */
-void kvi_lock_waited(kvc_t *h, struct kvi_opst *st, uint64_t bucket, uint64_t epoch, uint64_t word);
+void kvi_lock_waited(struct kvi_conn *h, struct kvi_opst *st, uint64_t bucket, uint64_t epoch, uint64_t word);
 
 /* Engine services for the state machines. */
-int kvi_st_post(kvc_t *h, struct kvi_opst *st, const struct kvi_rop *ops, unsigned n, int state);
-void kvi_st_finish(kvc_t *h, struct kvi_opst *st, int status, int kind);
+int kvi_st_post(struct kvi_conn *h, struct kvi_opst *st, const struct kvi_rop *ops, unsigned n, int state);
+void kvi_st_finish(struct kvi_conn *h, struct kvi_opst *st, int status, int kind);
 /* Finish st, which cannot go on while it may hold bucket locks: nothing else
  * can release them, so the connection is broken first and the server fences
  * us (releasing them). Every other operation in flight then fails. */
-void kvi_st_abandon(kvc_t *h, struct kvi_opst *st, int status);
+void kvi_st_abandon(struct kvi_conn *h, struct kvi_opst *st, int status);
 /* Queue an access mark for the object at obj_off (op_get.c, on a first read). */
-void kvi_mark_access(kvc_t *h, uint64_t obj_off, uint64_t deadline);
+void kvi_mark_access(struct kvi_conn *h, uint64_t obj_off, uint64_t deadline);
 uint64_t kvi_now_ns(void);
 /* CLOCK_REALTIME in ns: the clock of expiries (layout.h "Expiry"). */
 uint64_t kvi_real_ns(void);
-uint64_t kvi_rand(kvc_t *h);
+uint64_t kvi_rand(struct kvi_conn *h);
 
 /* Make st's object area at least `need` bytes (<= h->obj_area); 0 or KVC_ENOMEM. */
-int kvi_obj_room(kvc_t *h, struct kvi_opst *st, uint64_t need);
+int kvi_obj_room(struct kvi_conn *h, struct kvi_opst *st, uint64_t need);
 
 /* Indexes (index.c): room for the chunk tables (at attach: the region's
  * geometry bounds them), and their release; fetch the current and previous
@@ -273,10 +306,10 @@ int kvi_obj_room(kvc_t *h, struct kvi_opst *st, uint64_t need);
  * changed); choose st's candidate buckets in the current index (st->b, boff,
  * bep, nb, epoch; nbk, noff, nchoice) and, while the server migrates, in the
  * previous one (obk, ooff, oepoch). */
-int kvi_index_alloc(kvc_t *h);
-void kvi_index_free(kvc_t *h);
-int kvi_index_refresh(kvc_t *h);
-void kvi_place(const kvc_t *h, struct kvi_opst *st);
+int kvi_index_alloc(struct kvi_conn *h);
+void kvi_index_free(struct kvi_conn *h);
+int kvi_index_refresh(struct kvi_conn *h);
+void kvi_place(const struct kvi_conn *h, struct kvi_opst *st);
 
 /* Resize (op_resize.c): following a migration, and waiting for a new index.
  * kvi_lock_mark: what lock word w of st's bucket i means. kvi_use_old: take
@@ -291,28 +324,28 @@ void kvi_place(const kvc_t *h, struct kvi_opst *st);
 enum kvi_rmark kvi_lock_mark(const struct kvi_opst *st, unsigned i, uint64_t w);
 void kvi_use_old(struct kvi_opst *st, unsigned mask);
 void kvi_use_new(struct kvi_opst *st, unsigned mask);
-void kvi_wait_stale(kvc_t *h, struct kvi_opst *st);
-void kvi_wait_grow(kvc_t *h, struct kvi_opst *st);
-int kvi_view_changed(const kvc_t *h, const struct kvi_opst *st);
-void kvi_grow_collect(kvc_t *h, uint64_t now);
-int kvi_resize_step(kvc_t *h, struct kvi_opst *st, uint64_t now, uint64_t *next_due);
+void kvi_wait_stale(struct kvi_conn *h, struct kvi_opst *st);
+void kvi_wait_grow(struct kvi_conn *h, struct kvi_opst *st);
+int kvi_view_changed(const struct kvi_conn *h, const struct kvi_opst *st);
+void kvi_grow_collect(struct kvi_conn *h, uint64_t now);
+int kvi_resize_step(struct kvi_conn *h, struct kvi_opst *st, uint64_t now, uint64_t *next_due);
 /* May st ask the server to grow its index (it has not, and the server did
  * not just say it cannot)? */
-int kvi_grow_wanted(const kvc_t *h, const struct kvi_opst *st);
+int kvi_grow_wanted(const struct kvi_conn *h, const struct kvi_opst *st);
 
 /* Shared helpers of the GET and write paths. */
-uint64_t kvi_read_len(const kvc_t *h, uint64_t slot);
-unsigned kvi_collect_cands(const kvc_t *h, struct kvi_opst *st);
-int kvi_read_cands(kvc_t *h, struct kvi_opst *st, int state);
+uint64_t kvi_read_len(const struct kvi_conn *h, uint64_t slot);
+unsigned kvi_collect_cands(const struct kvi_conn *h, struct kvi_opst *st);
+int kvi_read_cands(struct kvi_conn *h, struct kvi_opst *st, int state);
 enum kvi_objcheck kvi_obj_check(const struct kvi_opst *st, const struct kvi_cand *c);
 /* Check the candidates read in the last round: the one holding the key (*res is
  * KVI_OBJ_MATCH or KVI_OBJ_EXPIRED), or NULL; unreadable ones are counted in cand_bad. */
-const struct kvi_cand *kvi_check_round(const kvc_t *h, struct kvi_opst *st, enum kvi_objcheck *res);
+const struct kvi_cand *kvi_check_round(const struct kvi_conn *h, struct kvi_opst *st, enum kvi_objcheck *res);
 
 /* State machines. */
-void kvi_get_start(kvc_t *h, struct kvi_opst *st);
-void kvi_get_step(kvc_t *h, struct kvi_opst *st);
-void kvi_write_start(kvc_t *h, struct kvi_opst *st);
-void kvi_write_step(kvc_t *h, struct kvi_opst *st);
+void kvi_get_start(struct kvi_conn *h, struct kvi_opst *st);
+void kvi_get_step(struct kvi_conn *h, struct kvi_opst *st);
+void kvi_write_start(struct kvi_conn *h, struct kvi_opst *st);
+void kvi_write_step(struct kvi_conn *h, struct kvi_opst *st);
 
 #endif

@@ -33,7 +33,7 @@ uint64_t kvi_real_ns(void)
 	return clock_ns(CLOCK_REALTIME);
 }
 
-uint64_t kvi_rand(kvc_t *h)
+uint64_t kvi_rand(struct kvi_conn *h)
 {
 	/* xorshift64*: backoff jitter only, not security */
 	h->rng ^= h->rng >> 12;
@@ -49,7 +49,7 @@ static size_t scratch_size(void)
 	return 2 * KVI_BUCKET_SIZE + 64 + KVI_KEYHEAD_AREA + KVI_OBJ_AREA_MIN;
 }
 
-int kvi_obj_room(kvc_t *h, struct kvi_opst *st, uint64_t need)
+int kvi_obj_room(struct kvi_conn *h, struct kvi_opst *st, uint64_t need)
 {
 	uint64_t size = st->obj_cap;
 	void *p;
@@ -71,7 +71,7 @@ int kvi_obj_room(kvc_t *h, struct kvi_opst *st, uint64_t need)
 	return 0;
 }
 
-static void close_handle(kvc_t *h)
+static void close_handle(struct kvi_conn *h)
 {
 	kvi_rmem_destroy(h->rm);
 	kvi_locache_fini(&h->cache);
@@ -97,7 +97,7 @@ static void close_handle(kvc_t *h)
 
 /* Take a LEASE answer to a renewal sent at `sent`; 0, or KVC_EFENCED when
  * the server refused (our lease had already ended there). */
-static int lease_granted(kvc_t *h, const struct kvi_ctrl *r, uint64_t sent)
+static int lease_granted(struct kvi_conn *h, const struct kvi_ctrl *r, uint64_t sent)
 {
 	uint64_t end;
 
@@ -122,7 +122,7 @@ static int lease_granted(kvc_t *h, const struct kvi_ctrl *r, uint64_t sent)
 
 /* Renew now, waiting for the answer: at join, and when an idle handle comes
  * back after its lease ran out (the server may not have expelled it yet). */
-static int lease_renew_sync(kvc_t *h, int timeout_ms)
+static int lease_renew_sync(struct kvi_conn *h, int timeout_ms)
 {
 	struct kvi_ctrl req = { .type = KVI_CTRL_LEASE_RENEW, .arg = { h->cur.ix.epoch } }, resp;
 	uint64_t sent = kvi_now_ns();
@@ -131,13 +131,13 @@ static int lease_renew_sync(kvc_t *h, int timeout_ms)
 	return rc ? rc : lease_granted(h, &resp, sent);
 }
 
-static int lease_lapsed(const kvc_t *h, uint64_t now)
+static int lease_lapsed(const struct kvi_conn *h, uint64_t now)
 {
 	return h->lease_ns && now >= h->lease_end;
 }
 
 /* Collect a renewal's answer; send the next one when due. */
-static void lease_tick(kvc_t *h, uint64_t now)
+static void lease_tick(struct kvi_conn *h, uint64_t now)
 {
 	struct kvi_ctrl r;
 
@@ -191,7 +191,7 @@ static void lease_tick(kvc_t *h, uint64_t now)
  * live client and expels an owner that keeps one past every deadline
  * (server/members.h "Lock reports"). One report in flight per handle; the
  * answer is only collected (the writer just goes on trying). */
-void kvi_lock_waited(kvc_t *h, struct kvi_opst *st, uint64_t bucket, uint64_t epoch, uint64_t word)
+void kvi_lock_waited(struct kvi_conn *h, struct kvi_opst *st, uint64_t bucket, uint64_t epoch, uint64_t word)
 {
 	uint64_t now = kvi_now_ns();
 	struct kvi_ctrl req = { .type = KVI_CTRL_LOCK_REPORT, .arg = { bucket, word, epoch } }, r;
@@ -225,7 +225,7 @@ void kvi_lock_waited(kvc_t *h, struct kvi_opst *st, uint64_t bucket, uint64_t ep
 
 /* Give h the connection rm: learn the layout, size and carve the local
  * buffer, take a lease. Used at open and when rejoining (nothing in flight). */
-static int attach(kvc_t *h, struct kvi_rmem *rm)
+static int attach(struct kvi_conn *h, struct kvi_rmem *rm)
 {
 	const struct kvc_opts *o = &h->o;
 	const char *why;
@@ -283,9 +283,9 @@ static int attach(kvc_t *h, struct kvi_rmem *rm)
 	return kvi_index_refresh(h);
 }
 
-int kvi_client_open(struct kvi_rmem *rm, const struct kvc_opts *o, kvc_t **out)
+int kvi_conn_open(struct kvi_rmem *rm, const struct kvc_opts *o, struct kvi_conn **out)
 {
-	kvc_t *h;
+	struct kvi_conn *h;
 	int rc;
 
 	*out = NULL;
@@ -314,7 +314,7 @@ clean_h:
 	return rc;
 }
 
-void kvi_client_set_dial(kvc_t *h, kvi_dial_fn dial, void *arg, void (*free_arg)(void *arg))
+void kvi_conn_set_dial(struct kvi_conn *h, kvi_dial_fn dial, void *arg, void (*free_arg)(void *arg))
 {
 	if (h->dial_free)
 		h->dial_free(h->dial_arg);
@@ -334,7 +334,7 @@ void kvi_client_set_dial(kvc_t *h, kvi_dial_fn dial, void *arg, void (*free_arg)
 #define REJOIN_MIN_MS 10u
 #define REJOIN_MAX_MS 1000u
 
-static int rejoin(kvc_t *h, uint64_t now)
+static int rejoin(struct kvi_conn *h, uint64_t now)
 {
 	struct kvi_rmem *rm;
 	int was = h->rm->broken ? h->rm->broken : KVC_EFENCED, rc, timeout;
@@ -371,7 +371,7 @@ static int rejoin(kvc_t *h, uint64_t now)
 }
 
 /* Before admitting an operation: a usable connection with a live lease. */
-static int ensure_joined(kvc_t *h, uint64_t now)
+static int ensure_joined(struct kvi_conn *h, uint64_t now)
 {
 	if (!h->rm->broken && !lease_lapsed(h, now)) {
 		lease_tick(h, now);
@@ -390,7 +390,7 @@ static int ensure_joined(kvc_t *h, uint64_t now)
  * the next client (one short control round trip; skipped when anything is in
  * flight or the connection is gone: the server then keeps the whole extent
  * until it is reclaimed). */
-static void return_extent(kvc_t *h)
+static void return_extent(struct kvi_conn *h)
 {
 	struct kvi_ctrl req = { .type = KVI_CTRL_SEG_RETURN, .arg = { h->seg_used } }, resp;
 
@@ -399,7 +399,7 @@ static void return_extent(kvc_t *h)
 	(void)kvi_rmem_ctrl_call(h->rm, &req, &resp, RETURN_TIMEOUT_MS);
 }
 
-void kvc_destroy(kvc_t *h)
+void kvi_conn_destroy(struct kvi_conn *h)
 {
 	if (!h)
 		return;
@@ -411,7 +411,7 @@ void kvc_destroy(kvc_t *h)
 
 /* Bytes to READ for a slot's object: the slot's rounded length, clamped to the
  * heap's end (the rounding may reach past the last object). */
-uint64_t kvi_read_len(const kvc_t *h, uint64_t slot)
+uint64_t kvi_read_len(const struct kvi_conn *h, uint64_t slot)
 {
 	uint64_t off = kvi_slot_obj_off(slot), len = kvi_slot_read_len(slot);
 	uint64_t end = h->sb.heap_off + h->sb.heap_size;
@@ -421,7 +421,7 @@ uint64_t kvi_read_len(const kvc_t *h, uint64_t slot)
 
 /* Fingerprint matches in the op's buckets; slots pointing outside the heap
  * are garbage and ignored (they can only come from a corrupt writer). */
-unsigned kvi_collect_cands(const kvc_t *h, struct kvi_opst *st)
+unsigned kvi_collect_cands(const struct kvi_conn *h, struct kvi_opst *st)
 {
 	st->ncand = st->cand_next = st->cand_bad = 0;
 	for (unsigned w = 0; w < st->nb; w++) {
@@ -438,7 +438,7 @@ unsigned kvi_collect_cands(const kvc_t *h, struct kvi_opst *st)
 }
 
 /* READ as many pending candidates as fit the object area, in one doorbell. */
-int kvi_read_cands(kvc_t *h, struct kvi_opst *st, int state)
+int kvi_read_cands(struct kvi_conn *h, struct kvi_opst *st, int state)
 {
 	struct kvi_rop ops[KVI_MAX_CAND];
 	uint32_t used = 0;
@@ -511,7 +511,7 @@ enum kvi_objcheck kvi_obj_check(const struct kvi_opst *st, const struct kvi_cand
 	return expiry_check(st, kvi_obj_expiry_ms(oh));
 }
 
-const struct kvi_cand *kvi_check_round(const kvc_t *h, struct kvi_opst *st, enum kvi_objcheck *res)
+const struct kvi_cand *kvi_check_round(const struct kvi_conn *h, struct kvi_opst *st, enum kvi_objcheck *res)
 {
 	for (unsigned i = st->cand_round; i < st->cand_next; i++) {
 		const struct kvi_cand *c = &st->cand[i];
@@ -542,13 +542,13 @@ static int may_hold_locks(const struct kvi_opst *st)
 /* An operation that cannot go on while it may hold locks: nothing else can
  * release them, so the connection is broken and the server fences us
  * (releasing them). Every operation in flight then fails. */
-void kvi_st_abandon(kvc_t *h, struct kvi_opst *st, int status)
+void kvi_st_abandon(struct kvi_conn *h, struct kvi_opst *st, int status)
 {
 	kvi_rmem_shutdown(h->rm, status);
 	kvi_st_finish(h, st, status, KVC_STAT_FAILED);
 }
 
-void kvi_mark_access(kvc_t *h, uint64_t obj_off, uint64_t deadline)
+void kvi_mark_access(struct kvi_conn *h, uint64_t obj_off, uint64_t deadline)
 {
 	if (!h->o.track_access || h->mark_count == KVI_MARKS)
 		return; /* sampling: a full queue drops the mark */
@@ -558,7 +558,7 @@ void kvi_mark_access(kvc_t *h, uint64_t obj_off, uint64_t deadline)
 }
 
 /* ops[0..n) followed by as many pending marks as fit one doorbell, in out. */
-static unsigned add_marks(kvc_t *h, const struct kvi_rop *ops, unsigned n, uint64_t now, struct kvi_rop *out)
+static unsigned add_marks(struct kvi_conn *h, const struct kvi_rop *ops, unsigned n, uint64_t now, struct kvi_rop *out)
 {
 	memcpy(out, ops, n * sizeof(*ops));
 	while (h->mark_count && n < KVI_RMEM_MAX_BATCH) {
@@ -574,7 +574,7 @@ static unsigned add_marks(kvc_t *h, const struct kvi_rop *ops, unsigned n, uint6
 	return n;
 }
 
-int kvi_st_post(kvc_t *h, struct kvi_opst *st, const struct kvi_rop *ops, unsigned n, int state)
+int kvi_st_post(struct kvi_conn *h, struct kvi_opst *st, const struct kvi_rop *ops, unsigned n, int state)
 {
 	struct kvi_rop all[KVI_RMEM_MAX_BATCH];
 	uint64_t now = kvi_now_ns();
@@ -617,7 +617,7 @@ int kvi_st_post(kvc_t *h, struct kvi_opst *st, const struct kvi_rop *ops, unsign
 	return 0;
 }
 
-void kvi_st_finish(kvc_t *h, struct kvi_opst *st, int status, int kind)
+void kvi_st_finish(struct kvi_conn *h, struct kvi_opst *st, int status, int kind)
 {
 	struct kvc_op *op = st->op;
 
@@ -637,7 +637,7 @@ void kvi_st_finish(kvc_t *h, struct kvi_opst *st, int status, int kind)
 
 /* Is a grant for `bytes` well-formed: inside the heap, 16-byte aligned, no
  * larger than a segment and large enough? */
-static int grant_ok(const kvc_t *h, const struct kvi_ctrl *r, uint64_t bytes)
+static int grant_ok(const struct kvi_conn *h, const struct kvi_ctrl *r, uint64_t bytes)
 {
 	uint64_t heap_end = h->sb.heap_off + h->sb.heap_size;
 
@@ -647,7 +647,7 @@ static int grant_ok(const kvc_t *h, const struct kvi_ctrl *r, uint64_t bytes)
 }
 
 /* Nothing more goes into our extent (the server sealed it, or may have). */
-static void forget_extent(kvc_t *h)
+static void forget_extent(struct kvi_conn *h)
 {
 	h->seg_off = h->seg_size = h->seg_used = 0;
 }
@@ -656,7 +656,7 @@ static void forget_extent(kvc_t *h)
  * current one is full: the region offset to write at, KVC_EAGAIN when the
  * server has no memory free right now (reclamation is making room: ask again
  * shortly), or another code. */
-static int64_t reserve(kvc_t *h, uint64_t bytes)
+static int64_t reserve(struct kvi_conn *h, uint64_t bytes)
 {
 	struct kvi_ctrl req = { .type = KVI_CTRL_SEG_REQ, .arg = { bytes, h->seg_used } }, resp;
 	uint64_t off;
@@ -695,7 +695,7 @@ static int64_t reserve(kvc_t *h, uint64_t bytes)
 
 /* ---- the public asynchronous interface -------------------------------- */
 
-static int check_op(const kvc_t *h, const struct kvc_op *op)
+static int check_op(const struct kvi_conn *h, const struct kvc_op *op)
 {
 	if (!op || (op->key_len && !op->key))
 		return KVC_EINVAL;
@@ -730,7 +730,7 @@ static uint64_t expiry_of(uint64_t ttl_ms)
 	return ttl_ms > KVI_OBJ_EXPIRY_MAX - now_ms ? KVI_OBJ_EXPIRY_MAX : now_ms + ttl_ms;
 }
 
-static void start(kvc_t *h, struct kvi_opst *st)
+static void start(struct kvi_conn *h, struct kvi_opst *st)
 {
 	if (st->op->type == KVC_OP_GET)
 		kvi_get_start(h, st);
@@ -738,7 +738,7 @@ static void start(kvc_t *h, struct kvi_opst *st)
 		kvi_write_start(h, st);
 }
 
-int kvc_submit(kvc_t *h, struct kvc_op *op)
+int kvi_conn_submit(struct kvi_conn *h, struct kvc_op *op)
 {
 	struct kvi_opst *st = NULL;
 	int64_t off = 0;
@@ -801,7 +801,7 @@ int kvc_submit(kvc_t *h, struct kvc_op *op)
 }
 
 /* A PUT waiting for memory asks again (from kvc_poll, when due). */
-static void retry_grant(kvc_t *h, struct kvi_opst *st, uint64_t now)
+static void retry_grant(struct kvi_conn *h, struct kvi_opst *st, uint64_t now)
 {
 	int64_t off = reserve(h, kvi_obj_footprint(st->obj_len));
 
@@ -836,7 +836,7 @@ static int waiting(const struct kvi_opst *st)
  * server or the path stopped answering: break the connection so that nothing
  * can land later. (Judged by the batch's age, not the operation's, so that a
  * caller who polls late does not condemn a batch it has just posted.) */
-static void check_stuck(kvc_t *h, uint64_t now)
+static void check_stuck(struct kvi_conn *h, uint64_t now)
 {
 	uint64_t limit = (uint64_t)h->op_timeout_ms * 1000000u;
 
@@ -854,7 +854,7 @@ static void check_stuck(kvc_t *h, uint64_t now)
 	}
 }
 
-static void run_backoffs(kvc_t *h, uint64_t now, uint64_t *next_due)
+static void run_backoffs(struct kvi_conn *h, uint64_t now, uint64_t *next_due)
 {
 	kvi_grow_collect(h, now);
 	for (unsigned i = 0; i < h->o.depth; i++) {
@@ -882,7 +882,7 @@ static void run_backoffs(kvc_t *h, uint64_t now, uint64_t *next_due)
 }
 
 /* now: read after the completion was polled (so no earlier than it). */
-static void on_complete(kvc_t *h, const struct kvi_rcomp *c, uint64_t now)
+static void on_complete(struct kvi_conn *h, const struct kvi_rcomp *c, uint64_t now)
 {
 	struct kvi_opst *st;
 
@@ -913,7 +913,7 @@ static void on_complete(kvc_t *h, const struct kvi_rcomp *c, uint64_t now)
 	}
 }
 
-int kvc_poll(kvc_t *h, struct kvc_op **done, unsigned max, int timeout_ms)
+int kvi_conn_poll(struct kvi_conn *h, struct kvc_op **done, unsigned max, int timeout_ms)
 {
 	uint64_t now = kvi_now_ns(); /* one clock read per pass: this, or the one after a completion */
 	uint64_t deadline = timeout_ms < 0 ? UINT64_MAX : now + (uint64_t)timeout_ms * 1000000u;
@@ -968,19 +968,30 @@ int kvc_poll(kvc_t *h, struct kvc_op **done, unsigned max, int timeout_ms)
 	}
 }
 
-unsigned kvc_inflight(const kvc_t *h)
+unsigned kvi_conn_inflight(const struct kvi_conn *h)
 {
 	return h->inflight + h->done_count;
 }
 
-size_t kvc_max_value(const kvc_t *h, size_t key_len)
+int kvi_conn_broken(const struct kvi_conn *h)
+{
+	return h->rm->broken != 0;
+}
+
+void kvi_conn_idle(struct kvi_conn *h)
+{
+	if (h->rm->inflight && !h->rm->broken)
+		h->rm->type->idle(h->rm);
+}
+
+size_t kvi_conn_max_value(const struct kvi_conn *h, size_t key_len)
 {
 	uint64_t over = kvi_obj_len((uint32_t)key_len, 0);
 
 	return key_len > KVI_MAX_KEY || over > h->max_object ? 0 : (size_t)(h->max_object - over);
 }
 
-void kvc_get_stats(const kvc_t *h, struct kvc_stats *out)
+void kvi_conn_get_stats(const struct kvi_conn *h, struct kvc_stats *out)
 {
 	*out = h->stats;
 }
@@ -989,7 +1000,7 @@ void kvc_get_stats(const kvc_t *h, struct kvc_stats *out)
 _Static_assert(sizeof(struct kvc_server_stats) == KVI_STAT_COUNT * sizeof(uint64_t),
 	       "kvc_server_stats mirrors enum kvi_stat_id");
 
-int kvc_server_stats(kvc_t *h, struct kvc_server_stats *out)
+int kvi_conn_server_stats(struct kvi_conn *h, struct kvc_server_stats *out)
 {
 	uint64_t v[KVI_STATS_PAGES * 5];
 	int rc;
@@ -1050,7 +1061,7 @@ const char *const *kvc_server_stat_names(size_t *n)
 	return names;
 }
 
-void kvc_reset_stats(kvc_t *h)
+void kvi_conn_reset_stats(struct kvi_conn *h)
 {
 	memset(&h->stats, 0, sizeof(h->stats));
 }

@@ -21,7 +21,7 @@
 
 /* Fetch index `which` (0 current, 1 previous) into ci. 0 (ci->ix.epoch 0:
  * the server has no such index), or a negative code. */
-static int fetch(kvc_t *h, unsigned which, struct kvi_cindex *ci)
+static int fetch(struct kvi_conn *h, unsigned which, struct kvi_cindex *ci)
 {
 	struct kvi_index got = { .chunk_off = ci->chunks };
 	uint32_t first = 0;
@@ -78,7 +78,7 @@ static int fetch(kvc_t *h, unsigned which, struct kvi_cindex *ci)
 	return KVC_EAGAIN;
 }
 
-int kvi_index_refresh(kvc_t *h)
+int kvi_index_refresh(struct kvi_conn *h)
 {
 	uint64_t before = h->cur.ix.epoch;
 	int rc = fetch(h, 0, &h->cur);
@@ -107,7 +107,7 @@ int kvi_index_refresh(kvc_t *h)
 	return 0;
 }
 
-int kvi_index_alloc(kvc_t *h)
+int kvi_index_alloc(struct kvi_conn *h)
 {
 	uint32_t cap = (uint32_t)(h->sb.region_size / h->sb.segment_size + 1);
 
@@ -128,7 +128,7 @@ int kvi_index_alloc(kvc_t *h)
 	return 0;
 }
 
-void kvi_index_free(kvc_t *h)
+void kvi_index_free(struct kvi_conn *h)
 {
 	free(h->cur.chunks);
 	free(h->prev.chunks);
@@ -142,7 +142,7 @@ void kvi_index_free(kvc_t *h)
  * follows a choice to its old bucket when it finds the new one UNMIGRATED
  * (op_resize.c). Offsets are fixed here: a new index arriving while the
  * operation runs changes nothing under it. */
-void kvi_place(const kvc_t *h, struct kvi_opst *st)
+void kvi_place(const struct kvi_conn *h, struct kvi_opst *st)
 {
 	const struct kvi_index *ix = &h->cur.ix, *px = &h->prev.ix;
 

@@ -24,7 +24,7 @@
 #include "client.h"
 #include "kvclient_errors.h"
 
-static void read_buckets(kvc_t *h, struct kvi_opst *st)
+static void read_buckets(struct kvi_conn *h, struct kvi_opst *st)
 {
 	struct kvi_rop ops[2];
 
@@ -36,7 +36,7 @@ static void read_buckets(kvc_t *h, struct kvi_opst *st)
 		st->slot_posted = st->posted;
 }
 
-void kvi_get_start(kvc_t *h, struct kvi_opst *st)
+void kvi_get_start(struct kvi_conn *h, struct kvi_opst *st)
 {
 	const struct kvi_loc *l = kvi_locache_get(&h->cache, st->kh.lo, st->kh.hi);
 	struct kvi_rop ops[2];
@@ -67,7 +67,7 @@ void kvi_get_start(kvc_t *h, struct kvi_opst *st)
 }
 
 /* Copy the value of the matching object in c out to the caller. */
-static void deliver(kvc_t *h, struct kvi_opst *st, const struct kvi_cand *c, int kind)
+static void deliver(struct kvi_conn *h, struct kvi_opst *st, const struct kvi_cand *c, int kind)
 {
 	const unsigned char *buf = st->obj + c->loff;
 	const struct kvi_obj_hdr *oh = (const struct kvi_obj_hdr *)(const void *)buf;
@@ -92,7 +92,7 @@ static void deliver(kvc_t *h, struct kvi_opst *st, const struct kvi_cand *c, int
 	kvi_st_finish(h, st, status, kind);
 }
 
-static void retry_or_fail(kvc_t *h, struct kvi_opst *st)
+static void retry_or_fail(struct kvi_conn *h, struct kvi_opst *st)
 {
 	h->stats.verify_retries++;
 	if (++st->verify_tries >= KVI_VERIFY_TRIES)
@@ -101,7 +101,7 @@ static void retry_or_fail(kvc_t *h, struct kvi_opst *st)
 		read_buckets(h, st);
 }
 
-static void on_cached(kvc_t *h, struct kvi_opst *st)
+static void on_cached(struct kvi_conn *h, struct kvi_opst *st)
 {
 	uint64_t lock = st->bk[0].lock;
 
@@ -136,7 +136,7 @@ static void on_cached(kvc_t *h, struct kvi_opst *st)
 }
 
 /* Check the candidates of the round just read; read more or conclude. */
-static void on_objects(kvc_t *h, struct kvi_opst *st)
+static void on_objects(struct kvi_conn *h, struct kvi_opst *st)
 {
 	enum kvi_objcheck res;
 	const struct kvi_cand *c = kvi_check_round(h, st, &res);
@@ -161,7 +161,7 @@ static void on_objects(kvc_t *h, struct kvi_opst *st)
 }
 
 /* The buckets of this attempt were read: follow resize marks, or go on. */
-static int follow_marks(kvc_t *h, struct kvi_opst *st)
+static int follow_marks(struct kvi_conn *h, struct kvi_opst *st)
 {
 	struct kvi_rop ops[2];
 	unsigned follow = 0, n = 0, before = st->old, reread;
@@ -205,7 +205,7 @@ static int follow_marks(kvc_t *h, struct kvi_opst *st)
 	return 1;
 }
 
-void kvi_get_step(kvc_t *h, struct kvi_opst *st)
+void kvi_get_step(struct kvi_conn *h, struct kvi_opst *st)
 {
 	switch (st->state) {
 	case KVI_ST_GET_CACHED:

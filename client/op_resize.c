@@ -75,7 +75,7 @@ void kvi_use_new(struct kvi_opst *st, unsigned mask)
 	st->nb = st->nchoice;
 }
 
-int kvi_view_changed(const kvc_t *h, const struct kvi_opst *st)
+int kvi_view_changed(const struct kvi_conn *h, const struct kvi_opst *st)
 {
 	return h->cur.ix.epoch != st->epoch || (h->prev.ix.epoch != 0) != (st->oepoch != 0);
 }
@@ -85,7 +85,7 @@ static uint64_t cap_deadline(const struct kvi_opst *st, uint64_t t)
 	return t < st->deadline ? t : st->deadline;
 }
 
-void kvi_wait_stale(kvc_t *h, struct kvi_opst *st)
+void kvi_wait_stale(struct kvi_conn *h, struct kvi_opst *st)
 {
 	uint64_t now = kvi_now_ns();
 
@@ -101,7 +101,7 @@ void kvi_wait_stale(kvc_t *h, struct kvi_opst *st)
 
 /* The report slot is free (its answer came, or it is lost): GROW may use it
  * (wire.h KVI_CTRL_MAX_OUTSTANDING counts one for both). */
-static int report_slot_free(kvc_t *h, uint64_t now)
+static int report_slot_free(struct kvi_conn *h, uint64_t now)
 {
 	struct kvi_ctrl r;
 
@@ -112,7 +112,7 @@ static int report_slot_free(kvc_t *h, uint64_t now)
 	return 1;
 }
 
-static void grow_send(kvc_t *h, struct kvi_opst *st, uint64_t now)
+static void grow_send(struct kvi_conn *h, struct kvi_opst *st, uint64_t now)
 {
 	struct kvi_ctrl req = { .type = KVI_CTRL_GROW, .arg = { st->grow_epoch, st->grow_bucket } };
 
@@ -131,13 +131,13 @@ static void grow_send(kvc_t *h, struct kvi_opst *st, uint64_t now)
 	st->grow_sent = 1;
 }
 
-int kvi_grow_wanted(const kvc_t *h, const struct kvi_opst *st)
+int kvi_grow_wanted(const struct kvi_conn *h, const struct kvi_opst *st)
 {
 	return !st->grow_asked &&
 	       !(h->grow_no_epoch && h->grow_no_epoch == st->epoch && kvi_now_ns() < h->grow_no_until);
 }
 
-void kvi_wait_grow(kvc_t *h, struct kvi_opst *st)
+void kvi_wait_grow(struct kvi_conn *h, struct kvi_opst *st)
 {
 	uint64_t now = kvi_now_ns();
 
@@ -177,7 +177,7 @@ void kvi_wait_grow(kvc_t *h, struct kvi_opst *st)
 	grow_send(h, st, now);
 }
 
-void kvi_grow_collect(kvc_t *h, uint64_t now)
+void kvi_grow_collect(struct kvi_conn *h, uint64_t now)
 {
 	struct kvi_ctrl r;
 
@@ -205,7 +205,7 @@ void kvi_grow_collect(kvc_t *h, uint64_t now)
 	h->grow_no_until = now + (uint64_t)h->op_timeout_ms * 1000000u;
 }
 
-int kvi_resize_step(kvc_t *h, struct kvi_opst *st, uint64_t now, uint64_t *next_due)
+int kvi_resize_step(struct kvi_conn *h, struct kvi_opst *st, uint64_t now, uint64_t *next_due)
 {
 	uint64_t due;
 

@@ -39,7 +39,7 @@
 #define BACKOFF_MIN_NS 2000ull
 #define BACKOFF_MAX_NS 1000000ull
 
-static uint64_t held_word(const kvc_t *h)
+static uint64_t held_word(const struct kvi_conn *h)
 {
 	return kvi_lock_held_by(h->rm->client_id);
 }
@@ -54,7 +54,7 @@ static uint64_t lock_off(const struct kvi_opst *st, unsigned i)
 /* May a cached PUT that started at st->start trust the entry? Its locked
  * re-read of the slot happens before its deadline; the slot word cannot name
  * a different object until quarantine_ms after the entry was confirmed. */
-static int cache_trusted(const kvc_t *h, const struct kvi_opst *st, const struct kvi_loc *l)
+static int cache_trusted(const struct kvi_conn *h, const struct kvi_opst *st, const struct kvi_loc *l)
 {
 	uint64_t q = (uint64_t)h->rm->quarantine_ms * 1000000u, op = (uint64_t)h->op_timeout_ms * 1000000u;
 
@@ -65,7 +65,7 @@ static int cache_trusted(const kvc_t *h, const struct kvi_opst *st, const struct
 
 /* Bytes a cached PUT reads of the object slot names: its header and key, or
  * 0 when that object cannot be this key's (outside the heap, too short). */
-static uint32_t keyhead_len(const kvc_t *h, const struct kvi_opst *st, uint64_t slot)
+static uint32_t keyhead_len(const struct kvi_conn *h, const struct kvi_opst *st, uint64_t slot)
 {
 	uint64_t need = sizeof(struct kvi_obj_hdr) + st->op->key_len;
 
@@ -83,7 +83,7 @@ static int keyhead_is_ours(const struct kvi_opst *st)
 	       memcmp(st->khead + sizeof(*oh), st->op->key, st->op->key_len) == 0;
 }
 
-void kvi_write_start(kvc_t *h, struct kvi_opst *st)
+void kvi_write_start(struct kvi_conn *h, struct kvi_opst *st)
 {
 	const struct kvi_loc *l = kvi_locache_get(&h->cache, st->kh.lo, st->kh.hi);
 	struct kvi_rop ops[5];
@@ -132,7 +132,7 @@ void kvi_write_start(kvc_t *h, struct kvi_opst *st)
 
 /* Release the locks this attempt holds; then (enum kvi_after_release) retry,
  * wait, or finish with st->result / st->kind. */
-static void release(kvc_t *h, struct kvi_opst *st, int retry)
+static void release(struct kvi_conn *h, struct kvi_opst *st, int retry)
 {
 	struct kvi_rop ops[2];
 	unsigned n = 0;
@@ -150,7 +150,7 @@ static void release(kvc_t *h, struct kvi_opst *st, int retry)
 }
 
 /* WRITE the decided slot word and release every lock, in one doorbell. */
-static void commit(kvc_t *h, struct kvi_opst *st, uint32_t which, uint32_t idx, uint64_t slot, int kind)
+static void commit(struct kvi_conn *h, struct kvi_opst *st, uint32_t which, uint32_t idx, uint64_t slot, int kind)
 {
 	struct kvi_rop ops[3];
 	unsigned n = 0;
@@ -173,7 +173,7 @@ static uint64_t new_slot(const struct kvi_opst *st)
 
 /* The key is in bucket `which`, slot idx (expired: its item has expired, so
  * a DELETE clears the slot but reports the key absent, as GET would). */
-static void found(kvc_t *h, struct kvi_opst *st, uint32_t which, uint32_t idx, int cached, int expired)
+static void found(struct kvi_conn *h, struct kvi_opst *st, uint32_t which, uint32_t idx, int cached, int expired)
 {
 	if (st->op->type == KVC_OP_PUT) {
 		commit(h, st, which, idx, new_slot(st), cached ? KVC_STAT_PUT_UPDATE_CACHED : KVC_STAT_PUT_UPDATE);
@@ -193,7 +193,7 @@ static void found(kvc_t *h, struct kvi_opst *st, uint32_t which, uint32_t idx, i
 #define HDR_STRIDE ((sizeof(struct kvi_obj_hdr) + 7) & ~(size_t)7)
 _Static_assert(2 * KVI_SLOTS_PER_BUCKET * HDR_STRIDE <= KVI_OBJ_AREA_MIN, "headers fit any object area");
 
-static void read_headers(kvc_t *h, struct kvi_opst *st)
+static void read_headers(struct kvi_conn *h, struct kvi_opst *st)
 {
 	struct kvi_rop ops[KVI_RMEM_MAX_BATCH];
 	unsigned n = 0;
@@ -219,7 +219,7 @@ static void read_headers(kvc_t *h, struct kvi_opst *st)
  * read: an expired item's first; else (a cache that evicts) an item nobody
  * read since it was written, else any item -- set-associative eviction, as a
  * CPU cache does when a set is full; -1 when none may go. */
-static int pick_victim(const kvc_t *h, const struct kvi_opst *st, int *expired)
+static int pick_victim(const struct kvi_conn *h, const struct kvi_opst *st, int *expired)
 {
 	uint64_t now_ms = kvi_real_ns() / 1000000u; /* we hold both locks: any moment decides */
 	int unread = -1, any = -1;
@@ -249,7 +249,7 @@ static int pick_victim(const kvc_t *h, const struct kvi_opst *st, int *expired)
 	return unread >= 0 ? unread : any;
 }
 
-static void on_expcheck(kvc_t *h, struct kvi_opst *st)
+static void on_expcheck(struct kvi_conn *h, struct kvi_opst *st)
 {
 	int expired, k = pick_victim(h, st, &expired);
 
@@ -279,7 +279,7 @@ static void on_expcheck(kvc_t *h, struct kvi_opst *st)
 }
 
 /* The key is in neither bucket (both locked and checked). */
-static void absent(kvc_t *h, struct kvi_opst *st)
+static void absent(struct kvi_conn *h, struct kvi_opst *st)
 {
 	unsigned free_n[2] = { 0, 0 }, pick;
 	int first[2] = { -1, -1 };
@@ -311,7 +311,7 @@ static void absent(kvc_t *h, struct kvi_opst *st)
 
 /* Every bucket of the attempt is held: check the cached slot, or look for
  * the key. */
-static void locked_all(kvc_t *h, struct kvi_opst *st)
+static void locked_all(struct kvi_conn *h, struct kvi_opst *st)
 {
 	if (st->state == KVI_ST_W_LOCK_CACHED) {
 		enum kvi_objcheck res = KVI_OBJ_MATCH;
@@ -342,7 +342,7 @@ static void locked_all(kvc_t *h, struct kvi_opst *st)
 
 /* CAS-lock and READ the old buckets of the choices in `follow`, whose new
  * buckets are UNMIGRATED (nothing of them is held). */
-static void lock_old(kvc_t *h, struct kvi_opst *st, unsigned follow)
+static void lock_old(struct kvi_conn *h, struct kvi_opst *st, unsigned follow)
 {
 	struct kvi_rop ops[4];
 	unsigned n = 0;
@@ -359,7 +359,7 @@ static void lock_old(kvc_t *h, struct kvi_opst *st, unsigned follow)
 }
 
 /* A lock doorbell completed: the CAS results of the buckets it tried. */
-static void on_lock(kvc_t *h, struct kvi_opst *st)
+static void on_lock(struct kvi_conn *h, struct kvi_opst *st)
 {
 	unsigned tried = 0, follow = 0;
 	int busy = -1, stale = 0;
@@ -418,7 +418,7 @@ static void on_lock(kvc_t *h, struct kvi_opst *st)
 	locked_all(h, st);
 }
 
-static void on_keycheck(kvc_t *h, struct kvi_opst *st)
+static void on_keycheck(struct kvi_conn *h, struct kvi_opst *st)
 {
 	enum kvi_objcheck res;
 	const struct kvi_cand *c = kvi_check_round(h, st, &res);
@@ -448,7 +448,7 @@ static void on_keycheck(kvc_t *h, struct kvi_opst *st)
 		absent(h, st);
 }
 
-static void on_commit(kvc_t *h, struct kvi_opst *st)
+static void on_commit(struct kvi_conn *h, struct kvi_opst *st)
 {
 	for (unsigned i = 0; i < st->nb; i++) {
 		if (st->w[2 + i] != held_word(h)) {
@@ -471,7 +471,7 @@ static void on_commit(kvc_t *h, struct kvi_opst *st)
 	kvi_st_finish(h, st, st->result, st->kind);
 }
 
-static void on_release(kvc_t *h, struct kvi_opst *st)
+static void on_release(struct kvi_conn *h, struct kvi_opst *st)
 {
 	uint64_t now, cap, wait;
 
@@ -513,7 +513,7 @@ static void on_release(kvc_t *h, struct kvi_opst *st)
 	st->state = KVI_ST_BACKOFF;
 }
 
-void kvi_write_step(kvc_t *h, struct kvi_opst *st)
+void kvi_write_step(struct kvi_conn *h, struct kvi_opst *st)
 {
 	switch (st->state) {
 	case KVI_ST_W_LOCK:

@@ -53,7 +53,10 @@ KVC_EXPORT void kvc_set_log(kvc_log_fn fn, void *arg, int max_level);
 typedef struct kvc kvc_t;
 
 struct kvc_opts {
-	const char *server;     /* "HOST[:PORT]" (required) */
+	/* "HOST[:PORT]", or a list of servers "HOST[:PORT][=WEIGHT],..." (up to
+	 * 64) whose keys are spread by consistent hashing ("Several servers"
+	 * below). NULL: the environment variable KVC_SERVERS, else servers_file. */
+	const char *server;
 	const char *device;     /* RDMA device to use, or NULL for the one routing to HOST */
 	int connect_timeout_ms; /* each connection set-up step; default 5000 */
 	/* Every operation's deadline, counted from kvc_submit: past it the
@@ -81,14 +84,69 @@ struct kvc_opts {
 	 * variable KVC_SECRET_FILE, if set, else no proof (a server that needs one
 	 * refuses with KVC_ENOAUTH). */
 	const char *secret_file;
+	/* A file holding the server list (the form above; commas, spaces or
+	 * newlines between servers, '#' starts a comment). The handle looks at
+	 * it at most once a second, from kvc_submit and kvc_poll, and when it
+	 * changed applies it as kvc_set_servers would (a bad list is logged and
+	 * ignored). NULL: the environment variable KVC_SERVERS_FILE, if set.
+	 * Used for the initial list too when server is NULL. */
+	const char *servers_file;
+	/* Auto-eject (as libmemcached's server_failure_limit / retry_timeout):
+	 * a server whose operations or joins failed this many times in a row
+	 * (server gone, unreachable, timed out) leaves the hash for
+	 * retry_timeout_ms: its keys go to the others meanwhile. 0 (default):
+	 * never; its keys fail fast with KVC_ESERVERGONE until it is back. */
+	unsigned server_failure_limit;
+	int retry_timeout_ms; /* default 2000 */
 };
 
 /* Fill o with the defaults (server NULL). */
 KVC_EXPORT void kvc_opts_init(struct kvc_opts *o);
 
-/* Connect to the server in o. On failure returns a KVC_ code and, if err is not
- * NULL, writes one line there: what failed, where, and what to do. */
+/* Connect to the server(s) in o. On failure returns a KVC_ code and, if err
+ * is not NULL, writes one line there: what failed, where, and what to do.
+ * With a list, the handle is made when at least one server joins; the others
+ * are joined when their keys are next used (see "Several servers").
+ *
+ * Several servers: one handle holds one connection per server, and each key
+ * belongs to one server, chosen by weighted rendezvous hashing of the key
+ * over the servers' names ("host:port" as listed; the order of the list does
+ * not matter, and every client with the same list agrees). Adding a server
+ * to N moves about 1/(N+1) of the keys, all to it; removing one moves only
+ * its keys. Asynchronous operations to different servers are in flight
+ * together, and depth bounds them all. A server that is down makes its keys
+ * fail fast with KVC_ESERVERGONE (a cache treats that as a miss) while the
+ * others are unaffected; the handle joins it again, backing off from 10 ms
+ * to 1 s, so its keys are served again about a second after it is back
+ * (a join attempt of a server that does not answer at all holds the calling
+ * thread for up to 250 ms, once per back-off period). */
 KVC_EXPORT int kvc_create(const struct kvc_opts *o, kvc_t **out, char *err, size_t errlen);
+/* Replace the server list (the form of kvc_opts.server) while running:
+ * servers kept keep their connections and keys; new ones are joined now (a
+ * server that cannot be joined is kept, down, like any other); removed ones
+ * take no new operations and are closed once theirs finish. Only the keys
+ * that must move do. KVC_EINVAL (one line in err) for a bad list, which
+ * changes nothing. */
+KVC_EXPORT int kvc_set_servers(kvc_t *h, const char *servers, char *err, size_t errlen);
+
+/* The servers of the list, for monitoring. */
+enum kvc_server_state {
+	KVC_SERVER_UP = 0, /* joined */
+	KVC_SERVER_DOWN,   /* not joined now: its keys fail fast while it is joined again */
+	KVC_SERVER_EJECTED /* down and out of the hash (server_failure_limit) */
+};
+struct kvc_server_info {
+	const char *name; /* "host:port"; valid until the list changes */
+	uint32_t weight;
+	int state;        /* enum kvc_server_state */
+	unsigned failures; /* failures in a row */
+	uint64_t ops;      /* operations finished through it */
+};
+KVC_EXPORT unsigned kvc_server_count(const kvc_t *h);
+KVC_EXPORT int kvc_server_info(const kvc_t *h, unsigned i, struct kvc_server_info *out);
+/* The index (0..kvc_server_count-1) of the server that key belongs to now,
+ * or KVC_ESERVERGONE when every server is ejected. */
+KVC_EXPORT int kvc_key_server(const kvc_t *h, const void *key, size_t key_len);
 /* Disconnect and free. Operations still in flight are abandoned: they are not
  * returned, and their buffers are the caller's again. */
 KVC_EXPORT void kvc_destroy(kvc_t *h);
@@ -225,7 +283,11 @@ struct kvc_server_stats {
 	uint64_t index_buckets;   /* buckets of the current index */
 	uint64_t index_epoch;     /* epoch of the current index (1 + resizes begun) */
 };
+/* With several servers: the sum over the servers that answered (the
+ * largest index_epoch and index_buckets); it fails only when none answered.
+ * kvc_server_stats_at: server i alone. */
 KVC_EXPORT int kvc_server_stats(kvc_t *h, struct kvc_server_stats *out);
+KVC_EXPORT int kvc_server_stats_at(kvc_t *h, unsigned i, struct kvc_server_stats *out);
 /* The statistics above as (name, value) pairs, in struct order: for printing
  * (kvcli stats). n receives the count; the names are static strings. */
 KVC_EXPORT const char *const *kvc_server_stat_names(size_t *n);

@@ -179,7 +179,21 @@ static int dial_local(void *arg, int timeout_ms, struct kvi_rmem **rm)
 	struct dial *d = arg;
 
 	(void)timeout_ms;
+	if (__atomic_load_n(&d->env->down, __ATOMIC_ACQUIRE))
+		return KVC_EUNREACHABLE;
 	return connect_local(d->env, d->has_hooks ? &d->hooks : NULL, rm);
+}
+
+int kvt_env_dial(struct kvt_env *env, kvi_dial_fn *fn, void **arg)
+{
+	struct dial *d = calloc(1, sizeof(*d));
+
+	if (!d)
+		return KVC_ENOMEM;
+	d->env = env;
+	*fn = dial_local;
+	*arg = d;
+	return 0;
 }
 
 int kvt_env_client_opts(struct kvt_env *env, const struct kvi_local_hooks *hooks, const struct kvc_opts *o,

@@ -23,6 +23,7 @@ struct kvt_env {
 	uint32_t renew_ms;
 	uint64_t verdicts[4]; /* lock reports judged, by enum kvi_report_verdict */
 	uint32_t fenced_owner; /* the last owner a report condemned */
+	int down; /* new connections are refused (a server that is down: test_cluster) */
 };
 
 /* region_mib of region, `buckets` buckets (0 = default), segment_kib segments;
@@ -51,6 +52,10 @@ int kvt_env_leases(struct kvt_env *env, uint32_t lease_ms, uint32_t renew_ms);
  * local connection, a new client id) when its connection breaks. */
 int kvt_env_client_opts(struct kvt_env *env, const struct kvi_local_hooks *hooks, const struct kvc_opts *o,
 			kvc_t **out);
+
+/* A dial that makes new local connections to env (for kvi_client_add and
+ * kvi_client_set_dial; free *arg with free()). */
+int kvt_env_dial(struct kvt_env *env, kvi_dial_fn *fn, void **arg);
 
 /* PUT / GET with NUL-terminated keys and values, for readable tests. kvt_get_s
  * leaves the value NUL-terminated in out (empty unless found); returns the code. */

@@ -351,7 +351,7 @@ Test(dpath_small, two_servers_with_different_seeds_place_a_key_in_different_buck
 		o.hash_seed = 1000 + (uint64_t)s;
 		cr_assert_eq(kvt_env_init_opts(&e[s], 4, &o), 0);
 		cr_assert_eq(kvt_env_client(&e[s], NULL, 0, 4, &c[s]), 0);
-		cr_assert_eq(c[s]->sb.hash_seed, 1000 + (uint64_t)s, "the client hashes with the server's seed");
+		cr_assert_eq(kvi_client_conn(c[s], 0)->sb.hash_seed, 1000 + (uint64_t)s, "the client hashes with the server's seed");
 	}
 	for (int i = 0; i < 32; i++) {
 		uint64_t where[2];

@@ -157,7 +157,7 @@ static kvc_t *impatient(void)
 {
 	kvc_t *c = client(NULL, 0, 4);
 
-	c->op_timeout_ms = 50;
+	kvi_client_conn(c, 0)->op_timeout_ms = 50;
 	return c;
 }
 

@@ -525,18 +525,18 @@ Test(resize, a_leased_client_learns_of_the_resize_from_its_lease)
 		cr_assert_eq(kvt_get_s(c, "leased", got, sizeof(got)), 0);
 		usleep(5000);
 	}
-	cr_assert_eq(c->cur.ix.epoch, 2, "the LEASE named epoch 2");
-	cr_assert_eq(c->index_state, KVI_INDEX_MIGRATING);
+	cr_assert_eq(kvi_client_conn(c, 0)->cur.ix.epoch, 2, "the LEASE named epoch 2");
+	cr_assert_eq(kvi_client_conn(c, 0)->index_state, KVI_INDEX_MIGRATING);
 	cr_expect_eq(stats(c).index_stale, 0, "no operation had to meet a mark first");
 	migrate(0, N_OLD);
 	publish_stable();
-	for (i = 0; i < 200 && c->prev.ix.epoch != 0; i++) {
+	for (i = 0; i < 200 && kvi_client_conn(c, 0)->prev.ix.epoch != 0; i++) {
 		cr_assert_eq(kvt_get_s(c, "leased", got, sizeof(got)), 0);
 		cr_assert_str_eq(got, "v");
 		usleep(5000);
 	}
-	cr_expect_eq(c->index_state, KVI_INDEX_STABLE);
-	cr_expect_eq(c->prev.ix.epoch, 0);
+	cr_expect_eq(kvi_client_conn(c, 0)->index_state, KVI_INDEX_STABLE);
+	cr_expect_eq(kvi_client_conn(c, 0)->prev.ix.epoch, 0);
 	kvc_destroy(c);
 }
 
@@ -713,7 +713,7 @@ Test(grow, a_started_resize_takes_the_insert_into_the_new_index)
 	R.seed = kvs_core_geometry(env.core)->hash_seed;
 	cr_assert_eq(kvs_core_index(env.core, 0, &R.oldx, R.old_chunks, 4), 0);
 	cr_assert_eq(kvt_env_client(&env, NULL, 64, 4, &c), 0);
-	kvi_rmem_local_set_ctrl(c->rm, grow_at_once, NULL, c->rm->client_id);
+	kvi_rmem_local_set_ctrl(kvi_client_conn(c, 0)->rm, grow_at_once, NULL, kvi_client_conn(c, 0)->rm->client_id);
 	fill_pair(&env, c, &next);
 	kvt_spread_key(&env, "fill", &next, k, sizeof(k));
 	cr_assert_eq(kvt_put_s(c, k, "grown"), 0);
