@@ -13,7 +13,7 @@
 
 struct kvb_ca_cfg {
 	const struct kvb_driver *drv;
-	char host[256], port[16];
+	char host[1024], port[16];
 	const char *device;
 	int kind;          /* enum kvb_ca_kind */
 	uint64_t records;  /* hot key space */

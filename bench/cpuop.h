@@ -16,7 +16,7 @@ enum { KVB_CPUOP_GET = 1, KVB_CPUOP_PUT = 2, KVB_CPUOP_BOTH = 3 };
 
 struct kvb_cpuop_cfg {
 	const struct kvb_driver *drv;
-	char host[256], port[16];
+	char host[1024], port[16];
 	uint64_t records;    /* keys loaded first, then read and updated, < 2^32 */
 	uint64_t operations; /* per phase */
 	unsigned depth;      /* requests in flight */

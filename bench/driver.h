@@ -93,7 +93,10 @@ void kvb_rdma_round_trips(void *conn, uint64_t *ops, uint64_t *rtts, const char 
 void kvb_rdma_close(void *conn);
 
 /* "rdma://host[:port]" or "memcached://host[:port]": the driver, host and port.
- * Returns NULL and writes one line to err for anything else. */
+ * A list of servers ("rdma://h1:p1,h2:p2"): host is the whole list, port is
+ * empty, and kvb_multi_target is set. Returns NULL and writes one line to err
+ * for anything else. */
+extern int kvb_multi_target;
 const struct kvb_driver *kvb_driver_parse(const char *url, char *host, size_t hl, char *port, size_t pl,
 					  char *err, size_t errlen);
 

@@ -57,8 +57,20 @@ static int mc_connect(const char *host, const char *port, const char *device, un
 	memcached_behavior_set(c->mc, MEMCACHED_BEHAVIOR_CONNECT_TIMEOUT, 3000);
 	memcached_behavior_set(c->mc, MEMCACHED_BEHAVIOR_RCV_TIMEOUT, 5000000);
 	memcached_behavior_set(c->mc, MEMCACHED_BEHAVIOR_SND_TIMEOUT, 5000000);
-	rc = *end || p <= 0 || p > 65535 ? MEMCACHED_INVALID_ARGUMENTS
-					 : memcached_server_add(c->mc, host, (in_port_t)p);
+	if (!port[0]) {
+		/* Several servers, spread as libmemcached users do: ketama. */
+		memcached_server_st *list = memcached_servers_parse(host);
+
+		rc = list ? memcached_server_push(c->mc, list) : MEMCACHED_INVALID_ARGUMENTS;
+		if (list)
+			memcached_server_list_free(list);
+		if (rc == MEMCACHED_SUCCESS)
+			rc = memcached_behavior_set(c->mc, MEMCACHED_BEHAVIOR_DISTRIBUTION,
+						    MEMCACHED_DISTRIBUTION_CONSISTENT_KETAMA);
+	} else {
+		rc = *end || p <= 0 || p > 65535 ? MEMCACHED_INVALID_ARGUMENTS
+						 : memcached_server_add(c->mc, host, (in_port_t)p);
+	}
 	if (rc == MEMCACHED_SUCCESS)
 		rc = memcached_version(c->mc); /* a real round trip: is anyone there? */
 	if (rc != MEMCACHED_SUCCESS) {
@@ -122,6 +134,8 @@ static int mc_poll(void *conn, struct kvb_req **done, unsigned max, int timeout_
  * reach it): every later request would fail the same way. */
 static int mc_lost(int status)
 {
+	if (kvb_multi_target) /* one of several: its keys fail, the run goes on */
+		return 0;
 	switch (-(status + 1000)) {
 	case MEMCACHED_CONNECTION_FAILURE:
 	case MEMCACHED_SERVER_MARKED_DEAD:

@@ -54,12 +54,13 @@ int kvb_rdma_wrap(kvc_t *h, unsigned depth, void **out, char *err, size_t len)
 static int rdma_connect(const char *host, const char *port, const char *device, unsigned depth, void **out,
 			char *err, size_t len)
 {
-	char server[300];
+	char server[1100];
 	struct kvc_opts o;
 	kvc_t *h;
 	int rc;
 
-	snprintf(server, sizeof(server), "%s:%s", host, port);
+	/* A list of servers comes as the host, with no port. */
+	snprintf(server, sizeof(server), "%s%s%s", host, port[0] ? ":" : "", port);
 	kvc_opts_init(&o);
 	o.server = server;
 	o.device = device;
@@ -146,7 +147,9 @@ size_t kvb_rdma_max_value(void *conn, size_t key_len)
  * then says gone). */
 int kvb_rdma_lost(int status)
 {
-	return status == KVC_ESERVERGONE;
+	/* With several servers one lost server fails only its keys (fast):
+	 * the run goes on, counting them, as an application's misses. */
+	return status == KVC_ESERVERGONE && !kvb_multi_target;
 }
 
 void kvb_rdma_round_trips(void *conn, uint64_t *ops, uint64_t *rtts, const char **names, unsigned *kinds)

@@ -31,8 +31,9 @@ static void usage(FILE *f)
 		"       kvbench --micro | --raw --target rdma://HOST[:PORT] [-n N] [-s BYTES]\n"
 		"       kvbench --cache-aside zipf|scan --target URL [-r N] [-n N] [--lru-bytes B]\n"
 		"  -w, --workload A|B|C|D|F   YCSB core workload (E needs range scans: not offered)\n"
-		"  -t, --target URL           rdma://HOST[:PORT] (kvcache, port 7471) or\n"
-		"                             memcached://HOST[:PORT] (port 11211)\n"
+		"  -t, --target URL           rdma://HOST[:PORT][,HOST[:PORT]...] (kvcache, port 7471;\n"
+		"                             several servers: keys spread by the library) or\n"
+		"                             memcached://HOST[:PORT][,...] (port 11211; several: ketama)\n"
 		"  -r, --records N            records inserted by the load phase (default 100000)\n"
 		"  -n, --operations N         run-phase operations (default 100000)\n"
 		"  -D, --duration SECONDS     run for this long instead of a number of operations\n"
@@ -48,6 +49,8 @@ static void usage(FILE *f)
 		"      --cdf FILE             write the run's latency CDF (microseconds fraction)\n"
 		"      --quiet                no progress line\n"
 		"      --progress             the progress line even when stderr is not a terminal\n"
+		"      --interval SECONDS     also print run-phase operations per second, succeeded and\n"
+		"                             failed, every SECONDS (\"INTERVAL t=... ok_per_s=...\")\n"
 		"      --no-access-marks      rdma://: do not tell the server which items are read\n"
 		"                             (kvc_opts.track_access = 0), to measure what it costs\n"
 		"  -d, --device NAME          RDMA device (--micro/--raw)\n"
@@ -143,7 +146,7 @@ static int parse_size(const char *s, struct kvb_cfg *c)
 static int parse_args(int argc, char **argv, struct cli *cl)
 {
 	enum { O_DIST = 256, O_CDF, O_WARMUP, O_NOLOAD, O_SEED, O_JSON, O_QUIET, O_MICRO, O_RAW, O_CA, O_LRU,
-	       O_CAWARM, O_NOMARKS, O_SECRET, O_RATE, O_CPUOP, O_PROGRESS, O_LOCALOP };
+	       O_CAWARM, O_NOMARKS, O_SECRET, O_RATE, O_CPUOP, O_PROGRESS, O_LOCALOP, O_INTERVAL };
 	static const struct option lo[] = {
 		{ "workload", required_argument, NULL, 'w' },  { "target", required_argument, NULL, 't' },
 		{ "records", required_argument, NULL, 'r' },   { "operations", required_argument, NULL, 'n' },
@@ -162,6 +165,7 @@ static int parse_args(int argc, char **argv, struct cli *cl)
 		{ "rate", required_argument, NULL, O_RATE },
 		{ "cpu-per-op", optional_argument, NULL, O_CPUOP },
 		{ "progress", no_argument, NULL, O_PROGRESS },
+		{ "interval", required_argument, NULL, O_INTERVAL },
 		{ "local-max-op-ms", required_argument, NULL, O_LOCALOP },
 		{ 0 },
 	};
@@ -233,6 +237,10 @@ static int parse_args(int argc, char **argv, struct cli *cl)
 			break;
 		case O_PROGRESS:
 			c->progress = 2; /* forced */
+			break;
+		case O_INTERVAL:
+			if (parse_double(optarg, 0.01, 3600, &c->interval_s))
+				return bad("--interval", optarg, "seconds, 0.01..3600");
 			break;
 		case O_LOCALOP: {
 			uint64_t ms;

@@ -42,12 +42,16 @@ static void text_phase(FILE *f, const struct kvb_cfg *c, const char *name, const
 		fprintf(f, "  error %s: %llu\n", c->drv->errname(p->errs.status[i]), (unsigned long long)p->errs.n[i]);
 	if (p->errs.other)
 		fprintf(f, "  other errors: %llu\n", (unsigned long long)p->errs.other);
+	if (p->fail_hist.count)
+		fprintf(f, "  failed operations took: p50 %.1f us, p99 %.1f us, max %.1f us\n",
+			kvb_hist_quantile(&p->fail_hist, 0.5) / 1e3, kvb_hist_quantile(&p->fail_hist, 0.99) / 1e3,
+			p->fail_hist.max / 1e3);
 }
 
 void kvb_report_text(FILE *f, const struct kvb_cfg *c, const struct kvb_result *r)
 {
-	fprintf(f, "kvbench: workload %c (%s), %s distribution, target %s://%s:%s (%s)\n", c->w->name, c->w->desc,
-		dist_name(c->dist), c->drv->scheme, c->host, c->port, c->drv->name);
+	fprintf(f, "kvbench: workload %c (%s), %s distribution, target %s://%s%s%s (%s)\n", c->w->name, c->w->desc,
+		dist_name(c->dist), c->drv->scheme, c->host, c->port[0] ? ":" : "", c->port, c->drv->name);
 	fprintf(f, "%llu records, values %u", (unsigned long long)c->records, c->vmin);
 	if (c->vmax != c->vmin)
 		fprintf(f, "-%u", c->vmax);
@@ -110,7 +114,9 @@ static void json_phase(FILE *f, const struct kvb_cfg *c, const struct kvb_phase 
 		fputc('}', f);
 		first = 0;
 	}
-	fprintf(f, "}, \"errors\": {");
+	fprintf(f, "}, \"failed_latency_us\": ");
+	json_hist(f, &p->fail_hist);
+	fprintf(f, ", \"errors\": {");
 	for (unsigned i = 0; i < p->errs.kinds; i++)
 		fprintf(f, "%s\"%s\": %llu", i ? ", " : "", c->drv->errname(p->errs.status[i]),
 			(unsigned long long)p->errs.n[i]);
@@ -121,11 +127,11 @@ static void json_phase(FILE *f, const struct kvb_cfg *c, const struct kvb_phase 
 
 void kvb_report_json(FILE *f, const struct kvb_cfg *c, const struct kvb_result *r)
 {
-	fprintf(f, "{\"kvbench_format\": 1, \"system\": \"%s\", \"target\": \"%s://%s:%s\", \"workload\": \"%c\", "
+	fprintf(f, "{\"kvbench_format\": 1, \"system\": \"%s\", \"target\": \"%s://%s%s%s\", \"workload\": \"%c\", "
 		   "\"distribution\": \"%s\", \"records\": %llu, \"threads\": %u, "
 		   "\"depth\": %u, \"effective_depth\": %u, \"value_size\": {\"min\": %u, \"max\": %u}, "
 		   "\"seed\": %llu, \"warmup_seconds\": %.3f,\n",
-		c->drv->name, c->drv->scheme, c->host, c->port, c->w->name, dist_name(c->dist),
+		c->drv->name, c->drv->scheme, c->host, c->port[0] ? ":" : "", c->port, c->w->name, dist_name(c->dist),
 		(unsigned long long)c->records, c->threads, c->depth,
 		c->depth < c->drv->max_depth ? c->depth : c->drv->max_depth, c->vmin, c->vmax,
 		(unsigned long long)c->seed, c->warmup_s);

@@ -55,6 +55,7 @@ struct shared {
 	atomic_int lost;  /* a connection was lost: the server is not asked for statistics */
 	atomic_uint_fast64_t issued;      /* run-phase operations claimed after the warm-up */
 	atomic_uint_fast64_t completed;   /* for the progress line */
+	atomic_uint_fast64_t failures;    /* ... and the interval lines */
 	struct kvb_ackcounter inserts;    /* run-phase INSERT key numbers, YCSB's acknowledged counter */
 	uint64_t warmup_end, run_end;     /* ns, CLOCK_MONOTONIC; run_end 0 = by count */
 };
@@ -113,6 +114,7 @@ static void phase_init(struct kvb_phase *p)
 	memset(p, 0, sizeof(*p));
 	for (int i = 0; i <= KVB_T_N; i++)
 		kvb_hist_init(&p->hist[i]);
+	kvb_hist_init(&p->fail_hist);
 	p->server_cpu_s = -1;
 }
 
@@ -123,6 +125,7 @@ static void phase_merge(struct kvb_phase *into, const struct kvb_phase *from)
 		into->failed[i] += from->failed[i];
 		kvb_hist_merge(&into->hist[i], &from->hist[i]);
 	}
+	kvb_hist_merge(&into->fail_hist, &from->fail_hist);
 	for (unsigned i = 0; i < from->errs.kinds; i++)
 		errs_add(&into->errs, from->errs.status[i], from->errs.n[i]);
 	into->errs.other += from->errs.other;
@@ -151,10 +154,11 @@ static int submit(struct thread *th, struct slot *s, int prim)
 	return th->sh->cfg->drv->submit(th->conn, r);
 }
 
-/* "rdma://host:port", or "local://MIB" (its port is a placeholder). */
+/* "rdma://host:port", "rdma://h1:p1,h2:p2" (a list: no port of its own), or
+ * "local://MIB" (its port is a placeholder). */
 static const char *target_name(const struct kvb_cfg *c, char *buf, size_t len)
 {
-	int port = strcmp(c->port, "0") != 0;
+	int port = c->port[0] && strcmp(c->port, "0") != 0;
 
 	snprintf(buf, len, "%s://%s%s%s", c->drv->scheme, c->host, port ? ":" : "", port ? c->port : "");
 	return buf;
@@ -165,10 +169,10 @@ static const char *target_name(const struct kvb_cfg *c, char *buf, size_t len)
 static void lose(struct thread *th, int status)
 {
 	const struct kvb_cfg *c = th->sh->cfg;
-	char t[300];
+	char t[1100];
 
 	if (!th->failed)
-		snprintf(th->err, sizeof(th->err), "connection to %s lost: %s", target_name(c, t, sizeof(t)),
+		snprintf(th->err, sizeof(th->err), "connection to %.300s lost: %s", target_name(c, t, sizeof(t)),
 			 c->drv->errname(status));
 	th->failed = 1;
 	atomic_store(&th->sh->lost, 1);
@@ -199,6 +203,8 @@ static int finish(struct thread *th, struct slot *s)
 	if (s->type == KVB_T_INSERT && th->ph == &th->run)
 		kvb_ackcounter_ack(&th->sh->inserts, s->keynum); /* failed ones too, or reads would stall */
 	atomic_fetch_add(&th->sh->completed, 1);
+	if (st && st != KVB_NOTFOUND)
+		atomic_fetch_add(&th->sh->failures, 1);
 	if (!s->recorded)
 		return 1;
 	ph->ops[s->type]++;
@@ -211,6 +217,7 @@ static int finish(struct thread *th, struct slot *s)
 	} else {
 		ph->failed[s->type]++;
 		ph->failed[KVB_T_N]++;
+		kvb_hist_record(&ph->fail_hist, now_ns() - s->t0);
 		errs_add(&ph->errs, st, 1);
 	}
 	return 1;
@@ -419,38 +426,58 @@ struct ticker {
 	atomic_int stop;
 	const char *phase;
 	uint64_t start;
+	int progress;        /* the progress line on stderr */
+	uint64_t interval_ns; /* the interval lines on stdout; 0: none */
 };
 
+/* One interval line: operations that succeeded (misses included) and that
+ * failed, per second, over the last interval: how a run went through a
+ * server's failure and return (README "Several servers"). */
 static void *ticker_main(void *arg)
 {
 	struct ticker *tk = arg;
-	uint64_t last_n = 0, last_t = now_ns();
+	uint64_t last_n = 0, last_t = now_ns(), last_in = 0, last_it = last_t, last_f = 0;
 
 	while (!atomic_load(&tk->stop)) {
 		uint64_t n, t;
 
-		usleep(200000);
+		usleep(tk->interval_ns && tk->interval_ns < 1000000000u ? 20000 : 200000);
 		t = now_ns();
-		if (t - last_t < 1000000000u)
-			continue;
 		n = atomic_load(&tk->sh->completed);
+		if (tk->interval_ns && t - last_it >= tk->interval_ns) {
+			uint64_t f = atomic_load(&tk->sh->failures);
+			double s = (double)(t - last_it) / 1e9;
+
+			printf("INTERVAL t=%.2f ok_per_s=%.0f failed_per_s=%.0f\n", (t - tk->start) / 1e9,
+			       (double)(n - last_in - (f - last_f)) / s, (double)(f - last_f) / s);
+			fflush(stdout);
+			last_in = n;
+			last_f = f;
+			last_it = t;
+		}
+		if (!tk->progress || t - last_t < 1000000000u)
+			continue;
 		fprintf(stderr, "\r%-5s %7.1f s %12llu ops %10.0f ops/s   ", tk->phase, (t - tk->start) / 1e9,
 			(unsigned long long)n, (double)(n - last_n) * 1e9 / (double)(t - last_t));
 		last_n = n;
 		last_t = t;
 	}
-	fprintf(stderr, "\r%60s\r", "");
+	if (tk->progress)
+		fprintf(stderr, "\r%60s\r", "");
 	return NULL;
 }
 
-static void tick_start(struct ticker *tk, struct shared *sh, const char *phase, int on)
+static void tick_start(struct ticker *tk, struct shared *sh, const char *phase, int on, double interval_s)
 {
 	tk->sh = sh;
 	tk->phase = phase;
 	tk->start = now_ns();
+	tk->progress = on;
+	tk->interval_ns = interval_s > 0 ? (uint64_t)(interval_s * 1e9) : 0;
 	atomic_store(&tk->stop, 0);
 	atomic_store(&sh->completed, 0);
-	if (!on || pthread_create(&tk->t, NULL, ticker_main, tk))
+	atomic_store(&sh->failures, 0);
+	if ((!on && !tk->interval_ns) || pthread_create(&tk->t, NULL, ticker_main, tk))
 		tk->t = 0;
 }
 
@@ -482,14 +509,14 @@ static int init_thread(struct thread *th, const struct kvb_cfg *c)
 static int prepare(struct thread *th, unsigned nthreads, const struct kvb_cfg *c, char *err, size_t errlen)
 {
 	struct kvb_keychooser kc;
-	char t[300];
+	char t[1100];
 
 	if (c->drv->max_value && nthreads > 0) {
 		size_t mv = c->drv->max_value(th[0].conn, KVB_KEY_NAME_MAX);
 
 		if (c->vmax > mv) {
 			snprintf(err, errlen,
-				 "--value-size %u is more than the target %s takes with kvbench's keys (up to %d "
+				 "--value-size %u is more than the target %.300s takes with kvbench's keys (up to %d "
 				 "bytes): give at most %zu",
 				 c->vmax, target_name(c, t, sizeof(t)), KVB_KEY_NAME_MAX, mv);
 			return KVB_RUN_REFUSED;
@@ -594,7 +621,7 @@ int kvb_run(const struct kvb_cfg *c, struct kvb_result *res, char *err, size_t e
 
 	cpu0 = server_cpu(c, stats_conn);
 	t0 = now_ns();
-	tick_start(&tk, &sh, "load", c->progress && c->load && rc == 0);
+	tick_start(&tk, &sh, "load", c->progress && c->load && rc == 0, 0);
 	pthread_barrier_wait(&sh.bar); /* B: load starts */
 	pthread_barrier_wait(&sh.bar); /* C: load done */
 	tick_stop(&tk);
@@ -614,7 +641,7 @@ int kvb_run(const struct kvb_cfg *c, struct kvb_result *res, char *err, size_t e
 
 	sh.warmup_end = now_ns() + (uint64_t)(c->warmup_s * 1e9);
 	sh.run_end = c->operations ? 0 : sh.warmup_end + (uint64_t)(c->duration_s * 1e9);
-	tick_start(&tk, &sh, "run", c->progress && rc == 0);
+	tick_start(&tk, &sh, "run", c->progress && rc == 0, rc == 0 ? c->interval_s : 0);
 	pthread_barrier_wait(&sh.bar); /* D: run starts */
 	/* Sample the server's CPU when the warm-up ends, i.e. over the recorded part. */
 	while (rc == 0 && now_ns() < sh.warmup_end && !atomic_load(&sh.abort) && !atomic_load(&stop_signal))

@@ -19,7 +19,7 @@ struct kvb_cfg {
 	const struct kvb_workload *w;
 	enum kvb_dist dist; /* request distribution (the workload's unless overridden) */
 	const struct kvb_driver *drv;
-	char host[256], port[16];
+	char host[1024], port[16];
 	const char *device; /* RDMA device for rdma:// targets, or NULL */
 	uint64_t records;    /* inserted by the load phase; keys 0..records-1 */
 	uint64_t operations; /* run phase operations (0 = use duration) */
@@ -30,6 +30,7 @@ struct kvb_cfg {
 	uint64_t seed;
 	int load;     /* 1: run the load phase */
 	int progress; /* non-zero: live progress line on stderr */
+	double interval_s; /* > 0: a line of run-phase throughput on stdout every this many seconds */
 };
 
 #define KVB_MAX_ERRS 16
@@ -46,6 +47,7 @@ struct kvb_phase {
 	struct kvb_hist hist[KVB_T_N + 1];
 	uint64_t failed[KVB_T_N + 1];
 	struct kvb_errs errs;
+	struct kvb_hist fail_hist; /* how long failed operations took to fail */
 	double server_cpu_s; /* server CPU time used during the phase; < 0 if unknown */
 };
 

@@ -277,7 +277,7 @@ Test(review_locks, writer_timing_out_on_a_held_lock_releases_the_lock_it_did_tak
 	cr_assert_eq(kvt_put_s(a, the_key, "from-a"), 0);
 	cr_assert_eq(t.fired, 1);
 	cr_expect_eq(fire_rc[0], KVC_ETIMEDOUT, "B got %s", kvc_err_name(fire_rc[0]));
-	cr_expect_eq(fire_lock[0], kvi_lock_held_by(a->rm->client_id), "A still holds its first bucket");
+	cr_expect_eq(fire_lock[0], kvi_lock_held_by(kvi_client_conn(a, 0)->rm->client_id), "A still holds its first bucket");
 	cr_expect_eq(fire_lock[1], 0, "B released the second bucket it locked before timing out");
 	cr_expect_eq(locked_buckets(), 0);
 	cr_expect_eq(key_slots(the_key, v, sizeof(v), NULL), 1);
@@ -637,7 +637,7 @@ Test(review_cache, cached_location_outside_the_key_buckets_is_never_locked)
 		bogus = (bogus + 1) % sb()->bucket_count;
 	cr_assert_eq(kvt_put_s(a, "misplaced", "v1"), 0);
 	/* A cache entry that names a foreign bucket (e.g. from before a resize). */
-	kvi_locache_put(&a->cache, kh.lo, kh.hi, bogus, 3, *slot_ptr(kh.b[0], 0), kvi_now_ns());
+	kvi_locache_put(&kvi_client_conn(a, 0)->cache, kh.lo, kh.hi, bogus, 3, *slot_ptr(kh.b[0], 0), kvi_now_ns());
 	ncas = 0;
 	cr_assert_eq(kvt_put_s(a, "misplaced", "v2"), 0);
 	for (unsigned i = 0; i < ncas; i++)
@@ -675,7 +675,7 @@ Test(review_cache, a_forged_hash_collision_cannot_make_a_cached_put_replace_anot
 	cr_assert_neq(word, 0);
 	key_with_first_bucket("attacker", vb, attacker);
 	ka = hash_of(attacker);
-	kvi_locache_put(&a->cache, ka.lo, ka.hi, vb, idx, word, kvi_now_ns());
+	kvi_locache_put(&kvi_client_conn(a, 0)->cache, ka.lo, ka.hi, vb, idx, word, kvi_now_ns());
 	cr_assert_eq(kvt_put_s(a, attacker, "attacker-value"), 0);
 	cr_expect_eq(kvt_get_s(a, "victim", v, sizeof(v)), 0, "the victim's key is gone");
 	cr_expect_str_eq(v, "victim-value", "the victim's value was replaced");
@@ -963,17 +963,17 @@ Test(review_memory, a_deep_handle_pins_little_until_it_carries_a_large_value)
 	cr_assert(v && r && big > 30000, "max value %zu", big);
 	/* 64 slots x (two buckets + words + a 4 KiB object area): ~280 KiB,
 	 * not 64 x the largest object (64 MiB with 1 MiB segments) */
-	cr_expect_lt(a->rm->lbuf_size, 300u << 10, "main buffer %zu bytes", a->rm->lbuf_size);
-	cr_expect_eq(a->rm->nxbuf, 0);
+	cr_expect_lt(kvi_client_conn(a, 0)->rm->lbuf_size, 300u << 10, "main buffer %zu bytes", kvi_client_conn(a, 0)->rm->lbuf_size);
+	cr_expect_eq(kvi_client_conn(a, 0)->rm->nxbuf, 0);
 	for (size_t i = 0; i < big; i++)
 		v[i] = (char)('a' + i % 26);
 	cr_assert_eq(kvc_put(a, "big", 3, v, big, 0), 0);
-	cr_expect_eq(a->rm->nxbuf, 1, "one slot grew");
-	cr_expect_leq(a->rm->xbuf[0].size, 2 * (big + 300), "to about the object's size");
+	cr_expect_eq(kvi_client_conn(a, 0)->rm->nxbuf, 1, "one slot grew");
+	cr_expect_leq(kvi_client_conn(a, 0)->rm->xbuf[0].size, 2 * (big + 300), "to about the object's size");
 	cr_assert_eq(kvc_get(b, "big", 3, r, big, &got), 0, "a reader grows a slot to read it");
 	cr_expect_eq(got, big);
 	cr_expect(memcmp(v, r, big) == 0);
-	cr_expect_eq(b->rm->nxbuf, 1);
+	cr_expect_eq(kvi_client_conn(b, 0)->rm->nxbuf, 1);
 	cr_assert_eq(kvt_put_s(a, "small", "s"), 0);
 	free(v);
 	free(r);

@@ -106,7 +106,7 @@ Test(lease, an_idle_handle_past_its_lease_renews_on_its_next_call)
 Test(lease, an_expelled_handle_rejoins_as_a_new_client_on_its_next_call)
 {
 	kvc_t *a = client(NULL);
-	uint32_t ids[4], first = a->rm->client_id;
+	uint32_t ids[4], first = kvi_client_conn(a, 0)->rm->client_id;
 	struct kvc_stats st;
 	char v[16];
 
@@ -118,7 +118,7 @@ Test(lease, an_expelled_handle_rejoins_as_a_new_client_on_its_next_call)
 	cr_expect_str_eq(v, "before");
 	kvc_get_stats(a, &st);
 	cr_expect_eq(st.rejoins, 1);
-	cr_expect_neq(a->rm->client_id, first, "a new id");
+	cr_expect_neq(kvi_client_conn(a, 0)->rm->client_id, first, "a new id");
 	kvc_destroy(a);
 }
 
@@ -139,7 +139,7 @@ Test(lease, a_writer_whose_lease_ran_out_holding_locks_posts_nothing_more)
 {
 	struct kvi_local_hooks hk = { .before_op = stall_after_lock };
 	kvc_t *a = client(&hk), *b = client(NULL);
-	uint32_t me = a->rm->client_id;
+	uint32_t me = kvi_client_conn(a, 0)->rm->client_id;
 	char v[16];
 	int rc;
 
@@ -175,7 +175,7 @@ Test(lease, a_lock_word_naming_no_client_is_cleared_when_reported)
 Test(lease, a_member_that_keeps_a_lock_past_every_deadline_is_condemned)
 {
 	kvc_t *owner = client(NULL), *a = client(NULL);
-	uint32_t owner_id = owner->rm->client_id;
+	uint32_t owner_id = kvi_client_conn(owner, 0)->rm->client_id;
 	uint64_t t0 = now_ns();
 	int rc;
 

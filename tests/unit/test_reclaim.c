@@ -358,7 +358,7 @@ Test(reclaim, a_delete_racing_the_switch_is_never_undone)
 static void impatient_put(void *arg)
 {
 	(void)arg;
-	racer->op_timeout_ms = 30;
+	kvi_client_conn(racer, 0)->op_timeout_ms = 30;
 	race_rc = kvt_put_s(racer, "raced", "blocked");
 }
 
@@ -731,7 +731,7 @@ Test(reclaim, a_read_marks_its_object_once_in_a_later_doorbell)
 	struct kvc_stats cs;
 	char got[16];
 
-	quiet->o.track_access = 0;
+	kvi_client_conn(quiet, 0)->o.track_access = 0;
 	cr_assert_eq(kvt_put_s(a, "marked", "v"), 0);
 	cr_assert_eq(kvt_put_s(a, "unmarked", "v"), 0);
 	cr_expect_eq(access_of("marked"), 0, "written unread");
