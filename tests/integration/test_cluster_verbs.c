@@ -1,0 +1,272 @@
+/* Three kvservers behind one handle, over real RDMA: one is killed -9 under
+ * load and restarted. Its keys must fail fast (KVC_ESERVERGONE, within one
+ * operation deadline) while the others' keys are served without a failure,
+ * and must be served again soon after it is back. The same with kvbench
+ * driving a list target. A server list file edited at run time is followed.
+ * Figures (throughput of the surviving servers' keys before and after, the
+ * failed operations' latency, the time to serve again) are printed. */
+#include <criterion/criterion.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "harness.h"
+#include "kvclient.h"
+
+#define NSRV 3
+#define KEYS 1500
+#define OP_MS 1000
+
+static double now_s(void)
+{
+	struct timespec ts;
+
+	clock_gettime(CLOCK_MONOTONIC, &ts);
+	return (double)ts.tv_sec + (double)ts.tv_nsec / 1e9;
+}
+
+static const char *const extra[] = { "--max-op-ms", "1000", NULL };
+
+/* Each test has its own ports (Criterion runs them in parallel). */
+static char ports[NSRV][8];
+
+static void start_all(struct kvt_proc *srv, unsigned base)
+{
+	kvt_require_rdma();
+	for (unsigned i = 0; i < NSRV; i++) {
+		snprintf(ports[i], sizeof(ports[i]), "%u", base + i);
+		kvt_start_server(&srv[i], ports[i], extra);
+	}
+}
+
+static void list_of(char *out, size_t len, unsigned n)
+{
+	out[0] = '\0';
+	for (unsigned i = 0; i < n; i++)
+		snprintf(out + strlen(out), len - strlen(out), "%s%s:%s", i ? "," : "", kvt_rdma_addr(), ports[i]);
+}
+
+/* What a phase of blocking GETs saw, per server of the key. */
+struct tally {
+	unsigned ok[NSRV], failed[NSRV], other[NSRV];
+	double busy[NSRV]; /* seconds spent in operations on that server's keys */
+	double fail_lat[4096];
+	unsigned nfail;
+};
+
+static void gets(kvc_t *h, const int *owner, double secs, struct tally *t)
+{
+	char k[32], buf[64];
+	double end = now_s() + secs;
+	unsigned i = 0;
+
+	memset(t, 0, sizeof(*t));
+	while (now_s() < end) {
+		unsigned key = (i++ * 7919u) % KEYS;
+		double t0;
+		size_t len;
+		int rc, s = owner[key];
+
+		snprintf(k, sizeof(k), "key-%u", key);
+		t0 = now_s();
+		rc = kvc_get(h, k, strlen(k), buf, sizeof(buf), &len);
+		t->busy[s] += now_s() - t0;
+		if (rc == 0 || rc == KVC_ENOTFOUND) {
+			t->ok[s]++;
+		} else if (rc == KVC_ESERVERGONE || rc == KVC_ETIMEDOUT) {
+			t->failed[s]++;
+			if (t->nfail < sizeof(t->fail_lat) / sizeof(t->fail_lat[0]))
+				t->fail_lat[t->nfail++] = now_s() - t0;
+		} else {
+			t->other[s]++;
+		}
+	}
+}
+
+static int cmp_d(const void *a, const void *b)
+{
+	double x = *(const double *)a, y = *(const double *)b;
+
+	return x < y ? -1 : x > y;
+}
+
+/* Operations per second of busy time on servers 0 and 2's keys. */
+static double others_rate(const struct tally *t)
+{
+	return (t->ok[0] + t->ok[2]) / (t->busy[0] + t->busy[2]);
+}
+
+Test(cluster_verbs, a_killed_server_fails_its_keys_fast_and_the_others_go_on)
+{
+	struct kvt_proc srv[NSRV];
+	struct tally before, during, after;
+	char list[256], err[400], k[32], v[32];
+	static int owner[KEYS];
+	struct kvc_opts o;
+	double t0, back, p99;
+	kvc_t *h;
+	int rc;
+
+	start_all(srv, 7681);
+	list_of(list, sizeof(list), NSRV);
+	kvc_opts_init(&o);
+	o.server = list;
+	o.op_timeout_ms = OP_MS;
+	cr_assert_eq(kvc_create(&o, &h, err, sizeof(err)), 0, "%s", err);
+	cr_assert_eq(kvc_server_count(h), NSRV);
+	for (unsigned i = 0; i < KEYS; i++) {
+		snprintf(k, sizeof(k), "key-%u", i);
+		snprintf(v, sizeof(v), "v-%u", i);
+		owner[i] = kvc_key_server(h, k, strlen(k));
+		cr_assert(owner[i] >= 0 && owner[i] < NSRV);
+		cr_assert_eq(kvc_put(h, k, strlen(k), v, strlen(v), 0), 0);
+	}
+	gets(h, owner, 1.5, &before);
+	for (unsigned s = 0; s < NSRV; s++)
+		cr_assert_eq(before.failed[s] + before.other[s], 0, "server %u failed before the kill", s);
+
+	kvt_kill(&srv[1], SIGKILL);
+	kvt_wait(&srv[1], 10000);
+	gets(h, owner, 3.0, &during);
+	for (unsigned s = 0; s < NSRV; s += 2)
+		cr_expect_eq(during.failed[s] + during.other[s], 0, "server %u's keys failed while 1 was down", s);
+	cr_expect_eq(during.ok[1], 0, "a dead server's key was served");
+	cr_expect_eq(during.other[1], 0, "a dead server's key failed with a code other than gone/timed out");
+	cr_assert_gt(during.nfail, 0);
+	qsort(during.fail_lat, during.nfail, sizeof(double), cmp_d);
+	p99 = during.fail_lat[during.nfail * 99 / 100];
+	/* One deadline at most (the first operation may have been caught by the
+	 * kill), with room for a loaded machine. */
+	cr_expect_leq(p99, OP_MS / 1000.0 + 0.5, "p99 of a failed operation %.3f s", p99);
+
+	/* Back, empty (it is a cache): its keys are served again (as misses). */
+	kvt_start_server(&srv[1], ports[1], extra);
+	t0 = now_s();
+	for (unsigned key = 0;; key++) {
+		if (owner[key % KEYS] != 1)
+			continue;
+		snprintf(k, sizeof(k), "key-%u", key % KEYS);
+		rc = kvc_put(h, k, strlen(k), "again", 5, 0);
+		if (rc == 0 || now_s() - t0 > 10)
+			break;
+		usleep(1000);
+	}
+	back = now_s() - t0;
+	cr_assert_eq(rc, 0, "the restarted server's keys still fail: %s", kvc_err_name(rc));
+	gets(h, owner, 1.5, &after);
+	for (unsigned s = 0; s < NSRV; s++)
+		cr_expect_eq(after.failed[s] + after.other[s], 0, "server %u failed after the restart", s);
+
+	printf("three servers, one killed: the others' keys %.0f ops/s of busy time before, %.0f while it was "
+	       "down (%.2fx), %.0f after; its keys failed in p50 %.1f ms, p99 %.1f ms, max %.1f ms "
+	       "(%u failures); served again %.2f s after the restart\n",
+	       others_rate(&before), others_rate(&during), others_rate(&during) / others_rate(&before),
+	       others_rate(&after), during.fail_lat[during.nfail / 2] * 1e3, p99 * 1e3,
+	       during.fail_lat[during.nfail - 1] * 1e3, during.nfail, back);
+	cr_expect_lt(back, 5.0, "served again only %.2f s after the restart", back);
+	kvc_destroy(h);
+	for (unsigned i = 0; i < NSRV; i++) {
+		kvt_kill(&srv[i], SIGTERM);
+		kvt_wait(&srv[i], 20000);
+	}
+}
+
+/* kvbench over a list target: a server killed mid-run does not stop it; the
+ * interval lines show the run going on, and the failed operations are
+ * reported with their latency. */
+Test(cluster_verbs, kvbench_goes_on_when_one_of_three_servers_dies)
+{
+	struct kvt_proc srv[NSRV], b;
+	char list[256], target[300], line[512];
+	char *argv[] = { KV_BENCH_BIN, "-w", "A", "-D", "5", "-T", "2", "-r", "3000", "--warmup", "0.5",
+			 "--interval", "0.5", "--target", target, NULL };
+	double t0;
+	int st, killed = 0;
+
+	start_all(srv, 7684);
+	list_of(list, sizeof(list), NSRV);
+	snprintf(target, sizeof(target), "rdma://%s", list);
+	cr_assert_eq(kvt_start(&b, argv), 0);
+	t0 = now_s();
+	while (kvt_line(&b, line, sizeof(line), 30000) == 0) {
+		if (strncmp(line, "INTERVAL", 8) == 0)
+			printf("kvbench: %s%s\n", line, killed ? " (server 2 of 3 down)" : "");
+		if (!killed && strncmp(line, "INTERVAL t=2", 12) == 0) {
+			kvt_kill(&srv[1], SIGKILL);
+			killed = 1;
+		}
+		if (strstr(line, "round trips per operation"))
+			break;
+	}
+	st = kvt_wait(&b, 30000);
+	cr_expect(killed, "the run never reached 2 s: %s", b.all);
+	/* 3: operations failed (README); the run went on to its end. */
+	cr_expect_eq(st, 3, "kvbench exited %d: %s", st, b.all);
+	cr_expect(strstr(b.all, "run phase: 5.") || strstr(b.all, "run phase: 4.9"), "the run stopped early: %s",
+		  b.all);
+	cr_expect(!strstr(b.all, "lost"), "a lost server of three stopped the run: %s", b.all);
+	cr_expect(strstr(b.all, "failed operations took"), "no failed-latency line: %s", b.all);
+	cr_expect_lt(now_s() - t0, 25);
+	kvt_wait(&srv[1], 10000);
+	for (unsigned i = 0; i < NSRV; i += 2) {
+		kvt_kill(&srv[i], SIGTERM);
+		kvt_wait(&srv[i], 20000);
+	}
+}
+
+/* The handle follows its list file: a server added there takes its share of
+ * the keys, within about a second. */
+Test(cluster_verbs, the_list_file_is_followed)
+{
+	struct kvt_proc srv[NSRV];
+	char list[256], err[400], path[] = "/tmp/kvlist.XXXXXX", k[32];
+	struct kvc_opts o;
+	struct kvc_op *done[4];
+	unsigned on_new = 0;
+	FILE *f;
+	kvc_t *h;
+	int fd;
+
+	start_all(srv, 7687);
+	fd = mkstemp(path);
+	cr_assert_geq(fd, 0);
+	close(fd);
+	list_of(list, sizeof(list), 2);
+	f = fopen(path, "w");
+	fprintf(f, "# two servers\n%s\n", list);
+	fclose(f);
+	kvc_opts_init(&o);
+	o.servers_file = path;
+	cr_assert_eq(kvc_create(&o, &h, err, sizeof(err)), 0, "%s", err);
+	cr_assert_eq(kvc_server_count(h), 2);
+	list_of(list, sizeof(list), 3);
+	f = fopen(path, "w");
+	fprintf(f, "# three servers\n%s\n", list);
+	fclose(f);
+	for (int i = 0; i < 40 && kvc_server_count(h) != 3; i++) {
+		usleep(100000);
+		(void)kvc_poll(h, done, 4, 0);
+	}
+	cr_assert_eq(kvc_server_count(h), 3, "the list file's third server was not taken");
+	for (unsigned i = 0; i < 300; i++) {
+		snprintf(k, sizeof(k), "file-%u", i);
+		cr_assert_eq(kvc_put(h, k, strlen(k), "v", 1, 0), 0);
+		on_new += kvc_key_server(h, k, strlen(k)) == 2;
+	}
+	cr_expect(on_new > 50 && on_new < 150, "the new server took %u of 300 keys", on_new);
+	{
+		struct kvc_server_stats st;
+
+		cr_assert_eq(kvc_server_stats_at(h, 2, &st), 0);
+		cr_expect_gt(st.grants, 0, "the new server took writes");
+	}
+	kvc_destroy(h);
+	unlink(path);
+	for (unsigned i = 0; i < NSRV; i++) {
+		kvt_kill(&srv[i], SIGTERM);
+		kvt_wait(&srv[i], 20000);
+	}
+}
