@@ -22,7 +22,8 @@ static void usage(FILE *f)
 		   "  del KEY                        remove\n"
 		   "  stats                          the server's statistics, one \"STAT name value\" line each\n"
 		   "options:\n"
-		   "  -s, --server HOST[:PORT]  kvserver to use (port default %d)\n"
+		   "  -s, --server HOST[:PORT][,...]  kvserver to use (port default %d), or a list of\n"
+		   "                            them: keys are spread over it as libkvclient does\n"
 		   "  -d, --device NAME         RDMA device (default: the one routing to HOST)\n"
 		   "  -t, --timeout MS          connection and operation timeout (default 5000)\n"
 		   "      --secret-file PATH    the server's shared secret (kvserver --secret-file;\n"
@@ -177,8 +178,8 @@ int main(int argc, char **argv)
 	if (optind >= argc)
 		return fail("no command", "expected get, put, del or stats (see --help)");
 	cmd = argv[optind++];
-	if (!o.server)
-		return fail(cmd, "no server given: use -s HOST[:PORT]");
+	if (!o.server && !getenv("KVC_SERVERS") && !getenv("KVC_SERVERS_FILE"))
+		return fail(cmd, "no server given: use -s HOST[:PORT] (or set KVC_SERVERS)");
 	if (strcmp(cmd, "stats") == 0)
 		return optind < argc ? fail(cmd, "unexpected argument") : print_stats(&o);
 	if (optind >= argc)

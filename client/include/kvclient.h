@@ -179,7 +179,8 @@ KVC_EXPORT int kvc_put(kvc_t *h, const void *key, size_t key_len, const void *va
 /* Remove; KVC_ENOTFOUND if absent. */
 KVC_EXPORT int kvc_delete(kvc_t *h, const void *key, size_t key_len);
 
-/* Largest value this server accepts for a key of key_len bytes. */
+/* Largest value the server accepts for a key of key_len bytes (with several
+ * servers: the smallest of the joined servers'; 0 while none is joined). */
 KVC_EXPORT size_t kvc_max_value(const kvc_t *h, size_t key_len);
 
 /* Asynchronous interface: submit many, poll completions. The kvc_op and every
