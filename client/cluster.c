@@ -235,7 +235,15 @@ static int redial_ms(const kvc_t *h)
 	return h->single ? 0 : (int)REDIAL_CAP_MS;
 }
 
-/* Join m now (c is NULL): 0, or the code to fail its key's operation with. */
+/* Refusals that retrying cannot cure: passed on as they are, where other
+ * join failures fail an operation fast with KVC_ESERVERGONE. */
+static int incurable(int rc)
+{
+	return rc == KVC_EAUTH || rc == KVC_ENOAUTH || rc == KVC_EPROTO || rc == KVC_ENOMEM || rc == KVC_EINVAL ||
+	       rc == KVC_ENODEV || rc == KVC_ENOTSUP || rc == KVC_ESTALE || rc == KVC_EREPLAY;
+}
+
+/* Join m now (c is NULL): 0, or the join's code (one line in err). */
 static int join(kvc_t *h, struct member *m, uint64_t now, int timeout_ms, char *err, size_t errlen)
 {
 	char msg[640];
@@ -265,11 +273,7 @@ static int join(kvc_t *h, struct member *m, uint64_t now, int timeout_ms, char *
 	if (m->backoff_ms > JOIN_MAX_MS)
 		m->backoff_ms = JOIN_MAX_MS;
 	m->join_at = now + (uint64_t)m->backoff_ms * 1000000u;
-	/* Refusals that retrying cannot cure are passed on as they are. */
-	if (rc == KVC_EAUTH || rc == KVC_ENOAUTH || rc == KVC_EPROTO || rc == KVC_ENOMEM || rc == KVC_EINVAL ||
-	    rc == KVC_ENODEV || rc == KVC_ENOTSUP)
-		return rc;
-	return KVC_ESERVERGONE;
+	return rc;
 }
 
 static void rebuild_ring(kvc_t *h)
@@ -558,8 +562,7 @@ int kvc_create(const struct kvc_opts *o, kvc_t **out, char *err, size_t errlen)
 	if (joined == 0) {
 		set_err(err, errlen, first);
 		kvc_destroy(h);
-		/* The joins' codes, not the fail-fast one they turn into. */
-		return first_rc == KVC_ESERVERGONE ? KVC_EUNREACHABLE : first_rc;
+		return first_rc;
 	}
 	if (h->list_file) {
 		struct stat sb;
@@ -612,6 +615,8 @@ int kvc_submit(kvc_t *h, struct kvc_op *op)
 	m = h->m[i];
 	if (!m->c) {
 		rc = now < m->join_at ? KVC_ESERVERGONE : join(h, m, now, (int)REDIAL_CAP_MS, NULL, 0);
+		if (rc && !incurable(rc))
+			rc = KVC_ESERVERGONE;
 		if (rc) {
 			account(h, m, rc, now);
 			return rc;
