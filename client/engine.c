@@ -758,15 +758,19 @@ int kvi_conn_submit(struct kvi_conn *h, struct kvc_op *op)
 		return KVC_EAGAIN;
 	{
 		/* Fresh state; the scratch slice and index stay the slot's. */
-		struct kvi_opst keep = *st;
+		unsigned index = st->index;
+		struct kvi_bucket *bk = st->bk;
+		uint64_t *w = st->w;
+		unsigned char *khead = st->khead, *obj = st->obj;
+		uint32_t obj_cap = st->obj_cap;
 
-		memset(st, 0, sizeof(*st));
-		st->index = keep.index;
-		st->bk = keep.bk;
-		st->w = keep.w;
-		st->khead = keep.khead;
-		st->obj = keep.obj;
-		st->obj_cap = keep.obj_cap;
+		memset(st, 0, offsetof(struct kvi_opst, cand));
+		st->index = index;
+		st->bk = bk;
+		st->w = w;
+		st->khead = khead;
+		st->obj = obj;
+		st->obj_cap = obj_cap;
 	}
 	kvi_key_hash(op->key, op->key_len, h->sb.hash_seed, h->cur.ix.bucket_count, &st->kh);
 	if (op->type == KVC_OP_PUT) {
