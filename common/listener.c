@@ -6,6 +6,7 @@
 #include <netdb.h>
 #include <poll.h>
 #include <stdlib.h>
+#include <stdio.h>
 #include <string.h>
 #include <sys/epoll.h>
 #include <time.h>
@@ -423,17 +424,30 @@ static void reject(struct rdma_cm_id *id, uint16_t reason)
 	rdma_reject(id, &r, sizeof(r));
 }
 
+static const char *id_addr(struct rdma_cm_id *id, char *buf, size_t n)
+{
+	const struct sockaddr *a = rdma_get_peer_addr(id);
+
+	snprintf(buf, n, "?");
+	if (a->sa_family == AF_INET)
+		inet_ntop(AF_INET, &((const struct sockaddr_in *)a)->sin_addr, buf, (socklen_t)n);
+	else if (a->sa_family == AF_INET6)
+		inet_ntop(AF_INET6, &((const struct sockaddr_in6 *)a)->sin6_addr, buf, (socklen_t)n);
+	return buf;
+}
+
+const char *kvi_peer_addr(const struct kvi_peer *p, char *buf, size_t n)
+{
+	return id_addr(p->id, buf, n);
+}
+
 /* One line for the operator: who was refused and why. */
 static void refuse_log(struct rdma_cm_id *id, const struct kvi_hello *h, int why)
 {
-	const struct sockaddr *a = rdma_get_peer_addr(id);
-	char addr[INET6_ADDRSTRLEN] = "?";
+	char addr[INET6_ADDRSTRLEN];
 	const char *what;
 
-	if (a->sa_family == AF_INET)
-		inet_ntop(AF_INET, &((const struct sockaddr_in *)a)->sin_addr, addr, sizeof(addr));
-	else if (a->sa_family == AF_INET6)
-		inet_ntop(AF_INET6, &((const struct sockaddr_in6 *)a)->sin6_addr, addr, sizeof(addr));
+	id_addr(id, addr, sizeof(addr));
 	switch (why) {
 	case KVI_REJECT_NOAUTH:
 		what = "no proof of the secret (client without --secret-file?)";

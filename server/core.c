@@ -1049,8 +1049,9 @@ void kvs_core_summary(struct kvs_core *c, char *buf, size_t len)
 	struct kvs_core_stats st;
 
 	kvs_core_stats(c, &st);
-	snprintf(buf, len, "segments %" PRIu64 " open, %" PRIu64 " sealed, %" PRIu64 " quarantined, %" PRIu64
-		 " free of %" PRIu64 " x %" PRIu64 " KiB; %" PRIu64 " reclaimed, %" PRIu64 " evictions",
+	snprintf(buf, len, "segments_open=%" PRIu64 " segments_sealed=%" PRIu64 " segments_quarantined=%" PRIu64
+		 " segments_free=%" PRIu64 " segments=%" PRIu64 " segment_kib=%" PRIu64 " reclaimed=%" PRIu64
+		 " evictions=%" PRIu64,
 		 st.segments_open, st.segments_sealed, st.segments_quarantined, st.segments_free, c->nsegs,
 		 c->geo.segment_size >> 10, st.rc.segments, st.rc.evictions);
 }
