@@ -6,6 +6,7 @@
 #include <netdb.h>
 #include <poll.h>
 #include <stdlib.h>
+#include <stdio.h>
 #include <string.h>
 #include <sys/epoll.h>
 #include <time.h>
@@ -378,8 +379,8 @@ static int cq_room_for_peer(struct kvi_listener *l)
 	if (want > l->attr.max_cqe)
 		want = l->attr.max_cqe;
 	if (want < need || ibv_resize_cq(l->cq, want)) {
-		kvi_warn("cannot grow the control CQ to %d entries for %u peers: %s", need, l->npeers + 1,
-			 want < need ? "device limit" : strerror(errno));
+		kvi_ev_warn("ctrl_cq_full", "entries=%d peers=%u reason=%s", need, l->npeers + 1,
+			    want < need ? "device limit" : strerror(errno));
 		return KVC_ENOMEM;
 	}
 	return 0;
@@ -423,17 +424,30 @@ static void reject(struct rdma_cm_id *id, uint16_t reason)
 	rdma_reject(id, &r, sizeof(r));
 }
 
+static const char *id_addr(struct rdma_cm_id *id, char *buf, size_t n)
+{
+	const struct sockaddr *a = rdma_get_peer_addr(id);
+
+	snprintf(buf, n, "?");
+	if (a->sa_family == AF_INET)
+		inet_ntop(AF_INET, &((const struct sockaddr_in *)a)->sin_addr, buf, (socklen_t)n);
+	else if (a->sa_family == AF_INET6)
+		inet_ntop(AF_INET6, &((const struct sockaddr_in6 *)a)->sin6_addr, buf, (socklen_t)n);
+	return buf;
+}
+
+const char *kvi_peer_addr(const struct kvi_peer *p, char *buf, size_t n)
+{
+	return id_addr(p->id, buf, n);
+}
+
 /* One line for the operator: who was refused and why. */
 static void refuse_log(struct rdma_cm_id *id, const struct kvi_hello *h, int why)
 {
-	const struct sockaddr *a = rdma_get_peer_addr(id);
-	char addr[INET6_ADDRSTRLEN] = "?";
+	char addr[INET6_ADDRSTRLEN];
 	const char *what;
 
-	if (a->sa_family == AF_INET)
-		inet_ntop(AF_INET, &((const struct sockaddr_in *)a)->sin_addr, addr, sizeof(addr));
-	else if (a->sa_family == AF_INET6)
-		inet_ntop(AF_INET6, &((const struct sockaddr_in6 *)a)->sin6_addr, addr, sizeof(addr));
+	id_addr(id, addr, sizeof(addr));
 	switch (why) {
 	case KVI_REJECT_NOAUTH:
 		what = "no proof of the secret (client without --secret-file?)";
@@ -455,7 +469,8 @@ static void refuse_log(struct rdma_cm_id *id, const struct kvi_hello *h, int why
 	default:
 		what = "refused";
 	}
-	kvi_warn("refusing a peer from %s: %s", addr, what);
+	kvi_ev_warn("auth_refused", "addr=%s role=%s reason=%s", addr,
+		    h->role == KVI_ROLE_LOOPBACK ? "loopback" : "client", what);
 }
 
 /* A join request. The child id is destroyed by the caller when this fails. */
@@ -469,16 +484,19 @@ static int admit(struct kvi_listener *l, struct rdma_cm_event *ev, const struct 
 	struct rdma_conn_param cp;
 	struct kvi_peer *p;
 	uint16_t role = KVI_ROLE_CLIENT;
+	char addr[INET6_ADDRSTRLEN];
 	int why;
 
 	if (id->verbs != l->ctx) {
-		kvi_warn("refusing a client that arrived on device %s (serving %s)",
-			 ibv_get_device_name(id->verbs->device), ibv_get_device_name(l->ctx->device));
+		kvi_ev_warn("client_refused", "addr=%s device=%s serving=%s reason=%s",
+			    id_addr(id, addr, sizeof(addr)), ibv_get_device_name(id->verbs->device),
+			    ibv_get_device_name(l->ctx->device), "arrived on a device this server does not serve");
 		reject(id, KVI_REJECT_DEVICE);
 		return -1;
 	}
 	if (kvi_wire_hello_decode(ev->param.conn.private_data, ev->param.conn.private_data_len, &h)) {
-		kvi_warn("refusing a client with a malformed hello (%u bytes)", ev->param.conn.private_data_len);
+		kvi_ev_warn("client_refused", "addr=%s hello_bytes=%u reason=%s", id_addr(id, addr, sizeof(addr)),
+			    ev->param.conn.private_data_len, "malformed hello");
 		reject(id, KVI_REJECT_VERSION);
 		return -1;
 	}
@@ -511,13 +529,13 @@ static int admit(struct kvi_listener *l, struct rdma_cm_event *ev, const struct 
 	qa.cap.max_send_sge = qa.cap.max_recv_sge = 1;
 	_Static_assert(KVI_CTRL_RECV_DEPTH <= 16 && SEND_SLOTS <= 16, "QP holds the control slots");
 	if (cq_room_for_peer(l) || rdma_create_qp(id, l->pd, &qa)) {
-		kvi_err("cannot create a queue pair for client %u: %s", w.client_id, strerror(errno));
+		kvi_ev_err("client_setup_failed", "client=%u call=rdma_create_qp reason=%s", w.client_id, strerror(errno));
 		reject(id, KVI_REJECT_FULL);
 		goto undo_connect;
 	}
 	l->npeers++;
 	if (ctrl_setup(l, p)) {
-		kvi_err("cannot set up the control path for client %u: %s", w.client_id, strerror(errno));
+		kvi_ev_err("client_setup_failed", "client=%u call=ctrl_setup reason=%s", w.client_id, strerror(errno));
 		reject(id, KVI_REJECT_FULL);
 		goto clean_qp;
 	}
@@ -537,7 +555,7 @@ static int admit(struct kvi_listener *l, struct rdma_cm_event *ev, const struct 
 	cp.rnr_retry_count = 7;
 	kvi_set_ack_timeout(id);
 	if (rdma_accept(id, &cp)) {
-		kvi_err("rdma_accept for client %u: %s", w.client_id, strerror(errno));
+		kvi_ev_err("client_setup_failed", "client=%u call=rdma_accept reason=%s", w.client_id, strerror(errno));
 		goto clean_qp;
 	}
 	id->context = p;
@@ -574,8 +592,8 @@ static void on_request(struct kvi_peer *p, const struct kvi_listen_cb *cb, unsig
 
 	rc = kvi_wire_ctrl_decode(&p->ctrl_buf[slot], len, &req);
 	if (rc) {
-		kvi_warn("client %u sent a malformed control message (%u bytes): disconnecting it",
-			 p->client_id, len);
+		kvi_ev_warn("client_dropped", "client=%u bytes=%u reason=%s", p->client_id, len,
+			    "malformed control message");
 		peer_kill(p);
 		return;
 	}
@@ -587,8 +605,8 @@ static void on_request(struct kvi_peer *p, const struct kvi_listen_cb *cb, unsig
 	} else {
 		rc = cb->on_ctrl(cb->arg, p, &req, &resp);
 		if (rc < 0) {
-			kvi_warn("client %u: control request type %u refused (%s): disconnecting it",
-				 p->client_id, req.type, kvc_err_name(rc));
+			kvi_ev_warn("client_dropped", "client=%u type=%u error=%s reason=%s", p->client_id, req.type,
+				    kvc_err_name(rc), "control request refused");
 			peer_kill(p);
 			return;
 		}
@@ -597,8 +615,8 @@ static void on_request(struct kvi_peer *p, const struct kvi_listen_cb *cb, unsig
 	if (rc == 0)
 		rc = post_recv(p, slot);
 	if (rc) {
-		kvi_warn("client %u: cannot %s: disconnecting it", p->client_id,
-			 rc == KVC_EAGAIN ? "answer (it takes no responses)" : "post to its queue pair");
+		kvi_ev_warn("client_dropped", "client=%u reason=%s", p->client_id,
+			    rc == KVC_EAGAIN ? "it takes no responses" : "cannot post to its queue pair");
 		peer_kill(p);
 	}
 }
@@ -617,8 +635,9 @@ static void on_completion(struct kvi_listener *l, const struct kvi_listen_cb *cb
 		/* A flush means the QP already failed or is being torn down; say
 		 * why only for the first real error. */
 		if (!p->dead && wc->status != IBV_WC_WR_FLUSH_ERR)
-			kvi_info("client %u: control %s failed (%s): disconnecting it", p->client_id,
-				 slot >= KVI_CTRL_RECV_DEPTH ? "send" : "receive", ibv_wc_status_str(wc->status));
+			kvi_ev_info("client_dropped", "client=%u op=%s status=%s reason=%s", p->client_id,
+				    slot >= KVI_CTRL_RECV_DEPTH ? "send" : "receive", ibv_wc_status_str(wc->status),
+				    "control completion failed");
 		peer_kill(p);
 		return;
 	}
@@ -642,7 +661,7 @@ static int cq_dispatch(struct kvi_listener *l, const struct kvi_listen_cb *cb)
 	if (nev) {
 		ibv_ack_cq_events(l->cq, nev);
 		if (ibv_req_notify_cq(l->cq, 0)) {
-			kvi_err("ibv_req_notify_cq: %s", strerror(errno));
+			kvi_ev_err("ctrl_cq_failed", "call=ibv_req_notify_cq reason=%s", strerror(errno));
 			return KVC_ESYS;
 		}
 	}
@@ -652,7 +671,7 @@ static int cq_dispatch(struct kvi_listener *l, const struct kvi_listen_cb *cb)
 			on_completion(l, cb, &wc[i]);
 	} while (n == 16);
 	if (n < 0) {
-		kvi_err("ibv_poll_cq on the control CQ failed");
+		kvi_ev_err("ctrl_cq_failed", "call=ibv_poll_cq");
 		return KVC_EIO;
 	}
 	return 0;
@@ -722,14 +741,15 @@ int kvi_listener_fence_peer(struct kvi_listener *l, struct kvi_peer *p)
 		memset(&a, 0, sizeof(a));
 		if (ibv_query_qp(p->id->qp, &a, IBV_QP_STATE, &ia) == 0 && a.qp_state == IBV_QPS_ERR)
 			return 0;
-		kvi_warn("client %u: its queue pair is not in the error state yet (modify: %s, state %d): "
-			 "trying again", p->client_id, rc ? strerror(rc) : "ok", (int)a.qp_state);
+		kvi_ev_warn("fence_qp_pending", "client=%u modify=%s state=%d msg=%s", p->client_id,
+			    rc ? strerror(rc) : "ok", (int)a.qp_state, "queue pair not in the error state yet: trying again");
 	}
 	if (!p->id->qp)
 		return 0;
 	/* Destroyed, it executes nothing more: as good a fence, at the price of
 	 * the control path's last completions (the peer is dead to us anyway). */
-	kvi_err("client %u: queue pair not confirmed in the error state: destroying it", p->client_id);
+	kvi_ev_err("fence_qp_destroyed", "client=%u msg=%s", p->client_id,
+		   "queue pair not confirmed in the error state: destroying it");
 	p->dead = 1;
 	rdma_destroy_qp(p->id);
 	l->npeers--;

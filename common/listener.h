@@ -62,6 +62,9 @@ struct kvi_peer {
 	int dead; /* QP failed or disconnect started: ignore its traffic until DISCONNECTED */
 };
 
+/* The peer's IP address as text ("?" if unknown), in buf. */
+const char *kvi_peer_addr(const struct kvi_peer *p, char *buf, size_t n);
+
 struct kvi_listen_cb {
 	void *arg;
 	/* A peer asks to join. Fill w (client id, region, epoch) and return 0, or

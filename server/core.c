@@ -424,8 +424,8 @@ static int seg_request(struct kvs_core *c, uint32_t id, const struct kvi_ctrl *r
 			c->grants_refused++;
 			c->over_quota++;
 			reply_error(req, resp, KVC_EQUOTA);
-			kvi_dbg("client %u holds %" PRIu64 " bytes, over its quota of %" PRIu64
-				" while another starves", id, cl->held, c->quota);
+			kvi_ev_dbg("grant_refused", "client=%u reason=quota held=%" PRIu64 " quota=%" PRIu64, id,
+				   cl->held, c->quota);
 			return 0;
 		}
 		/* A writer that fills what it gets waits its turn. */
@@ -450,7 +450,7 @@ static int seg_request(struct kvs_core *c, uint32_t id, const struct kvi_ctrl *r
 			rc = KVC_ENOMEM;
 		}
 		reply_error(req, resp, rc);
-		kvi_dbg("client %u: no free segment (%s)", id, kvc_err_name(rc));
+		kvi_ev_dbg("grant_refused", "client=%u reason=no_free_segment error=%s", id, kvc_err_name(rc));
 		return 0;
 	}
 	poke(c);
@@ -458,7 +458,7 @@ static int seg_request(struct kvs_core *c, uint32_t id, const struct kvi_ctrl *r
 	resp->seq = req->seq;
 	resp->arg[0] = cl->x.off;
 	resp->arg[1] = cl->x.len;
-	kvi_dbg("client %u granted %" PRIu64 " bytes at %#" PRIx64, id, cl->x.len, cl->x.off);
+	kvi_ev_dbg("granted", "client=%u bytes=%" PRIu64 " offset=%#" PRIx64, id, cl->x.len, cl->x.off);
 	return 0;
 }
 
@@ -579,7 +579,7 @@ int kvs_core_ctrl(void *core, uint32_t client_id, const struct kvi_ctrl *req, st
 	resp->seq = req->seq;
 	/* 0 is "no owner" in lock words; ids are assigned by the transport. */
 	if (client_id == 0 || client_id > KVI_MAX_CLIENT_ID) {
-		kvi_warn("control request from invalid client id %u", client_id);
+		kvi_ev_warn("ctrl_refused", "client=%u reason=%s", client_id, "invalid client id");
 		return KVC_EINVAL;
 	}
 	pthread_mutex_lock(&c->mu);
@@ -627,11 +627,11 @@ int kvs_core_ctrl(void *core, uint32_t client_id, const struct kvi_ctrl *req, st
 	case KVI_CTRL_LOCK_REPORTED:
 	case KVI_CTRL_INDEX:
 	case KVI_CTRL_GROWING:
-		kvi_warn("client %u sent control type %u, which only the server sends", client_id, req->type);
+		kvi_ev_warn("ctrl_refused", "client=%u type=%u reason=%s", client_id, req->type, "only the server sends this type");
 		rc = KVC_EPROTO;
 		break;
 	default:
-		kvi_warn("client %u sent unknown control type %u", client_id, req->type);
+		kvi_ev_warn("ctrl_refused", "client=%u type=%u reason=%s", client_id, req->type, "unknown type");
 		rc = KVC_EPROTO;
 		break;
 	}
@@ -957,7 +957,7 @@ int kvs_core_chunks_return(struct kvs_core *c, const uint64_t *chunks, uint32_t 
 			}
 			c->pool[c->npool++] = off;
 		} else if (kvs_segtab_index_return(c->segs, off, now)) {
-			kvi_err("index chunk at %#" PRIx64 " is not an index segment: not returned", off);
+			kvi_ev_err("index_chunk_invalid", "offset=%#" PRIx64 " msg=%s", off, "not an index segment: not returned");
 			rc = KVC_EINVAL;
 		}
 	}
@@ -1049,8 +1049,9 @@ void kvs_core_summary(struct kvs_core *c, char *buf, size_t len)
 	struct kvs_core_stats st;
 
 	kvs_core_stats(c, &st);
-	snprintf(buf, len, "segments %" PRIu64 " open, %" PRIu64 " sealed, %" PRIu64 " quarantined, %" PRIu64
-		 " free of %" PRIu64 " x %" PRIu64 " KiB; %" PRIu64 " reclaimed, %" PRIu64 " evictions",
+	snprintf(buf, len, "segments_open=%" PRIu64 " segments_sealed=%" PRIu64 " segments_quarantined=%" PRIu64
+		 " segments_free=%" PRIu64 " segments=%" PRIu64 " segment_kib=%" PRIu64 " reclaimed=%" PRIu64
+		 " evictions=%" PRIu64,
 		 st.segments_open, st.segments_sealed, st.segments_quarantined, st.segments_free, c->nsegs,
 		 c->geo.segment_size >> 10, st.rc.segments, st.rc.evictions);
 }

@@ -288,7 +288,7 @@ struct kvs_core_stats {
 };
 void kvs_core_stats(struct kvs_core *c, struct kvs_core_stats *out);
 
-/* One line for the log: "segments 3 open, 1 sealed, 60 free of 64 x 1024 KiB; 0 refused". */
+/* Log fields (logfmt): "segments_open=3 segments_sealed=1 ... evictions=0". */
 void kvs_core_summary(struct kvs_core *c, char *buf, size_t len);
 
 /* The heap allocator, for its statistics (tests prove with them where

@@ -95,15 +95,15 @@ static struct kvs_reclaimer *connect_reclaimer(struct kvs_evictor *ev)
 								 .secret_len = KVI_AUTH_LOOPBACK_KEY_LEN },
 				    &rm, &w, &e);
 	if (rc) {
-		kvi_warn("reclaimer: no loopback connection yet (%s); retrying", e.msg);
+		kvi_ev_warn("reclaimer_connect_failed", "reason=%s msg=%s", e.msg, "no loopback connection yet: retrying");
 		return NULL;
 	}
 	if (kvs_reclaimer_create(ev->core, rm, NULL, &r)) {
-		kvi_err("reclaimer: out of memory");
+		kvi_ev_err("reclaimer_failed", "reason=%s", "out of memory");
 		return NULL;
 	}
 	kvs_reclaimer_set_migrator(r, ev->mig);
-	kvi_info("reclaimer: loopback connected as client %u", w.client_id);
+	kvi_ev_info("reclaimer_connected", "client=%u", w.client_id);
 	return r;
 }
 
@@ -122,7 +122,7 @@ static void *evictor_main(void *arg)
 		}
 		rc = kvs_reclaim_run(r);
 		if (rc < 0) {
-			kvi_err("reclaimer: loopback failed (%s): reconnecting", kvc_strerror(rc));
+			kvi_ev_err("reclaimer_loopback_failed", "reason=%s msg=%s", kvc_strerror(rc), "reconnecting");
 			kvs_reclaimer_destroy(r);
 			r = NULL;
 			ms = RECONNECT_MS;

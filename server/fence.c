@@ -107,7 +107,8 @@ static struct kvi_rmem *loopback(struct kvs_fence *f)
 			return NULL;
 		rc = f->o.connect(f->o.connect_arg, &rm);
 		if (rc == 0 && rm->lbuf_size < KVI_RMEM_MAX_BATCH * sizeof(uint64_t)) {
-			kvi_err("fence: the loopback's local buffer is too small (%zu bytes)", rm->lbuf_size);
+			kvi_ev_err("fencer_failed", "buffer_bytes=%zu reason=%s", rm->lbuf_size,
+				   "the loopback's local buffer is too small");
 			kvi_rmem_destroy(rm);
 			rc = KVC_EINVAL;
 		}
@@ -117,13 +118,13 @@ static struct kvi_rmem *loopback(struct kvs_fence *f)
 			pthread_mutex_lock(&f->mu);
 			f->st.connects++;
 			pthread_mutex_unlock(&f->mu);
-			kvi_info("fence: loopback connected as client %u", rm->client_id);
+			kvi_ev_info("fencer_connected", "client=%u", rm->client_id);
 			break;
 		}
 		/* Say it once, then every 10th try: the thread retries forever. */
 		if (fails++ % 10 == 0)
-			kvi_warn("fence: no loopback connection (%s, try %u): locks of gone clients wait; retrying",
-				 kvc_err_name(rc), fails);
+			kvi_ev_warn("fencer_connect_failed", "error=%s try=%u msg=%s", kvc_err_name(rc), fails,
+				    "no loopback connection: locks of gone clients wait; retrying");
 		if (nap(f, ms))
 			return NULL;
 		ms = ms * 2 > BACKOFF_MAX_MS ? BACKOFF_MAX_MS : ms * 2;
@@ -138,8 +139,8 @@ static int exec_batch(struct kvs_fence *f, struct kvi_rop *ops, unsigned n)
 	int rc = kvi_rmem_exec(f->rm, ops, n, f->o.op_timeout_ms);
 
 	if (rc) {
-		kvi_warn("fence: loopback failed while releasing locks (%s): reconnecting and retrying",
-			 kvc_err_name(rc));
+		kvi_ev_warn("fencer_loopback_failed", "error=%s msg=%s", kvc_err_name(rc),
+			    "the loopback failed while releasing locks: reconnecting and retrying");
 		kvi_rmem_shutdown(f->rm, rc);
 		pthread_mutex_lock(&f->mu);
 		f->st.retries++;
@@ -258,8 +259,8 @@ static int serve_clears(struct kvs_fence *f)
 			rc = exec_batch(f, &op, 1);
 		} while (rc);
 		if (*old == r.word)
-			kvi_warn("fence: lock word at %" PRIu64 " of client %u (no live client) cleared", r.off,
-				 kvi_lock_owner(r.word));
+			kvi_ev_warn("lock_cleared", "offset=%" PRIu64 " owner=%u msg=%s", r.off, kvi_lock_owner(r.word),
+				    "a lock word of no live client was cleared");
 		pthread_mutex_lock(&f->mu);
 		f->chead = (f->chead + 1) % KVS_FENCE_CLEAR_MAX;
 		f->ccount--;
@@ -294,7 +295,7 @@ static int take_clients(struct kvs_fence *f)
 			f->counts = counts;
 		if (!ids || !counts) {
 			/* Put them back: they are fenced when memory allows. */
-			kvi_err("fence: out of memory for a pass over %u clients; retrying", n);
+			kvi_ev_err("fence_pass_failed", "clients=%u reason=%s", n, "out of memory: retrying");
 			pthread_mutex_lock(&f->mu);
 			for (uint64_t i = 0; i < BITMAP_WORDS; i++)
 				f->pending[i] |= f->active[i];
@@ -356,17 +357,15 @@ static void run_pass(struct kvs_fence *f)
 	kvs_core_add_fence(f->o.core, f->nids, released, cpu);
 	for (unsigned i = 0; i < f->nids; i++) {
 		if (f->counts[i])
-			kvi_warn("client %u fenced: it left holding %" PRIu64 " bucket lock%s: released", f->ids[i],
-				 f->counts[i], f->counts[i] == 1 ? "" : "s");
+			kvi_ev_warn("client_fenced", "client=%u locks_released=%" PRIu64, f->ids[i], f->counts[i]);
 		else
-			kvi_info("client %u fenced: it held no bucket lock", f->ids[i]);
+			kvi_ev_info("client_fenced", "client=%u locks_released=0", f->ids[i]);
 		f->active[f->ids[i] / 64] = 0;
 	}
-	kvi_log(retries0 ? KVI_LOG_WARN : KVI_LOG_INFO,
-		"fence pass%s: %u client%s, %" PRIu64 " buckets, %" PRIu64 " locks released, %" PRIu64
-		" retries, cpu %.3f ms, wall %.3f ms",
-		stopped ? " (abandoned: stopping)" : "", f->nids, f->nids == 1 ? "" : "s", buckets, released,
-		retries0, cpu / 1e6, wall / 1e6);
+	kvi_event(retries0 ? KVI_LOG_WARN : KVI_LOG_INFO, "fence_pass",
+		  "clients=%u buckets=%" PRIu64 " locks_released=%" PRIu64 " retries=%" PRIu64
+		  " cpu_ms=%.3f wall_ms=%.3f abandoned=%s", f->nids, buckets, released, retries0, cpu / 1e6,
+		  wall / 1e6, stopped ? "true" : "false");
 }
 
 static void *fence_main(void *arg)
@@ -565,7 +564,7 @@ static int verbs_connect(void *arg, struct kvi_rmem **out)
 								 .secret_len = KVI_AUTH_LOOPBACK_KEY_LEN },
 				    out, &w, &e);
 	if (rc)
-		kvi_info("fence: loopback connect failed: %s", e.msg);
+		kvi_ev_info("fencer_connect_failed", "reason=%s", e.msg);
 	return rc;
 }
 

@@ -205,7 +205,7 @@ void kvs_heap_destroy(struct kvs_heap *h)
 		 * that memory). */
 		snprintf(name, sizeof(name), "arena.%u.destroy", h->arena);
 		if (mallctl(name, NULL, NULL, NULL, 0))
-			kvi_warn("jemalloc could not destroy heap arena %u", h->arena);
+			kvi_ev_warn("heap_arena_leaked", "arena=%u msg=%s", h->arena, "jemalloc could not destroy the arena");
 	}
 	free(h);
 }
@@ -222,8 +222,8 @@ void *kvs_heap_alloc_segment(struct kvs_heap *h)
 	 * its segment. */
 	if (p && ((uintptr_t)p < h->lo || (uintptr_t)p + h->stride > h->hi ||
 		  ((uintptr_t)p - h->lo) % h->stride)) {
-		kvi_err("jemalloc returned %p off the segment grid of [%#lx, %#lx): segment refused", p,
-			(unsigned long)h->lo, (unsigned long)h->hi);
+		kvi_ev_err("segment_refused", "addr=%p lo=%#lx hi=%#lx msg=%s", p, (unsigned long)h->lo,
+			   (unsigned long)h->hi, "jemalloc returned memory off the segment grid");
 		return NULL;
 	}
 	return p;

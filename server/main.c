@@ -8,7 +8,6 @@
  * The program is glue: region.c maps and registers the memory, core.c formats
  * it and answers control requests, listener.c carries them over verbs. */
 #include <errno.h>
-#include <getopt.h>
 #include <inttypes.h>
 #include <signal.h>
 #include <stdio.h>
@@ -20,6 +19,7 @@
 #include <unistd.h>
 
 #include "auth.h"
+#include "config.h"
 #include "core.h"
 #include "kvclient_errors.h"
 #include "listener.h"
@@ -28,27 +28,13 @@
 #include "fence.h"
 #include "members.h"
 #include "migrate.h"
+#include "logsink.h"
 #include "loopkey.h"
 #include "region.h"
 
-#define KVS_VERSION "0.1.0"
-#define KVS_DEFAULT_PORT "7471"
-
-struct kvs_opts {
-	const char *listen;
-	const char *port;
-	const char *device;
-	uint64_t memory_mib;
-	enum kvs_hugepages huge;
-	struct kvs_core_opts core;
-	uint32_t lease_ms, renew_ms;
-	unsigned resize_load_pct; /* migrate.h load trigger; 0 = off */
-	const char *secret_file; /* --secret-file, or NULL */
-	int verbose;
-};
-
 struct kvs_server {
-	struct kvs_opts o;
+	struct kvs_config cfg; /* settings; cfg.o the values */
+	struct kvs_logsink log;
 	struct kvi_listener *l;
 	struct kvs_region region;
 	struct kvs_core *core;
@@ -61,246 +47,6 @@ struct kvs_server {
 	uint8_t secret[KVI_AUTH_SECRET_MAX]; /* --secret-file's contents */
 	struct kvi_auth_gate gate;           /* who may join, and as what */
 };
-
-static void usage(FILE *f)
-{
-	fprintf(f,
-		"usage: kvserver [options]\n"
-		"  -l, --listen ADDR       address to listen on (default: all addresses)\n"
-		"  -p, --port PORT         rdma_cm port (default " KVS_DEFAULT_PORT ")\n"
-		"  -m, --memory MIB        size of the registered region in MiB (default 64)\n"
-		"  -d, --device NAME       RDMA device to serve on (default: the one the address is on,\n"
-		"                          or the only one with atomics)\n"
-		"      --hugepages MODE    auto|on|off: back the region with 2 MiB pages (default auto)\n"
-		"      --buckets N         index buckets of 15 slots, at least 2 (default: one per\n"
-		"                          2 KiB of memory, at least 64)\n"
-		"      --segment-size KIB  heap segment granted to clients: 64, 128, 256, 512 or 1024\n"
-		"                          (default 1024; it bounds the largest item)\n"
-		"Cache policy:\n"
-		"      --no-evict          never evict a live item: a PUT fails with 'out of memory'\n"
-		"                          when live data fills the heap (memcached -M); garbage\n"
-		"                          (replaced, deleted, expired items) is still reclaimed\n"
-		"      --reclaim-low PCT   start reclaiming when free segments fall below PCT %%\n"
-		"                          of the heap (default %u)\n"
-		"      --reclaim-high PCT  ... and stop when they reach PCT %% (default %u)\n"
-		"      --max-op-ms MS      longest operation deadline clients may use; they clamp\n"
-		"                          theirs to it (default %u)\n"
-		"      --quarantine-ms MS  reclaimed memory is reused after this; at least\n"
-		"                          2 x max-op-ms + %u (default %u)\n"
-		"      --client-quota-pct PCT  share of the heap one client may hold while\n"
-		"                          another waits for memory (at least 2 segments;\n"
-		"                          default %u; 100: no quota)\n"
-		"Index:\n"
-		"      --resize-load-pct PCT  double the index (online) when sampled buckets have\n"
-		"                          more than PCT %% of their slots used (0..99; 0: only\n"
-		"                          when an insert finds both buckets full; default %u)\n"
-		"Membership:\n"
-		"      --lease-ms MS       a client that has not renewed its lease for this long\n"
-		"                          is fenced (%u..%u, default %u)\n"
-		"      --renew-ms MS       clients renew every MS while they are used; at most\n"
-		"                          half the lease (default %u)\n"
-		"Security:\n"
-		"      --secret-file PATH  clients must prove they hold the secret in PATH (at least\n"
-		"                          16 bytes; mode 0600) to join; without it anyone who can\n"
-		"                          reach the port can read and write all of the region\n"
-		"  -v, --verbose           more log (repeat for debug)\n"
-		"  -h, --help              this text\n"
-		"  -V, --version           print the version\n",
-		KVS_DEFAULT_RECLAIM_LOW_PCT, KVS_DEFAULT_RECLAIM_HIGH_PCT, KVS_DEFAULT_MAX_OP_MS,
-		KVS_QUARANTINE_MARGIN_MS, KVS_DEFAULT_QUARANTINE_MS, KVS_DEFAULT_CLIENT_QUOTA_PCT,
-		KVS_DEFAULT_RESIZE_LOAD_PCT, KVS_MIN_LEASE_MS, KVS_MAX_LEASE_MS, KVS_DEFAULT_LEASE_MS, KVS_DEFAULT_RENEW_MS);
-}
-
-static int parse_u64(const char *s, uint64_t lo, uint64_t hi, uint64_t *out)
-{
-	char *end;
-	unsigned long long v;
-
-	errno = 0;
-	if (!s || !*s || *s == '-')
-		return -1;
-	v = strtoull(s, &end, 10);
-	if (errno || *end || v < lo || v > hi)
-		return -1;
-	*out = v;
-	return 0;
-}
-
-static int parse_args(int argc, char **argv, struct kvs_opts *o)
-{
-	static const struct option longopts[] = {
-		{ "listen", required_argument, NULL, 'l' },
-		{ "port", required_argument, NULL, 'p' },
-		{ "memory", required_argument, NULL, 'm' },
-		{ "device", required_argument, NULL, 'd' },
-		{ "hugepages", required_argument, NULL, 'H' },
-		{ "buckets", required_argument, NULL, 'B' },
-		{ "segment-size", required_argument, NULL, 'S' },
-		{ "no-evict", no_argument, NULL, 'E' },
-		{ "reclaim-low", required_argument, NULL, 'L' },
-		{ "reclaim-high", required_argument, NULL, 'U' },
-		{ "max-op-ms", required_argument, NULL, 'O' },
-		{ "quarantine-ms", required_argument, NULL, 'Q' },
-		{ "client-quota-pct", required_argument, NULL, 'C' },
-		{ "resize-load-pct", required_argument, NULL, 'Z' },
-		{ "lease-ms", required_argument, NULL, 'A' },
-		{ "renew-ms", required_argument, NULL, 'R' },
-		{ "secret-file", required_argument, NULL, 'K' },
-		{ "verbose", no_argument, NULL, 'v' },
-		{ "help", no_argument, NULL, 'h' },
-		{ "version", no_argument, NULL, 'V' },
-		{ 0 },
-	};
-	struct kvi_geometry sb;
-	struct kvi_errbuf e;
-	uint64_t port, v;
-	int c;
-
-	*o = (struct kvs_opts){ .port = KVS_DEFAULT_PORT, .memory_mib = 64, .huge = KVS_HUGE_AUTO,
-				.lease_ms = KVS_DEFAULT_LEASE_MS, .resize_load_pct = KVS_DEFAULT_RESIZE_LOAD_PCT };
-	while ((c = getopt_long(argc, argv, "l:p:m:d:vhV", longopts, NULL)) != -1) {
-		switch (c) {
-		case 'l':
-			o->listen = optarg;
-			break;
-		case 'p':
-			if (parse_u64(optarg, 1, 65535, &port)) {
-				fprintf(stderr, "kvserver: invalid port '%s': expected 1..65535\n", optarg);
-				return 2;
-			}
-			o->port = optarg;
-			break;
-		case 'm':
-			/* Slots address 4 TiB (layout.h): the region can be no larger. */
-			if (parse_u64(optarg, 1, 1u << 22, &o->memory_mib)) {
-				fprintf(stderr, "kvserver: invalid --memory '%s': expected MiB in 1..4194304 (4 TiB)\n",
-					optarg);
-				return 2;
-			}
-			break;
-		case 'd':
-			o->device = optarg;
-			break;
-		case 'H':
-			if (strcmp(optarg, "auto") == 0)
-				o->huge = KVS_HUGE_AUTO;
-			else if (strcmp(optarg, "on") == 0)
-				o->huge = KVS_HUGE_ON;
-			else if (strcmp(optarg, "off") == 0)
-				o->huge = KVS_HUGE_OFF;
-			else {
-				fprintf(stderr, "kvserver: invalid --hugepages '%s': expected auto, on or off\n",
-					optarg);
-				return 2;
-			}
-			break;
-		case 'B':
-			if (parse_u64(optarg, 1, UINT64_MAX / 2, &o->core.buckets)) {
-				fprintf(stderr, "kvserver: invalid --buckets '%s': expected a positive count\n",
-					optarg);
-				return 2;
-			}
-			break;
-		case 'S':
-			if (parse_u64(optarg, KVS_MIN_SEGMENT_SIZE >> 10, KVS_MAX_SEGMENT_SIZE >> 10, &v) ||
-			    (v & (v - 1))) {
-				fprintf(stderr, "kvserver: invalid --segment-size '%s': expected KiB, a power of "
-						"two from %u to %u\n",
-					optarg, KVS_MIN_SEGMENT_SIZE >> 10, KVS_MAX_SEGMENT_SIZE >> 10);
-				return 2;
-			}
-			o->core.segment_size = v << 10;
-			break;
-		case 'E':
-			o->core.no_evict = 1;
-			break;
-		case 'L':
-		case 'U':
-			if (parse_u64(optarg, 1, 95, &v)) {
-				fprintf(stderr, "kvserver: invalid --reclaim-%s '%s': expected a percentage, 1..95\n",
-					c == 'L' ? "low" : "high", optarg);
-				return 2;
-			}
-			*(c == 'L' ? &o->core.reclaim_low_pct : &o->core.reclaim_high_pct) = (unsigned)v;
-			break;
-		case 'O':
-		case 'Q':
-			if (parse_u64(optarg, 1, c == 'O' ? 600000 : 3600000, &v)) {
-				fprintf(stderr, "kvserver: invalid --%s '%s': expected milliseconds, 1..%s\n",
-					c == 'O' ? "max-op-ms" : "quarantine-ms", optarg, c == 'O' ? "600000" : "3600000");
-				return 2;
-			}
-			*(c == 'O' ? &o->core.max_op_ms : &o->core.quarantine_ms) = (uint32_t)v;
-			break;
-		case 'C':
-			if (parse_u64(optarg, 1, 100, &v)) {
-				fprintf(stderr, "kvserver: invalid --client-quota-pct '%s': expected a percentage of "
-						"the heap, 1..100\n", optarg);
-				return 2;
-			}
-			o->core.client_quota_pct = (unsigned)v;
-			break;
-		case 'Z':
-			if (parse_u64(optarg, 0, 99, &v)) {
-				fprintf(stderr, "kvserver: invalid --resize-load-pct '%s': expected a percentage of "
-						"slots used, 0..99 (0: off)\n", optarg);
-				return 2;
-			}
-			o->resize_load_pct = (unsigned)v;
-			break;
-		case 'A':
-			if (parse_u64(optarg, KVS_MIN_LEASE_MS, KVS_MAX_LEASE_MS, &v)) {
-				fprintf(stderr, "kvserver: invalid --lease-ms '%s': expected milliseconds, %u..%u\n",
-					optarg, KVS_MIN_LEASE_MS, KVS_MAX_LEASE_MS);
-				return 2;
-			}
-			o->lease_ms = (uint32_t)v;
-			break;
-		case 'R':
-			if (parse_u64(optarg, 1, KVS_MAX_LEASE_MS, &v)) {
-				fprintf(stderr, "kvserver: invalid --renew-ms '%s': expected milliseconds, 1 to half "
-						"the lease\n", optarg);
-				return 2;
-			}
-			o->renew_ms = (uint32_t)v;
-			break;
-		case 'K':
-			o->secret_file = optarg;
-			break;
-		case 'v':
-			o->verbose++;
-			break;
-		case 'h':
-			usage(stdout);
-			return 0;
-		case 'V':
-			printf("kvserver %s\n", KVS_VERSION);
-			return 0;
-		default:
-			usage(stderr);
-			return 2;
-		}
-	}
-	if (optind < argc) {
-		fprintf(stderr, "kvserver: unexpected argument '%s' (see --help)\n", argv[optind]);
-		return 2;
-	}
-	if (o->renew_ms == 0)
-		o->renew_ms = o->lease_ms / 4 < KVS_DEFAULT_RENEW_MS ? o->lease_ms / 4 : KVS_DEFAULT_RENEW_MS;
-	if (o->renew_ms == 0 || o->renew_ms > o->lease_ms / 2) {
-		fprintf(stderr, "kvserver: --renew-ms %u is more than half of --lease-ms %u: a client must be "
-				"able to miss a renewal and still keep its lease; lower --renew-ms\n",
-			o->renew_ms, o->lease_ms);
-		return 2;
-	}
-	/* Flags that only make sense together (buckets for this much memory) are
-	 * a usage error too: check the layout now, before mapping anything. */
-	if (kvs_core_plan(0, o->memory_mib << 20, &o->core, &sb, &e)) {
-		fprintf(stderr, "kvserver: %s\n", e.msg);
-		return 2;
-	}
-	return -1; /* go on */
-}
 
 static uint64_t mono_ns(void)
 {
@@ -324,15 +70,15 @@ static int auth_setup(struct kvs_server *s)
 			s->gate.replay ? "no random bytes from the kernel (getrandom)" : "out of memory");
 		return 1;
 	}
-	if (!s->o.secret_file)
+	if (!s->cfg.o.secret_file)
 		return 0;
-	if (kvi_auth_load_secret(s->o.secret_file, s->secret, &s->gate.secret_len, &loose, &e)) {
+	if (kvi_auth_load_secret(s->cfg.o.secret_file, s->secret, &s->gate.secret_len, &loose, &e)) {
 		fprintf(stderr, "kvserver: %s\n", e.msg);
 		return 2;
 	}
 	if (loose)
-		kvi_warn("secret file %s can be read by group or others: chmod 600 %s", s->o.secret_file,
-			 s->o.secret_file);
+		kvi_ev_warn("secret_file_readable", "path=%s msg=%s", s->cfg.o.secret_file,
+			    "group or others can read it: chmod 600 it");
 	s->gate.secret = s->secret;
 	return 0;
 }
@@ -340,18 +86,21 @@ static int auth_setup(struct kvs_server *s)
 static int on_connect(void *arg, struct kvi_peer *p, const struct kvi_hello *h, struct kvi_welcome *w)
 {
 	struct kvs_server *s = arg;
+	char addr[64];
 
 	(void)h;
 	/* Ids are lock owners (22 bits in a lock word) and are never reused. */
 	if (s->next_client_id > KVI_MAX_CLIENT_ID) {
-		kvi_warn("refusing a client: all %u client ids have been used", KVI_MAX_CLIENT_ID);
+		kvi_ev_warn("client_refused", "addr=%s reason=%s", kvi_peer_addr(p, addr, sizeof(addr)),
+			    "all client ids have been used");
 		return KVI_REJECT_FULL;
 	}
 	/* A member from now: its QP can carry RDMA from the moment we accept,
 	 * so a lock word naming it is never mistaken for a departed client's.
 	 * The server's own loopbacks hold no lease. */
 	if (kvs_members_join(s->members, s->next_client_id, p->role != KVI_ROLE_LOOPBACK, mono_ns())) {
-		kvi_warn("refusing a client: out of memory for the membership table");
+		kvi_ev_warn("client_refused", "addr=%s reason=%s", kvi_peer_addr(p, addr, sizeof(addr)),
+			    "out of memory for the membership table");
 		return KVI_REJECT_FULL;
 	}
 	w->client_id = s->next_client_id++;
@@ -360,8 +109,8 @@ static int on_connect(void *arg, struct kvi_peer *p, const struct kvi_hello *h, 
 	w->geo = *kvs_core_geometry(s->core); /* never read from the region (layout.h "Geometry") */
 	w->lease_ms = 0; /* no leases yet */
 	kvs_core_limits(s->core, &w->max_op_ms, &w->quarantine_ms, &w->flags);
-	kvi_info("client %u joining", w->client_id);
-	(void)p;
+	kvi_ev_info("client_joined", "client=%u addr=%s role=%s", w->client_id, kvi_peer_addr(p, addr, sizeof(addr)),
+		    p->role == KVI_ROLE_LOOPBACK ? "loopback" : "client");
 	return 0;
 }
 
@@ -370,7 +119,7 @@ static void on_established(void *arg, struct kvi_peer *p)
 	struct kvs_server *s = arg;
 
 	s->nclients++;
-	kvi_info("client %u connected (%u connected)", p->client_id, s->nclients);
+	kvi_ev_info("client_connected", "client=%u connected=%u", p->client_id, s->nclients);
 }
 
 /* A client left (or died): fence it, then have its locks released. The QP is
@@ -385,8 +134,8 @@ static void fence_client(struct kvs_server *s, struct kvi_peer *p)
 	kvi_listener_fence_peer(s->l, p);
 	rc = kvs_fence_client(s->fence, p->client_id);
 	if (rc)
-		kvi_err("client %u left; its bucket locks (if any) cannot be released: %s", p->client_id,
-			kvc_strerror(rc));
+		kvi_ev_err("fence_failed", "client=%u reason=%s msg=%s", p->client_id, kvc_strerror(rc),
+			   "its bucket locks (if any) cannot be released");
 }
 
 static void on_disconnect(void *arg, struct kvi_peer *p)
@@ -406,17 +155,17 @@ static void on_disconnect(void *arg, struct kvi_peer *p)
 	kvs_members_leave(s->members, p->client_id);
 	kvs_core_client_left(s->core, p->client_id);
 	kvs_core_summary(s->core, sum, sizeof(sum));
-	kvi_info("client %u left (%u connected); %s", p->client_id, s->nclients, sum);
+	kvi_ev_info("client_left", "client=%u connected=%u %s", p->client_id, s->nclients, sum);
 }
 
 /* Cut a member off (lease over, or a lock it kept too long): fence it now
  * (its QP in error, its locks queued for release, its extent sealed), then
  * disconnect it; on_disconnect follows whenever the peer's side answers. */
-static void expel(struct kvs_server *s, uint32_t id, const char *why)
+static void expel(struct kvs_server *s, uint32_t id, const char *event, const char *why)
 {
 	struct kvi_peer *p = kvi_listener_peer(s->l, id);
 
-	kvi_warn("client %u %s: fencing it", id, why);
+	kvi_ev_warn(event, "client=%u msg=%s", id, why);
 	if (!p) {
 		kvs_members_leave(s->members, id); /* gone already */
 		return;
@@ -452,11 +201,12 @@ static int lock_report(struct kvs_server *s, uint32_t reporter, const struct kvi
 	}
 	v = kvs_members_report(s->members, reporter, off, req->arg[1], current, mono_ns(), &owner);
 	if (v == KVI_REPORT_CLEARING) {
-		kvi_warn("bucket %" PRIu64 " (epoch %" PRIu64 ") is locked by %u, which is not a client (reported by "
-			 "client %u): releasing it", req->arg[0], req->arg[2], kvi_lock_owner(current), reporter);
+		kvi_ev_warn("lock_report_cleared", "bucket=%" PRIu64 " epoch=%" PRIu64 " owner=%u reporter=%u msg=%s",
+			    req->arg[0], req->arg[2], kvi_lock_owner(current), reporter,
+			    "the lock owner is not a client: releasing the lock");
 		kvs_fence_clear_word(s->fence, off, current);
 	} else if (v == KVI_REPORT_FENCING) {
-		expel(s, owner, "kept a bucket lock past every operation deadline");
+		expel(s, owner, "lock_holder_fenced", "kept a bucket lock past every operation deadline: fencing it");
 	}
 	*resp = (struct kvi_ctrl){ .type = KVI_CTRL_LOCK_REPORTED, .seq = req->seq, .arg = { v } };
 	return 0;
@@ -493,7 +243,7 @@ static int on_ctrl(void *arg, struct kvi_peer *p, const struct kvi_ctrl *req, st
 			return 0;
 		}
 		*resp = (struct kvi_ctrl){ .type = KVI_CTRL_LEASE, .seq = req->seq,
-					   .arg = { lease, s->o.renew_ms, epoch, state } };
+					   .arg = { lease, s->cfg.o.renew_ms, epoch, state } };
 		/* arg0: the epoch it uses, its acknowledgement of a resize. */
 		kvs_members_ack(s->members, p->client_id, req->arg[0], mono_ns());
 		update_acks(s);
@@ -515,9 +265,20 @@ static int expire_leases(struct kvs_server *s)
 	do {
 		n = kvs_members_expired(s->members, mono_ns(), ids, 64);
 		for (unsigned i = 0; i < n; i++)
-			expel(s, ids[i], "let its lease run out");
+			expel(s, ids[i], "lease_expired", "let its lease run out: fencing it");
 	} while (n == 64);
 	return kvs_members_next_due(s->members, mono_ns(), 1000);
+}
+
+/* SIGHUP: logrotate moved the log file away; write to a new one. */
+static void reopen_log(struct kvs_server *s)
+{
+	struct kvi_errbuf e = { { 0 } };
+
+	if (kvs_logsink_reopen(&s->log, &e))
+		kvi_ev_err("log_reopen_failed", "path=%s reason=%s", s->cfg.o.log_file, e.msg);
+	else
+		kvi_ev_info("log_reopened", "path=%s", s->cfg.o.log_file ? s->cfg.o.log_file : "stderr");
 }
 
 static int serve(struct kvs_server *s, const struct kvi_listen_cb *cb)
@@ -529,10 +290,12 @@ static int serve(struct kvs_server *s, const struct kvi_listen_cb *cb)
 	sigemptyset(&mask);
 	sigaddset(&mask, SIGINT);
 	sigaddset(&mask, SIGTERM);
+	sigaddset(&mask, SIGHUP);
 	sfd = signalfd(-1, &mask, SFD_CLOEXEC);
 	ep = epoll_create1(EPOLL_CLOEXEC);
 	if (sfd < 0 || ep < 0) {
-		kvi_err("cannot set up the event loop: %s", strerror(errno));
+		kvi_ev_err("event_loop_failed", "call=%s reason=%s", sfd < 0 ? "signalfd" : "epoll_create1",
+			   strerror(errno));
 		rc = 1;
 		goto clean_fds;
 	}
@@ -542,7 +305,7 @@ static int serve(struct kvs_server *s, const struct kvi_listen_cb *cb)
 		if (epoll_ctl(ep, EPOLL_CTL_ADD, ev.data.fd, &ev) == 0)
 			goto run;
 	}
-	kvi_err("cannot set up the event loop: epoll_ctl: %s", strerror(errno));
+	kvi_ev_err("event_loop_failed", "call=epoll_ctl reason=%s", strerror(errno));
 	rc = 1;
 	goto clean_fds;
 run:
@@ -550,7 +313,7 @@ run:
 		int n = epoll_wait(ep, got, 4, expire_leases(s));
 
 		if (n < 0 && errno != EINTR) {
-			kvi_err("epoll_wait: %s", strerror(errno));
+			kvi_ev_err("event_loop_failed", "call=epoll_wait reason=%s", strerror(errno));
 			rc = 1;
 			break;
 		}
@@ -558,12 +321,17 @@ run:
 			if (got[i].data.fd == sfd) {
 				struct signalfd_siginfo si;
 
-				if (read(sfd, &si, sizeof(si)) == (ssize_t)sizeof(si))
-					kvi_info("signal %u: shutting down", si.ssi_signo);
+				if (read(sfd, &si, sizeof(si)) != (ssize_t)sizeof(si))
+					continue;
+				if (si.ssi_signo == SIGHUP) {
+					reopen_log(s);
+					continue;
+				}
+				kvi_ev_info("shutdown", "signal=%s", si.ssi_signo == SIGINT ? "SIGINT" : "SIGTERM");
 				stop = 1;
 			} else if (kvi_listener_dispatch(s->l, cb)) {
-				kvi_err("RDMA device %s failed or was removed: shutting down",
-					kvi_listener_device(s->l));
+				kvi_ev_err("device_failed", "device=%s msg=%s", kvi_listener_device(s->l),
+					   "the RDMA device failed or was removed: shutting down");
 				rc = 1;
 				stop = 1;
 			}
@@ -589,10 +357,34 @@ int main(int argc, char **argv)
 	sigset_t mask;
 	int rc;
 
-	rc = parse_args(argc, argv, &s.o);
-	if (rc >= 0)
-		return rc;
-	kvi_log_set(kvi_log_stderr, "kvserver", KVI_LOG_WARN + s.o.verbose);
+	rc = kvs_config_parse(&s.cfg, argc, argv, &e);
+	switch (rc) {
+	case KVS_CFG_RUN:
+		break;
+	case KVS_CFG_HELP:
+		kvs_config_help(stdout);
+		rc = 0;
+		goto clean_config;
+	case KVS_CFG_VERSION:
+		printf("kvserver %s\n", KVS_VERSION);
+		rc = 0;
+		goto clean_config;
+	case KVS_CFG_PRINT:
+		kvs_config_print(&s.cfg, stdout);
+		rc = 0;
+		goto clean_config;
+	default:
+		fprintf(stderr, "kvserver: %s\n", e.msg);
+		rc = 2;
+		goto clean_config;
+	}
+	/* A log file that cannot be opened is a bad setting: said before anything starts. */
+	if (kvs_logsink_open(&s.log, s.cfg.o.log_file, &e)) {
+		fprintf(stderr, "kvserver: %s: check --log-file\n", e.msg);
+		rc = 2;
+		goto clean_config;
+	}
+	kvi_log_set_ev(kvs_logsink_write, &s.log, s.cfg.o.log_level);
 	rc = auth_setup(&s);
 	if (rc)
 		goto clean_auth;
@@ -601,18 +393,19 @@ int main(int argc, char **argv)
 	sigemptyset(&mask);
 	sigaddset(&mask, SIGINT);
 	sigaddset(&mask, SIGTERM);
+	sigaddset(&mask, SIGHUP);
 	sigprocmask(SIG_BLOCK, &mask, NULL);
 	signal(SIGPIPE, SIG_IGN);
 
-	rc = kvi_listener_create(&(struct kvi_listen_opts){ .addr = s.o.listen, .port = s.o.port,
-							     .device = s.o.device, .auth = &s.gate },
+	rc = kvi_listener_create(&(struct kvi_listen_opts){ .addr = s.cfg.o.listen, .port = s.cfg.o.port_str,
+							     .device = s.cfg.o.device, .auth = &s.gate },
 				 &s.l, &e);
 	if (rc) {
 		fprintf(stderr, "kvserver: %s\n", e.msg);
 		rc = 1;
 		goto clean_auth;
 	}
-	rc = kvs_region_create(&s.region, (size_t)s.o.memory_mib << 20, s.o.huge, kvi_listener_pd(s.l), &e);
+	rc = kvs_region_create(&s.region, (size_t)s.cfg.o.memory_mib << 20, (enum kvs_hugepages)s.cfg.o.huge, kvi_listener_pd(s.l), &e);
 	if (rc) {
 		fprintf(stderr, "kvserver: %s\n", e.msg);
 		goto clean_listener;
@@ -622,9 +415,9 @@ int main(int argc, char **argv)
 		rc = 1;
 		goto clean_region;
 	}
-	s.o.core.wake = kvs_evictor_wake;
-	s.o.core.wake_arg = s.evictor;
-	rc = kvs_core_create(s.region.base, s.region.size, &s.o.core, &s.core, &e);
+	s.cfg.o.core.wake = kvs_evictor_wake;
+	s.cfg.o.core.wake_arg = s.evictor;
+	rc = kvs_core_create(s.region.base, s.region.size, &s.cfg.o.core, &s.core, &e);
 	if (rc) {
 		fprintf(stderr, "kvserver: %s\n", e.msg);
 		goto clean_region;
@@ -632,7 +425,7 @@ int main(int argc, char **argv)
 	kvs_core_limits(s.core, &max_op_ms, &quarantine_ms, &flags);
 	/* Old indexes retire only once every member uses the new one. */
 	kvs_core_require_acks(s.core);
-	if (kvs_members_create(&s.members, s.o.lease_ms, max_op_ms)) {
+	if (kvs_members_create(&s.members, s.cfg.o.lease_ms, max_op_ms)) {
 		fprintf(stderr, "kvserver: out of memory\n");
 		rc = 1;
 		goto clean_core;
@@ -641,32 +434,39 @@ int main(int argc, char **argv)
 	/* Said once the port and region are set up, before "listening" (tests
 	 * wait for that line): a bad flag or device is then the only
 	 * line a failed start prints. */
-	if (!s.o.secret_file)
-		kvi_warn("no --secret-file: anyone who can reach port %u can read and write all of this "
-			 "server's memory; give --secret-file PATH to require a shared secret", kvi_listener_port(s.l));
+	if (!s.cfg.o.secret_file)
+		kvi_ev_warn("no_secret_file", "port=%u msg=\"no --secret-file: anyone who can reach port %u can read and "
+			    "write all of this server's memory; give --secret-file PATH to require a shared secret\"",
+			    kvi_listener_port(s.l), kvi_listener_port(s.l));
 	printf("kvserver %s: listening on %s port %u, device %s, region %" PRIu64 " MiB (%s), "
 	       "%" PRIu64 " buckets, %" PRIu64 " segments of %" PRIu64 " KiB\n",
-	       KVS_VERSION, s.o.listen ? s.o.listen : "*", kvi_listener_port(s.l),
-	       kvi_listener_device(s.l), s.o.memory_mib, s.region.huge ? "2 MiB hugepages" : "4 KiB pages",
+	       KVS_VERSION, s.cfg.o.listen ? s.cfg.o.listen : "*", kvi_listener_port(s.l),
+	       kvi_listener_device(s.l), s.cfg.o.memory_mib, s.region.huge ? "2 MiB hugepages" : "4 KiB pages",
 	       sb->bucket_count, sb->heap_size / sb->segment_size, sb->segment_size >> 10);
 	fflush(stdout);
+	kvi_ev_info("listening", "version=%s addr=%s port=%u device=%s memory_mib=%" PRIu64 " hugepages=%s buckets=%" PRIu64
+		    " segments=%" PRIu64 " segment_kib=%" PRIu64, KVS_VERSION, s.cfg.o.listen ? s.cfg.o.listen : "*",
+		    kvi_listener_port(s.l), kvi_listener_device(s.l), s.cfg.o.memory_mib, s.region.huge ? "on" : "off",
+		    sb->bucket_count, sb->heap_size / sb->segment_size, sb->segment_size >> 10);
 
 	/* The loopback for fencing connects to our own listening address; with a
 	 * wildcard listener there is no address to name. */
-	if (s.o.listen && s.o.listen[0]) {
+	if (s.cfg.o.listen && s.cfg.o.listen[0]) {
 		char port[8];
 
 		snprintf(port, sizeof(port), "%u", kvi_listener_port(s.l));
-		if (kvs_fence_start(&s.fence, s.core, s.o.listen, port, kvi_listener_device(s.l)))
-			kvi_warn("cannot start the loopback connection: locks of clients that die are not released");
+		if (kvs_fence_start(&s.fence, s.core, s.cfg.o.listen, port, kvi_listener_device(s.l)))
+			kvi_ev_warn("fencer_unavailable", "msg=%s",
+				    "cannot start the loopback connection: locks of clients that die are not released");
 		kvs_evictor_set_migrate(s.evictor, &(struct kvs_migrate_opts){
-							   .load_pct = s.o.resize_load_pct,
+							   .load_pct = s.cfg.o.resize_load_pct,
 							   .fence_idle = s.fence ? fence_idle : NULL, .fence_arg = s.fence });
-		if (kvs_evictor_start(s.evictor, s.core, s.o.listen, port, kvi_listener_device(s.l)))
-			kvi_warn("cannot start the reclaimer thread: memory is never reclaimed");
+		if (kvs_evictor_start(s.evictor, s.core, s.cfg.o.listen, port, kvi_listener_device(s.l)))
+			kvi_ev_warn("reclaimer_unavailable", "msg=%s", "cannot start the reclaimer thread: memory is never reclaimed");
 	} else {
-		kvi_warn("listening on all addresses: locks held by clients that die are not released and "
-			 "memory is never reclaimed (give -l ADDR for the loopback connection both need)");
+		kvi_ev_warn("wildcard_listen", "msg=%s", "listening on all addresses: locks held by clients that die are "
+			    "not released and memory is never reclaimed (give -l ADDR for the loopback connection "
+			    "both need)");
 	}
 	rc = serve(&s, &cb);
 	s.stopping = 1;
@@ -677,7 +477,7 @@ int main(int argc, char **argv)
 	 * timeouts. */
 	if (kvi_listener_notify_all(s.l, &(struct kvi_ctrl){ .type = KVI_CTRL_SHUTDOWN }) > 0 &&
 	    kvi_listener_flush_sends(s.l, 500))
-		kvi_info("some clients did not take the shutdown notice in time");
+		kvi_ev_info("shutdown_notice_late", "msg=%s", "some clients did not take the shutdown notice in time");
 	kvs_evictor_destroy(s.evictor);
 	s.evictor = NULL;
 	kvi_listener_disconnect_all(s.l, &cb);
@@ -694,5 +494,9 @@ clean_listener:
 clean_auth:
 	kvi_auth_replay_destroy(s.gate.replay);
 	kvi_auth_wipe(s.secret, sizeof(s.secret));
+	kvi_log_set(NULL, NULL, 0);
+	kvs_logsink_close(&s.log);
+clean_config:
+	kvs_config_free(&s.cfg);
 	return rc;
 }

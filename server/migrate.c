@@ -158,14 +158,13 @@ static void sample(struct kvs_migrator *m)
 		return;
 	if (kvs_core_grow(m->core, m->old.epoch) == KVI_GROW_NO) {
 		if (m->load_warned_epoch != m->old.epoch)
-			kvi_warn("index of epoch %" PRIu64 " is %" PRIu64 "%% full (sampled) but cannot grow: not "
-				 "enough memory for %" PRIu64 " buckets", m->old.epoch, used * 100 / total,
-				 2 * m->old.bucket_count);
+			kvi_ev_warn("resize_blocked", "epoch=%" PRIu64 " load_pct=%" PRIu64 " buckets_wanted=%" PRIu64
+				    " msg=%s", m->old.epoch, used * 100 / total, 2 * m->old.bucket_count,
+				    "the index cannot grow: not enough memory");
 		m->load_warned_epoch = m->old.epoch;
 		return;
 	}
-	kvi_info("index of epoch %" PRIu64 " is %" PRIu64 "%% full (sampled): resize wanted", m->old.epoch,
-		 used * 100 / total);
+	kvi_ev_info("resize_wanted", "epoch=%" PRIu64 " load_pct=%" PRIu64, m->old.epoch, used * 100 / total);
 }
 
 /* Memory is there: build the new index and publish it. 0, or a code (the
@@ -179,13 +178,14 @@ static int start(struct kvs_migrator *m)
 				    .chunk_shift = m->old.chunk_shift,
 				    .nchunks = kvi_index_nchunks(n2, m->old.chunk_shift), .chunk_off = m->new_chunks };
 	if ((why = kvi_index_check(&m->nw, &m->geo))) {
-		kvi_err("resize: the new index is unusable (%s): dropped", why);
+		kvi_ev_err("resize_failed", "reason=%s msg=%s", why, "the new index is unusable: dropped");
 		return KVC_EINVAL;
 	}
 	free(m->done);
 	m->done = calloc((m->old.bucket_count + 7) / 8, 1);
 	if (!m->done) {
-		kvi_err("resize: out of memory for %" PRIu64 " buckets' progress: dropped", m->old.bucket_count);
+		kvi_ev_err("resize_failed", "buckets=%" PRIu64 " reason=%s", m->old.bucket_count,
+			   "out of memory for the progress bitmap: dropped");
 		return KVC_ENOMEM;
 	}
 	/* Nobody knows these chunks yet: the CPU writes them. Every lock word
@@ -199,7 +199,7 @@ static int start(struct kvs_migrator *m)
 		__atomic_store_n(&bucket(m, &m->nw, i)->lock, KVI_LOCK_UNMIGRATED, __ATOMIC_RELAXED);
 	store_fence();
 	if (kvs_core_set_indexes(m->core, &m->nw, &m->old, KVI_INDEX_MIGRATING)) {
-		kvi_err("resize: out of memory to publish the new index: dropped");
+		kvi_ev_err("resize_failed", "reason=%s", "out of memory to publish the new index: dropped");
 		return KVC_ENOMEM;
 	}
 	m->left = m->old.bucket_count;
@@ -211,8 +211,8 @@ static int start(struct kvs_migrator *m)
 	m->cpu_start = thread_cpu_ns();
 	m->dropped_at_start = m->st.dropped;
 	m->urgent_at_start = m->st.urgent;
-	kvi_info("resize: epoch %" PRIu64 " -> %" PRIu64 ", %" PRIu64 " -> %" PRIu64 " buckets (%u chunks)",
-		 m->old.epoch, m->nw.epoch, m->old.bucket_count, n2, m->nw.nchunks);
+	kvi_ev_info("resize_begin", "from_epoch=%" PRIu64 " epoch=%" PRIu64 " from_buckets=%" PRIu64 " buckets=%" PRIu64
+		    " chunks=%u", m->old.epoch, m->nw.epoch, m->old.bucket_count, n2, m->nw.nchunks);
 	return 0;
 }
 
@@ -330,9 +330,9 @@ static int do_batch(struct kvs_migrator *m, struct kvi_rmem *rm, struct work *w,
 		 * hold or UNMIGRATED ones; our writes landed: say so, go on. */
 		if (w->lock[i] == 0 && (w->fin[3 * i] != me || w->fin[3 * i + 1] != KVI_LOCK_UNMIGRATED ||
 					w->fin[3 * i + 2] != KVI_LOCK_UNMIGRATED))
-			kvi_err("resize: bucket %" PRIu64 ": lock words %#" PRIx64 ", %#" PRIx64 ", %#" PRIx64
-				" while the migrator held them", bk[i], w->fin[3 * i], w->fin[3 * i + 1],
-				w->fin[3 * i + 2]);
+			kvi_ev_err("resize_lock_lost", "bucket=%" PRIu64 " words=%#" PRIx64 ",%#" PRIx64 ",%#" PRIx64
+				   " msg=%s", bk[i], w->fin[3 * i], w->fin[3 * i + 1], w->fin[3 * i + 2],
+				   "lock words changed while the migrator held them");
 		mark_done(m, bk[i]);
 	}
 	return 0;
@@ -349,8 +349,8 @@ static void finish(struct kvs_migrator *m)
 	m->st.resizes++;
 	m->t_end = now_ns();
 	m->phase = P_RETIRE_WAIT;
-	kvi_info("resize done: epoch %" PRIu64 ", %" PRIu64 " buckets, %" PRIu64 " ms (cpu %" PRIu64
-		 " ms), %" PRIu64 " passes, %" PRIu64 " garbage slots dropped, %" PRIu64 " buckets split first for waiting inserts",
+	kvi_ev_info("resize_end", "epoch=%" PRIu64 " buckets=%" PRIu64 " wall_ms=%" PRIu64 " cpu_ms=%" PRIu64
+		    " passes=%" PRIu64 " garbage_dropped=%" PRIu64 " urgent_splits=%" PRIu64,
 		 m->nw.epoch, m->nw.bucket_count, ms, cpu, m->st.passes, m->st.dropped - m->dropped_at_start,
 		 m->st.urgent - m->urgent_at_start);
 }
@@ -391,8 +391,8 @@ static int migrate_slice(struct kvs_migrator *m, struct kvi_rmem *rm, struct wor
 		if (m->cursor == n) { /* end of a pass */
 			m->st.passes++;
 			if (m->pass_dropped)
-				kvi_warn("resize: %" PRIu64 " slots naming no valid object of their bucket were dropped "
-					 "in this pass", m->pass_dropped);
+				kvi_ev_warn("resize_slots_dropped", "slots=%" PRIu64 " msg=%s", m->pass_dropped,
+					    "slots naming no valid object of their bucket were dropped in this pass");
 			if (m->left && !m->pass_progress) {
 				/* Only held buckets left: their writers finish within a
 				 * deadline or are fenced. Wait a little. */
@@ -430,8 +430,7 @@ static int retire(struct kvs_migrator *m)
 	m->ret_at = since + q;
 	m->phase = P_IDLE;
 	kvs_core_set_resize_phase(m->core, KVS_RESIZE_IDLE);
-	kvi_info("index of epoch %" PRIu64 " unpublished: every client uses epoch %" PRIu64, m->ret.epoch,
-		 m->nw.epoch);
+	kvi_ev_info("index_unpublished", "epoch=%" PRIu64 " clients_on_epoch=%" PRIu64, m->ret.epoch, m->nw.epoch);
 	return KVS_MIGRATE_IDLE;
 }
 
@@ -450,7 +449,7 @@ static void free_retired(struct kvs_migrator *m, uint64_t now)
 	}
 	kvs_core_chunks_return(m->core, m->ret.chunk_off, m->ret.nchunks);
 	m->st.retired++;
-	kvi_info("index of epoch %" PRIu64 " retired (%u chunks back)", m->ret.epoch, m->ret.nchunks);
+	kvi_ev_info("index_retired", "epoch=%" PRIu64 " chunks=%u", m->ret.epoch, m->ret.nchunks);
 	m->ret.epoch = 0;
 }
 
@@ -482,8 +481,8 @@ int kvs_migrate_run(struct kvs_migrator *m, struct kvi_rmem *rm, void *work, uin
 		if (rc == KVC_EAGAIN)
 			return KVS_MIGRATE_ROOM;
 		if (rc) {
-			kvi_warn("resize of epoch %" PRIu64 " dropped: no room for %" PRIu64
-				 " buckets and eviction is off", m->old.epoch, 2 * m->old.bucket_count);
+			kvi_ev_warn("resize_dropped", "epoch=%" PRIu64 " buckets_wanted=%" PRIu64 " reason=%s",
+				    m->old.epoch, 2 * m->old.bucket_count, "no room and eviction is off");
 			m->phase = P_IDLE;
 			kvs_core_set_resize_phase(m->core, KVS_RESIZE_IDLE);
 			return KVS_MIGRATE_IDLE;

@@ -377,8 +377,8 @@ static int do_batch(struct kvs_reclaimer *r, struct batch *b, uint64_t *copied, 
 		if (lb->cas[i] == 0 && lb->unlock[i] != held(r)) {
 			/* Only a writer that ignores the protocol can have changed a lock
 			 * we hold. Our slot writes landed; say so and go on. */
-			kvi_err("bucket %" PRIu64 ": lock word %#" PRIx64 " while the reclaimer held it",
-				b->bucket[i], lb->unlock[i]);
+			kvi_ev_err("reclaim_lock_lost", "bucket=%" PRIu64 " word=%#" PRIx64 " msg=%s", b->bucket[i],
+				   lb->unlock[i], "the lock word changed while the reclaimer held it");
 		}
 	}
 	return abort ? KVC_EAGAIN : 0;
@@ -479,7 +479,7 @@ static int reclaim_segment(struct kvs_reclaimer *r, uint64_t off, uint64_t len)
 		kvs_core_reclaim_end(r->core, off, 0, rotate, &st);
 		if (rc != KVC_EAGAIN && rc != KVC_ETIMEDOUT)
 			return rc;
-		kvi_info("reclaiming segment at %#" PRIx64 " postponed: %s", off, kvc_strerror(rc));
+		kvi_ev_info("reclaim_postponed", "segment=%#" PRIx64 " reason=%s", off, kvc_strerror(rc));
 		return rc == KVC_EAGAIN ? 3 : 2;
 	}
 	/* No slot points here any more. Zero it now, at the start of the

@@ -51,10 +51,9 @@ int kvs_region_create(struct kvs_region *r, size_t size, enum kvs_hugepages mode
 			r->base = NULL;
 			return KVC_ENOMEM;
 		} else {
-			kvi_warn("no 2 MiB hugepages for the %zu MiB region (%s): using 4 KiB pages, "
-				 "which register slower and miss the NIC's translation cache more; "
-				 "reserve with sysctl vm.nr_hugepages=%zu",
-				 r->map_size >> 20, strerror(errno), r->map_size / HUGE_2M);
+			kvi_ev_warn("hugepages_unavailable", "region_mib=%zu reason=%s msg=\"using 4 KiB pages, which "
+				    "register slower and miss the NIC's translation cache more; reserve with sysctl "
+				    "vm.nr_hugepages=%zu\"", r->map_size >> 20, strerror(errno), r->map_size / HUGE_2M);
 			r->base = NULL;
 		}
 	}

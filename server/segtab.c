@@ -158,7 +158,7 @@ static uint32_t take_free(struct kvs_segtab *t, int main)
 	if (i == KVS_NO_SEG || t->s[i].state != SEG_FREE) {
 		/* The allocator handed out something we consider in use: a bug. Keep
 		 * it allocated (freeing could hand it out again) and refuse. */
-		kvi_err("heap returned %p, which is not a free segment: refused", (void *)p);
+		kvi_ev_err("segment_refused", "addr=%p msg=%s", (void *)p, "the heap returned memory that is not a free segment");
 		return KVS_NO_SEG;
 	}
 	t->s[i] = (struct seg){ .state = SEG_OPEN, .carving = 1, .next = KVS_NO_SEG, .main = (uint8_t)main };

@@ -12,7 +12,7 @@ struct kvt_proc {
 	int out; /* read end of the child's stdout+stderr */
 	char buf[8192];
 	size_t len; /* bytes buffered, not yet returned as lines */
-	char all[8192]; /* everything read so far, for failure messages */
+	char all[32768]; /* everything read so far, for failure messages (logfmt lines are long) */
 	size_t all_len;
 };
 

@@ -116,10 +116,10 @@ Test(auth_verbs, each_bad_proof_is_refused_with_its_own_code_and_the_right_secre
 	cr_expect_null(strstr(srv.all, "no --secret-file"), "a server with a secret does not warn: %s", srv.all);
 	/* The server's own loopback (reclaimer) proves itself with its key,
 	 * before any forged loopback claim below is logged. */
-	while (!strstr(srv.all, "loopback connected") && kvt_line(&srv, line, sizeof(line), 20000) == 0)
+	while (!strstr(srv.all, "event=reclaimer_connected") && kvt_line(&srv, line, sizeof(line), 20000) == 0)
 		;
-	cr_expect_not_null(strstr(srv.all, "loopback connected"), "the reclaimer joins: %s", srv.all);
-	cr_expect_null(strstr(srv.all, "refusing"), "the loopback is not refused: %s", srv.all);
+	cr_expect_not_null(strstr(srv.all, "event=reclaimer_connected"), "the reclaimer joins: %s", srv.all);
+	cr_expect_null(strstr(srv.all, "_refused"), "the loopback is not refused: %s", srv.all);
 
 	/* Right secret: joins, PUT and GET work. */
 	rc = join("7691", secret_path, &h, err, sizeof(err));

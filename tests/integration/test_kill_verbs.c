@@ -185,8 +185,8 @@ Test(kill, a_killed_lock_holder_is_fenced_while_the_event_loop_keeps_answering)
 	kvc_destroy(h);
 	kvt_kill(&srv, SIGTERM);
 	cr_expect_eq(kvt_wait(&srv, 30000), 0, "kvserver: %s", srv.all);
-	cr_expect(strstr(srv.all, "holding 2 bucket locks: released") != NULL, "kvserver: %s", srv.all);
-	pass = strstr(srv.all, "fence pass: 1 client");
+	cr_expect(strstr(srv.all, "event=client_fenced client=") && strstr(srv.all, " locks_released=2\n") != NULL, "kvserver: %s", srv.all);
+	pass = strstr(srv.all, "event=fence_pass clients=1 ");
 	cr_expect(pass != NULL, "kvserver: %s", srv.all);
 	printf("fencing a killed lock holder (8 Mi buckets): released after %.3f s; %u STATS calls meanwhile, "
 	       "slowest %.1f ms (%.1f ms before); server: %.*s\n",

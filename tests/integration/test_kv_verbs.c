@@ -308,7 +308,7 @@ Test(kv, locks_of_a_client_that_dies_are_released_by_the_server)
 	printf("locks of a dead client released within %ld s\n", (long)(time(NULL) - t0));
 	kvc_destroy(h);
 	stop_server(&srv);
-	cr_expect(strstr(srv.all, "holding 2 bucket locks: released") != NULL, "kvserver: %s", srv.all);
+	cr_expect(strstr(srv.all, "event=client_fenced client=") && strstr(srv.all, " locks_released=2\n") != NULL, "kvserver: %s", srv.all);
 }
 
 /* RDMA-WRITE len bytes of buf at offset 0 of the server's region, as any

@@ -174,6 +174,124 @@ Test(programs, kvserver_bad_flags_exit_2_with_the_reason)
 	}
 }
 
+/* A temporary file holding text; its path in path (size >= 32). */
+static void write_tmp(char *path, const char *text, size_t len)
+{
+	int fd;
+
+	snprintf(path, 32, "/tmp/kvtest.XXXXXX");
+	fd = mkstemp(path);
+	cr_assert_geq(fd, 0);
+	cr_assert_eq(write(fd, text, len), (ssize_t)len);
+	close(fd);
+}
+
+Test(programs, kvserver_bad_config_file_or_environment_exit_2_naming_where)
+{
+	char conf[32], want[96];
+	struct kvt_proc p;
+	char *argv[] = { KV_SERVER_BIN, "--config", conf, "-p", "7616", NULL };
+	static const char text[] = "# kvserver settings\nmemory = 12x\n";
+
+	write_tmp(conf, text, sizeof(text) - 1);
+	cr_expect_eq(run(&p, argv, 30000), 2, "output: %s", p.all);
+	cr_expect_eq(count_lines(p.all), 1, "one line: %s", p.all);
+	snprintf(want, sizeof(want), "kvserver: %s:2: invalid memory '12x'", conf);
+	cr_expect(strstr(p.all, want) && strstr(p.all, "expected MiB"), "names FILE:LINE, the key and the form: %s",
+		  p.all);
+	unlink(conf);
+
+	setenv("KVSERVER_LEASE_MS", "forever", 1);
+	argv[1] = "-p", argv[2] = "7616", argv[3] = NULL;
+	cr_expect_eq(run(&p, argv, 30000), 2, "output: %s", p.all);
+	cr_expect_eq(count_lines(p.all), 1, "one line: %s", p.all);
+	cr_expect(strstr(p.all, "KVSERVER_LEASE_MS 'forever'") != NULL, "names the variable: %s", p.all);
+	unsetenv("KVSERVER_LEASE_MS");
+}
+
+/* The "key = value" part of each line, comments and blank lines dropped. */
+static void settings_of(const char *text, char *out, size_t n)
+{
+	size_t len = 0;
+
+	out[0] = 0;
+	for (const char *l = text; l && *l; l = strchr(l, '\n') ? strchr(l, '\n') + 1 : NULL) {
+		size_t m = strcspn(l, "#\n");
+
+		while (m && l[m - 1] == ' ')
+			m--;
+		if (m && len + m + 2 < n) {
+			memcpy(out + len, l, m);
+			len += m;
+			out[len++] = '\n';
+			out[len] = 0;
+		}
+	}
+}
+
+Test(programs, kvserver_print_config_output_loads_back)
+{
+	static char first[4096], second[4096];
+	struct kvt_proc p;
+	char conf[32];
+	char *argv1[] = { KV_SERVER_BIN, "--print-config", "-m", "128", "--lease-ms", "3000", "--no-evict",
+			  "--hugepages", "off", "-v", NULL };
+	char *argv2[] = { KV_SERVER_BIN, "--config", conf, "--print-config", NULL };
+
+	cr_assert_eq(run(&p, argv1, 30000), 0, "output: %s", p.all);
+	cr_expect(strstr(p.all, "memory = 128") && strstr(p.all, "lease-ms = 3000") && strstr(p.all, "no-evict = true") &&
+			  strstr(p.all, "log-level = info"),
+		  "%s", p.all);
+	settings_of(p.all, first, sizeof(first));
+	write_tmp(conf, p.all, p.all_len);
+	cr_assert_eq(run(&p, argv2, 30000), 0, "output: %s", p.all);
+	settings_of(p.all, second, sizeof(second));
+	cr_expect_str_eq(second, first, "the same settings after a reload");
+	cr_expect(strstr(p.all, conf) != NULL, "values now come from the file: %s", p.all);
+	unlink(conf);
+}
+
+/* Lines of path that contain s. */
+static int file_count(const char *path, const char *s)
+{
+	char line[1024];
+	int n = 0;
+	FILE *f = fopen(path, "r");
+
+	if (!f)
+		return 0;
+	while (fgets(line, sizeof(line), f))
+		n += strstr(line, s) != NULL;
+	fclose(f);
+	return n;
+}
+
+Test(programs, kvserver_logs_logfmt_to_its_log_file_and_reopens_it_on_sighup)
+{
+	char log[32], moved[48];
+	struct kvt_proc srv;
+	const char *extra[] = { "--log-file", log, "-v", NULL };
+	time_t t0;
+
+	write_tmp(log, "", 0);
+	kvt_start_server(&srv, "7617", extra);
+	cr_expect_eq(file_count(log, " level=info event=listening "), 1, "the start, in logfmt");
+	cr_expect_eq(file_count(log, "ts="), file_count(log, ""), "every line is logfmt");
+	snprintf(moved, sizeof(moved), "%s.1", log);
+	cr_assert_eq(rename(log, moved), 0);
+	kvt_kill(&srv, SIGHUP);
+	for (t0 = time(NULL); !file_count(log, "event=log_reopened") && time(NULL) - t0 < 20;)
+		usleep(50000);
+	cr_expect_eq(file_count(log, "event=log_reopened"), 1, "the new file gets the lines after SIGHUP");
+	kvt_kill(&srv, SIGTERM);
+	cr_expect_eq(kvt_wait(&srv, 20000), 0, "SIGHUP does not stop the server: %s", srv.all);
+	cr_expect_eq(file_count(log, "event=shutdown signal=SIGTERM"), 1);
+	cr_expect_eq(file_count(moved, "event=log_reopened"), 0);
+	cr_expect_null(strstr(srv.all, "event="), "nothing logged to stderr: %s", srv.all);
+	unlink(log);
+	unlink(moved);
+}
+
 Test(programs, kvbench_against_nothing_is_one_line_and_exit_1)
 {
 	struct kvt_proc p;

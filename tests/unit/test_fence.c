@@ -190,7 +190,7 @@ Test(fence, a_gone_clients_locks_are_all_released_and_no_one_elses)
 	cr_expect_eq(st.released, n7);
 	cr_expect_eq(st.passes, 1);
 	cr_expect_eq(st.retries, 0);
-	snprintf(want, sizeof(want), "client 7 fenced: it left holding %u bucket locks: released", n7);
+	snprintf(want, sizeof(want), "event=client_fenced client=7 locks_released=%u", n7);
 	cr_expect(log_has(want), "%s", logbuf);
 	cr_expect(n8 > 0 && moved_only > 0);
 	/* The core reports the fencer's work in STATS. */
@@ -231,7 +231,7 @@ Test(fence, a_loopback_that_breaks_mid_pass_is_remade_and_every_lock_released)
 	cr_expect_eq(st.released, n7, "released %llu of %u", (unsigned long long)st.released, n7);
 	cr_expect_eq(st.retries, 4);
 	cr_expect_eq(st.connects, 5);
-	cr_expect(log_has("4 retries"), "%s", logbuf);
+	cr_expect(log_has("retries=4 "), "%s", logbuf);
 	cr_expect(log_has("reconnecting and retrying"), "%s", logbuf);
 	cr_expect(n7 > 200);
 }
@@ -276,7 +276,7 @@ Test(fence, clients_queued_together_share_one_pass)
 	cr_expect_eq(st.passes, 1);
 	cr_expect_eq(st.fencings, 3);
 	cr_expect_eq(st.released, n);
-	cr_expect(log_has("fence pass: 3 clients"), "%s", logbuf);
+	cr_expect(log_has("event=fence_pass clients=3 "), "%s", logbuf);
 }
 
 Test(fence, clearing_a_word_that_changed_does_nothing)
