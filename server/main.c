@@ -29,6 +29,7 @@
 #include "members.h"
 #include "migrate.h"
 #include "logsink.h"
+#include "notify.h"
 #include "loopkey.h"
 #include "region.h"
 
@@ -468,8 +469,13 @@ int main(int argc, char **argv)
 			    "not released and memory is never reclaimed (give -l ADDR for the loopback connection "
 			    "both need)");
 	}
+	/* Ready for clients: tell a Type=notify service manager (notify.h). */
+	if (kvs_notify("READY=1"))
+		kvi_ev_warn("notify_failed", "msg=%s",
+			    "cannot tell the service manager we are ready (NOTIFY_SOCKET): it may time out");
 	rc = serve(&s, &cb);
 	s.stopping = 1;
+	kvs_notify("STOPPING=1");
 	/* Tell every client first (their operations fail fast with
 	 * KVC_ESERVERGONE; reconnecting is the application's choice), give
 	 * the notices a moment to leave, then disconnect: their next operation
