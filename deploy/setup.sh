@@ -17,6 +17,8 @@ pkgs=(
   qemu-system-x86 busybox-static cpio kmod iproute2
   # kvbench's memcached driver, and the comparison run (deploy/compare)
   libmemcached-dev memcached gnuplot-nox
+  # kvserver --metrics (Prometheus endpoint), and the HTTP client its test scrapes with
+  libmicrohttpd-dev curl
 )
 
 missing=()

@@ -27,6 +27,7 @@
 #include "evictor.h"
 #include "fence.h"
 #include "members.h"
+#include "metrics.h"
 #include "migrate.h"
 #include "loopkey.h"
 #include "region.h"
@@ -44,6 +45,7 @@ struct kvs_opts {
 	uint32_t lease_ms, renew_ms;
 	unsigned resize_load_pct; /* migrate.h load trigger; 0 = off */
 	const char *secret_file; /* --secret-file, or NULL */
+	const char *metrics;     /* --metrics ADDR:PORT, or NULL (off) */
 	int verbose;
 };
 
@@ -55,6 +57,7 @@ struct kvs_server {
 	struct kvs_fence *fence; /* releases dead clients' locks; NULL if unavailable */
 	struct kvs_evictor *evictor; /* reclaims sealed segments */
 	struct kvs_members *members; /* who is alive (leases); lock reports */
+	struct kvs_metrics *metrics; /* --metrics: the Prometheus endpoint; NULL if off */
 	int stopping;            /* shutting down: clients leave by our doing */
 	uint32_t next_client_id;
 	unsigned nclients;
@@ -103,6 +106,9 @@ static void usage(FILE *f)
 		"      --secret-file PATH  clients must prove they hold the secret in PATH (at least\n"
 		"                          16 bytes; mode 0600) to join; without it anyone who can\n"
 		"                          reach the port can read and write all of the region\n"
+		"Monitoring:\n"
+		"      --metrics ADDR:PORT serve Prometheus metrics at http://ADDR:PORT/metrics\n"
+		"                          (e.g. 127.0.0.1:9471; off by default)\n"
 		"  -v, --verbose           more log (repeat for debug)\n"
 		"  -h, --help              this text\n"
 		"  -V, --version           print the version\n",
@@ -146,6 +152,7 @@ static int parse_args(int argc, char **argv, struct kvs_opts *o)
 		{ "lease-ms", required_argument, NULL, 'A' },
 		{ "renew-ms", required_argument, NULL, 'R' },
 		{ "secret-file", required_argument, NULL, 'K' },
+		{ "metrics", required_argument, NULL, 'M' },
 		{ "verbose", no_argument, NULL, 'v' },
 		{ "help", no_argument, NULL, 'h' },
 		{ "version", no_argument, NULL, 'V' },
@@ -263,6 +270,9 @@ static int parse_args(int argc, char **argv, struct kvs_opts *o)
 				return 2;
 			}
 			o->renew_ms = (uint32_t)v;
+			break;
+		case 'M': /* checked when it is bound (kvs_metrics_start) */
+			o->metrics = optarg;
 			break;
 		case 'K':
 			o->secret_file = optarg;
@@ -637,6 +647,13 @@ int main(int argc, char **argv)
 		rc = 1;
 		goto clean_core;
 	}
+	rc = kvs_metrics_start(&s.metrics, s.o.metrics, s.core, s.members, &cb, &e);
+	if (rc) { /* a bad or busy address: a usage error */
+		fprintf(stderr, "kvserver: %s\n", e.msg);
+		kvs_members_destroy(s.members);
+		rc = 2;
+		goto clean_core;
+	}
 	sb = kvs_core_geometry(s.core);
 	/* Said once the port and region are set up, before "listening" (tests
 	 * wait for that line): a bad flag or device is then the only
@@ -670,6 +687,7 @@ int main(int argc, char **argv)
 	}
 	rc = serve(&s, &cb);
 	s.stopping = 1;
+	kvs_metrics_stop(s.metrics);
 	/* Tell every client first (their operations fail fast with
 	 * KVC_ESERVERGONE; reconnecting is the application's choice), give
 	 * the notices a moment to leave, then disconnect: their next operation
@@ -690,7 +708,7 @@ clean_region:
 	kvs_region_destroy(&s.region);
 clean_listener:
 	kvi_listener_destroy(s.l, NULL);
-	rc = rc ? 1 : 0;
+	rc = rc == 2 ? 2 : rc ? 1 : 0; /* 2: a usage error found late (--metrics) */
 clean_auth:
 	kvi_auth_replay_destroy(s.gate.replay);
 	kvi_auth_wipe(s.secret, sizeof(s.secret));
