@@ -271,7 +271,11 @@ static int parse_args(int argc, char **argv, struct kvs_opts *o)
 			}
 			o->renew_ms = (uint32_t)v;
 			break;
-		case 'M': /* checked when it is bound (kvs_metrics_start) */
+		case 'M': /* bound by kvs_metrics_start; a typo is found now */
+			if (kvs_metrics_parse(optarg, &e)) {
+				fprintf(stderr, "kvserver: %s\n", e.msg);
+				return 2;
+			}
 			o->metrics = optarg;
 			break;
 		case 'K':

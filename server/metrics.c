@@ -206,30 +206,29 @@ static void mhd_log(void *cls, const char *fmt, va_list ap)
 
 /* ---- start and stop ---- */
 
-/* "ADDR:PORT" or "[ADDR]:PORT" -> a bound, listening socket, or -1 with the
- * reason in e; *bad_spec tells a malformed spec from an address that failed. */
-static int listen_on(const char *spec, int *v6, struct kvi_errbuf *e, int *bad_spec)
+/* "ADDR:PORT" or "[ADDR]:PORT" -> its address (freeaddrinfo it), or
+ * KVC_EINVAL with the reason in e. */
+static int parse_spec(const char *spec, struct addrinfo **ai, struct kvi_errbuf *e)
 {
 	static const char example[] = "expected ADDR:PORT, e.g. 127.0.0.1:9471, 0.0.0.0:9471 or [::1]:9471";
-	struct addrinfo hints = { .ai_socktype = SOCK_STREAM, .ai_flags = AI_PASSIVE | AI_NUMERICSERV }, *ai;
-	char host[256], *end;
+	struct addrinfo hints = { .ai_socktype = SOCK_STREAM, .ai_flags = AI_PASSIVE | AI_NUMERICSERV };
 	const char *colon, *port, *h = spec;
-	size_t hlen;
+	char host[256], *end;
 	unsigned long pn;
-	int fd, rc, one = 1;
+	size_t hlen;
+	int rc;
 
-	*bad_spec = 1;
 	colon = strrchr(spec, ':');
 	if (!colon || colon == spec) {
 		kvi_errbuf_set(e, "invalid --metrics '%s': %s", spec, example);
-		return -1;
+		return KVC_EINVAL;
 	}
 	port = colon + 1;
 	hlen = (size_t)(colon - spec);
 	if (spec[0] == '[') { /* an IPv6 address, in brackets because of its colons */
 		if (hlen < 3 || spec[hlen - 1] != ']') {
 			kvi_errbuf_set(e, "invalid --metrics '%s': %s", spec, example);
-			return -1;
+			return KVC_EINVAL;
 		}
 		h = spec + 1;
 		hlen -= 2;
@@ -238,21 +237,43 @@ static int listen_on(const char *spec, int *v6, struct kvi_errbuf *e, int *bad_s
 	pn = strtoul(port, &end, 10);
 	if (!*port || *end || errno || pn == 0 || pn > 65535 || port[0] == '-' || port[0] == '+') {
 		kvi_errbuf_set(e, "invalid --metrics '%s': port '%s' is not 1..65535; %s", spec, port, example);
-		return -1;
+		return KVC_EINVAL;
 	}
 	if (hlen >= sizeof(host)) {
 		kvi_errbuf_set(e, "invalid --metrics '%s': address too long; %s", spec, example);
-		return -1;
+		return KVC_EINVAL;
 	}
 	memcpy(host, h, hlen);
 	host[hlen] = '\0';
-	rc = getaddrinfo(host, port, &hints, &ai);
+	rc = getaddrinfo(host, port, &hints, ai);
 	if (rc) {
 		kvi_errbuf_set(e, "invalid --metrics '%s': cannot resolve '%s': %s; %s", spec, host,
 			       gai_strerror(rc), example);
-		return -1;
+		return KVC_EINVAL;
 	}
-	*bad_spec = 0;
+	return 0;
+}
+
+int kvs_metrics_parse(const char *spec, struct kvi_errbuf *e)
+{
+	struct addrinfo *ai;
+	int rc = parse_spec(spec, &ai, e);
+
+	if (rc == 0)
+		freeaddrinfo(ai);
+	return rc;
+}
+
+/* A listening socket on spec's address, or -1 with the reason in e: a bad
+ * spec (*bad_spec set), or an address that is busy or not this host's. */
+static int listen_on(const char *spec, int *v6, struct kvi_errbuf *e, int *bad_spec)
+{
+	struct addrinfo *ai;
+	int fd, one = 1;
+
+	*bad_spec = parse_spec(spec, &ai, e) != 0;
+	if (*bad_spec)
+		return -1;
 	*v6 = ai->ai_family == AF_INET6;
 	fd = socket(ai->ai_family, SOCK_STREAM | SOCK_CLOEXEC, 0);
 	if (fd < 0) {

@@ -80,6 +80,11 @@ const char *kvs_metrics_type_name(unsigned type);
 
 struct kvs_metrics;
 
+/* Check a --metrics spec ("ADDR:PORT", "[V6ADDR]:PORT") without binding it,
+ * so that a typo is found before anything is set up: 0, or KVC_EINVAL with
+ * one line in e. */
+int kvs_metrics_parse(const char *spec, struct kvi_errbuf *e);
+
 /* Start serving on spec ("ADDR:PORT", "[V6ADDR]:PORT"; NULL: metrics are off,
  * *out = NULL and 0). Binds ADDR only. Wraps *cb (its owner's callbacks
  * count and publish, then call the originals): from now on the owner
