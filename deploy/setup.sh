@@ -19,6 +19,8 @@ pkgs=(
   libmemcached-dev memcached gnuplot-nox
   # packaging (tests/package/run): a clean Debian root, the .deb's Depends, manual page checks
   debootstrap dpkg-dev groff-base man-db
+  # kvserver --metrics (Prometheus endpoint), and the HTTP client its test scrapes with
+  libmicrohttpd-dev curl
 )
 
 missing=()

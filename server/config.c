@@ -41,7 +41,8 @@ struct cfg_key {
 
 #define AT(field) .off = offsetof(struct kvs_opts, field), .size = sizeof(((struct kvs_opts *)0)->field)
 
-static const char *const sections[] = { "General", "Cache policy", "Index", "Membership", "Security", "Logging" };
+static const char *const sections[] = { "General", "Cache policy", "Index", "Membership", "Security", "Monitoring",
+					 "Logging" };
 static const char *const huge_words[] = { "auto", "on", "off", NULL }; /* enum kvs_hugepages order */
 static const char *const level_words[] = { "error", "warn", "info", "debug", NULL }; /* enum kvi_log_level */
 
@@ -107,6 +108,10 @@ static const struct cfg_key keys[] = {
 	  .help = "clients must prove they hold the secret in PATH (at least\n"
 		  "16 bytes; mode 0600) to join; without it anyone who can\n"
 		  "reach the port can read and write all of the region", AT(secret_file) },
+
+	{ "metrics", 0, T_STR, "Monitoring", .metavar = "ADDR:PORT",
+	  .help = "serve Prometheus metrics at http://ADDR:PORT/metrics\n"
+		  "(e.g. 127.0.0.1:9471; default: off)", AT(metrics) },
 
 	{ "log-level", 0, T_ENUM, "Logging", .words = level_words, .def = "warn", .metavar = "LEVEL",
 	  .help = "error|warn|info|debug: log events up to LEVEL", AT(log_level) },

@@ -34,6 +34,7 @@ struct kvs_opts {
 	uint32_t lease_ms, renew_ms;
 	unsigned resize_load_pct; /* migrate.h load trigger; 0 = off */
 	char *secret_file;
+	char *metrics;  /* --metrics ADDR:PORT; NULL: off */
 	int log_level;  /* enum kvi_log_level */
 	char *log_file; /* NULL: stderr */
 	char port_str[8]; /* port, as rdma_cm wants it */

@@ -508,12 +508,12 @@ static void fill_stats(struct kvs_core *c, uint64_t *v)
 	v[KVI_STAT_GRANTS_REFUSED] = st.grants_refused;
 	v[KVI_STAT_RECLAIM_ABORTS] = st.rc.aborted;
 	v[KVI_STAT_LOCK_RETRIES] = st.rc.lock_retries;
-	v[KVI_STAT_FENCINGS] = c->fencings;
-	v[KVI_STAT_FENCE_RELEASED] = c->fence_released;
-	v[KVI_STAT_FENCE_CPU_NS] = c->fence_cpu_ns;
-	v[KVI_STAT_RESIZES] = c->ix.resizes;
-	v[KVI_STAT_INDEX_BUCKETS] = c->ix.cur.bucket_count;
-	v[KVI_STAT_INDEX_EPOCH] = c->ix.cur.epoch;
+	v[KVI_STAT_FENCINGS] = st.fencings;
+	v[KVI_STAT_FENCE_RELEASED] = st.fence_released;
+	v[KVI_STAT_FENCE_CPU_NS] = st.fence_cpu_ns;
+	v[KVI_STAT_RESIZES] = st.resizes;
+	v[KVI_STAT_INDEX_BUCKETS] = st.index_buckets;
+	v[KVI_STAT_INDEX_EPOCH] = st.index_epoch;
 }
 
 /* The process's CPU time lets a benchmark on another machine show that the
@@ -1034,6 +1034,12 @@ static void kvs_core_stats_locked(struct kvs_core *c, struct kvs_core_stats *out
 		.tails_returned = n.tails_returned,
 		.clients = c->nclients,
 		.rc = c->rc,
+		.fencings = c->fencings,
+		.fence_released = c->fence_released,
+		.fence_cpu_ns = c->fence_cpu_ns,
+		.resizes = c->ix.resizes,
+		.index_buckets = c->ix.cur.bucket_count,
+		.index_epoch = c->ix.cur.epoch,
 	};
 }
 

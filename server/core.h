@@ -285,6 +285,10 @@ struct kvs_core_stats {
 	uint64_t tails_returned;
 	uint64_t clients; /* clients holding an open extent */
 	struct kvs_reclaim_stats rc;
+	uint64_t fencings, fence_released, fence_cpu_ns; /* kvs_core_add_fence */
+	uint64_t resizes;       /* index resizes completed */
+	uint64_t index_buckets; /* of the current index */
+	uint64_t index_epoch;
 };
 void kvs_core_stats(struct kvs_core *c, struct kvs_core_stats *out);
 

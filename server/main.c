@@ -29,12 +29,14 @@
 #include "members.h"
 #include "migrate.h"
 #include "logsink.h"
+#include "metrics.h"
 #include "notify.h"
 #include "loopkey.h"
 #include "region.h"
 
 struct kvs_server {
 	struct kvs_config cfg; /* settings; cfg.o the values */
+	struct kvs_metrics *metrics; /* --metrics: the Prometheus endpoint; NULL if off */
 	struct kvs_logsink log;
 	struct kvi_listener *l;
 	struct kvs_region region;
@@ -379,6 +381,12 @@ int main(int argc, char **argv)
 		rc = 2;
 		goto clean_config;
 	}
+	/* The metrics address is bound later, but a typo is a bad setting now. */
+	if (s.cfg.o.metrics && kvs_metrics_parse(s.cfg.o.metrics, &e)) {
+		fprintf(stderr, "kvserver: %s\n", e.msg);
+		rc = 2;
+		goto clean_config;
+	}
 	/* A log file that cannot be opened is a bad setting: said before anything starts. */
 	if (kvs_logsink_open(&s.log, s.cfg.o.log_file, &e)) {
 		fprintf(stderr, "kvserver: %s: check --log-file\n", e.msg);
@@ -431,6 +439,13 @@ int main(int argc, char **argv)
 		rc = 1;
 		goto clean_core;
 	}
+	rc = kvs_metrics_start(&s.metrics, s.cfg.o.metrics, s.core, s.members, &cb, &e);
+	if (rc) { /* a busy address, or not this host's: a usage error */
+		fprintf(stderr, "kvserver: %s\n", e.msg);
+		kvs_members_destroy(s.members);
+		rc = 2;
+		goto clean_core;
+	}
 	sb = kvs_core_geometry(s.core);
 	/* Said once the port and region are set up, before "listening" (tests
 	 * wait for that line): a bad flag or device is then the only
@@ -476,6 +491,7 @@ int main(int argc, char **argv)
 	rc = serve(&s, &cb);
 	s.stopping = 1;
 	kvs_notify("STOPPING=1");
+	kvs_metrics_stop(s.metrics);
 	/* Tell every client first (their operations fail fast with
 	 * KVC_ESERVERGONE; reconnecting is the application's choice), give
 	 * the notices a moment to leave, then disconnect: their next operation
@@ -496,7 +512,7 @@ clean_region:
 	kvs_region_destroy(&s.region);
 clean_listener:
 	kvi_listener_destroy(s.l, NULL);
-	rc = rc ? 1 : 0;
+	rc = rc == 2 ? 2 : rc ? 1 : 0; /* 2: a usage error found late (--metrics) */
 clean_auth:
 	kvi_auth_replay_destroy(s.gate.replay);
 	kvi_auth_wipe(s.secret, sizeof(s.secret));
