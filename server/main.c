@@ -454,16 +454,18 @@ int main(int argc, char **argv)
 		kvi_ev_warn("no_secret_file", "port=%u msg=\"no --secret-file: anyone who can reach port %u can read and "
 			    "write all of this server's memory; give --secret-file PATH to require a shared secret\"",
 			    kvi_listener_port(s.l), kvi_listener_port(s.l));
+	/* The log line first: whoever waits for "listening on" on stdout finds it
+	 * in the log too. */
+	kvi_ev_info("listening", "version=%s addr=%s port=%u device=%s memory_mib=%" PRIu64 " hugepages=%s buckets=%" PRIu64
+		    " segments=%" PRIu64 " segment_kib=%" PRIu64, KVS_VERSION, s.cfg.o.listen ? s.cfg.o.listen : "*",
+		    kvi_listener_port(s.l), kvi_listener_device(s.l), s.cfg.o.memory_mib, s.region.huge ? "on" : "off",
+		    sb->bucket_count, sb->heap_size / sb->segment_size, sb->segment_size >> 10);
 	printf("kvserver %s: listening on %s port %u, device %s, region %" PRIu64 " MiB (%s), "
 	       "%" PRIu64 " buckets, %" PRIu64 " segments of %" PRIu64 " KiB\n",
 	       KVS_VERSION, s.cfg.o.listen ? s.cfg.o.listen : "*", kvi_listener_port(s.l),
 	       kvi_listener_device(s.l), s.cfg.o.memory_mib, s.region.huge ? "2 MiB hugepages" : "4 KiB pages",
 	       sb->bucket_count, sb->heap_size / sb->segment_size, sb->segment_size >> 10);
 	fflush(stdout);
-	kvi_ev_info("listening", "version=%s addr=%s port=%u device=%s memory_mib=%" PRIu64 " hugepages=%s buckets=%" PRIu64
-		    " segments=%" PRIu64 " segment_kib=%" PRIu64, KVS_VERSION, s.cfg.o.listen ? s.cfg.o.listen : "*",
-		    kvi_listener_port(s.l), kvi_listener_device(s.l), s.cfg.o.memory_mib, s.region.huge ? "on" : "off",
-		    sb->bucket_count, sb->heap_size / sb->segment_size, sb->segment_size >> 10);
 
 	/* The loopback for fencing connects to our own listening address; with a
 	 * wildcard listener there is no address to name. */

@@ -275,6 +275,8 @@ Test(programs, kvserver_logs_logfmt_to_its_log_file_and_reopens_it_on_sighup)
 
 	write_tmp(log, "", 0);
 	kvt_start_server(&srv, "7617", extra);
+	for (t0 = time(NULL); !file_count(log, " level=info event=listening ") && time(NULL) - t0 < 5;)
+		usleep(20000);
 	cr_expect_eq(file_count(log, " level=info event=listening "), 1, "the start, in logfmt");
 	cr_expect_eq(file_count(log, "ts="), file_count(log, ""), "every line is logfmt");
 	snprintf(moved, sizeof(moved), "%s.1", log);
