@@ -179,9 +179,16 @@ Test(kill, a_killed_lock_holder_is_fenced_while_the_event_loop_keeps_answering)
 		     FENCE_BOUND_S, (unsigned long long)st.fencings, (unsigned long long)st.fence_released);
 	cr_expect_eq(kvc_put(h, "victim", 6, "v", 1, 0), 0, "a writer after the fencing");
 	cr_expect_gt(st.fence_cpu_ns, 0);
-	/* A STATS call that waited for the scan would take as long as the scan. */
-	cr_expect_lt(slowest, 3 * base + 0.05, "a STATS call waited %.3f s during fencing (%.3f s before)", slowest,
-		     base);
+	/* A STATS call that waited for the scan would take as long as the scan
+	 * (released_at). One that only shared the guest's two vCPUs with the
+	 * fencer thread waits a scheduling slice or two: allowed up to a quarter
+	 * of the scan (or 3 x its cost alone + 50 ms, if more). */
+	{
+		double bound = 3 * base + 0.05 > released_at / 4 ? 3 * base + 0.05 : released_at / 4;
+
+		cr_expect_lt(slowest, bound, "a STATS call waited %.3f s during a %.3f s fencing (%.3f s before)",
+			     slowest, released_at, base);
+	}
 	kvc_destroy(h);
 	kvt_kill(&srv, SIGTERM);
 	cr_expect_eq(kvt_wait(&srv, 30000), 0, "kvserver: %s", srv.all);
