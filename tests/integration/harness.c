@@ -12,6 +12,7 @@
 #include <unistd.h>
 
 #include "kvclient.h"
+#include "rmem_verbs.h"
 
 static long now_ms(void)
 {
@@ -214,4 +215,17 @@ struct kvc *kvt_kv_connect(const char *port, unsigned depth, unsigned cache_entr
 	o.op_timeout_ms = 10000;
 	cr_assert_eq(kvc_create(&o, &h, err, sizeof(err)), 0, "%s", err);
 	return h;
+}
+
+struct kvi_rmem *kvt_rmem_connect(const char *port)
+{
+	struct kvi_errbuf e = { { 0 } };
+	struct kvi_welcome w;
+	struct kvi_rmem *rm;
+
+	cr_assert_eq(kvi_rmem_verbs_connect(&(struct kvi_verbs_opts){ .host = kvt_rdma_addr(), .port = port,
+								    .lbuf_size = 1 << 16, .timeout_ms = 20000 },
+					    &rm, &w, &e),
+		     0, "%s", e.msg);
+	return rm;
 }

@@ -37,6 +37,12 @@ void kvt_start_server(struct kvt_proc *p, const char *port, const char *const ex
 struct kvc;
 struct kvc *kvt_kv_connect(const char *port, unsigned depth, unsigned cache_entries);
 
+/* A bare verbs connection (no libkvclient handle) to the kvserver on
+ * RDMA_ADDR:port, for tests that speak the control path themselves; aborts
+ * the test on failure. */
+struct kvi_rmem;
+struct kvi_rmem *kvt_rmem_connect(const char *port);
+
 /* CPU time (user + system) the process has used, in clock ticks. */
 unsigned long long kvt_cpu_ticks(pid_t pid);
 

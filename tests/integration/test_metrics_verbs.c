@@ -112,19 +112,6 @@ static double wait_value(const char *base, const char *series, double want, doub
 	}
 }
 
-static struct kvi_rmem *raw_connect(const char *port)
-{
-	struct kvi_errbuf e = { { 0 } };
-	struct kvi_welcome w;
-	struct kvi_rmem *rm;
-
-	cr_assert_eq(kvi_rmem_verbs_connect(&(struct kvi_verbs_opts){ .host = kvt_rdma_addr(), .port = port,
-								    .lbuf_size = 1 << 16, .timeout_ms = 20000 },
-					    &rm, &w, &e),
-		     0, "%s", e.msg);
-	return rm;
-}
-
 Test(metrics_verbs, a_scrape_shows_what_a_client_did_and_other_paths_are_not_found)
 {
 	/* A long lease: the guest of deploy/rdma-env is slow, and a client idle
@@ -159,7 +146,7 @@ Test(metrics_verbs, a_scrape_shows_what_a_client_did_and_other_paths_are_not_fou
 		cr_assert_eq(len, sizeof(val));
 	}
 	/* A control request answered with an error: a STATS page that does not exist. */
-	rm = raw_connect("7801");
+	rm = kvt_rmem_connect("7801");
 	cr_assert_eq(kvi_rmem_ctrl_call(rm, &req, &resp, 20000), 0);
 	cr_expect_eq(resp.type, KVI_CTRL_ERROR);
 	cr_expect_eq(resp.status, KVC_EINVAL);

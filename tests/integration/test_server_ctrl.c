@@ -20,19 +20,6 @@ TestSuite(server_ctrl, .init = kvt_require_rdma, .timeout = 240);
 #define NCLIENTS 6 /* > 128 CQEs / (2 x 17 per peer): the shared CQ must grow */
 #define GRANTS 3
 
-static struct kvi_rmem *connect_to(const char *port)
-{
-	struct kvi_errbuf e = { { 0 } };
-	struct kvi_welcome w;
-	struct kvi_rmem *rm;
-
-	cr_assert_eq(kvi_rmem_verbs_connect(&(struct kvi_verbs_opts){ .host = kvt_rdma_addr(), .port = port,
-								    .lbuf_size = 1 << 16, .timeout_ms = 20000 },
-					    &rm, &w, &e),
-		     0, "%s", e.msg);
-	return rm;
-}
-
 /* A request for a whole 64 KiB segment (the servers here use that size). */
 static int seg_req(struct kvi_rmem *rm, struct kvi_ctrl *resp)
 {
@@ -59,7 +46,7 @@ Test(server_ctrl, grants_to_several_clients_are_disjoint_segments_of_the_region)
 
 	kvt_start_server(&srv, "7651", extra);
 	for (int i = 0; i < NCLIENTS; i++)
-		rm[i] = connect_to("7651");
+		rm[i] = kvt_rmem_connect("7651");
 	for (int i = 0; i < NCLIENTS; i++) {
 		/* The geometry comes in the welcome, the same for every client. */
 		sb = rm[i]->geo;
@@ -114,8 +101,8 @@ Test(server_ctrl, a_client_breaking_the_protocol_loses_only_its_connection)
 	int rc;
 
 	kvt_start_server(&srv, "7652", extra);
-	bad = connect_to("7652");
-	good = connect_to("7652");
+	bad = kvt_rmem_connect("7652");
+	good = kvt_rmem_connect("7652");
 	/* Server-to-client types are never valid requests. */
 	rc = kvi_rmem_ctrl_call(bad, &req, &resp, 10000);
 	cr_expect_neq(rc, 0, "no answer to a SEG_GRANT request");
@@ -146,7 +133,7 @@ Test(server_ctrl, a_peer_without_a_control_handler_answers_eproto)
 
 	port = kvt_start_peer(&peer, NULL);
 	snprintf(ps, sizeof(ps), "%u", port);
-	rm = connect_to(ps);
+	rm = kvt_rmem_connect(ps);
 	cr_assert_eq(seg_req(rm, &resp), 0);
 	cr_expect_eq(resp.type, KVI_CTRL_ERROR);
 	cr_expect_eq(resp.status, KVC_EPROTO, "got %s", kvc_err_name(resp.status));
