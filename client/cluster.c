@@ -350,11 +350,28 @@ static void reap_drained(kvc_t *h)
 
 /* Make e (parsed, owned by us from now: its dials are taken or freed) the
  * list. New members are joined now; a member kept keeps its connection. */
-static void apply_list(kvc_t *h, struct entry *e, unsigned ne)
+static int apply_list(kvc_t *h, struct entry *e, unsigned ne)
 {
 	struct member *next[KVI_RING_MAX];
 	uint64_t now = kvi_now_ns();
+	unsigned leaving = 0;
 
+	/* h->m holds the list and the members still draining: the new list and
+	 * everything that would drain must fit, or nothing changes (a list
+	 * changed again and again while servers drain is refused until they
+	 * have). */
+	reap_drained(h);
+	for (unsigned j = 0; j < h->n + h->ndrain; j++) {
+		unsigned i = 0;
+
+		while (i < ne && strcmp(h->m[j]->name, e[i].d->name) != 0)
+			i++;
+		leaving += i == ne;
+	}
+	if (ne + leaving > sizeof(h->m) / sizeof(h->m[0])) {
+		free_entries(e, ne);
+		return KVC_EBUSY;
+	}
 	if (h->single) { /* its count was not kept: start now */
 		h->inflight = h->m[0]->inflight = kvi_conn_inflight(h->m[0]->c);
 		h->single = 0;
@@ -407,6 +424,7 @@ static void apply_list(kvc_t *h, struct entry *e, unsigned ne)
 	}
 	reap_drained(h);
 	rebuild_ring(h);
+	return 0;
 }
 
 int kvc_set_servers(kvc_t *h, const char *servers, char *err, size_t errlen)
@@ -422,8 +440,11 @@ int kvc_set_servers(kvc_t *h, const char *servers, char *err, size_t errlen)
 	rc = parse_list(servers, &h->o, e, &ne, err, errlen);
 	if (rc)
 		return rc;
-	apply_list(h, e, ne);
-	return 0;
+	rc = apply_list(h, e, ne);
+	if (rc)
+		set_err(err, errlen, "too many servers of earlier lists still finish their operations: poll, then "
+				     "set the list again");
+	return rc;
 }
 
 /* The list file changed since we last read it? Then apply it (once a second
@@ -453,7 +474,11 @@ static void check_list_file(kvc_t *h, uint64_t now)
 	}
 	if (parse_list(text, &h->o, e, &ne, err, sizeof(err)) == 0) {
 		kvi_info("server list file %s changed: %u servers", h->list_file, ne);
-		apply_list(h, e, ne);
+		if (apply_list(h, e, ne)) {
+			kvi_warn("server list file %s: too many servers of earlier lists still draining; "
+				 "trying again in a second", h->list_file);
+			h->file_ino = 0; /* read it again at the next look */
+		}
 	} else {
 		kvi_warn("server list file %s: %s; keeping the current list", h->list_file, err);
 	}

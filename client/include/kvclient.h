@@ -126,7 +126,9 @@ KVC_EXPORT int kvc_create(const struct kvc_opts *o, kvc_t **out, char *err, size
  * server that cannot be joined is kept, down, like any other); removed ones
  * take no new operations and are closed once theirs finish. Only the keys
  * that must move do. KVC_EINVAL (one line in err) for a bad list, which
- * changes nothing. */
+ * changes nothing; KVC_EBUSY when the new list and the servers that would
+ * be draining exceed 128 (lists changed faster than operations finish):
+ * poll, then set it again. */
 KVC_EXPORT int kvc_set_servers(kvc_t *h, const char *servers, char *err, size_t errlen);
 
 /* The servers of the list, for monitoring. */

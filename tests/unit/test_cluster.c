@@ -407,3 +407,40 @@ Test(cluster, changing_the_list_moves_only_the_keys_that_must_move, .init = make
 	cr_assert_eq(kvc_set_servers(cl, "a=0", err, sizeof(err)), KVC_EINVAL);
 	cr_assert_eq(kvc_server_count(cl), 2);
 }
+
+/* Lists changed faster than the servers leaving them finish their
+ * operations: the handle's table (list + draining) never overflows; the
+ * change is refused with KVC_EBUSY, and taken once they have finished. */
+Test(cluster, a_list_changed_while_servers_drain_is_refused_when_it_would_not_fit, .init = make_plain, .fini = fini)
+{
+	char list[64 * 24], list2[64 * 24], err[400] = "", keys[NSRV][16];
+	struct kvc_op ops[NSRV], *done[NSRV];
+	unsigned next = 0, got = 0;
+
+	for (unsigned s = 0; s < NSRV; s++) { /* one operation in flight on each server */
+		key_on(s, &next, keys[s], sizeof(keys[s]));
+		ops[s] = (struct kvc_op){ .type = KVC_OP_PUT, .key = keys[s], .key_len = strlen(keys[s]),
+					  .value = "v", .value_len = 1 };
+		cr_assert_eq(kvc_submit(cl, &ops[s]), 0);
+	}
+	list[0] = list2[0] = '\0';
+	for (unsigned i = 0; i < 64; i++) { /* servers that cannot be joined here: they stay down */
+		snprintf(list + strlen(list), sizeof(list) - strlen(list), "10.1.0.%u:7471,", i + 1);
+		snprintf(list2 + strlen(list2), sizeof(list2) - strlen(list2), "10.2.0.%u:7471,", i + 1);
+	}
+	list[strlen(list) - 1] = list2[strlen(list2) - 1] = '\0';
+	cr_assert_eq(kvc_set_servers(cl, list, err, sizeof(err)), 0, "%s", err);
+	cr_assert_eq(kvc_server_count(cl), 64);
+	/* 64 new + 64 leaving + 3 still draining > 128 */
+	cr_assert_eq(kvc_set_servers(cl, list2, err, sizeof(err)), KVC_EBUSY);
+	cr_expect(strstr(err, "still finish their operations") != NULL, "%s", err);
+	cr_assert_eq(kvc_server_count(cl), 64, "a refused list changes nothing");
+	while (got < NSRV) {
+		int n = kvc_poll(cl, done, NSRV, 1000);
+
+		cr_assert_geq(n, 0);
+		got += (unsigned)n;
+	}
+	cr_assert_eq(kvc_set_servers(cl, list2, err, sizeof(err)), 0, "%s", err);
+	cr_assert_eq(kvc_server_count(cl), 64);
+}
