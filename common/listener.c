@@ -3,6 +3,7 @@
 #include <errno.h>
 #include <arpa/inet.h>
 #include <fcntl.h>
+#include <ifaddrs.h>
 #include <netdb.h>
 #include <poll.h>
 #include <stdlib.h>
@@ -854,6 +855,51 @@ struct ibv_pd *kvi_listener_pd(const struct kvi_listener *l)
 const char *kvi_listener_device(const struct kvi_listener *l)
 {
 	return ibv_get_device_name(l->ctx->device);
+}
+
+/* Does rdma_cm put address a (port 0) on device dev? */
+static int addr_on_device(const struct sockaddr *a, struct ibv_device *dev)
+{
+	struct sockaddr_storage ss = { 0 };
+	struct rdma_cm_id *id;
+	int on;
+
+	memcpy(&ss, a, a->sa_family == AF_INET ? sizeof(struct sockaddr_in) : sizeof(struct sockaddr_in6));
+	if (rdma_create_id(NULL, &id, NULL, RDMA_PS_TCP)) /* its own channel: no event reaches the loop */
+		return 0;
+	on = rdma_bind_addr(id, (struct sockaddr *)&ss) == 0 && id->verbs && id->verbs->device == dev;
+	rdma_destroy_id(id);
+	return on;
+}
+
+int kvi_listener_self_addr(const struct kvi_listener *l, char *buf, size_t len)
+{
+	struct sockaddr *bound = rdma_get_local_addr(l->id);
+	struct ifaddrs *ifs, *i;
+	int found = 0;
+
+	if (l->id->verbs) /* bound to one address */
+		return getnameinfo(bound, bound->sa_family == AF_INET ? sizeof(struct sockaddr_in)
+								      : sizeof(struct sockaddr_in6),
+				   buf, (socklen_t)len, NULL, 0, NI_NUMERICHOST) ? KVC_ENODEV : 0;
+	if (getifaddrs(&ifs))
+		return KVC_ENODEV;
+	/* IPv4 first: a link-local IPv6 address would need its scope named. */
+	for (int fam = 0; fam < 2 && !found; fam++)
+		for (i = ifs; i && !found; i = i->ifa_next) {
+			struct sockaddr *a = i->ifa_addr;
+
+			if (!a || a->sa_family != (fam ? AF_INET6 : AF_INET) || is_loopback(a) ||
+			    (a->sa_family == AF_INET6 &&
+			     IN6_IS_ADDR_LINKLOCAL(&((struct sockaddr_in6 *)a)->sin6_addr)))
+				continue;
+			found = addr_on_device(a, l->ctx->device) &&
+				getnameinfo(a, a->sa_family == AF_INET ? sizeof(struct sockaddr_in)
+								       : sizeof(struct sockaddr_in6),
+					    buf, (socklen_t)len, NULL, 0, NI_NUMERICHOST) == 0;
+		}
+	freeifaddrs(ifs);
+	return found ? 0 : KVC_ENODEV;
 }
 
 uint16_t kvi_listener_port(const struct kvi_listener *l)

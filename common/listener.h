@@ -123,6 +123,12 @@ struct ibv_pd *kvi_listener_pd(const struct kvi_listener *l);
 const char *kvi_listener_device(const struct kvi_listener *l);
 /* The port actually bound (useful with port "0"). */
 uint16_t kvi_listener_port(const struct kvi_listener *l);
+/* An address this host's own connections (the server's loopback for fencing
+ * and reclamation) can reach the listener at: the bound address, or for a
+ * wildcard listener the first IPv4 (else IPv6) address of a local interface
+ * that rdma_cm maps to the listener's device. 0, or KVC_ENODEV when the
+ * device has no such address. */
+int kvi_listener_self_addr(const struct kvi_listener *l, char *buf, size_t len);
 
 /* Handle every pending rdma_cm event and control-path completion without
  * blocking. Returns 0, or a negative KVC_ code when the listener itself failed

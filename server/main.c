@@ -9,6 +9,7 @@
  * it and answers control requests, listener.c carries them over verbs. */
 #include <errno.h>
 #include <inttypes.h>
+#include <netinet/in.h>
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -467,24 +468,29 @@ int main(int argc, char **argv)
 	       sb->bucket_count, sb->heap_size / sb->segment_size, sb->segment_size >> 10);
 	fflush(stdout);
 
-	/* The loopback for fencing connects to our own listening address; with a
-	 * wildcard listener there is no address to name. */
-	if (s.cfg.o.listen && s.cfg.o.listen[0]) {
+	/* The loopback for fencing and reclamation connects to our own listening
+	 * address; a wildcard listener is reached at an address of its device. */
+	char self[INET6_ADDRSTRLEN];
+
+	if (kvi_listener_self_addr(s.l, self, sizeof(self)) == 0) {
 		char port[8];
 
 		snprintf(port, sizeof(port), "%u", kvi_listener_port(s.l));
-		if (kvs_fence_start(&s.fence, s.core, s.cfg.o.listen, port, kvi_listener_device(s.l)))
+		if (!s.cfg.o.listen || !s.cfg.o.listen[0])
+			kvi_ev_info("loopback_address", "addr=%s device=%s msg=%s", self, kvi_listener_device(s.l),
+				    "listening on all addresses: fencing and reclamation connect here");
+		if (kvs_fence_start(&s.fence, s.core, self, port, kvi_listener_device(s.l)))
 			kvi_ev_warn("fencer_unavailable", "msg=%s",
 				    "cannot start the loopback connection: locks of clients that die are not released");
 		kvs_evictor_set_migrate(s.evictor, &(struct kvs_migrate_opts){
 							   .load_pct = s.cfg.o.resize_load_pct,
 							   .fence_idle = s.fence ? fence_idle : NULL, .fence_arg = s.fence });
-		if (kvs_evictor_start(s.evictor, s.core, s.cfg.o.listen, port, kvi_listener_device(s.l)))
+		if (kvs_evictor_start(s.evictor, s.core, self, port, kvi_listener_device(s.l)))
 			kvi_ev_warn("reclaimer_unavailable", "msg=%s", "cannot start the reclaimer thread: memory is never reclaimed");
 	} else {
-		kvi_ev_warn("wildcard_listen", "msg=%s", "listening on all addresses: locks held by clients that die are "
-			    "not released and memory is never reclaimed (give -l ADDR for the loopback connection "
-			    "both need)");
+		kvi_ev_warn("no_loopback_address", "device=%s msg=%s", kvi_listener_device(s.l),
+			    "listening on all addresses, and the device has no IP address to connect to: locks held by "
+			    "clients that die are not released and memory is never reclaimed (give -l ADDR)");
 	}
 	/* Ready for clients: tell a Type=notify service manager (notify.h). */
 	if (kvs_notify("READY=1"))

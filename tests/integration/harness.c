@@ -7,6 +7,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/prctl.h>
 #include <sys/wait.h>
 #include <time.h>
 #include <unistd.h>
@@ -26,6 +27,8 @@ int kvt_start(struct kvt_proc *p, char *const argv[])
 {
 	int fds[2];
 
+	pid_t parent = getpid();
+
 	memset(p, 0, sizeof(*p));
 	if (pipe(fds))
 		return -1;
@@ -33,6 +36,11 @@ int kvt_start(struct kvt_proc *p, char *const argv[])
 	if (p->pid < 0)
 		return -1;
 	if (p->pid == 0) {
+		/* Dies with the test: a failed assertion ends the test before
+		 * it stops what it started, and a kvserver left running would
+		 * hold its port against the next suite. */
+		if (prctl(PR_SET_PDEATHSIG, SIGKILL) || getppid() != parent)
+			_exit(127);
 		dup2(fds[1], 1);
 		dup2(fds[1], 2);
 		close(fds[0]);
@@ -163,9 +171,19 @@ void kvt_require_rdma(void)
 
 void kvt_start_server(struct kvt_proc *p, const char *port, const char *const extra[])
 {
-	char *argv[24] = { KV_SERVER_BIN, "-l", (char *)kvt_rdma_addr(), "-p", (char *)port, "-m", "64" };
+	kvt_start_server_on(p, kvt_rdma_addr(), port, extra);
+}
+
+void kvt_start_server_on(struct kvt_proc *p, const char *listen, const char *port, const char *const extra[])
+{
+	char *argv[24] = { KV_SERVER_BIN, "-p", (char *)port, "-m", "64" };
 	char line[512];
-	int n = 7;
+	int n = 5;
+
+	if (listen) {
+		argv[n++] = "-l";
+		argv[n++] = (char *)listen;
+	}
 
 	for (int i = 0; extra && extra[i] && n < 23; i++)
 		argv[n++] = (char *)extra[i];

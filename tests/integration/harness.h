@@ -31,6 +31,8 @@ unsigned kvt_start_peer(struct kvt_proc *p, const char *const extra[]);
 /* Start kvserver on RDMA_ADDR:port (-m 64 unless extra says otherwise) and
  * wait for its "listening on" line; aborts the test if it does not come. */
 void kvt_start_server(struct kvt_proc *p, const char *port, const char *const extra[]);
+/* The same on listen (NULL: no -l, all addresses). */
+void kvt_start_server_on(struct kvt_proc *p, const char *listen, const char *port, const char *const extra[]);
 
 /* A libkvclient handle to the kvserver on RDMA_ADDR:port (operations may take
  * 10 s, capped by the server's --max-op-ms); aborts the test on failure. */

@@ -137,7 +137,9 @@ static unsigned put_many(kvc_t *h, const char *prefix, unsigned n, unsigned keys
 	return failed;
 }
 
-Test(cache, sustained_updates_of_several_heaps_succeed_and_reads_see_the_last_value)
+/* listen: NULL for a server on all addresses, whose loopback (reclaimer and
+ * fencer) finds an address of its device by itself. */
+static void sustained_updates(const char *listen, const char *port)
 {
 	static unsigned seqs[4096];
 	struct kvc_server_stats before, after;
@@ -147,13 +149,14 @@ Test(cache, sustained_updates_of_several_heaps_succeed_and_reads_see_the_last_va
 	char v[1200];
 	kvc_t *h;
 
-	kvt_start_server(&srv, "7652", (const char *const[]){ "-m", "4", "--segment-size", "64", "--no-evict", NULL });
-	before = server_stats("7652");
+	kvt_start_server_on(&srv, listen, port,
+			    (const char *const[]){ "-m", "4", "--segment-size", "64", "--no-evict", NULL });
+	before = server_stats(port);
 	/* Working set: 30 % of the heap in ~1 KiB items; written 4 times over. */
 	keys = (unsigned)(before.limit_maxbytes * 3 / 10 / 1100);
 	n = (unsigned)(4 * before.limit_maxbytes / 1100);
 	memset(seqs, 0xff, sizeof(seqs));
-	h = connect_kv("7652", 16);
+	h = connect_kv(port, 16);
 	failed = put_many(h, "upd", n, keys, 1000, seqs, &first);
 	for (unsigned i = 0; i < keys; i++) {
 		char k[32];
@@ -172,7 +175,7 @@ Test(cache, sustained_updates_of_several_heaps_succeed_and_reads_see_the_last_va
 		wrong += (unsigned)strtoul(v, NULL, 10) != seqs[i];
 	}
 	kvc_destroy(h);
-	after = server_stats("7652");
+	after = server_stats(port);
 	stop_server(&srv);
 	cr_expect_eq(failed, 0, "%u of %u PUTs failed, first %s", failed, n, kvc_err_name(first));
 	cr_expect_eq(missing, 0, "no eviction: every key stays");
@@ -181,6 +184,19 @@ Test(cache, sustained_updates_of_several_heaps_succeed_and_reads_see_the_last_va
 	cr_expect_gt(after.dropped, 0);
 	cr_expect_eq(after.evictions, 0);
 	cr_expect_lt(after.bytes, after.limit_maxbytes, "what clients hold stays below the heap");
+}
+
+Test(cache, sustained_updates_of_several_heaps_succeed_and_reads_see_the_last_value)
+{
+	sustained_updates(kvt_rdma_addr(), "7652");
+}
+
+/* Before the loopback found its own address, a server started without -l
+ * (the default) never reclaimed: a 64 MiB server refused every PUT with
+ * KVC_ENOMEM after ~60 MiB of updates to 256 keys. */
+Test(cache, a_server_on_all_addresses_reclaims_too)
+{
+	sustained_updates(NULL, "7656");
 }
 
 Test(cache, live_data_beyond_the_heap_is_evicted_not_refused)

@@ -90,10 +90,12 @@ Test(lease, a_fenced_clients_late_write_does_not_land)
 	char line[128], v[16];
 	size_t len = 0;
 	kvc_t *h;
+	int rc;
 
 	kvt_start_server(&srv, "7672", extra);
 	h = connect_to("7672", 1000);
-	cr_assert_eq(kvc_put(h, "wiped", 5, "kept", 4, 0), 0);
+	rc = kvc_put(h, "wiped", 5, "kept", 4, 0);
+	cr_assert_eq(rc, 0, "the first PUT: %s; kvserver: %s", kvc_err_name(rc), srv.all);
 	cr_assert_eq(kvt_start(&late, argv), 0);
 	cr_assert_eq(kvt_line(&late, line, sizeof(line), 60000), 0, "%s", late.all);
 	cr_assert(strncmp(line, "JOINED", 6) == 0, "%s", late.all);

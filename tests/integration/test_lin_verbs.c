@@ -99,8 +99,8 @@ Test(lin, histories_of_several_processes_with_ttls_are_linearizable)
 	uint64_t total, states = 0;
 	struct kvt_proc srv;
 
-	kvt_start_server(&srv, "7671", NULL);
-	total = run_histories(&srv, "7671", HISTORIES, &states);
+	kvt_start_server(&srv, "7741", NULL);
+	total = run_histories(&srv, "7741", HISTORIES, &states);
 	printf("lincheck over RDMA: %d histories of %d processes, %" PRIu64 " operations, %" PRIu64
 	       " search states: 0 violations\n",
 	       HISTORIES, PROCS, total, states);
@@ -154,18 +154,18 @@ static uint64_t resizes_of(const char *port)
 Test(lin, histories_recorded_while_the_index_doubles_are_linearizable)
 {
 	const char *extra[] = { "--buckets", "64", "--no-evict", NULL };
-	struct filler f = { .port = "7672" };
+	struct filler f = { .port = "7742" };
 	uint64_t total, states = 0, r0, r1;
 	struct kvt_proc srv;
 	pthread_t t;
 
-	kvt_start_server(&srv, "7672", extra);
-	r0 = resizes_of("7672");
+	kvt_start_server(&srv, "7742", extra);
+	r0 = resizes_of("7742");
 	cr_assert_eq(pthread_create(&t, NULL, fill_main, &f), 0);
-	total = run_histories(&srv, "7672", 2, &states);
+	total = run_histories(&srv, "7742", 2, &states);
 	atomic_store(&f.stop, 1);
 	pthread_join(t, NULL);
-	r1 = resizes_of("7672");
+	r1 = resizes_of("7742");
 	printf("lincheck over RDMA during %" PRIu64 " resizes (%u keys filled alongside): %" PRIu64
 	       " operations, 0 violations\n", r1 - r0, f.put, total);
 	cr_expect_eq(f.failed, 0, "the filler: %s", kvc_err_name(f.failed));

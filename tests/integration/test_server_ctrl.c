@@ -44,9 +44,9 @@ Test(server_ctrl, grants_to_several_clients_are_disjoint_segments_of_the_region)
 	struct kvt_proc srv;
 	unsigned n = 0;
 
-	kvt_start_server(&srv, "7651", extra);
+	kvt_start_server(&srv, "7751", extra);
 	for (int i = 0; i < NCLIENTS; i++)
-		rm[i] = kvt_rmem_connect("7651");
+		rm[i] = kvt_rmem_connect("7751");
 	for (int i = 0; i < NCLIENTS; i++) {
 		/* The geometry comes in the welcome, the same for every client. */
 		sb = rm[i]->geo;
@@ -100,9 +100,9 @@ Test(server_ctrl, a_client_breaking_the_protocol_loses_only_its_connection)
 	time_t t0;
 	int rc;
 
-	kvt_start_server(&srv, "7652", extra);
-	bad = kvt_rmem_connect("7652");
-	good = kvt_rmem_connect("7652");
+	kvt_start_server(&srv, "7752", extra);
+	bad = kvt_rmem_connect("7752");
+	good = kvt_rmem_connect("7752");
 	/* Server-to-client types are never valid requests. */
 	rc = kvi_rmem_ctrl_call(bad, &req, &resp, 10000);
 	cr_expect_neq(rc, 0, "no answer to a SEG_GRANT request");
