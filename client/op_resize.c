@@ -209,8 +209,15 @@ int kvi_resize_step(struct kvi_conn *h, struct kvi_opst *st, uint64_t now, uint6
 {
 	uint64_t due;
 
-	if (kvi_view_changed(h, st))
+	if (kvi_view_changed(h, st)) {
+		/* A new view: an insert that still finds its pair full may ask
+		 * (and wait) again -- the index it asked to grow may only have
+		 * been retired, the server growing it next. Still bounded by
+		 * the deadline: the wait ends a quarter before it. */
+		if (st->state == KVI_ST_GROW && !st->grow_bucket)
+			st->grow_asked = 0;
 		return 1;
+	}
 	if (now >= st->deadline) {
 		kvi_st_finish(h, st, KVC_ETIMEDOUT, KVC_STAT_FAILED);
 		return 0;

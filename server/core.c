@@ -60,6 +60,7 @@ struct kvs_core {
 	int has_migrator;
 	enum kvs_resize_phase resize;
 	uint64_t resize_need; /* chunks the wanted resize waits for (reclamation makes room) */
+	int grow_pending;     /* a GROW came while one ran: the next begins at its retirement */
 	/* Home area pieces free for index chunks (after the home index retired). */
 	uint64_t *pool;
 	uint32_t npool, pool_cap;
@@ -559,8 +560,17 @@ static int can_grow(struct kvs_core *c)
  * sampler): enum kvi_grow_verdict. Caller holds the lock. */
 static uint64_t grow_locked(struct kvs_core *c)
 {
-	if (c->resize != KVS_RESIZE_IDLE)
-		return KVI_GROW_STARTED; /* one at a time; the next after retirement */
+	if (c->resize != KVS_RESIZE_IDLE) {
+		/* One at a time; one asked for meanwhile begins as soon as
+		 * this one's old index is unpublished (kvs_core_resize_done):
+		 * while a small index doubles, inserts outrun it. */
+		if (c->resize == KVS_RESIZE_RUNNING) {
+			if (!can_grow(c))
+				return KVI_GROW_NO;
+			c->grow_pending = 1;
+		}
+		return KVI_GROW_STARTED;
+	}
 	if (!c->has_migrator || !can_grow(c))
 		return KVI_GROW_NO;
 	c->resize = KVS_RESIZE_WANTED;
@@ -886,6 +896,23 @@ void kvs_core_set_resize_phase(struct kvs_core *c, enum kvs_resize_phase p)
 	c->resize = p;
 	c->resize_need = 0;
 	pthread_mutex_unlock(&c->mu);
+}
+
+void kvs_core_resize_done(struct kvs_core *c)
+{
+	uint64_t epoch = 0;
+
+	pthread_mutex_lock(&c->mu);
+	c->resize = KVS_RESIZE_IDLE;
+	c->resize_need = 0;
+	if (c->grow_pending) {
+		c->grow_pending = 0;
+		if (grow_locked(c) == KVI_GROW_STARTED)
+			epoch = c->ix.cur.epoch;
+	}
+	pthread_mutex_unlock(&c->mu);
+	if (epoch)
+		kvi_ev_info("resize_wanted", "epoch=%" PRIu64 " reason=%s", epoch, "an insert asked while the last resize ran");
 }
 
 int kvs_core_chunks_take(struct kvs_core *c, uint32_t n, uint64_t *chunks)

@@ -248,6 +248,9 @@ enum kvs_resize_phase kvs_core_resize_phase(struct kvs_core *c);
 #define KVS_URGENT_MAX 64u
 unsigned kvs_core_urgent_take(struct kvs_core *c, uint64_t *buckets, unsigned max);
 void kvs_core_set_resize_phase(struct kvs_core *c, enum kvs_resize_phase p);
+/* The resize's old index is unpublished: IDLE, or WANTED at once when a GROW
+ * came while it ran (and the index can grow). */
+void kvs_core_resize_done(struct kvs_core *c);
 /* Take n index chunks (all or none): home pieces first, then free segments
  * beyond the reserve (segtab INDEX). 0; KVC_EAGAIN when there is not room
  * yet (reclamation is asked to make it: kvs_core_reclaim_wanted says so

@@ -40,11 +40,16 @@ struct kvs_migrator {
 	enum phase phase;
 	struct kvi_index old, nw; /* chunk_off: old_chunks, new_chunks */
 	uint64_t *old_chunks, *new_chunks;
-	/* An unpublished index waiting for its memory to be reused (ret_at,
-	 * and an idle fencer): the next resize need not wait for it. */
-	struct kvi_index ret; /* chunk_off: ret_chunks; epoch 0: none */
-	uint64_t *ret_chunks;
-	uint64_t ret_at;
+	/* Unpublished indexes waiting for their memory to be reused (at, and
+	 * an idle fencer): the next resize need not wait for them. While the
+	 * index doubles quickly (a small one filling), each waits its whole
+	 * quarantine, so several may; together they are smaller than the
+	 * current index (each half the next). */
+	struct retired {
+		struct kvi_index ix; /* chunk_off: chunks; epoch 0: slot free */
+		uint64_t *chunks;
+		uint64_t at;
+	} ret[KVS_MIGRATE_RETIRED_MAX];
 	uint32_t cap;
 	uint8_t *done;  /* bitmap over old buckets */
 	uint64_t left, cursor;
@@ -76,6 +81,7 @@ static uint64_t thread_cpu_ns(void)
 int kvs_migrator_create(struct kvs_core *core, const struct kvs_migrate_opts *o, struct kvs_migrator **out)
 {
 	struct kvs_migrator *m = calloc(1, sizeof(*m));
+	int fail;
 
 	*out = NULL;
 	if (!m)
@@ -88,9 +94,11 @@ int kvs_migrator_create(struct kvs_core *core, const struct kvs_migrate_opts *o,
 	m->cap = kvs_core_max_chunks(core);
 	m->old_chunks = calloc(m->cap, sizeof(uint64_t));
 	m->new_chunks = calloc(m->cap, sizeof(uint64_t));
-	m->ret_chunks = calloc(m->cap, sizeof(uint64_t));
 	m->obj = malloc(KVI_MAX_OBJECT);
-	if (!m->old_chunks || !m->new_chunks || !m->ret_chunks || !m->obj) {
+	fail = !m->old_chunks || !m->new_chunks || !m->obj;
+	for (unsigned i = 0; i < KVS_MIGRATE_RETIRED_MAX; i++)
+		fail |= !(m->ret[i].chunks = calloc(m->cap, sizeof(uint64_t)));
+	if (fail) {
 		kvs_migrator_destroy(m);
 		return KVC_ENOMEM;
 	}
@@ -106,7 +114,8 @@ void kvs_migrator_destroy(struct kvs_migrator *m)
 		return;
 	free(m->old_chunks);
 	free(m->new_chunks);
-	free(m->ret_chunks);
+	for (unsigned i = 0; i < KVS_MIGRATE_RETIRED_MAX; i++)
+		free(m->ret[i].chunks);
 	free(m->done);
 	free(m->obj);
 	free(m);
@@ -409,48 +418,63 @@ static int migrate_slice(struct kvs_migrator *m, struct kvi_rmem *rm, struct wor
 	return 0;
 }
 
+/* A free retired slot, or NULL when every one still waits. */
+static struct retired *retired_slot(struct kvs_migrator *m)
+{
+	for (unsigned i = 0; i < KVS_MIGRATE_RETIRED_MAX; i++)
+		if (!m->ret[i].ix.epoch)
+			return &m->ret[i];
+	return NULL;
+}
+
 /* Retirement (migrate.h "Retiring"), first half: once every member uses the
  * new epoch, unpublish the old index and keep it aside until no operation
  * that began on it can still run. Returns the verdict. */
 static int retire(struct kvs_migrator *m)
 {
 	uint64_t ack_at = 0, since, q = (uint64_t)kvs_core_quarantine_ms(m->core) * 1000000u;
+	struct retired *r = retired_slot(m);
 	uint64_t *swap;
 
-	if (!kvs_core_acked(m->core, m->nw.epoch, &ack_at) || m->ret.epoch)
-		return KVS_MIGRATE_RETIRING; /* (an older index still waits for its memory) */
+	if (!r || !kvs_core_acked(m->core, m->nw.epoch, &ack_at))
+		return KVS_MIGRATE_RETIRING; /* (every slot waits: the oldest goes first) */
 	if (kvs_core_set_indexes(m->core, &m->nw, NULL, KVI_INDEX_STABLE))
 		return KVS_MIGRATE_RETIRING;
 	since = ack_at > m->t_end ? ack_at : m->t_end;
-	swap = m->ret_chunks;
-	m->ret = m->old;
-	m->ret_chunks = m->old_chunks;
+	swap = r->chunks;
+	r->ix = m->old;
+	r->chunks = m->old_chunks;
 	m->old_chunks = swap;
 	m->old = (struct kvi_index){ .chunk_off = m->old_chunks };
-	m->ret_at = since + q;
+	r->at = since + q;
 	m->phase = P_IDLE;
-	kvs_core_set_resize_phase(m->core, KVS_RESIZE_IDLE);
-	kvi_ev_info("index_unpublished", "epoch=%" PRIu64 " clients_on_epoch=%" PRIu64, m->ret.epoch, m->nw.epoch);
+	kvi_ev_info("index_unpublished", "epoch=%" PRIu64 " clients_on_epoch=%" PRIu64, r->ix.epoch, m->nw.epoch);
+	/* Last: a resize asked for meanwhile may begin at once (core.h). */
+	kvs_core_resize_done(m->core);
 	return KVS_MIGRATE_IDLE;
 }
 
-/* Second half: its memory is reused once quarantine_ms passed since the later
- * of the migration's end and the last acknowledgement, and the fence thread
- * is idle (a pass that began before may still scan it; one that begins after
- * does not see it). */
+/* Second half: an index's memory is reused once quarantine_ms passed since
+ * the later of its migration's end and the last acknowledgement, and the
+ * fence thread is idle (a pass that began before may still scan it; one that
+ * begins after does not see it). */
 static void free_retired(struct kvs_migrator *m, uint64_t now)
 {
-	if (!m->ret.epoch || now < m->ret_at || (m->o.fence_idle && !m->o.fence_idle(m->o.fence_arg)))
-		return;
-	for (uint32_t k = 0; k < m->ret.nchunks; k++) {
-		uint64_t len = m->ret.bucket_count * KVI_BUCKET_SIZE - (uint64_t)k * m->geo.segment_size;
+	for (unsigned i = 0; i < KVS_MIGRATE_RETIRED_MAX; i++) {
+		struct retired *r = &m->ret[i];
 
-		memset(m->base + m->ret.chunk_off[k], 0, len < m->geo.segment_size ? len : m->geo.segment_size);
+		if (!r->ix.epoch || now < r->at || (m->o.fence_idle && !m->o.fence_idle(m->o.fence_arg)))
+			continue;
+		for (uint32_t k = 0; k < r->ix.nchunks; k++) {
+			uint64_t len = r->ix.bucket_count * KVI_BUCKET_SIZE - (uint64_t)k * m->geo.segment_size;
+
+			memset(m->base + r->ix.chunk_off[k], 0, len < m->geo.segment_size ? len : m->geo.segment_size);
+		}
+		kvs_core_chunks_return(m->core, r->ix.chunk_off, r->ix.nchunks);
+		m->st.retired++;
+		kvi_ev_info("index_retired", "epoch=%" PRIu64 " chunks=%u", r->ix.epoch, r->ix.nchunks);
+		r->ix.epoch = 0;
 	}
-	kvs_core_chunks_return(m->core, m->ret.chunk_off, m->ret.nchunks);
-	m->st.retired++;
-	kvi_ev_info("index_retired", "epoch=%" PRIu64 " chunks=%u", m->ret.epoch, m->ret.nchunks);
-	m->ret.epoch = 0;
 }
 
 int kvs_migrate_run(struct kvs_migrator *m, struct kvi_rmem *rm, void *work, uint64_t work_len)
@@ -531,10 +555,10 @@ int kvs_migrate_next_ms(const struct kvs_migrator *m, int max_ms)
 		     : m->next_sample > now ? (m->next_sample - now + 999999) / 1000000u : 0;
 		break;
 	}
-	if (m->ret.epoch) {
-		uint64_t r = m->ret_at > now ? (m->ret_at - now + 999999) / 1000000u : RETIRE_RETRY_MS;
+	for (unsigned i = 0; i < KVS_MIGRATE_RETIRED_MAX; i++) {
+		uint64_t r = m->ret[i].at > now ? (m->ret[i].at - now + 999999) / 1000000u : RETIRE_RETRY_MS;
 
-		if (r < ms)
+		if (m->ret[i].ix.epoch && r < ms)
 			ms = r;
 	}
 	return ms < (uint64_t)max_ms ? (int)ms : max_ms;

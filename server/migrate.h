@@ -41,8 +41,9 @@
  * the last ack -- so no operation that began on it can still run -- and the
  * fence thread is idle (a pass that began before may still scan it); then
  * its chunks are zeroed and returned (segments quarantined, home pieces to
- * the pool). Log "index of epoch E retired". At most one index waits so: a
- * later one is unpublished only after it went.
+ * the pool). Log "index of epoch E retired". Up to KVS_MIGRATE_RETIRED_MAX
+ * indexes wait so (a small index doubles faster than a quarantine passes);
+ * with every slot taken, the next is unpublished only after the oldest went.
  *
  * Load: while idle, every MIG_SAMPLE_MS the migrator reads 64 random buckets
  * of the current index with the CPU and asks for a resize (kvs_core_grow)
@@ -59,6 +60,7 @@
 
 #define KVS_DEFAULT_RESIZE_LOAD_PCT 87u /* kvserver --resize-load-pct */
 #define KVS_MIGRATE_SAMPLE_MS 100u
+#define KVS_MIGRATE_RETIRED_MAX 8u
 #define KVS_MIGRATE_SAMPLE_BUCKETS 64u
 
 struct kvs_migrate_opts {

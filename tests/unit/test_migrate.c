@@ -19,11 +19,12 @@
 static struct kvt_env env;
 static struct kvs_reclaimer *rcl;
 static struct kvs_migrator *mig;
+static uint32_t quarantine_ms = QUARANTINE_MS;
 
 static void setup_opts(uint64_t mib, uint64_t buckets, int no_evict, unsigned load_pct)
 {
 	struct kvs_core_opts o = { .buckets = buckets, .segment_size = 64u << 10, .max_op_ms = MAX_OP_MS,
-				   .quarantine_ms = QUARANTINE_MS, .no_evict = no_evict, .in_process = 1 };
+				   .quarantine_ms = quarantine_ms, .no_evict = no_evict, .in_process = 1 };
 
 	cr_assert_eq(kvt_env_init_opts(&env, mib, &o), 0);
 	cr_assert_eq(kvt_env_reclaimer(&env, NULL, &rcl), 0);
@@ -206,7 +207,6 @@ Test(migrate, resize_keeps_every_key_and_retires_the_old_index)
 	run_until_phase(KVS_RESIZE_RUNNING, 20);
 	cr_assert_eq(epoch_now(NULL), 2);
 	cr_assert_eq(kvs_core_grow(env.core, 1), KVI_GROW_STALE);
-	cr_assert_eq(kvs_core_grow(env.core, 2), KVI_GROW_STARTED, "the next waits for the retirement");
 	cr_assert_eq(kvs_core_index(env.core, 0, &nw, chunks_new, 64), 0);
 	cr_assert_eq(kvs_core_index(env.core, 1, &old, chunks_old, 64), 0);
 	cr_assert_eq(nw.bucket_count, 2048);
@@ -255,6 +255,50 @@ Test(migrate, resize_keeps_every_key_and_retires_the_old_index)
 	cr_assert_eq(st.segments_quarantined, st0.segments_quarantined);
 	cr_assert_eq(st.segments_free, st0.segments_free - 6, "free segments come back after the quarantine");
 	cr_assert_eq(st.index_bytes, 4096u * KVI_BUCKET_SIZE);
+	check_keys(NKEYS);
+}
+
+/* A small index filling fast doubles again before its last old index's
+ * memory could be reused: a GROW that comes while a resize runs starts the
+ * next one as soon as the old index is unpublished, and that does not wait
+ * for the quarantine of the one before (several wait together). Before, an
+ * insert waited for both -- a quarantine, 2.5 s by default -- and failed
+ * KVC_EINDEXFULL at three quarters of its deadline. */
+static void setup_long_quarantine(void)
+{
+	quarantine_ms = 3000;
+	setup_opts(16, 1024, 0, 0);
+	quarantine_ms = QUARANTINE_MS;
+}
+
+Test(migrate_opts, a_grow_asked_during_a_resize_begins_at_its_retirement, .init = setup_long_quarantine)
+{
+	struct kvs_migrate_stats ms;
+	enum kvi_index_state st;
+	time_t end = time(NULL) + 20;
+
+	put_keys(NKEYS);
+	cr_assert_eq(kvs_core_grow(env.core, 1), KVI_GROW_STARTED);
+	run_until_phase(KVS_RESIZE_RUNNING, 20); /* migrated; the old index not yet retired */
+	cr_assert_eq(epoch_now(NULL), 2);
+	cr_assert_eq(kvs_core_grow(env.core, 2), KVI_GROW_STARTED, "remembered, not dropped");
+	/* Nobody asks again: epoch 3 comes and its old index is unpublished,
+	 * while epoch 1's memory still waits out its quarantine. */
+	for (;;) {
+		struct kvi_index prev;
+
+		cr_assert_geq(kvs_reclaim_run(rcl), 0);
+		if (epoch_now(&st) == 3 && st == KVI_INDEX_STABLE &&
+		    kvs_core_index(env.core, 1, &prev, chunks_old, 64) == KVC_ENOTFOUND)
+			break;
+		cr_assert(time(NULL) < end, "epoch 3 was not reached and retired by itself");
+		usleep(1000);
+	}
+	kvs_migrate_stats(mig, &ms);
+	cr_expect_eq(ms.retired, 0, "both old indexes still wait for their quarantine");
+	cr_expect_eq(kvs_core_resize_phase(env.core), KVS_RESIZE_IDLE);
+	check_keys(NKEYS);
+	run_until_retired(2, 20);
 	check_keys(NKEYS);
 }
 
