@@ -226,6 +226,7 @@ struct kvi_conn {
 	uint64_t lease_end;  /* ns, our clock: nothing is posted at or after it */
 	uint32_t renew_seq;  /* renewal sent, response not yet taken (0: none) */
 	uint64_t renew_sent;
+	uint64_t renew_epoch; /* the epoch the last renewal sent named (the server's ack of it) */
 	uint32_t report_seq; /* lock report sent, response not yet taken */
 	uint64_t report_sent;
 	uint64_t report_after_ns; /* a lock word seen this long is reported */

@@ -128,6 +128,7 @@ static int lease_renew_sync(struct kvi_conn *h, int timeout_ms)
 	uint64_t sent = kvi_now_ns();
 	int rc = kvi_rmem_ctrl_call(h->rm, &req, &resp, timeout_ms);
 
+	h->renew_epoch = req.arg[0];
 	return rc ? rc : lease_granted(h, &resp, sent);
 }
 
@@ -172,7 +173,10 @@ static void lease_tick(struct kvi_conn *h, uint64_t now)
 			h->renew_seq = 0; /* lost or very late: send another */
 		}
 	}
-	if (now + h->lease_ns >= h->lease_end + h->renew_ns) {
+	/* Due, or a new index is in use: say so at once -- the server
+	 * retires the old index (and may begin the next resize) only once
+	 * every client acknowledged the new one. */
+	if (now + h->lease_ns >= h->lease_end + h->renew_ns || h->renew_epoch != h->cur.ix.epoch) {
 		/* arg0: the epoch we use, which the server counts as our
 		 * acknowledgement of it (index.c). */
 		struct kvi_ctrl req = { .type = KVI_CTRL_LEASE_RENEW, .arg = { h->cur.ix.epoch } };
@@ -180,6 +184,7 @@ static void lease_tick(struct kvi_conn *h, uint64_t now)
 		if (kvi_rmem_ctrl_send(h->rm, &req) == 0) {
 			h->renew_seq = req.seq;
 			h->renew_sent = now;
+			h->renew_epoch = req.arg[0];
 		}
 	}
 }
