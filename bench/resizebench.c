@@ -53,6 +53,7 @@ static unsigned char *acked;
 /* Failures by code (KVC_ codes are small negatives). */
 #define NCODES 32
 static atomic_uint_fast64_t fail_codes[NCODES];
+static atomic_uint_fast64_t fail_at[2][NCLASS]; /* [migrating][class] */
 
 struct trigger {
 	uint64_t epoch, buckets_before, items;
@@ -114,9 +115,10 @@ static void record(struct worker *w, int c, uint64_t t0, int mig)
 	kvb_hist_record(&w->h[mig][c], now_ns() - t0);
 }
 
-static void fail(struct worker *w, int rc)
+static void fail(struct worker *w, int rc, int c, int mig)
 {
 	atomic_fetch_add(&failed, 1);
+	atomic_fetch_add(&fail_at[mig][c], 1);
 	atomic_fetch_add(&fail_codes[-rc > 0 && -rc < NCODES ? -rc : 0], 1);
 	if (!w->first_error)
 		w->first_error = rc;
@@ -147,7 +149,7 @@ static void *work(void *arg)
 		rc = kvc_put(h, k, strlen(k), v, vlen, 0);
 		record(w, C_INSERT, t0, mig);
 		if (rc) {
-			fail(w, rc);
+			fail(w, rc, C_INSERT, mig);
 		} else {
 			acked[i] = 1;
 			atomic_fetch_add(&inserted, 1);
@@ -176,7 +178,7 @@ static void *work(void *arg)
 					if (len != cfg.value_size || memcmp(got, want, len) != 0)
 						atomic_fetch_add(&wrong, 1);
 				} else if (rc != KVC_ENOTFOUND) {
-					fail(w, rc);
+					fail(w, rc, C_GET, mig);
 				}
 			} else {
 				char want[256];
@@ -185,7 +187,7 @@ static void *work(void *arg)
 				rc = kvc_put(h, k, strlen(k), want, cfg.value_size, 0);
 				record(w, C_UPDATE, t0, mig);
 				if (rc)
-					fail(w, rc);
+					fail(w, rc, C_UPDATE, mig);
 			}
 		}
 	}
@@ -368,6 +370,12 @@ int main(int argc, char **argv)
 		       p999g / 1e3, p999s > 0 ? p999g / p999s : 0.0);
 	}
 	fflush(stdout); /* the figures survive a read-back that is cut short */
+	if (atomic_load(&failed)) {
+		printf("failed operations by class, stable / migrating:");
+		for (int k = 0; k < NCLASS; k++)
+			printf(" %s %" PRIu64 " / %" PRIu64 "%s", class_name[k], (uint64_t)atomic_load(&fail_at[0][k]),
+			       (uint64_t)atomic_load(&fail_at[1][k]), k + 1 < NCLASS ? "," : "\n");
+	}
 	for (int code = 0; code < NCODES; code++)
 		if (atomic_load(&fail_codes[code]))
 			printf("failed operations %s: %" PRIu64 "\n", code ? kvc_err_name(-code) : "other",
