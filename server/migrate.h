@@ -45,8 +45,8 @@
  * indexes wait so (a small index doubles faster than a quarantine passes);
  * with every slot taken, the next is unpublished only after the oldest went.
  *
- * Load: while idle, every MIG_SAMPLE_MS the migrator reads 64 random buckets
- * of the current index with the CPU and asks for a resize (kvs_core_grow)
+ * Load: while idle, every KVS_MIGRATE_SAMPLE_MS the migrator reads
+ * KVS_MIGRATE_SAMPLE_BUCKETS random buckets of the current index with the CPU and asks for a resize (kvs_core_grow)
  * when more than load_pct % of their slots are used.
  *
  * Owned by one thread at a time (the reclaimer's). */
@@ -59,9 +59,13 @@
 #include "rmem.h"
 
 #define KVS_DEFAULT_RESIZE_LOAD_PCT 87u /* kvserver --resize-load-pct */
-#define KVS_MIGRATE_SAMPLE_MS 100u
+/* A sample is 256 bucket reads by the CPU (tens of microseconds): every
+ * 10 ms catches a small index that fills fast near the threshold, not past
+ * it, and 256 buckets (3840 slots) keep the sampled load within ~0.6 % of
+ * the true one, so that sampling often does not trigger early on noise. */
+#define KVS_MIGRATE_SAMPLE_MS 10u
+#define KVS_MIGRATE_SAMPLE_BUCKETS 256u
 #define KVS_MIGRATE_RETIRED_MAX 8u
-#define KVS_MIGRATE_SAMPLE_BUCKETS 64u
 
 struct kvs_migrate_opts {
 	/* Slot occupancy (%) of sampled buckets that asks for a resize; 0 = off. */
