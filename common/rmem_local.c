@@ -73,29 +73,42 @@ struct rmem_local {
  * a defined one, which keeps ThreadSanitizer meaningful); other bytes singly. */
 static void copy_words(unsigned char *dst, const unsigned char *src, size_t len, int dst_shared)
 {
-	size_t i = 0;
+	const unsigned char *shared = dst_shared ? dst : src;
+	size_t i = 0, head = (8 - ((uintptr_t)shared & 7)) & 7, words;
 
-	while (i < len) {
-		const unsigned char *shared = dst_shared ? dst + i : src + i;
+	if (head > len)
+		head = len;
+	/* Bytes up to the shared side's first aligned word, the words, the rest. */
+	for (; i < head; i++) {
+		if (dst_shared)
+			__atomic_store_n(dst + i, src[i], __ATOMIC_RELAXED);
+		else
+			dst[i] = __atomic_load_n(src + i, __ATOMIC_RELAXED);
+	}
+	words = (len - i) / 8;
+	if (dst_shared) {
+		uint64_t *d = (uint64_t *)(void *)(dst + i);
 
-		if (((uintptr_t)shared & 7) == 0 && len - i >= 8) {
+		for (size_t k = 0; k < words; k++) {
 			uint64_t w;
 
-			if (dst_shared) {
-				memcpy(&w, src + i, 8);
-				__atomic_store_n((uint64_t *)(void *)(dst + i), w, __ATOMIC_RELAXED);
-			} else {
-				w = __atomic_load_n((const uint64_t *)(const void *)(src + i), __ATOMIC_RELAXED);
-				memcpy(dst + i, &w, 8);
-			}
-			i += 8;
-		} else {
-			if (dst_shared)
-				__atomic_store_n(dst + i, src[i], __ATOMIC_RELAXED);
-			else
-				dst[i] = __atomic_load_n(src + i, __ATOMIC_RELAXED);
-			i++;
+			memcpy(&w, src + i + 8 * k, 8);
+			__atomic_store_n(&d[k], w, __ATOMIC_RELAXED);
 		}
+	} else {
+		const uint64_t *sw = (const uint64_t *)(const void *)(src + i);
+
+		for (size_t k = 0; k < words; k++) {
+			uint64_t w = __atomic_load_n(&sw[k], __ATOMIC_RELAXED);
+
+			memcpy(dst + i + 8 * k, &w, 8);
+		}
+	}
+	for (i += 8 * words; i < len; i++) {
+		if (dst_shared)
+			__atomic_store_n(dst + i, src[i], __ATOMIC_RELAXED);
+		else
+			dst[i] = __atomic_load_n(src + i, __ATOMIC_RELAXED);
 	}
 }
 
