@@ -375,20 +375,34 @@ static int rejoin(struct kvi_conn *h, uint64_t now)
 	return was == KVC_EFENCED ? KVC_EFENCED : KVC_ESERVERGONE;
 }
 
-/* Before admitting an operation: a usable connection with a live lease. */
-static int ensure_joined(struct kvi_conn *h, uint64_t now)
+/* Before admitting an operation: a usable connection with a live lease.
+ * *nowp is the clock read just before; anything slower than the usual
+ * check (fetching a new index, a renewal waited for, a rejoin) reads it
+ * again for the caller. */
+static int ensure_joined(struct kvi_conn *h, uint64_t *nowp)
 {
+	uint64_t now = *nowp;
+	int rc;
+
 	if (!h->rm->broken && !lease_lapsed(h, now)) {
+		int fetches = h->index_stale;
+
 		lease_tick(h, now);
+		if (fetches)
+			*nowp = kvi_now_ns();
 		return 0;
 	}
 	if (h->inflight) /* they fail first; the caller polls them, then we rejoin */
 		return h->rm->broken ? (lease_lapsed(h, now) ? KVC_EFENCED : KVC_ESERVERGONE) : 0;
 	if (!h->rm->broken && lease_renew_sync(h, (int)h->op_timeout_ms) == 0 && !lease_lapsed(h, kvi_now_ns()))
-		return 0;
-	if (!h->rm->broken)
-		kvi_rmem_shutdown(h->rm, KVC_EFENCED);
-	return rejoin(h, now);
+		rc = 0;
+	else {
+		if (!h->rm->broken)
+			kvi_rmem_shutdown(h->rm, KVC_EFENCED);
+		rc = rejoin(h, now);
+	}
+	*nowp = kvi_now_ns();
+	return rc;
 }
 
 /* Tell the server how much of our extent we used, so that its tail serves
@@ -582,7 +596,7 @@ static unsigned add_marks(struct kvi_conn *h, const struct kvi_rop *ops, unsigne
 int kvi_st_post(struct kvi_conn *h, struct kvi_opst *st, const struct kvi_rop *ops, unsigned n, int state)
 {
 	struct kvi_rop all[KVI_RMEM_MAX_BATCH];
-	uint64_t now = kvi_now_ns();
+	uint64_t now = h->submit_now ? h->submit_now : kvi_now_ns();
 	int rc, was_broken;
 
 	/* Past our lease we post nothing (members.h): the server may have
@@ -747,11 +761,13 @@ int kvi_conn_submit(struct kvi_conn *h, struct kvc_op *op)
 {
 	struct kvi_opst *st = NULL;
 	int64_t off = 0;
+	uint64_t now;
 	int rc = check_op(h, op);
 
 	if (rc)
 		return rc;
-	rc = ensure_joined(h, kvi_now_ns());
+	now = kvi_now_ns();
+	rc = ensure_joined(h, &now);
 	if (rc)
 		return rc;
 	if (h->inflight + h->done_count >= h->o.depth)
@@ -803,9 +819,11 @@ int kvi_conn_submit(struct kvi_conn *h, struct kvc_op *op)
 		return 0;
 	}
 	st->obj_off = (uint64_t)off; /* PUT: where its object goes */
-	st->start = kvi_now_ns();
+	st->start = now;
 	st->deadline = st->start + (uint64_t)h->op_timeout_ms * 1000000u;
+	h->submit_now = now;
 	start(h, st);
+	h->submit_now = 0;
 	return 0;
 }
 
