@@ -58,6 +58,10 @@ struct kvs_migrator {
 	uint64_t backoff_until;
 	unsigned backoff_us;
 	uint64_t next_sample, rng, load_warned_epoch;
+	/* The last KVS_MIGRATE_SAMPLE_WINDOW samples' used slots, of index
+	 * win_epoch: the trigger judges their sum, not one sample's noise. */
+	uint64_t win[KVS_MIGRATE_SAMPLE_WINDOW], win_epoch;
+	unsigned win_n, win_at;
 	uint8_t *obj; /* private copy of one object (KVI_MAX_OBJECT bytes) */
 	struct kvs_migrate_stats st;
 };
@@ -163,7 +167,20 @@ static void sample(struct kvs_migrator *m)
 		for (unsigned i = 0; i < KVI_SLOTS_PER_BUCKET; i++)
 			used += __atomic_load_n(&b->slot[i], __ATOMIC_RELAXED) != 0;
 	}
-	if (used * 100 <= (uint64_t)m->o.load_pct * total)
+	/* A window of samples: the first single sample to cross the line
+	 * out of hundreds is noise a percent or two above the true load. */
+	if (m->win_epoch != m->old.epoch)
+		m->win_n = m->win_at = 0;
+	m->win_epoch = m->old.epoch;
+	m->win[m->win_at] = used;
+	m->win_at = (m->win_at + 1) % KVS_MIGRATE_SAMPLE_WINDOW;
+	if (m->win_n < KVS_MIGRATE_SAMPLE_WINDOW)
+		m->win_n++;
+	used = 0;
+	for (unsigned k = 0; k < m->win_n; k++)
+		used += m->win[k];
+	total *= m->win_n;
+	if (m->win_n < KVS_MIGRATE_SAMPLE_WINDOW || used * 100 <= (uint64_t)m->o.load_pct * total)
 		return;
 	if (kvs_core_grow(m->core, m->old.epoch) == KVI_GROW_NO) {
 		if (m->load_warned_epoch != m->old.epoch)

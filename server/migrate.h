@@ -46,8 +46,9 @@
  * with every slot taken, the next is unpublished only after the oldest went.
  *
  * Load: while idle, every KVS_MIGRATE_SAMPLE_MS the migrator reads
- * KVS_MIGRATE_SAMPLE_BUCKETS random buckets of the current index with the CPU and asks for a resize (kvs_core_grow)
- * when more than load_pct % of their slots are used.
+ * KVS_MIGRATE_SAMPLE_BUCKETS random buckets of the current index with the
+ * CPU and asks for a resize (kvs_core_grow) when more than load_pct % of the
+ * slots of its last KVS_MIGRATE_SAMPLE_WINDOW samples are used.
  *
  * Owned by one thread at a time (the reclaimer's). */
 #ifndef KVS_MIGRATE_H
@@ -65,6 +66,10 @@
  * the true one, so that sampling often does not trigger early on noise. */
 #define KVS_MIGRATE_SAMPLE_MS 10u
 #define KVS_MIGRATE_SAMPLE_BUCKETS 256u
+/* ... and the trigger judges the last 4 samples together (40 ms): 15 360
+ * slots, ~0.3 % of noise, so that of the hundreds of samples taken while the
+ * load creeps up, the first over the line is not one a little lucky. */
+#define KVS_MIGRATE_SAMPLE_WINDOW 4u
 #define KVS_MIGRATE_RETIRED_MAX 8u
 
 struct kvs_migrate_opts {
