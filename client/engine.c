@@ -167,12 +167,8 @@ static void lease_tick(struct kvi_conn *h, uint64_t now)
 				kvi_rmem_shutdown(h->rm, KVC_EFENCED);
 				return;
 			}
-		} else if (now - h->renew_sent < (h->lease_ns / 2 > h->renew_ns ? h->lease_ns / 2 : h->renew_ns)) {
-			/* Still on its way. Not judged by the renewal interval: a
-			 * server asking for 20 ms renewals (members.h) on a loaded
-			 * host answers later than that, and a renewal given up on
-			 * extends nothing -- the lease would run out. */
-			return;
+		} else if (now - h->renew_sent < h->renew_ns) {
+			return; /* still on its way */
 		} else {
 			h->renew_seq = 0; /* lost or very late: send another */
 		}
