@@ -61,7 +61,6 @@ struct kvs_core {
 	enum kvs_resize_phase resize;
 	uint64_t resize_need; /* chunks the wanted resize waits for (reclamation makes room) */
 	int grow_pending;     /* a GROW came while one ran: the next begins at its retirement */
-	uint64_t grow_asked_ns; /* the last GROW answered STARTED (kvs_core_growth_awaited) */
 	/* Home area pieces free for index chunks (after the home index retired). */
 	uint64_t *pool;
 	uint32_t npool, pool_cap;
@@ -620,8 +619,6 @@ int kvs_core_ctrl(void *core, uint32_t client_id, const struct kvi_ctrl *req, st
 			if (c->o.wake)
 				c->o.wake(c->o.wake_arg);
 		}
-		if (resp->arg[0] == KVI_GROW_STARTED)
-			c->grow_asked_ns = now_ns();
 		rc = 0;
 		break;
 	case KVI_CTRL_LEASE_RENEW:
@@ -859,16 +856,6 @@ void kvs_core_attach_migrator(struct kvs_core *c)
 	pthread_mutex_lock(&c->mu);
 	c->has_migrator = 1;
 	pthread_mutex_unlock(&c->mu);
-}
-
-int kvs_core_growth_awaited(struct kvs_core *c)
-{
-	uint64_t at;
-
-	pthread_mutex_lock(&c->mu);
-	at = c->grow_asked_ns;
-	pthread_mutex_unlock(&c->mu);
-	return at && now_ns() - at < (uint64_t)c->o.max_op_ms * 1000000u;
 }
 
 uint64_t kvs_core_grow(struct kvs_core *c, uint64_t epoch)

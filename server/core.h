@@ -251,9 +251,6 @@ void kvs_core_set_resize_phase(struct kvs_core *c, enum kvs_resize_phase p);
 /* The resize's old index is unpublished: IDLE, or WANTED at once when a GROW
  * came while it ran (and the index can grow). */
 void kvs_core_resize_done(struct kvs_core *c);
-/* Did a client's GROW (answered STARTED) come within the last operation
- * deadline? Some insert may then still wait for the index to change. */
-int kvs_core_growth_awaited(struct kvs_core *c);
 /* Take n index chunks (all or none): home pieces first, then free segments
  * beyond the reserve (segtab INDEX). 0; KVC_EAGAIN when there is not room
  * yet (reclamation is asked to make it: kvs_core_reclaim_wanted says so

@@ -236,7 +236,7 @@ static int on_ctrl(void *arg, struct kvi_peer *p, const struct kvi_ctrl *req, st
 	struct kvs_server *s = arg;
 	enum kvi_index_state state;
 	uint64_t epoch;
-	uint32_t lease, renew;
+	uint32_t lease;
 
 	switch (req->type) {
 	case KVI_CTRL_LEASE_RENEW:
@@ -246,13 +246,8 @@ static int on_ctrl(void *arg, struct kvi_peer *p, const struct kvi_ctrl *req, st
 			*resp = (struct kvi_ctrl){ .type = KVI_CTRL_ERROR, .seq = req->seq, .status = KVC_EFENCED };
 			return 0;
 		}
-		/* Renew often while an insert waits for the index to grow
-		 * (members.h KVS_RENEW_FAST_MS). */
-		renew = s->cfg.o.renew_ms;
-		if (renew > KVS_RENEW_FAST_MS && kvs_core_growth_awaited(s->core))
-			renew = KVS_RENEW_FAST_MS;
 		*resp = (struct kvi_ctrl){ .type = KVI_CTRL_LEASE, .seq = req->seq,
-					   .arg = { lease, renew, epoch, state } };
+					   .arg = { lease, s->cfg.o.renew_ms, epoch, state } };
 		/* arg0: the epoch it uses, its acknowledgement of a resize. */
 		kvs_members_ack(s->members, p->client_id, req->arg[0], mono_ns());
 		update_acks(s);

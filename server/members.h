@@ -42,12 +42,6 @@
 
 #define KVS_DEFAULT_LEASE_MS 1000u
 #define KVS_DEFAULT_RENEW_MS 250u
-/* The renewal interval a LEASE answer names while an insert waits for the
- * index to grow (kvs_core_growth_awaited): renewals carry the acks that let
- * a resize retire (and the next begin), and their answers tell clients the
- * index changed -- a 250 ms interval would cost a waiting insert most of its
- * deadline. Only for an operation deadline after a GROW: bounded load. */
-#define KVS_RENEW_FAST_MS 20u
 #define KVS_MIN_LEASE_MS 50u
 #define KVS_MAX_LEASE_MS 600000u
 #define KVS_WATCH_MAX 64u
