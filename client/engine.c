@@ -674,8 +674,9 @@ static void forget_extent(struct kvi_conn *h)
 /* Room for `bytes` in our extent, asking the server for a new one when the
  * current one is full: the region offset to write at, KVC_EAGAIN when the
  * server has no memory free right now (reclamation is making room: ask again
- * shortly), or another code. */
-static int64_t reserve(struct kvi_conn *h, uint64_t bytes)
+ * shortly), or another code. Asking waits for the answer: then *nowp (if
+ * not NULL) is read again, as ensure_joined does. */
+static int64_t reserve(struct kvi_conn *h, uint64_t bytes, uint64_t *nowp)
 {
 	struct kvi_ctrl req = { .type = KVI_CTRL_SEG_REQ, .arg = { bytes, h->seg_used } }, resp;
 	uint64_t off;
@@ -683,6 +684,8 @@ static int64_t reserve(struct kvi_conn *h, uint64_t bytes)
 
 	if (h->seg_size - h->seg_used < bytes) {
 		rc = kvi_rmem_ctrl_call(h->rm, &req, &resp, CTRL_TIMEOUT_MS);
+		if (nowp)
+			*nowp = kvi_now_ns();
 		if (rc)
 			return rc;
 		if (resp.type == KVI_CTRL_ERROR && resp.status == KVC_EAGAIN) {
@@ -799,7 +802,7 @@ int kvi_conn_submit(struct kvi_conn *h, struct kvc_op *op)
 		rc = kvi_obj_room(h, st, st->obj_len);
 		if (rc)
 			return rc;
-		off = reserve(h, kvi_obj_footprint(st->obj_len));
+		off = reserve(h, kvi_obj_footprint(st->obj_len), &now);
 		if (off < 0 && off != KVC_EAGAIN)
 			return (int)off;
 		kvi_obj_build(st->obj, op->key, (uint16_t)op->key_len, op->value, (uint32_t)op->value_len,
@@ -814,8 +817,8 @@ int kvi_conn_submit(struct kvi_conn *h, struct kvc_op *op)
 		 * operation's own deadline starts when it has room. */
 		st->state = KVI_ST_W_GRANT;
 		st->grant_pause_us = GRANT_RETRY_MIN_US;
-		st->deadline = kvi_now_ns() + (uint64_t)h->o.op_timeout_ms * 1000000u;
-		st->not_before = kvi_now_ns() + GRANT_RETRY_MIN_US * 1000ull;
+		st->deadline = now + (uint64_t)h->o.op_timeout_ms * 1000000u;
+		st->not_before = now + GRANT_RETRY_MIN_US * 1000ull;
 		return 0;
 	}
 	st->obj_off = (uint64_t)off; /* PUT: where its object goes */
@@ -830,7 +833,7 @@ int kvi_conn_submit(struct kvi_conn *h, struct kvc_op *op)
 /* A PUT waiting for memory asks again (from kvc_poll, when due). */
 static void retry_grant(struct kvi_conn *h, struct kvi_opst *st, uint64_t now)
 {
-	int64_t off = reserve(h, kvi_obj_footprint(st->obj_len));
+	int64_t off = reserve(h, kvi_obj_footprint(st->obj_len), NULL);
 
 	if (off == KVC_EAGAIN) {
 		if (now >= st->deadline) {
