@@ -102,21 +102,22 @@ static int is_loopback(const struct sockaddr *a)
 	return a->sa_family == AF_INET6 && IN6_IS_ADDR_LOOPBACK(&((const struct sockaddr_in6 *)a)->sin6_addr);
 }
 
-/* Can a fresh id bind this address on some other port (port 0: any)? */
-static int address_usable(struct rdma_event_channel *ch, const struct rdma_addrinfo *ai)
+/* Can a fresh id (on channel ch; NULL: its own) bind address a on some
+ * port (port 0: any), and, with dev, on that device? */
+static int bind_probe(struct rdma_event_channel *ch, const struct sockaddr *a, size_t len, struct ibv_device *dev)
 {
-	struct sockaddr_storage ss;
+	struct sockaddr_storage ss = { 0 };
 	struct rdma_cm_id *id;
 	int ok;
 
-	if (ai->ai_src_len > sizeof(ss) || rdma_create_id(ch, &id, NULL, RDMA_PS_TCP))
+	if (len > sizeof(ss) || rdma_create_id(ch, &id, NULL, RDMA_PS_TCP))
 		return 0;
-	memcpy(&ss, ai->ai_src_addr, ai->ai_src_len);
+	memcpy(&ss, a, len);
 	if (ss.ss_family == AF_INET)
 		((struct sockaddr_in *)&ss)->sin_port = 0;
 	else if (ss.ss_family == AF_INET6)
 		((struct sockaddr_in6 *)&ss)->sin6_port = 0;
-	ok = rdma_bind_addr(id, (struct sockaddr *)&ss) == 0;
+	ok = rdma_bind_addr(id, (struct sockaddr *)&ss) == 0 && (!dev || (id->verbs && id->verbs->device == dev));
 	rdma_destroy_id(id);
 	return ok;
 }
@@ -128,7 +129,7 @@ static int address_usable(struct rdma_event_channel *ch, const struct rdma_addri
 static int bind_error(struct rdma_event_channel *ch, const struct rdma_addrinfo *ai, const char *where,
 		      const char *port, int err, struct kvi_errbuf *e)
 {
-	if (err == EADDRINUSE || (err == EADDRNOTAVAIL && address_usable(ch, ai))) {
+	if (err == EADDRINUSE || (err == EADDRNOTAVAIL && bind_probe(ch, ai->ai_src_addr, ai->ai_src_len, NULL))) {
 		kvi_errbuf_set(e, "cannot listen on %s port %s: the port is in use (another kvserver?): stop "
 			       "that one or choose another port with -p", where, port);
 		return KVC_EINVAL;
@@ -425,16 +426,20 @@ static void reject(struct rdma_cm_id *id, uint16_t reason)
 	rdma_reject(id, &r, sizeof(r));
 }
 
-static const char *id_addr(struct rdma_cm_id *id, char *buf, size_t n)
+/* a's address, numeric ("?" for another family). */
+static const char *sa_addr(const struct sockaddr *a, char *buf, size_t n)
 {
-	const struct sockaddr *a = rdma_get_peer_addr(id);
-
 	snprintf(buf, n, "?");
 	if (a->sa_family == AF_INET)
 		inet_ntop(AF_INET, &((const struct sockaddr_in *)a)->sin_addr, buf, (socklen_t)n);
 	else if (a->sa_family == AF_INET6)
 		inet_ntop(AF_INET6, &((const struct sockaddr_in6 *)a)->sin6_addr, buf, (socklen_t)n);
 	return buf;
+}
+
+static const char *id_addr(struct rdma_cm_id *id, char *buf, size_t n)
+{
+	return sa_addr(rdma_get_peer_addr(id), buf, n);
 }
 
 const char *kvi_peer_addr(const struct kvi_peer *p, char *buf, size_t n)
@@ -857,31 +862,15 @@ const char *kvi_listener_device(const struct kvi_listener *l)
 	return ibv_get_device_name(l->ctx->device);
 }
 
-/* Does rdma_cm put address a (port 0) on device dev? */
-static int addr_on_device(const struct sockaddr *a, struct ibv_device *dev)
-{
-	struct sockaddr_storage ss = { 0 };
-	struct rdma_cm_id *id;
-	int on;
-
-	memcpy(&ss, a, a->sa_family == AF_INET ? sizeof(struct sockaddr_in) : sizeof(struct sockaddr_in6));
-	if (rdma_create_id(NULL, &id, NULL, RDMA_PS_TCP)) /* its own channel: no event reaches the loop */
-		return 0;
-	on = rdma_bind_addr(id, (struct sockaddr *)&ss) == 0 && id->verbs && id->verbs->device == dev;
-	rdma_destroy_id(id);
-	return on;
-}
-
 int kvi_listener_self_addr(const struct kvi_listener *l, char *buf, size_t len)
 {
-	struct sockaddr *bound = rdma_get_local_addr(l->id);
 	struct ifaddrs *ifs, *i;
 	int found = 0;
 
-	if (l->id->verbs) /* bound to one address */
-		return getnameinfo(bound, bound->sa_family == AF_INET ? sizeof(struct sockaddr_in)
-								      : sizeof(struct sockaddr_in6),
-				   buf, (socklen_t)len, NULL, 0, NI_NUMERICHOST) ? KVC_ENODEV : 0;
+	if (l->id->verbs) { /* bound to one address */
+		sa_addr(rdma_get_local_addr(l->id), buf, len);
+		return 0;
+	}
 	if (getifaddrs(&ifs))
 		return KVC_ENODEV;
 	/* IPv4 first: a link-local IPv6 address would need its scope named. */
@@ -893,10 +882,11 @@ int kvi_listener_self_addr(const struct kvi_listener *l, char *buf, size_t len)
 			    (a->sa_family == AF_INET6 &&
 			     IN6_IS_ADDR_LINKLOCAL(&((struct sockaddr_in6 *)a)->sin6_addr)))
 				continue;
-			found = addr_on_device(a, l->ctx->device) &&
-				getnameinfo(a, a->sa_family == AF_INET ? sizeof(struct sockaddr_in)
-								       : sizeof(struct sockaddr_in6),
-					    buf, (socklen_t)len, NULL, 0, NI_NUMERICHOST) == 0;
+			/* Its own event channel: no event reaches the loop's. */
+			found = bind_probe(NULL, a, fam ? sizeof(struct sockaddr_in6) : sizeof(struct sockaddr_in),
+					   l->ctx->device);
+			if (found)
+				sa_addr(a, buf, len);
 		}
 	freeifaddrs(ifs);
 	return found ? 0 : KVC_ENODEV;

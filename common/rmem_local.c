@@ -71,45 +71,45 @@ struct rmem_local {
 /* Copy with RDMA's atomicity: 8-byte aligned words are moved whole with relaxed
  * atomics (so concurrent writers interleave at word granularity and the race is
  * a defined one, which keeps ThreadSanitizer meaningful); other bytes singly. */
-static void copy_words(unsigned char *dst, const unsigned char *src, size_t len, int dst_shared)
+static void copy_bytes(unsigned char *dst, const unsigned char *src, size_t from, size_t to, int dst_shared)
 {
-	const unsigned char *shared = dst_shared ? dst : src;
-	size_t i = 0, head = (8 - ((uintptr_t)shared & 7)) & 7, words;
-
-	if (head > len)
-		head = len;
-	/* Bytes up to the shared side's first aligned word, the words, the rest. */
-	for (; i < head; i++) {
+	for (size_t i = from; i < to; i++) {
 		if (dst_shared)
 			__atomic_store_n(dst + i, src[i], __ATOMIC_RELAXED);
 		else
 			dst[i] = __atomic_load_n(src + i, __ATOMIC_RELAXED);
 	}
-	words = (len - i) / 8;
+}
+
+static void copy_words(unsigned char *dst, const unsigned char *src, size_t len, int dst_shared)
+{
+	const unsigned char *shared = dst_shared ? dst : src;
+	size_t head = (8 - ((uintptr_t)shared & 7)) & 7, words;
+
+	/* Bytes up to the shared side's first aligned word, the words, the rest. */
+	if (head > len)
+		head = len;
+	copy_bytes(dst, src, 0, head, dst_shared);
+	words = (len - head) / 8;
 	if (dst_shared) {
-		uint64_t *d = (uint64_t *)(void *)(dst + i);
+		uint64_t *d = (uint64_t *)(void *)(dst + head);
 
 		for (size_t k = 0; k < words; k++) {
 			uint64_t w;
 
-			memcpy(&w, src + i + 8 * k, 8);
+			memcpy(&w, src + head + 8 * k, 8);
 			__atomic_store_n(&d[k], w, __ATOMIC_RELAXED);
 		}
 	} else {
-		const uint64_t *sw = (const uint64_t *)(const void *)(src + i);
+		const uint64_t *sw = (const uint64_t *)(const void *)(src + head);
 
 		for (size_t k = 0; k < words; k++) {
 			uint64_t w = __atomic_load_n(&sw[k], __ATOMIC_RELAXED);
 
-			memcpy(dst + i + 8 * k, &w, 8);
+			memcpy(dst + head + 8 * k, &w, 8);
 		}
 	}
-	for (i += 8 * words; i < len; i++) {
-		if (dst_shared)
-			__atomic_store_n(dst + i, src[i], __ATOMIC_RELAXED);
-		else
-			dst[i] = __atomic_load_n(src + i, __ATOMIC_RELAXED);
-	}
+	copy_bytes(dst, src, head + 8 * words, len, dst_shared);
 }
 
 static int exec_op(struct rmem_local *l, const struct kvi_rop *op)

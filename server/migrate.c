@@ -477,11 +477,17 @@ static int retire(struct kvs_migrator *m)
  * begins after does not see it). */
 static void free_retired(struct kvs_migrator *m, uint64_t now)
 {
+	int idle = -1; /* the fence thread's, asked once, when an index is due */
+
 	for (unsigned i = 0; i < KVS_MIGRATE_RETIRED_MAX; i++) {
 		struct retired *r = &m->ret[i];
 
-		if (!r->ix.epoch || now < r->at || (m->o.fence_idle && !m->o.fence_idle(m->o.fence_arg)))
+		if (!r->ix.epoch || now < r->at)
 			continue;
+		if (idle < 0)
+			idle = !m->o.fence_idle || m->o.fence_idle(m->o.fence_arg);
+		if (!idle)
+			return;
 		for (uint32_t k = 0; k < r->ix.nchunks; k++) {
 			uint64_t len = r->ix.bucket_count * KVI_BUCKET_SIZE - (uint64_t)k * m->geo.segment_size;
 
@@ -573,9 +579,12 @@ int kvs_migrate_next_ms(const struct kvs_migrator *m, int max_ms)
 		break;
 	}
 	for (unsigned i = 0; i < KVS_MIGRATE_RETIRED_MAX; i++) {
-		uint64_t r = m->ret[i].at > now ? (m->ret[i].at - now + 999999) / 1000000u : RETIRE_RETRY_MS;
+		uint64_t r;
 
-		if (m->ret[i].ix.epoch && r < ms)
+		if (!m->ret[i].ix.epoch)
+			continue;
+		r = m->ret[i].at > now ? (m->ret[i].at - now + 999999) / 1000000u : RETIRE_RETRY_MS;
+		if (r < ms)
 			ms = r;
 	}
 	return ms < (uint64_t)max_ms ? (int)ms : max_ms;
