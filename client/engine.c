@@ -277,7 +277,10 @@ static int attach(struct kvi_conn *h, struct kvi_rmem *rm)
 		h->st[i].obj_cap = KVI_OBJ_AREA_MIN < h->obj_area ? KVI_OBJ_AREA_MIN : h->obj_area;
 	}
 	h->lease_ns = h->renew_ns = h->lease_end = 0;
-	h->renew_seq = h->report_seq = 0;
+	/* Requests of an earlier connection have no answer on this one (its
+	 * sequence numbers start again: a stale one could take another's). */
+	h->renew_seq = h->report_seq = h->grow_seq = 0;
+	h->grow_no_epoch = h->grow_no_until = 0;
 	rc = kvi_index_alloc(h);
 	if (rc)
 		return rc;
