@@ -689,8 +689,18 @@ static int64_t reserve(struct kvi_conn *h, uint64_t bytes, uint64_t *nowp)
 		rc = kvi_rmem_ctrl_call(h->rm, &req, &resp, CTRL_TIMEOUT_MS);
 		if (nowp)
 			*nowp = kvi_now_ns();
-		if (rc)
+		if (rc) {
+			/* No answer: the server may have sealed our extent at
+			 * seg_used and carved its tail for others, or never seen the
+			 * request. Writing on in it, or reporting less of it used,
+			 * could overwrite another writer's objects: break the
+			 * connection, so that the server keeps all of it (core.c
+			 * kvs_core_client_left) and we rejoin with none. */
+			if (!h->rm->broken)
+				kvi_rmem_shutdown(h->rm, rc == KVC_ETIMEDOUT ? KVC_ESERVERGONE : rc);
+			forget_extent(h);
 			return rc;
+		}
 		if (resp.type == KVI_CTRL_ERROR && resp.status == KVC_EAGAIN) {
 			forget_extent(h); /* sealed either way */
 			h->stats.grants_deferred++;

@@ -216,6 +216,8 @@ static int local_ctrl_call(struct kvi_rmem *rm, const struct kvi_ctrl *req, stru
 		return KVC_ESERVERGONE;
 	*resp = (struct kvi_ctrl){ .seq = req->seq };
 	rc = l->ctrl(l->ctrl_arg, rm->client_id, req, resp);
+	if (rc == KVC_ETIMEDOUT)
+		return rc; /* the handler's model of a lost answer: the connection stays */
 	if (rc) {
 		/* The server would disconnect a client that sent this. */
 		local_shutdown(rm, KVC_ESERVERGONE);
@@ -232,7 +234,7 @@ static int local_ctrl_send(struct kvi_rmem *rm, const struct kvi_ctrl *req)
 
 	if (rc == 0)
 		kvi_rmem_ctrl_stash(rm, &resp);
-	return rc;
+	return rc == KVC_ETIMEDOUT ? 0 : rc; /* sent; its answer never comes */
 }
 
 void kvi_rmem_local_set_ctrl(struct kvi_rmem *rm, kvi_ctrl_handler handler, void *arg, uint32_t client_id)

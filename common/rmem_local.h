@@ -43,7 +43,10 @@ int kvi_rmem_local_create(struct kvi_local_region *reg, size_t lbuf_size,
 			  const struct kvi_local_hooks *hooks, struct kvi_rmem **out);
 
 /* Route this connection's control requests to handler (normally the server
- * core's), as client client_id. Without one, control calls fail KVC_ESERVERGONE. */
+ * core's), as client client_id. Without one, control calls fail KVC_ESERVERGONE.
+ * A handler that returns KVC_ETIMEDOUT models an answer lost on the way back:
+ * the call times out (a send's answer never comes) and the connection stays;
+ * any other error breaks the connection, as a server disconnecting would. */
 void kvi_rmem_local_set_ctrl(struct kvi_rmem *rm, kvi_ctrl_handler handler, void *arg, uint32_t client_id);
 
 /* The limits a server states at join (wire.h welcome), as the verbs

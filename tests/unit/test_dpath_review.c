@@ -1007,6 +1007,59 @@ Test(review_memory, sixty_four_handles_holding_one_small_item_each_cost_the_serv
 		kvc_destroy(c[i]);
 }
 
+/* A segment request whose answer is lost: the server may have sealed the
+ * extent at the bytes the client said it used and carved the rest for
+ * others, or never seen the request. The client can neither write on in the
+ * extent nor report less of it used: it breaks the connection (the server
+ * then keeps the whole extent). */
+static int seg_answer_lost;
+static int lose_seg_answer(void *arg, uint32_t id, const struct kvi_ctrl *req, struct kvi_ctrl *resp)
+{
+	struct kvt_env *e = arg;
+	int rc;
+
+	pthread_mutex_lock(&e->lock);
+	rc = kvs_core_ctrl(e->core, id, req, resp);
+	pthread_mutex_unlock(&e->lock);
+	if (rc == 0 && req->type == KVI_CTRL_SEG_REQ && seg_answer_lost) {
+		seg_answer_lost = 0;
+		return KVC_ETIMEDOUT;
+	}
+	return rc;
+}
+
+Test(review_memory, a_segment_request_whose_answer_is_lost_breaks_the_connection)
+{
+	kvc_t *a = client(NULL, 0, 4), *b = client(NULL, 0, 4);
+	struct kvi_conn *ca = kvi_client_conn(a, 0);
+	char v[16], *big;
+	size_t room;
+	int rc;
+
+	cr_assert_eq(kvt_put_s(a, "first", "1"), 0);
+	/* a value that does not fit what is left of a's extent */
+	room = ca->seg_size - ca->seg_used;
+	cr_assert(room > 64 && room < kvc_max_value(a, 6), "extent room %zu", room);
+	big = malloc(room + 1);
+	cr_assert(big);
+	memset(big, 'x', room);
+	big[room] = '\0';
+	kvi_rmem_local_set_ctrl(ca->rm, lose_seg_answer, &env, ca->rm->client_id);
+	seg_answer_lost = 1;
+	cr_expect_eq(kvt_put_s(a, "second", big), KVC_ETIMEDOUT);
+	cr_expect(kvi_conn_broken(ca), "the handle goes on with an extent whose state it does not know");
+	cr_expect_eq(ca->seg_off, 0);
+	/* b may be carved what the server took back; a writes nothing more */
+	cr_assert_eq(kvt_put_s(b, "other", "intact"), 0);
+	rc = kvt_put_s(a, "third", "small");
+	cr_expect(rc == 0 || rc == KVC_ESERVERGONE, "%s", kvc_err_name(rc)); /* rejoined, or not yet */
+	cr_expect_eq(kvt_get_s(b, "other", v, sizeof(v)), 0);
+	cr_expect_str_eq(v, "intact");
+	free(big);
+	kvc_destroy(a);
+	kvc_destroy(b);
+}
+
 /* Fails the n-th operation this client executes, as a completion error would:
  * that batch completes with KVC_EIO and the connection breaks. */
 static unsigned ops_seen, fail_at;
