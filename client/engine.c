@@ -114,9 +114,23 @@ static int lease_granted(struct kvi_conn *h, const struct kvi_ctrl *r, uint64_t 
 	end = sent + h->lease_ns;
 	if (end > h->lease_end)
 		h->lease_end = end;
-	/* A resize began or ended since we last looked: fetch the indexes. */
-	if (r->arg[2] != h->cur.ix.epoch || r->arg[3] != h->index_state)
+	/* A resize began or ended since we last looked: fetch the indexes --
+	 * except when the server only says that the migration we know of is
+	 * over (STABLE, our epoch) while it still publishes the old index until
+	 * every client acknowledged: nothing of the old index is needed any
+	 * more (no bucket is UNMIGRATED; operations under way keep the offsets
+	 * they placed), so it is dropped here instead of fetched again at every
+	 * renewal until its retirement. */
+	if (r->arg[2] != h->cur.ix.epoch)
 		h->index_stale = 1;
+	else if (r->arg[3] != h->index_state) {
+		if (r->arg[3] == KVI_INDEX_STABLE && h->prev.ix.epoch) {
+			h->prev.ix.epoch = 0;
+			h->index_state = KVI_INDEX_STABLE;
+		} else {
+			h->index_stale = 1;
+		}
+	}
 	return 0;
 }
 
