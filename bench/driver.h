@@ -64,6 +64,8 @@ extern const struct kvb_driver kvb_driver_local;
 
 /* kvc_opts.track_access for rdma:// connections (kvbench --no-access-marks). */
 extern int kvb_rdma_track_access;
+/* kvc_opts.busy_poll_us for rdma:// connections (kvbench --busy-poll-us). */
+extern int kvb_rdma_busy_poll_us;
 /* kvc_opts.secret_file for rdma:// connections (kvbench --secret-file), or NULL. */
 extern const char *kvb_rdma_secret_file;
 /* local:// server settings, read when its server starts (first connect). */

@@ -1,5 +1,6 @@
 /* kvbench driver: kvcache through libkvclient's asynchronous interface, so a
  * thread keeps `depth` operations in flight on its one handle. */
+#include <limits.h>
 #include <stdio.h>
 #include <stdlib.h>
 
@@ -22,6 +23,7 @@ struct rdma_conn {
 #define DRV_OP_TIMEOUT_MS 10000
 
 int kvb_rdma_track_access = 1;
+int kvb_rdma_busy_poll_us = INT_MIN; /* INT_MIN: the library's default */
 const char *kvb_rdma_secret_file;
 
 /* The driver's connection around an open handle (takes it, also on failure). */
@@ -68,6 +70,8 @@ static int rdma_connect(const char *host, const char *port, const char *device, 
 	o.cache_entries = DRV_CACHE_ENTRIES;
 	o.op_timeout_ms = DRV_OP_TIMEOUT_MS;
 	o.track_access = kvb_rdma_track_access;
+	if (kvb_rdma_busy_poll_us != INT_MIN)
+		o.busy_poll_us = kvb_rdma_busy_poll_us;
 	o.secret_file = kvb_rdma_secret_file;
 	rc = kvc_create(&o, &h, err, len);
 	if (rc)

@@ -53,6 +53,8 @@ static void usage(FILE *f)
 		"                             failed, every SECONDS (\"INTERVAL t=... ok_per_s=...\")\n"
 		"      --no-access-marks      rdma://: do not tell the server which items are read\n"
 		"                             (kvc_opts.track_access = 0), to measure what it costs\n"
+		"      --busy-poll-us N       rdma://: poll for N us before sleeping on the completion\n"
+		"                             channel (kvc_opts.busy_poll_us; -1 never sleeps; default 50)\n"
 		"  -d, --device NAME          RDMA device (--micro/--raw)\n"
 		"      --secret-file PATH     rdma://: the server's shared secret (kvserver\n"
 		"                             --secret-file; default: $KVC_SECRET_FILE, if set)\n"
@@ -146,7 +148,7 @@ static int parse_size(const char *s, struct kvb_cfg *c)
 static int parse_args(int argc, char **argv, struct cli *cl)
 {
 	enum { O_DIST = 256, O_CDF, O_WARMUP, O_NOLOAD, O_SEED, O_JSON, O_QUIET, O_MICRO, O_RAW, O_CA, O_LRU,
-	       O_CAWARM, O_NOMARKS, O_SECRET, O_RATE, O_CPUOP, O_PROGRESS, O_LOCALOP, O_INTERVAL };
+	       O_CAWARM, O_NOMARKS, O_SECRET, O_RATE, O_CPUOP, O_PROGRESS, O_LOCALOP, O_INTERVAL, O_BUSY };
 	static const struct option lo[] = {
 		{ "workload", required_argument, NULL, 'w' },  { "target", required_argument, NULL, 't' },
 		{ "records", required_argument, NULL, 'r' },   { "operations", required_argument, NULL, 'n' },
@@ -161,6 +163,7 @@ static int parse_args(int argc, char **argv, struct cli *cl)
 		{ "cache-aside", required_argument, NULL, O_CA }, { "lru-bytes", required_argument, NULL, O_LRU },
 		{ "warmup-requests", required_argument, NULL, O_CAWARM },
 		{ "no-access-marks", no_argument, NULL, O_NOMARKS },
+		{ "busy-poll-us", required_argument, NULL, O_BUSY },
 		{ "secret-file", required_argument, NULL, O_SECRET },
 		{ "rate", required_argument, NULL, O_RATE },
 		{ "cpu-per-op", optional_argument, NULL, O_CPUOP },
@@ -280,6 +283,17 @@ static int parse_args(int argc, char **argv, struct cli *cl)
 		case O_NOMARKS:
 			kvb_rdma_track_access = 0;
 			break;
+		case O_BUSY: {
+			uint64_t us;
+
+			if (strcmp(optarg, "-1") == 0)
+				kvb_rdma_busy_poll_us = -1;
+			else if (parse_u64(optarg, 0, 1000000, &us))
+				return bad("--busy-poll-us", optarg, "-1 (never sleep) or 0..1000000 microseconds");
+			else
+				kvb_rdma_busy_poll_us = (int)us;
+			break;
+		}
 		case O_SECRET:
 			kvb_rdma_secret_file = optarg;
 			break;

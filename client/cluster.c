@@ -537,6 +537,10 @@ int kvc_create(const struct kvc_opts *o, kvc_t **out, char *err, size_t errlen)
 		set_err(err, errlen, "invalid options: depth must be 1..64 and timeouts positive");
 		return KVC_EINVAL;
 	}
+	if (o->busy_poll_us < -1 || o->busy_poll_us > 1000000) {
+		set_err(err, errlen, "invalid options: busy_poll_us must be -1 (never sleep) or 0..1000000");
+		return KVC_EINVAL;
+	}
 	file = o->servers_file ? o->servers_file : getenv("KVC_SERVERS_FILE");
 	if (file && !*file)
 		file = NULL;

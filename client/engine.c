@@ -253,6 +253,7 @@ static int attach(struct kvi_conn *h, struct kvi_rmem *rm)
 	int rc;
 
 	h->rm = rm;
+	rm->spin_us = o->busy_poll_us;
 	/* Where everything is comes from the server at join, not from the
 	 * region, which every client may write (layout.h "Geometry"); the
 	 * transport validated it, and so do we, once, before any use. */

@@ -21,7 +21,8 @@ void kvc_set_log(kvc_log_fn fn, void *arg, int max_level)
 void kvc_opts_init(struct kvc_opts *o)
 {
 	*o = (struct kvc_opts){ .connect_timeout_ms = 5000, .op_timeout_ms = 2000, .depth = 16,
-				.cache_entries = 4096, .track_access = 1, .retry_timeout_ms = 2000 };
+				.cache_entries = 4096, .track_access = 1, .retry_timeout_ms = 2000,
+				.busy_poll_us = KVI_RMEM_SPIN_US };
 }
 
 /* Submit one op and wait for it: the blocking calls all come here. */

@@ -101,6 +101,7 @@ int kvi_rmem_wait(struct kvi_rmem *rm, struct kvi_rcomp *out, unsigned max, int 
 {
 	uint64_t start = now_ns(), last_idle = start;
 	uint64_t deadline = timeout_ms < 0 ? UINT64_MAX : start + (uint64_t)timeout_ms * 1000000u;
+	uint64_t spin_ns = rm->spin_us < 0 || !rm->type->block ? UINT64_MAX : (uint64_t)rm->spin_us * 1000u;
 	unsigned spins = 0;
 	int n;
 
@@ -112,17 +113,26 @@ int kvi_rmem_wait(struct kvi_rmem *rm, struct kvi_rcomp *out, unsigned max, int 
 		n = kvi_rmem_poll(rm, out, max);
 		if (n != 0)
 			return n;
-		/* Pure polling: completions arrive within microseconds and a system
-		 * call here would cost as much as the wait. Only a wait that has
-		 * lasted a while looks after the peer and yields the core. */
+		/* Pure polling at first: completions arrive within microseconds and
+		 * a system call here would cost as much as the wait. */
 		if (++spins % 64)
 			continue;
 		now = now_ns();
 		if (now >= deadline)
 			return 0;
+		if (now - start >= spin_ns) {
+			/* Long enough: sleep until the device signals (at most 100 ms
+			 * at a time, so the peer is looked after as below). */
+			uint64_t left = (deadline - now + 999999u) / 1000000u;
+
+			rm->type->block(rm, left > 100 ? 100 : (int)left);
+			spins = 0;
+			now = now_ns();
+		}
 		if (now - last_idle >= 200000u) {
 			rm->type->idle(rm);
-			sched_yield();
+			if (spin_ns == UINT64_MAX)
+				sched_yield();
 			last_idle = now;
 		}
 	}

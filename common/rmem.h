@@ -77,6 +77,10 @@ struct kvi_rmem_type {
 	int (*poll)(struct kvi_rmem *rm, struct kvi_rcomp *out, unsigned max);
 	/* Called while waiting with nothing completed: notice a vanished peer. */
 	void (*idle)(struct kvi_rmem *rm);
+	/* Sleep until a completion or a control message may have arrived, the
+	 * peer may have left, or timeout_ms passed (spurious wake-ups allowed).
+	 * NULL: this transport cannot sleep; waits poll. */
+	void (*block)(struct kvi_rmem *rm, int timeout_ms);
 	/* Control RPC (two-sided): send req, wait for the response with its seq. */
 	int (*ctrl_call)(struct kvi_rmem *rm, const struct kvi_ctrl *req, struct kvi_ctrl *resp, int timeout_ms);
 	/* Send req without waiting (KVC_EAGAIN while the send slot is busy); its
@@ -111,6 +115,12 @@ struct kvi_rmem {
 	uint32_t max_op_ms, quarantine_ms;
 	uint32_t lease_ms;     /* client lease length (welcome); 0 = none */
 	uint16_t server_flags; /* enum kvi_welcome_flags */
+	/* How long a wait polls before it sleeps (type->block): a NIC answers
+	 * in microseconds, so polling is the fast path; sleeping after a while
+	 * gives the core back to other threads (and, on a software device such
+	 * as Soft-RoCE, to the kernel work that makes the completion). < 0:
+	 * never sleep. Transports start at KVI_RMEM_SPIN_US. */
+	int32_t spin_us;
 	/* Where everything is in the region and the hash seed, as the server
 	 * stated it (welcome), never as read from the region (layout.h
 	 * "Geometry"). geo.region_size == region_size. All zero (epoch 0) when
@@ -141,8 +151,11 @@ int kvi_rmem_post(struct kvi_rmem *rm, const struct kvi_rop *ops, unsigned n, ui
 /* Non-blocking poll; returns the number of batches moved to out (0..max). */
 int kvi_rmem_poll(struct kvi_rmem *rm, struct kvi_rcomp *out, unsigned max);
 
+#define KVI_RMEM_SPIN_US 50
+
 /* Poll until at least one batch finished or timeout_ms passed (then 0).
- * A negative timeout waits without a deadline. */
+ * A negative timeout waits without a deadline. Polls for rm->spin_us, then
+ * sleeps in type->block between polls. */
 int kvi_rmem_wait(struct kvi_rmem *rm, struct kvi_rcomp *out, unsigned max, int timeout_ms);
 
 /* Post one batch and wait for it: one round trip. Only for callers with nothing

@@ -3,6 +3,7 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <netdb.h>
+#include <poll.h>
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
@@ -36,6 +37,10 @@ struct rmem_verbs {
 	struct rdma_cm_id *id;
 	struct ibv_pd *pd;
 	struct ibv_cq *cq;
+	/* Where the CQ signals a completion to a sleeping waiter (verbs_block);
+	 * armed: a notification was requested and its event not yet taken. */
+	struct ibv_comp_channel *cc;
+	int armed;
 	struct ibv_mr *lmr;
 	struct ibv_mr *xmr[KVI_RMEM_MAX_XBUF]; /* rm.xbuf[i]'s registration */
 	uint64_t raddr; /* remote virtual address of region offset 0 */
@@ -219,6 +224,50 @@ static void drain_cq(struct rmem_verbs *v)
 		verbs_shutdown(&v->rm, KVC_EIO);
 }
 
+/* Sleep until the CQ signals, the rdma_cm channel has an event (the peer
+ * left), or timeout_ms passed. Arming and then draining once more closes the
+ * race with a completion that arrived before the notification was asked
+ * for (it raised no event). Every event taken is acknowledged at once, so
+ * destroying the CQ never waits for one. */
+static void verbs_block(struct kvi_rmem *rm, int timeout_ms)
+{
+	struct rmem_verbs *v = (struct rmem_verbs *)rm;
+	struct pollfd pf[2] = { { .fd = v->cc->fd, .events = POLLIN }, { .fd = v->ch->fd, .events = POLLIN } };
+	unsigned before = v->count, done_before = 0;
+
+	if (rm->broken)
+		return;
+	if (!v->armed) {
+		if (ibv_req_notify_cq(v->cq, 0)) {
+			verbs_shutdown(rm, KVC_EIO);
+			return;
+		}
+		v->armed = 1;
+	}
+	for (unsigned i = 0; i < before; i++)
+		done_before += v->slots[(v->head + i) % KVI_RMEM_MAX_INFLIGHT].done;
+	{
+		int was_ready = v->resp_ready, was_busy = v->send_busy;
+		unsigned done_after = 0;
+
+		drain_cq(v);
+		for (unsigned i = 0; i < v->count; i++)
+			done_after += v->slots[(v->head + i) % KVI_RMEM_MAX_INFLIGHT].done;
+		if (rm->broken || done_after != done_before || v->resp_ready != was_ready ||
+		    v->send_busy != was_busy)
+			return; /* something came in meanwhile: no sleep */
+	}
+	if (poll(pf, 2, timeout_ms) > 0 && (pf[0].revents & POLLIN)) {
+		struct ibv_cq *cq;
+		void *ctx;
+
+		if (ibv_get_cq_event(v->cc, &cq, &ctx) == 0) {
+			ibv_ack_cq_events(cq, 1);
+			v->armed = 0;
+		}
+	}
+}
+
 static int verbs_poll(struct kvi_rmem *rm, struct kvi_rcomp *out, unsigned max)
 {
 	struct rmem_verbs *v = (struct rmem_verbs *)rm;
@@ -245,6 +294,26 @@ static uint64_t now_ms(void)
 
 static void verbs_idle(struct kvi_rmem *rm);
 
+/* One step of a control call's wait, begun at since_ns: look at the CQ and
+ * the peer; once the wait lasted rm->spin_us, sleep until something comes
+ * (at most 10 ms at a time). */
+static void ctrl_wait_step(struct rmem_verbs *v, uint64_t since_ns)
+{
+	struct timespec ts;
+	uint64_t now;
+
+	drain_cq(v);
+	if (v->resp_ready || v->rm.broken)
+		return;
+	verbs_idle(&v->rm);
+	if (v->rm.spin_us < 0)
+		return;
+	clock_gettime(CLOCK_MONOTONIC, &ts);
+	now = (uint64_t)ts.tv_sec * 1000000000u + (uint64_t)ts.tv_nsec;
+	if (now - since_ns >= (uint64_t)v->rm.spin_us * 1000u)
+		verbs_block(&v->rm, 10);
+}
+
 static int verbs_ctrl_call(struct kvi_rmem *rm, const struct kvi_ctrl *req, struct kvi_ctrl *resp,
 			   int timeout_ms)
 {
@@ -253,12 +322,16 @@ static int verbs_ctrl_call(struct kvi_rmem *rm, const struct kvi_ctrl *req, stru
 	struct ibv_sge sge = { .addr = (uintptr_t)sbuf, .length = CTRL_MSG, .lkey = v->cmr->lkey };
 	struct ibv_send_wr wr = { .wr_id = WR_CTRL_SEND, .sg_list = &sge, .num_sge = 1,
 				  .opcode = IBV_WR_SEND, .send_flags = IBV_SEND_SIGNALED }, *bad;
-	uint64_t deadline = now_ms() + (uint64_t)(timeout_ms < 0 ? 3600000 : timeout_ms);
+	uint64_t deadline = now_ms() + (uint64_t)(timeout_ms < 0 ? 3600000 : timeout_ms), since;
+	struct timespec ts;
 
+	clock_gettime(CLOCK_MONOTONIC, &ts);
+	since = (uint64_t)ts.tv_sec * 1000000000u + (uint64_t)ts.tv_nsec;
 	/* One request at a time: the send slot is reused only after its SEND completed. */
 	while (v->send_busy && !rm->broken && now_ms() < deadline) {
 		drain_cq(v);
-		verbs_idle(rm);
+		if (v->send_busy)
+			ctrl_wait_step(v, since);
 	}
 	if (rm->broken)
 		return KVC_ESERVERGONE;
@@ -274,11 +347,8 @@ static int verbs_ctrl_call(struct kvi_rmem *rm, const struct kvi_ctrl *req, stru
 		return KVC_EAGAIN;
 	}
 	v->send_busy = 1;
-	while (!v->resp_ready && !rm->broken && now_ms() < deadline) {
-		drain_cq(v);
-		if (!v->resp_ready)
-			verbs_idle(rm);
-	}
+	while (!v->resp_ready && !rm->broken && now_ms() < deadline)
+		ctrl_wait_step(v, since);
 	v->want_seq = 0;
 	if (v->resp_ready) {
 		*resp = v->resp;
@@ -390,6 +460,8 @@ static void verbs_destroy(struct kvi_rmem *rm)
 		rdma_destroy_qp(v->id);
 	if (v->cq)
 		ibv_destroy_cq(v->cq);
+	if (v->cc)
+		ibv_destroy_comp_channel(v->cc);
 	if (v->lmr)
 		ibv_dereg_mr(v->lmr);
 	free(rm->lbuf);
@@ -410,6 +482,7 @@ static const struct kvi_rmem_type verbs_type = {
 	.post = verbs_post,
 	.poll = verbs_poll,
 	.idle = verbs_idle,
+	.block = verbs_block,
 	.ctrl_call = verbs_ctrl_call,
 	.ctrl_send = verbs_ctrl_send,
 	.set_lbuf = verbs_set_lbuf,
@@ -531,7 +604,12 @@ static int create_resources(struct rmem_verbs *v, const struct kvi_verbs_opts *o
 	}
 	/* Every request may complete with an error when the QP fails, signaled or
 	 * not, so the CQ must hold a full send queue plus the receives. */
-	v->cq = ibv_create_cq(v->id->verbs, (int)sq + 1 + CTRL_RECVS, NULL, NULL, 0);
+	v->cc = ibv_create_comp_channel(v->id->verbs);
+	if (!v->cc || fcntl(v->cc->fd, F_SETFL, fcntl(v->cc->fd, F_GETFL) | O_NONBLOCK)) {
+		kvi_errbuf_set(e, "ibv_create_comp_channel on %s: %s", dev, strerror(errno));
+		return KVC_ESYS;
+	}
+	v->cq = ibv_create_cq(v->id->verbs, (int)sq + 1 + CTRL_RECVS, NULL, v->cc, 0);
 	if (!v->cq) {
 		kvi_errbuf_set(e, "ibv_create_cq on %s: %s", dev, strerror(errno));
 		return KVC_ESYS;
@@ -613,6 +691,7 @@ int kvi_rmem_verbs_connect(const struct kvi_verbs_opts *o, struct kvi_rmem **out
 		return KVC_ENOMEM;
 	}
 	v->rm.type = &verbs_type;
+	v->rm.spin_us = KVI_RMEM_SPIN_US;
 	v->ch = rdma_create_event_channel();
 	if (!v->ch) {
 		kvi_errbuf_set(e, "cannot open the RDMA connection manager (/dev/infiniband/rdma_cm: %s): "

@@ -98,6 +98,14 @@ struct kvc_opts {
 	 * never; its keys fail fast with KVC_ESERVERGONE until it is back. */
 	unsigned server_failure_limit;
 	int retry_timeout_ms; /* default 2000 */
+	/* A call that waits for the NIC (the blocking calls, kvc_poll with a
+	 * timeout) polls its completion queue for this many microseconds, then
+	 * sleeps until the device signals a completion. Polling answers fastest
+	 * (a NIC's round trip takes a few microseconds); sleeping gives the core
+	 * back when threads outnumber cores, and on a software device (Soft-RoCE)
+	 * to the kernel work that makes the completions. -1: never sleep (one
+	 * busy core per waiting thread); 0: sleep at once. Default 50. */
+	int busy_poll_us;
 };
 
 /* Fill o with the defaults (server NULL). */
