@@ -182,7 +182,43 @@ Test(verbs, access_past_registered_memory_is_erange_from_the_nic_not_a_crash)
 	cr_expect_eq(kvi_rmem_post(rm, &op, 1, 0), KVC_ESERVERGONE, "the QP is dead after a remote access error");
 }
 
-Test(verbs, killed_peer_gives_servergone_not_a_hang)
+/* Waits that sleep on the completion channel at once (spin_us 0) see
+ * every completion, batch after batch and many in flight. */
+Test(verbs, a_wait_that_sleeps_at_once_sees_every_completion)
+{
+	struct kvi_rcomp c[KVI_RMEM_MAX_INFLIGHT];
+	time_t t0 = time(NULL);
+
+	rm->spin_us = 0;
+	for (unsigned i = 0; i < 200; i++) {
+		struct kvi_rop op = kvi_rop_faa(8 * 6000, &lw[0], 1);
+
+		cr_assert_eq(kvi_rmem_exec(rm, &op, 1, 10000), 0, "batch %u", i);
+		cr_assert_eq(lw[0], 6000 + i);
+	}
+	/* Woken by the completion, not by the 100 ms sleep slices (those
+	 * would take 20 s; a round trip takes well under a millisecond). */
+	cr_expect_lt(time(NULL) - t0, 10, "200 sleeping waits took %ld s", (long)(time(NULL) - t0));
+	for (unsigned round = 0; round < 5; round++) {
+		unsigned got = 0, n = 32;
+
+		for (unsigned i = 0; i < n; i++) {
+			struct kvi_rop op = kvi_rop_read(8 * (4000 + i), &lw[i], 8);
+
+			cr_assert_eq(kvi_rmem_post(rm, &op, 1, i), 0);
+		}
+		while (got < n) {
+			int k = kvi_rmem_wait(rm, c + got, n - got, 10000);
+
+			cr_assert_gt(k, 0, "round %u: timed out with %u of %u batches done", round, got, n);
+			got += (unsigned)k;
+		}
+		for (unsigned i = 0; i < n; i++)
+			cr_expect_eq(lw[i], 4000 + i);
+	}
+}
+
+static void peer_loss_is_noticed(void)
 {
 	struct kvi_rop op = kvi_rop_read(0, lw, 8);
 	time_t t0;
@@ -198,7 +234,21 @@ Test(verbs, killed_peer_gives_servergone_not_a_hang)
 			usleep(10000);
 	}
 	cr_expect_eq(rc, KVC_ESERVERGONE, "got %s (%d) after %lds", kvc_err_name(rc), rc, (long)(time(NULL) - t0));
-	printf("peer loss noticed after %ld s\n", (long)(time(NULL) - t0));
+	printf("peer loss noticed after %ld s (%s)\n", (long)(time(NULL) - t0),
+	       rm->spin_us < 0 ? "polling" : "sleeping waits");
+}
+
+Test(verbs, killed_peer_gives_servergone_not_a_hang)
+{
+	rm->spin_us = -1;
+	peer_loss_is_noticed();
+}
+
+/* A wait asleep on the completion channel wakes for the rdma_cm event too. */
+Test(verbs, killed_peer_wakes_a_sleeping_wait)
+{
+	rm->spin_us = 0;
+	peer_loss_is_noticed();
 }
 
 /* --- connection set-up errors: one clear message and a distinct code --- */
