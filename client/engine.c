@@ -704,6 +704,9 @@ static int64_t reserve(struct kvi_conn *h, uint64_t bytes, uint64_t *nowp)
 		rc = kvi_rmem_ctrl_call(h->rm, &req, &resp, CTRL_TIMEOUT_MS);
 		if (nowp)
 			*nowp = kvi_now_ns();
+		/* Not sent (the send failed at once): nothing changed; ask again. */
+		if (rc == KVC_EAGAIN)
+			return rc;
 		if (rc) {
 			/* No answer: the server may have sealed our extent at
 			 * seg_used and carved its tail for others, or never seen the
@@ -712,7 +715,7 @@ static int64_t reserve(struct kvi_conn *h, uint64_t bytes, uint64_t *nowp)
 			 * connection, so that the server keeps all of it (core.c
 			 * kvs_core_client_left) and we rejoin with none. */
 			if (!h->rm->broken)
-				kvi_rmem_shutdown(h->rm, rc == KVC_ETIMEDOUT ? KVC_ESERVERGONE : rc);
+				kvi_rmem_shutdown(h->rm, KVC_ESERVERGONE);
 			forget_extent(h);
 			return rc;
 		}

@@ -352,6 +352,7 @@ static int verbs_ctrl_call(struct kvi_rmem *rm, const struct kvi_ctrl *req, stru
 	v->want_seq = 0;
 	if (v->resp_ready) {
 		*resp = v->resp;
+		v->resp_ready = 0; /* or the next call's wait for the send slot would end each step at once */
 		return 0;
 	}
 	return rm->broken ? KVC_ESERVERGONE : KVC_ETIMEDOUT;

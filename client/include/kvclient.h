@@ -104,7 +104,9 @@ struct kvc_opts {
 	 * (a NIC's round trip takes a few microseconds); sleeping gives the core
 	 * back when threads outnumber cores, and on a software device (Soft-RoCE)
 	 * to the kernel work that makes the completions. -1: never sleep (one
-	 * busy core per waiting thread); 0: sleep at once. Default 50. */
+	 * busy core per waiting thread); 0: sleep at once. Default 50. A handle
+	 * with several servers polls them in turn and does not sleep between
+	 * their completions (its control calls do). */
 	int busy_poll_us;
 };
 
