@@ -114,8 +114,9 @@ int kvi_rmem_wait(struct kvi_rmem *rm, struct kvi_rcomp *out, unsigned max, int 
 		if (n != 0)
 			return n;
 		/* Pure polling at first: completions arrive within microseconds and
-		 * a system call here would cost as much as the wait. */
-		if (++spins % 64)
+		 * a system call here would cost as much as the wait (spin_us 0:
+		 * sleep at once). */
+		if (++spins % 64 && spin_ns)
 			continue;
 		now = now_ns();
 		if (now >= deadline)
