@@ -126,7 +126,6 @@ int kvi_rmem_wait(struct kvi_rmem *rm, struct kvi_rcomp *out, unsigned max, int 
 			 * at a time, so the peer is looked after as below). */
 			uint64_t left = (deadline - now + 999999u) / 1000000u;
 
-			rm->sleeps++;
 			rm->type->block(rm, left > 100 ? 100 : (int)left);
 			spins = 0;
 			now = now_ns();

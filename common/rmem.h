@@ -121,7 +121,7 @@ struct kvi_rmem {
 	 * as Soft-RoCE, to the kernel work that makes the completion). < 0:
 	 * never sleep. Transports start at KVI_RMEM_SPIN_US. */
 	int32_t spin_us;
-	uint64_t sleeps; /* times a wait slept (type->block): tests and diagnostics */
+	uint64_t sleeps; /* times type->block went to sleep (nothing had come): diagnostics */
 	/* Where everything is in the region and the hash seed, as the server
 	 * stated it (welcome), never as read from the region (layout.h
 	 * "Geometry"). geo.region_size == region_size. All zero (epoch 0) when

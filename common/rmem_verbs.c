@@ -257,6 +257,7 @@ static void verbs_block(struct kvi_rmem *rm, int timeout_ms)
 		    v->send_busy != was_busy)
 			return; /* something came in meanwhile: no sleep */
 	}
+	rm->sleeps++;
 	if (poll(pf, 2, timeout_ms) > 0 && (pf[0].revents & POLLIN)) {
 		struct ibv_cq *cq;
 		void *ctx;
