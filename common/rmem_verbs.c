@@ -194,13 +194,16 @@ static void on_ctrl_recv(struct rmem_verbs *v, unsigned i, uint32_t byte_len)
 		verbs_shutdown(&v->rm, KVC_EIO);
 }
 
-/* Move every available completion into its batch slot or the control state. */
-static void drain_cq(struct rmem_verbs *v)
+/* Move every available completion into its batch slot or the control
+ * state; returns how many there were. */
+static unsigned drain_cq(struct rmem_verbs *v)
 {
 	struct ibv_wc wc[16];
+	unsigned taken = 0;
 	int got = 0;
 
 	while (!v->rm.broken && (got = ibv_poll_cq(v->cq, 16, wc)) > 0) {
+		taken += (unsigned)got;
 		for (int i = 0; i < got && !v->rm.broken; i++) {
 			uint64_t id = wc[i].wr_id;
 
@@ -222,6 +225,7 @@ static void drain_cq(struct rmem_verbs *v)
 	}
 	if (got < 0)
 		verbs_shutdown(&v->rm, KVC_EIO);
+	return taken;
 }
 
 /* Sleep until the CQ signals, the rdma_cm channel has an event (the peer
@@ -233,7 +237,6 @@ static void verbs_block(struct kvi_rmem *rm, int timeout_ms)
 {
 	struct rmem_verbs *v = (struct rmem_verbs *)rm;
 	struct pollfd pf[2] = { { .fd = v->cc->fd, .events = POLLIN }, { .fd = v->ch->fd, .events = POLLIN } };
-	unsigned before = v->count, done_before = 0;
 
 	if (rm->broken)
 		return;
@@ -244,19 +247,8 @@ static void verbs_block(struct kvi_rmem *rm, int timeout_ms)
 		}
 		v->armed = 1;
 	}
-	for (unsigned i = 0; i < before; i++)
-		done_before += v->slots[(v->head + i) % KVI_RMEM_MAX_INFLIGHT].done;
-	{
-		int was_ready = v->resp_ready, was_busy = v->send_busy;
-		unsigned done_after = 0;
-
-		drain_cq(v);
-		for (unsigned i = 0; i < v->count; i++)
-			done_after += v->slots[(v->head + i) % KVI_RMEM_MAX_INFLIGHT].done;
-		if (rm->broken || done_after != done_before || v->resp_ready != was_ready ||
-		    v->send_busy != was_busy)
-			return; /* something came in meanwhile: no sleep */
-	}
+	if (drain_cq(v) || rm->broken)
+		return; /* something came in meanwhile: no sleep */
 	rm->sleeps++;
 	if (poll(pf, 2, timeout_ms) > 0 && (pf[0].revents & POLLIN)) {
 		struct ibv_cq *cq;
@@ -285,33 +277,37 @@ static int verbs_poll(struct kvi_rmem *rm, struct kvi_rcomp *out, unsigned max)
 	return (int)n;
 }
 
-static uint64_t now_ms(void)
+static uint64_t now_ns(void)
 {
 	struct timespec ts;
 
 	clock_gettime(CLOCK_MONOTONIC, &ts);
-	return (uint64_t)ts.tv_sec * 1000u + (uint64_t)ts.tv_nsec / 1000000u;
+	return (uint64_t)ts.tv_sec * 1000000000u + (uint64_t)ts.tv_nsec;
+}
+
+static uint64_t now_ms(void)
+{
+	return now_ns() / 1000000u;
 }
 
 static void verbs_idle(struct kvi_rmem *rm);
 
-/* One step of a control call's wait, begun at since_ns: look at the CQ and
- * the peer; once the wait lasted rm->spin_us, sleep until something comes
- * (at most 10 ms at a time). */
-static void ctrl_wait_step(struct rmem_verbs *v, uint64_t since_ns)
+/* What a control call waits for: the send slot, or its answer. */
+static int ctrl_waited(const struct rmem_verbs *v, int answer)
 {
-	struct timespec ts;
-	uint64_t now;
+	return answer ? v->resp_ready : !v->send_busy;
+}
 
+/* One step of a control call's wait (for the answer, or for the send
+ * slot), begun at since_ns: look at the CQ and the peer; once the wait lasted
+ * rm->spin_us, sleep until something comes (at most 10 ms at a time). */
+static void ctrl_wait_step(struct rmem_verbs *v, int answer, uint64_t since_ns)
+{
 	drain_cq(v);
-	if (v->resp_ready || v->rm.broken)
+	if (ctrl_waited(v, answer) || v->rm.broken)
 		return;
 	verbs_idle(&v->rm);
-	if (v->rm.spin_us < 0)
-		return;
-	clock_gettime(CLOCK_MONOTONIC, &ts);
-	now = (uint64_t)ts.tv_sec * 1000000000u + (uint64_t)ts.tv_nsec;
-	if (now - since_ns >= (uint64_t)v->rm.spin_us * 1000u)
+	if (v->rm.spin_us >= 0 && now_ns() - since_ns >= (uint64_t)v->rm.spin_us * 1000u)
 		verbs_block(&v->rm, 10);
 }
 
@@ -323,17 +319,11 @@ static int verbs_ctrl_call(struct kvi_rmem *rm, const struct kvi_ctrl *req, stru
 	struct ibv_sge sge = { .addr = (uintptr_t)sbuf, .length = CTRL_MSG, .lkey = v->cmr->lkey };
 	struct ibv_send_wr wr = { .wr_id = WR_CTRL_SEND, .sg_list = &sge, .num_sge = 1,
 				  .opcode = IBV_WR_SEND, .send_flags = IBV_SEND_SIGNALED }, *bad;
-	uint64_t deadline = now_ms() + (uint64_t)(timeout_ms < 0 ? 3600000 : timeout_ms), since;
-	struct timespec ts;
+	uint64_t since = now_ns(), deadline = since / 1000000u + (uint64_t)(timeout_ms < 0 ? 3600000 : timeout_ms);
 
-	clock_gettime(CLOCK_MONOTONIC, &ts);
-	since = (uint64_t)ts.tv_sec * 1000000000u + (uint64_t)ts.tv_nsec;
 	/* One request at a time: the send slot is reused only after its SEND completed. */
-	while (v->send_busy && !rm->broken && now_ms() < deadline) {
-		drain_cq(v);
-		if (v->send_busy)
-			ctrl_wait_step(v, since);
-	}
+	while (!ctrl_waited(v, 0) && !rm->broken && now_ms() < deadline)
+		ctrl_wait_step(v, 0, since);
 	if (rm->broken)
 		return KVC_ESERVERGONE;
 	if (v->send_busy)
@@ -348,8 +338,8 @@ static int verbs_ctrl_call(struct kvi_rmem *rm, const struct kvi_ctrl *req, stru
 		return KVC_EAGAIN;
 	}
 	v->send_busy = 1;
-	while (!v->resp_ready && !rm->broken && now_ms() < deadline)
-		ctrl_wait_step(v, since);
+	while (!ctrl_waited(v, 1) && !rm->broken && now_ms() < deadline)
+		ctrl_wait_step(v, 1, since);
 	v->want_seq = 0;
 	if (v->resp_ready) {
 		*resp = v->resp;

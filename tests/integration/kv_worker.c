@@ -34,14 +34,15 @@ static unsigned char unknown[MAX_KEYS]; /* own key whose last write's outcome is
  * message shows the end of a worker's output, after its ACK lines. */
 static char first_violation[256];
 
-static void violation(unsigned long long op, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
-static void violation(unsigned long long op, const char *fmt, ...)
+static void violation(unsigned id, unsigned long long op, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
+static void violation(unsigned id, unsigned long long op, const char *fmt, ...)
 {
 	char msg[200];
+	int at = snprintf(msg, sizeof(msg), "kv_worker %u: VIOLATION: ", id);
 	va_list ap;
 
 	va_start(ap, fmt);
-	vsnprintf(msg, sizeof(msg), fmt, ap);
+	vsnprintf(msg + at, sizeof(msg) - (size_t)at, fmt, ap);
 	va_end(ap);
 	fprintf(stderr, "%s\n", msg);
 	if (!first_violation[0])
@@ -146,8 +147,7 @@ int main(int argc, char **argv)
 			if (rc == 0) {
 				rc = kvc_get(h, k, strlen(k), got, sizeof(got), &len);
 				if (rc == 0) {
-					violation(ops, "kv_worker %u: VIOLATION: deleted %s still readable ('%.*s')", id,
-						  k, (int)len, got);
+					violation(id, ops, "deleted %s still readable ('%.*s')", k, (int)len, got);
 					violations++;
 				} else if (rc == KVC_ENOTFOUND) {
 					rc = 0;
@@ -160,11 +160,10 @@ int main(int argc, char **argv)
 			rc = kvc_get(h, k, strlen(k), got, sizeof(got), &len);
 			if (rc == 0) {
 				if (parse(got, len, &w, &s)) {
-					violation(ops, "kv_worker %u: VIOLATION: %s holds '%.*s'", id, k, (int)len, got);
+					violation(id, ops, "%s holds '%.*s'", k, (int)len, got);
 					violations++;
 				} else if (s < seen[sk][w]) {
-					violation(ops, "kv_worker %u: VIOLATION: %s went back from w%u:%llu to w%u:%llu",
-						id, k, w, seen[sk][w], w, s);
+					violation(id, ops, "%s went back from w%u:%llu to w%u:%llu", k, w, seen[sk][w], w, s);
 					violations++;
 				} else {
 					seen[sk][w] = s;
@@ -182,7 +181,7 @@ int main(int argc, char **argv)
 			} else if (rc == KVC_ENOTFOUND && acked[ok] == 0) {
 				rc = 0;
 			} else if (rc == 0 && (parse(got, len, &w, &s) || w != id || s != acked[ok])) {
-				violation(ops, "kv_worker %u: VIOLATION: %s reads '%.*s', last written w%u:%llu", id, k,
+				violation(id, ops, "%s reads '%.*s', last written w%u:%llu", k,
 					(int)len, got, id, acked[ok]);
 				violations++;
 			}
