@@ -12,7 +12,7 @@
  * server for its statistics every 20 ms: while a resize has begun but not
  * ended (index_epoch > resizes + 1) operations count as "migrating", else as
  * "stable". At each new epoch it notes how full the index was when the resize
- * began (items inserted / (15 x buckets)). At the end every key is read back.
+ * began (items inserted / (KVI_SLOTS_PER_BUCKET x buckets)). At the end every key is read back.
  *
  * Prints the latency quantiles of GET, update and insert, stable and migrating,
  * their p99.9 ratios, the index load at each trigger, failed operations by
@@ -31,6 +31,7 @@
 
 #include "hist.h"
 #include "kvclient.h"
+#include "layout.h"
 
 #define MAX_THREADS 64
 #define MAX_EPOCHS 48
@@ -351,7 +352,7 @@ int main(int argc, char **argv)
 		printf("resize to epoch %" PRIu64 ": began with %" PRIu64 " items in %" PRIu64
 		       " buckets: index load at the trigger %.1f %%\n",
 		       triggers[i].epoch, triggers[i].items, triggers[i].buckets_before,
-		       100.0 * (double)triggers[i].items / (15.0 * (double)triggers[i].buckets_before));
+		       100.0 * (double)triggers[i].items / ((double)KVI_SLOTS_PER_BUCKET * (double)triggers[i].buckets_before));
 	for (int m = 0; m < 2; m++)
 		for (int k = 0; k < NCLASS; k++)
 			kvb_hist_init(&all[m][k]);

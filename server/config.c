@@ -62,7 +62,7 @@ static const struct cfg_key keys[] = {
 	{ "hugepages", 0, T_ENUM, "General", .words = huge_words, .def = "auto", .metavar = "MODE",
 	  .help = "auto|on|off: back the region with 2 MiB pages", AT(huge) },
 	{ "buckets", 0, T_U64, "General", 0, UINT64_MAX / 2, .def = "0", .metavar = "N", .kind = "a count",
-	  .help = "index buckets of 15 slots, at least 2 (0: one per 2 KiB\n"
+	  .help = "index buckets of 31 slots, at least 2 (0: one per 4 KiB\n"
 		  "of memory, at least 64)", AT(core.buckets) },
 	{ "segment-size", 0, T_U64, "General", KVS_MIN_SEGMENT_SIZE >> 10, KVS_MAX_SEGMENT_SIZE >> 10, CFG_POW2,
 	  .def = "1024", .metavar = "KIB", .kind = "KiB",

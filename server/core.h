@@ -39,11 +39,11 @@
 #define KVS_MIN_SEGMENT_SIZE KVI_MIN_SEGMENT_SIZE
 #define KVS_MAX_SEGMENT_SIZE KVI_MAX_SEGMENT_SIZE
 #define KVS_MIN_BUCKETS 64u /* floor of the default; an explicit count may go down to 2 */
-/* Default index size: one bucket (15 slots) per KVS_BYTES_PER_BUCKET bytes of
+/* Default index size: one bucket (31 slots) per KVS_BYTES_PER_BUCKET bytes of
  * region, i.e. the index takes 1/16 of the region and there is one slot per
- * ~137 bytes: about one per object for small items (16 B keys, 100 B values
+ * ~132 bytes: about one per object for small items (16 B keys, 100 B values
  * take 160 bytes), so the index fills up around when the heap does. */
-#define KVS_BYTES_PER_BUCKET 2048u
+#define KVS_BYTES_PER_BUCKET 4096u
 /* Operation deadline clients must keep (they clamp their own to it), and the
  * quarantine of reclaimed segments, which must exceed twice that (segtab.h). */
 #define KVS_DEFAULT_MAX_OP_MS 1000u
@@ -70,7 +70,7 @@
 #define KVS_STARVING_MIN_MS 200u
 
 struct kvs_core_opts {
-	uint64_t buckets;      /* 0 = default: region_size / 2048, at least 64; else >= 2 */
+	uint64_t buckets;      /* 0 = default: region_size / KVS_BYTES_PER_BUCKET, at least 64; else >= 2 */
 	uint64_t segment_size; /* bytes, 0 = default 1 MiB; power of two, 64 KiB .. 1 MiB */
 	uint32_t max_op_ms;    /* 0 = default */
 	uint32_t quarantine_ms; /* 0 = default (at least 2 x max_op_ms + margin) */

@@ -207,7 +207,7 @@ size_t kvs_metrics_render(const struct kvs_metrics_snapshot *s, char *buf, size_
 	counter(&o, "kvcache_segment_tails_returned_total", "Unused extent tails writers gave back.",
 		c->tails_returned);
 	/* Index. */
-	gauge(&o, "kvcache_index_buckets", "Buckets of the current index (15 slots each).", c->index_buckets);
+	gauge(&o, "kvcache_index_buckets", "Buckets of the current index (31 slots each).", c->index_buckets);
 	gauge(&o, "kvcache_index_epoch", "Epoch of the current index (one more per resize).", c->index_epoch);
 	gauge(&o, "kvcache_index_migrating", "1 while the index is being resized (migrating), else 0.",
 	      s->index_migrating ? 1 : 0);

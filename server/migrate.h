@@ -7,7 +7,7 @@
  * migration (reclaim.c only knows the current index).
  *
  * A resize, from an index of N buckets (epoch E) to one of 2N (E + 1):
- *  1 Memory: ceil(2N x 128 / segment) chunks from the core
+ *  1 Memory: ceil(2N x 256 / segment) chunks from the core
  *    (kvs_core_chunks_take: home pieces, then free segments). Short of them,
  *    reclamation runs (evicting) until they fit; with eviction off and no room
  *    the resize is dropped (GROW said NO already when it saw that).
@@ -20,7 +20,7 @@
  *    key: the slot goes to new b or b + N, the bucket of the choice that put it
  *    in old b. A slot whose object does not verify, whose key has neither
  *    choice in b, or whose fingerprint is not its key's is dropped (counted,
- *    logged once per pass). The CPU writes both new buckets' 15 slots (they are
+ *    logged once per pass). The CPU writes both new buckets' 31 slots (they are
  *    UNMIGRATED: nobody else writes them), a release fence, then one doorbell:
  *    CAS old b -> MOVED, new b and b + N UNMIGRATED -> 0.
  *    A bucket found held by a client is skipped and retried on the next pass

@@ -153,7 +153,7 @@ static uint64_t resizes_of(const char *port)
  * linearizable. */
 Test(lin, histories_recorded_while_the_index_doubles_are_linearizable)
 {
-	const char *extra[] = { "--buckets", "64", "--no-evict", NULL };
+	const char *extra[] = { "--buckets", "32", "--no-evict", NULL };
 	struct filler f = { .port = "7742" };
 	uint64_t total, states = 0, r0, r1;
 	struct kvt_proc srv;

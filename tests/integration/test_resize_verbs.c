@@ -125,7 +125,7 @@ Test(resize, the_index_grows_under_load_and_loses_nothing)
 	/* Leases are not what this tests: a 3 s one keeps a worker that the
 	 * emulated guest starved for a second (under ASan, beside the filler and
 	 * the other worker) from being expelled and failing the run. */
-	const char *extra[] = { "--buckets", "256", "--no-evict", "--lease-ms", "3000", NULL };
+	const char *extra[] = { "--buckets", "128", "--no-evict", "--lease-ms", "3000", NULL };
 	struct kvt_proc srv, w1, w2;
 	struct kvc_server_stats s;
 	double t0, worst = 0;
@@ -141,8 +141,8 @@ Test(resize, the_index_grows_under_load_and_loses_nothing)
 	printf("filled %u keys in %.1f s (slowest PUT %.0f ms): %llu resizes, %llu buckets (epoch %llu)\n", FILL,
 	       now_s() - t0, worst * 1000, (unsigned long long)s.resizes, (unsigned long long)s.index_buckets,
 	       (unsigned long long)s.index_epoch);
-	cr_expect_geq(s.resizes, 3, "256 buckets hold 3840 items: 16000 need at least three doublings");
-	cr_expect_geq(s.index_buckets, 2048);
+	cr_expect_geq(s.resizes, 3, "128 buckets hold 3968 items: 16000 need at least three doublings");
+	cr_expect_geq(s.index_buckets, 1024);
 	check_worker(&w1, 1);
 	check_worker(&w2, 2);
 	cr_expect_eq(check_fill(h, FILL), 0, "the filler's own handle");
@@ -155,7 +155,7 @@ Test(resize, the_index_grows_under_load_and_loses_nothing)
 
 Test(resize, a_client_asleep_during_two_resizes_rejoins_and_stays_correct)
 {
-	const char *extra[] = { "--buckets", "256", "--no-evict", "--lease-ms", "1000", NULL };
+	const char *extra[] = { "--buckets", "128", "--no-evict", "--lease-ms", "1000", NULL };
 	struct kvt_proc srv, w;
 	struct kvc_server_stats s;
 	double worst = 0;

@@ -413,7 +413,7 @@ Test(dpath_small, full_buckets_give_eindexfull_and_lose_no_key, .timeout = 60)
 	kvt_env_fini(&e2);
 }
 
-Test(dpath_small, index_fills_past_85_percent_before_the_first_eindexfull, .timeout = 120)
+Test(dpath_small, index_fills_past_90_percent_before_the_first_eindexfull, .timeout = 120)
 {
 	struct kvt_env e2;
 	kvc_t *c;
@@ -433,7 +433,7 @@ Test(dpath_small, index_fills_past_85_percent_before_the_first_eindexfull, .time
 	load = (double)stored / (1024.0 * KVI_SLOTS_PER_BUCKET);
 	printf("index load at the first EINDEXFULL: %.1f %% (%u of %u slots)\n", 100 * load, stored,
 	       1024 * KVI_SLOTS_PER_BUCKET);
-	cr_expect_geq(load, 0.85, "only %.1f %% of the slots were used", 100 * load);
+	cr_expect_geq(load, 0.90, "only %.1f %% of the slots were used", 100 * load);
 	kvc_destroy(c);
 	kvt_env_fini(&e2);
 }

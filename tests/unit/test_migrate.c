@@ -34,7 +34,7 @@ static void setup_opts(uint64_t mib, uint64_t buckets, int no_evict, unsigned lo
 
 static void setup(void)
 {
-	setup_opts(16, 1024, 0, 0);
+	setup_opts(16, 512, 0, 0);
 }
 
 static void teardown(void)
@@ -209,8 +209,8 @@ Test(migrate, resize_keeps_every_key_and_retires_the_old_index)
 	cr_assert_eq(kvs_core_grow(env.core, 1), KVI_GROW_STALE);
 	cr_assert_eq(kvs_core_index(env.core, 0, &nw, chunks_new, 64), 0);
 	cr_assert_eq(kvs_core_index(env.core, 1, &old, chunks_old, 64), 0);
-	cr_assert_eq(nw.bucket_count, 2048);
-	cr_assert_eq(old.bucket_count, 1024);
+	cr_assert_eq(nw.bucket_count, 1024);
+	cr_assert_eq(old.bucket_count, 512);
 	for (uint64_t i = 0; i < old.bucket_count; i++)
 		cr_assert_eq(bk(&old, i)->lock, KVI_LOCK_MOVED, "old bucket %lu", (unsigned long)i);
 	for (uint64_t i = 0; i < nw.bucket_count; i++)
@@ -220,7 +220,7 @@ Test(migrate, resize_keeps_every_key_and_retires_the_old_index)
 		cr_assert_eq(occurrences(&nw, k), 1, "%s", k);
 	}
 	st = stats();
-	cr_assert_eq(st.segments_index, 4, "2048 buckets in 64 KiB chunks");
+	cr_assert_eq(st.segments_index, 4, "1024 buckets of 256 bytes in 64 KiB chunks");
 	cr_assert_eq(st.segments_free, st0.segments_free - 4);
 	check_keys(NKEYS);
 
@@ -254,7 +254,7 @@ Test(migrate, resize_keeps_every_key_and_retires_the_old_index)
 	st = stats();
 	cr_assert_eq(st.segments_quarantined, st0.segments_quarantined);
 	cr_assert_eq(st.segments_free, st0.segments_free - 6, "free segments come back after the quarantine");
-	cr_assert_eq(st.index_bytes, 4096u * KVI_BUCKET_SIZE);
+	cr_assert_eq(st.index_bytes, 2048u * KVI_BUCKET_SIZE);
 	check_keys(NKEYS);
 }
 
@@ -267,7 +267,7 @@ Test(migrate, resize_keeps_every_key_and_retires_the_old_index)
 static void setup_long_quarantine(void)
 {
 	quarantine_ms = 3000;
-	setup_opts(16, 1024, 0, 0);
+	setup_opts(16, 512, 0, 0);
 	quarantine_ms = QUARANTINE_MS;
 }
 
@@ -376,7 +376,7 @@ Test(migrate_opts, no_room_and_no_evict_cannot_grow)
 	struct kvi_ctrl req = { .type = KVI_CTRL_GROW, .seq = 1, .arg = { 1 } }, resp;
 
 	/* 1 MiB of home index in a 2 MiB region: 2 MiB more cannot fit. */
-	setup_opts(2, 8192, 1, 0);
+	setup_opts(2, 4096, 1, 0);
 	cr_assert_eq(kvs_core_ctrl(env.core, 1, &req, &resp), 0);
 	cr_assert_eq(resp.type, KVI_CTRL_GROWING);
 	cr_assert_eq(resp.arg[0], KVI_GROW_NO);
@@ -388,7 +388,7 @@ Test(migrate_opts, no_room_and_no_evict_cannot_grow)
 
 Test(migrate_bare, a_core_without_a_migrator_cannot_grow)
 {
-	struct kvs_core_opts o = { .buckets = 64, .segment_size = 64u << 10 };
+	struct kvs_core_opts o = { .buckets = 32, .segment_size = 64u << 10 };
 
 	cr_assert_eq(kvt_env_init_opts(&env, 4, &o), 0);
 	cr_assert_eq(kvs_core_grow(env.core, 1), KVI_GROW_NO);
@@ -401,9 +401,9 @@ Test(migrate_opts, sampling_wants_a_resize_of_a_filled_index)
 	char k[64];
 	kvc_t *c;
 
-	setup_opts(16, 64, 0, 50);
+	setup_opts(16, 32, 0, 50);
 	c = client();
-	/* 64 buckets x 15 slots: fill about 62 % (no insert finds both
+	/* 32 buckets x 31 slots: fill about 60 % (no insert finds both
 	 * buckets full, which would send a GROW). */
 	while (ok < 600) {
 		kvt_spread_key(&env, "fill", &next, k, sizeof(k));
@@ -418,8 +418,8 @@ Test(migrate_opts, sampling_wants_a_resize_of_a_filled_index)
 
 Test(migrate_opts, sampling_leaves_a_light_index_alone)
 {
-	setup_opts(16, 64, 0, 50);
-	put_keys(100); /* 10 % of 960 slots */
+	setup_opts(16, 32, 0, 50);
+	put_keys(100); /* 10 % of 992 slots */
 	for (int i = 0; i < 5; i++) {
 		cr_assert_geq(kvs_reclaim_run(rcl), 0);
 		usleep((KVS_MIGRATE_SAMPLE_MS + 5) * 1000);
@@ -498,12 +498,12 @@ Test(migrate_opts, eviction_makes_room_for_the_new_index)
 	char k[32], v[1024];
 	kvc_t *c;
 
-	setup_opts(4, 1024, 0, 0);
+	setup_opts(4, 512, 0, 0);
 	memset(v, 'x', sizeof(v) - 1);
 	v[sizeof(v) - 1] = 0;
 	c = client();
 	/* Fill the heap until fewer free segments are left than the 4 chunks
-	 * of 2048 buckets need (beyond the reserve). */
+	 * of 1024 buckets need (beyond the reserve). */
 	do {
 		snprintf(k, sizeof(k), "big-%u", n++);
 		cr_assert_eq(kvt_put_s(c, k, v), 0);

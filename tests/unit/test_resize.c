@@ -17,7 +17,7 @@
 #include "dpath_env.h"
 #include "kvclient_errors.h"
 
-#define N_OLD 256u                  /* home index; the new one has 2 x as many */
+#define N_OLD 128u                  /* home index; the new one has 2 x as many */
 #define MIGRATOR_ID KVI_MAX_CLIENT_ID /* the server's id in lock words: no client has it */
 
 static struct kvt_env env;
