@@ -62,12 +62,12 @@
 #define KVS_DEFAULT_RESIZE_LOAD_PCT 87u /* kvserver --resize-load-pct */
 /* A sample is 256 bucket reads by the CPU (tens of microseconds): every
  * 10 ms catches a small index that fills fast near the threshold, not past
- * it, and 256 buckets (3840 slots) keep the sampled load within ~0.6 % of
+ * it, and 256 buckets (7936 slots) keep the sampled load within ~0.4 % of
  * the true one, so that sampling often does not trigger early on noise. */
 #define KVS_MIGRATE_SAMPLE_MS 10u
 #define KVS_MIGRATE_SAMPLE_BUCKETS 256u
-/* ... and the trigger judges the last 4 samples together (40 ms): 15 360
- * slots, ~0.3 % of noise, so that of the hundreds of samples taken while the
+/* ... and the trigger judges the last 4 samples together (40 ms): 31 744
+ * slots, ~0.2 % of noise, so that of the hundreds of samples taken while the
  * load creeps up, the first over the line is not one a little lucky. */
 #define KVS_MIGRATE_SAMPLE_WINDOW 4u
 #define KVS_MIGRATE_RETIRED_MAX 8u
