@@ -3,7 +3,7 @@
  *
  *   offset 0                 superblock   (4 KiB, written by the server once; trusted
  *                                         by nobody, see "Geometry" below)
- *   index_off                home index   bucket_count x 128-byte buckets: the index
+ *   index_off                home index   bucket_count x 256-byte buckets: the index
  *                                         the server starts with (epoch 1)
  *   heap_off                 heap         segments of segment_size bytes, handed to
  *                                         clients, which append objects into them, or
@@ -34,7 +34,7 @@
  * Buckets are 256 bytes: one lock word and 31 slots (SPEC suggests 64 bytes
  * with 7; docs/design.md says why: with two choices, an index of a million
  * slots fills to ~93 % before the first insert finds both its buckets full
- * with 31-slot buckets, to ~85 % with 15, to ~71 % with 7, for the same
+ * with 31-slot buckets, to ~86 % with 15, to ~67 % with 7, for the same
  * index memory and the same number of READs: the resize trigger, 87 %, comes
  * first, and inserts do not wait for a resize).
  *

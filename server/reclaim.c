@@ -37,8 +37,11 @@ struct lbuf {
 	struct kvi_bucket bk[LOCK_BATCH];
 	uint64_t cas[LOCK_BATCH];
 	uint64_t unlock[LOCK_BATCH];
-	uint64_t slotw[KVI_RMEM_MAX_BATCH * LOCK_BATCH];
+	/* The slots a batch switches (do_batch): at most every slot of every
+	 * bucket it locked. */
+	uint64_t slotw[LOCK_BATCH * KVI_SLOTS_PER_BUCKET];
 };
+_Static_assert(KVI_SLOTS_PER_BUCKET < 256 && LOCK_BATCH < 256, "slotw packs bucket and slot in a byte each");
 
 struct kvs_reclaimer {
 	struct kvs_core *core;

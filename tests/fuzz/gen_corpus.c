@@ -122,10 +122,11 @@ static void walk(void)
 	put("fuzz_walk", "stray_slot", stray, sizeof(stray));
 }
 
-/* fuzz_client input: flags, key, 30 slot records (mode + 8 bytes), data area. */
+/* fuzz_client input: flags, key, one slot record (mode + 8 bytes) per slot
+ * of the pair, data area. */
 static void client(void)
 {
-	unsigned char b[2 + 3 + 30 * 9 + 64];
+	unsigned char b[2 + 3 + 2 * KVI_SLOTS_PER_BUCKET * 9 + 64];
 	size_t n = 0;
 
 	memset(b, 0, sizeof(b));

@@ -385,7 +385,7 @@ Test(dpath_small, full_buckets_give_eindexfull_and_lose_no_key, .timeout = 60)
 	int stored = 0, rc = 0, i;
 	unsigned next = 0;
 
-	/* Two buckets: every key's two choices are the same 30 slots (keys
+	/* Two buckets: every key's two choices are the same 62 slots (keys
 	 * with a single candidate bucket left out, see kvt_spread_key). */
 	cr_assert_eq(kvt_env_init(&e2, 4, 2, 64), 0);
 	cr_assert_eq(kvt_env_client(&e2, NULL, 0, 4, &c), 0);
@@ -445,8 +445,8 @@ Test(dpath_small, heap_exhaustion_is_enomem_and_changes_nothing, .timeout = 60)
 	char v[1000], got[1100];
 	int rc = 0, i, stored = 0;
 
-	/* 2 MiB: a 4096-bucket index (28672 slots) outlasts a ~1.7 MiB heap. */
-	cr_assert_eq(kvt_env_init(&e2, 2, 4096, 64), 0);
+	/* 2 MiB: a 2048-bucket index (63488 slots) outlasts a ~1.5 MiB heap. */
+	cr_assert_eq(kvt_env_init(&e2, 2, 2048, 64), 0);
 	cr_assert_eq(kvt_env_client(&e2, NULL, 0, 4, &c), 0);
 	memset(v, 'z', sizeof(v) - 1);
 	v[sizeof(v) - 1] = '\0';

@@ -25,7 +25,7 @@ static void setup(void)
 
 static void setup_two_buckets(void)
 {
-	/* Every key's candidate pair is {0, 1}: 30 slots shared by all keys. */
+	/* Every key's candidate pair is {0, 1}: 62 slots shared by all keys. */
 	cr_assert_eq(kvt_env_init(&env, 4, 2, 64), 0);
 }
 

@@ -201,6 +201,50 @@ Test(reclaim, cold_items_are_evicted_and_read_items_copied_forward)
 	kvc_destroy(b);
 }
 
+/* A lock doorbell takes up to LOCK_BATCH (7) buckets, and every slot of them
+ * may be switched in one batch: 7 x 31 slot writes. A small index full of
+ * one segment's items, all read (so all copied forward), makes that happen. */
+Test(reclaim, a_batch_that_switches_every_slot_of_its_buckets_copies_every_item_intact)
+{
+	enum { NK = 220 };
+	kvc_t *a, *b;
+	char k[32], v[32], got[64];
+	struct kvs_core_stats st;
+	unsigned bad = 0;
+
+	teardown();
+	setup_with(4, 8, 0, MAX_OP_MS); /* 8 buckets, 248 slots: ~27 items per bucket */
+	a = client(NULL, 0);
+	b = client(NULL, 0);
+	for (unsigned i = 0; i < NK; i++) {
+		snprintf(k, sizeof(k), "full-%u", i);
+		snprintf(v, sizeof(v), "value-%u", i);
+		cr_assert_eq(kvt_put_s(a, k, v), 0, "%s", k);
+	}
+	kvc_destroy(a); /* seals its extent: one segment holds every item */
+	for (int round = 0; round < 2; round++) { /* read, then carry the marks */
+		for (unsigned i = 0; i < NK; i++) {
+			snprintf(k, sizeof(k), "full-%u", i);
+			cr_assert_eq(kvt_get_s(b, k, got, sizeof(got)), 0, "%s", k);
+		}
+	}
+	cr_expect_geq(reclaim_all(), 1);
+	st = stats();
+	cr_expect_eq(st.rc.moved, NK, "every item was read: every item is copied forward");
+	for (unsigned i = 0; i < NK; i++) {
+		int rc;
+
+		snprintf(k, sizeof(k), "full-%u", i);
+		snprintf(v, sizeof(v), "value-%u", i);
+		rc = kvt_get_s(b, k, got, sizeof(got));
+		if (rc != 0 || strcmp(got, v) != 0)
+			if (bad++ < 5)
+				cr_expect_fail("%s: %s '%s'", k, kvc_err_name(rc), rc == 0 ? got : "");
+	}
+	cr_expect_eq(bad, 0, "%u of %u items lost or changed by their copy", bad, NK);
+	kvc_destroy(b);
+}
+
 Test(reclaim, expired_items_are_cleared_and_counted)
 {
 	kvc_t *a = client(NULL, 0);
