@@ -273,6 +273,12 @@ void kvi_conn_reset_stats(struct kvi_conn *h);
 /* While waiting on several connections: let h notice a vanished peer (what
  * kvi_rmem_wait does for one). */
 void kvi_conn_idle(struct kvi_conn *h);
+/* Several servers (cluster.c kvc_poll): sleep on the connections of cs that
+ * have operations in flight (NULL entries and idle ones are skipped) until
+ * one of them may have progressed, or timeout_ms. 1 if it slept, 0 if not
+ * (kvi_rmem_block). An operation waiting on a timer rather than the
+ * transport (a backoff) is looked at again when the sleep ends. */
+int kvi_conns_block(struct kvi_conn *const *cs, unsigned n, int timeout_ms);
 /* Its connection is broken now (it rejoins at the next submit). */
 int kvi_conn_broken(const struct kvi_conn *h);
 

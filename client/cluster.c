@@ -10,7 +10,8 @@
  * With one server, no list file and no auto-eject, every call goes straight
  * to the connection: one server costs nothing for the others' sake. With
  * several, kvc_poll polls each connection in turn without blocking, and
- * waits by spinning over all of them (as kvi_rmem_wait does over one). */
+ * waits as kvi_rmem_wait does over one: it polls all of them for
+ * busy_poll_us, then sleeps on all of them at once (kvi_conns_block). */
 #include <errno.h>
 #include <sched.h>
 #include <stdio.h>
@@ -31,6 +32,7 @@
 #define FILE_MAX 65536       /* bytes of list file read */
 #define WEIGHT_MAX 1000u
 #define IDLE_NS 200000ull    /* while waiting: let connections notice a vanished peer */
+#define SLEEP_MAX_MS 10      /* one sleep of kvc_poll over several servers */
 
 struct member {
 	char name[272];         /* "host:port": in the list, and hashed */
@@ -661,16 +663,34 @@ int kvc_submit(kvc_t *h, struct kvc_op *op)
 	return rc;
 }
 
+/* Sleep on every member's connection (kvi_conns_block) until the deadline,
+ * at most SLEEP_MAX_MS at a time: an operation waiting on a timer (a backoff,
+ * a resize) and the leases are looked after between sleeps. */
+static int sleep_members(kvc_t *h, uint64_t now, uint64_t deadline)
+{
+	struct kvi_conn *cs[2 * KVI_RING_MAX];
+	unsigned all = h->n + h->ndrain;
+	uint64_t left;
+
+	if (now >= deadline)
+		return 0;
+	left = (deadline - now + 999999u) / 1000000u;
+	for (unsigned k = 0; k < all; k++)
+		cs[k] = h->m[k]->c;
+	return kvi_conns_block(cs, all, left > SLEEP_MAX_MS ? SLEEP_MAX_MS : (int)left);
+}
+
 int kvc_poll(kvc_t *h, struct kvc_op **done, unsigned max, int timeout_ms)
 {
-	uint64_t now, deadline, last_idle;
+	uint64_t now, start, deadline, last_idle;
 	unsigned spins = 0;
+	int slept = 0;
 
 	if (!h || !done || max == 0)
 		return KVC_EINVAL;
 	if (h->single)
 		return kvi_conn_poll(h->m[0]->c, done, max, timeout_ms);
-	now = last_idle = kvi_now_ns();
+	now = start = last_idle = kvi_now_ns();
 	deadline = timeout_ms < 0 ? UINT64_MAX : now + (uint64_t)timeout_ms * 1000000u;
 	for (;;) {
 		unsigned got = 0, all = h->n + h->ndrain;
@@ -707,9 +727,17 @@ int kvc_poll(kvc_t *h, struct kvc_op **done, unsigned max, int timeout_ms)
 			for (unsigned k = 0; k < all; k++)
 				if (h->m[k]->c && h->m[k]->inflight)
 					kvi_conn_idle(h->m[k]->c);
-			sched_yield();
+			if (!slept) /* polling only: let others run now and then */
+				sched_yield();
 			last_idle = now;
 		}
+		/* Polled for busy_poll_us: sleep until a completion, a control
+		 * message or a departing peer on any member (as one connection's
+		 * wait does, kvi_rmem_wait). */
+		slept = h->o.busy_poll_us >= 0 && now - start >= (uint64_t)h->o.busy_poll_us * 1000u &&
+			sleep_members(h, now, deadline);
+		if (slept)
+			now = kvi_now_ns();
 	}
 }
 

@@ -1039,6 +1039,21 @@ int kvi_conn_broken(const struct kvi_conn *h)
 	return h->rm->broken != 0;
 }
 
+int kvi_conns_block(struct kvi_conn *const *cs, unsigned n, int timeout_ms)
+{
+	struct kvi_rmem *rms[KVI_RMEM_BLOCK_MAX];
+	unsigned k = 0;
+
+	for (unsigned i = 0; i < n; i++) {
+		if (!cs[i] || cs[i]->inflight + cs[i]->done_count == 0)
+			continue;
+		if (cs[i]->done_count || k == KVI_RMEM_BLOCK_MAX)
+			return 0; /* something to return already, or too many to sleep on */
+		rms[k++] = cs[i]->rm;
+	}
+	return kvi_rmem_block(rms, k, timeout_ms);
+}
+
 void kvi_conn_idle(struct kvi_conn *h)
 {
 	if (h->rm->inflight && !h->rm->broken)

@@ -97,11 +97,45 @@ static uint64_t now_ns(void)
 	return (uint64_t)ts.tv_sec * 1000000000u + (uint64_t)ts.tv_nsec;
 }
 
+int kvi_rmem_block(struct kvi_rmem *const *rms, unsigned n, int timeout_ms)
+{
+	struct pollfd pf[2 * KVI_RMEM_BLOCK_MAX];
+	unsigned nfd[KVI_RMEM_BLOCK_MAX], used = 0;
+
+	if (n == 0 || n > KVI_RMEM_BLOCK_MAX)
+		return 0;
+	for (unsigned k = 0; k < n; k++)
+		if (!rms[k]->type->sleep_fds || rms[k]->broken)
+			return 0;
+	/* Each is armed before it is looked at once more: a completion that
+	 * came before the arming is found by that look, one after it raises
+	 * the event this sleep waits for. One that found something ends it
+	 * (the others stay armed: their next sleep takes the event). */
+	for (unsigned k = 0; k < n; k++) {
+		int f = rms[k]->type->sleep_fds(rms[k], pf + used);
+
+		if (f <= 0)
+			return 0;
+		nfd[k] = (unsigned)f;
+		used += (unsigned)f;
+	}
+	for (unsigned k = 0; k < n; k++)
+		rms[k]->sleeps++;
+	if (poll(pf, used, timeout_ms) > 0) {
+		used = 0;
+		for (unsigned k = 0; k < n; k++) {
+			rms[k]->type->woke(rms[k], pf + used);
+			used += nfd[k];
+		}
+	}
+	return 1;
+}
+
 int kvi_rmem_wait(struct kvi_rmem *rm, struct kvi_rcomp *out, unsigned max, int timeout_ms)
 {
 	uint64_t start = now_ns(), last_idle = start;
 	uint64_t deadline = timeout_ms < 0 ? UINT64_MAX : start + (uint64_t)timeout_ms * 1000000u;
-	uint64_t spin_ns = rm->spin_us < 0 || !rm->type->block ? UINT64_MAX : (uint64_t)rm->spin_us * 1000u;
+	uint64_t spin_ns = rm->spin_us < 0 || !rm->type->sleep_fds ? UINT64_MAX : (uint64_t)rm->spin_us * 1000u;
 	unsigned spins = 0;
 	int n;
 
@@ -126,7 +160,7 @@ int kvi_rmem_wait(struct kvi_rmem *rm, struct kvi_rcomp *out, unsigned max, int 
 			 * at a time, so the peer is looked after as below). */
 			uint64_t left = (deadline - now + 999999u) / 1000000u;
 
-			rm->type->block(rm, left > 100 ? 100 : (int)left);
+			kvi_rmem_block(&rm, 1, left > 100 ? 100 : (int)left);
 			spins = 0;
 			now = now_ns();
 		}

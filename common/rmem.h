@@ -31,6 +31,7 @@
 #ifndef KVI_RMEM_H
 #define KVI_RMEM_H
 
+#include <poll.h>
 #include <stddef.h>
 #include <stdint.h>
 
@@ -77,10 +78,15 @@ struct kvi_rmem_type {
 	int (*poll)(struct kvi_rmem *rm, struct kvi_rcomp *out, unsigned max);
 	/* Called while waiting with nothing completed: notice a vanished peer. */
 	void (*idle)(struct kvi_rmem *rm);
-	/* Sleep until a completion or a control message may have arrived, the
-	 * peer may have left, or timeout_ms passed (spurious wake-ups allowed).
-	 * NULL: this transport cannot sleep; waits poll. */
-	void (*block)(struct kvi_rmem *rm, int timeout_ms);
+	/* Sleeping (kvi_rmem_block): get ready to sleep until a completion or a
+	 * control message may have arrived or the peer may have left -- ask for
+	 * a completion event, then look once more -- and fill pf[0..1] with
+	 * what to poll(2); returns how many, or 0 when something came in
+	 * meanwhile or the connection broke (do not sleep). NULL: this
+	 * transport cannot sleep; waits poll. */
+	int (*sleep_fds)(struct kvi_rmem *rm, struct pollfd pf[2]);
+	/* After that poll(2): take the event pf reports, if any. */
+	void (*woke)(struct kvi_rmem *rm, const struct pollfd pf[2]);
 	/* Control RPC (two-sided): send req, wait for the response with its seq. */
 	int (*ctrl_call)(struct kvi_rmem *rm, const struct kvi_ctrl *req, struct kvi_ctrl *resp, int timeout_ms);
 	/* Send req without waiting (KVC_EAGAIN while the send slot is busy); its
@@ -115,13 +121,13 @@ struct kvi_rmem {
 	uint32_t max_op_ms, quarantine_ms;
 	uint32_t lease_ms;     /* client lease length (welcome); 0 = none */
 	uint16_t server_flags; /* enum kvi_welcome_flags */
-	/* How long a wait polls before it sleeps (type->block): a NIC answers
+	/* How long a wait polls before it sleeps (kvi_rmem_block): a NIC answers
 	 * in microseconds, so polling is the fast path; sleeping after a while
 	 * gives the core back to other threads (and, on a software device such
 	 * as Soft-RoCE, to the kernel work that makes the completion). < 0:
 	 * never sleep. Transports start at KVI_RMEM_SPIN_US. */
 	int32_t spin_us;
-	uint64_t sleeps; /* times type->block went to sleep (nothing had come): diagnostics */
+	uint64_t sleeps; /* times a wait went to sleep on it (nothing had come): diagnostics */
 	/* Where everything is in the region and the hash seed, as the server
 	 * stated it (welcome), never as read from the region (layout.h
 	 * "Geometry"). geo.region_size == region_size. All zero (epoch 0) when
@@ -156,8 +162,17 @@ int kvi_rmem_poll(struct kvi_rmem *rm, struct kvi_rcomp *out, unsigned max);
 
 /* Poll until at least one batch finished or timeout_ms passed (then 0).
  * A negative timeout waits without a deadline. Polls for rm->spin_us, then
- * sleeps in type->block between polls. */
+ * sleeps in kvi_rmem_block between polls. */
 int kvi_rmem_wait(struct kvi_rmem *rm, struct kvi_rcomp *out, unsigned max, int timeout_ms);
+
+/* Sleep until something may have come in on any of the n connections (a
+ * completion, a control message, a peer leaving) or timeout_ms passed;
+ * spurious wake-ups allowed. Returns 1 if it slept, 0 if it did not: a
+ * connection cannot sleep (its transport polls only, or it is broken), more
+ * than KVI_RMEM_BLOCK_MAX were given, or something had already come in. A
+ * handle with several servers waits on all of its connections so. */
+#define KVI_RMEM_BLOCK_MAX 128u
+int kvi_rmem_block(struct kvi_rmem *const *rms, unsigned n, int timeout_ms);
 
 /* Post one batch and wait for it: one round trip. Only for callers with nothing
  * else in flight (KVC_EINVAL otherwise). A batch that misses timeout_ms breaks the

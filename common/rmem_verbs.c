@@ -37,7 +37,7 @@ struct rmem_verbs {
 	struct rdma_cm_id *id;
 	struct ibv_pd *pd;
 	struct ibv_cq *cq;
-	/* Where the CQ signals a completion to a sleeping waiter (verbs_block);
+	/* Where the CQ signals a completion to a sleeping waiter (verbs_sleep_fds);
 	 * armed: a notification was requested and its event not yet taken. */
 	struct ibv_comp_channel *cc;
 	int armed;
@@ -233,31 +233,35 @@ static unsigned drain_cq(struct rmem_verbs *v)
  * race with a completion that arrived before the notification was asked
  * for (it raised no event). Every event taken is acknowledged at once, so
  * destroying the CQ never waits for one. */
-static void verbs_block(struct kvi_rmem *rm, int timeout_ms)
+static int verbs_sleep_fds(struct kvi_rmem *rm, struct pollfd pf[2])
 {
 	struct rmem_verbs *v = (struct rmem_verbs *)rm;
-	struct pollfd pf[2] = { { .fd = v->cc->fd, .events = POLLIN }, { .fd = v->ch->fd, .events = POLLIN } };
 
 	if (rm->broken)
-		return;
+		return 0;
 	if (!v->armed) {
 		if (ibv_req_notify_cq(v->cq, 0)) {
 			verbs_shutdown(rm, KVC_EIO);
-			return;
+			return 0;
 		}
 		v->armed = 1;
 	}
 	if (drain_cq(v) || rm->broken)
-		return; /* something came in meanwhile: no sleep */
-	rm->sleeps++;
-	if (poll(pf, 2, timeout_ms) > 0 && (pf[0].revents & POLLIN)) {
-		struct ibv_cq *cq;
-		void *ctx;
+		return 0; /* something came in meanwhile: no sleep */
+	pf[0] = (struct pollfd){ .fd = v->cc->fd, .events = POLLIN };
+	pf[1] = (struct pollfd){ .fd = v->ch->fd, .events = POLLIN };
+	return 2;
+}
 
-		if (ibv_get_cq_event(v->cc, &cq, &ctx) == 0) {
-			ibv_ack_cq_events(cq, 1);
-			v->armed = 0;
-		}
+static void verbs_woke(struct kvi_rmem *rm, const struct pollfd pf[2])
+{
+	struct rmem_verbs *v = (struct rmem_verbs *)rm;
+	struct ibv_cq *cq;
+	void *ctx;
+
+	if ((pf[0].revents & POLLIN) && ibv_get_cq_event(v->cc, &cq, &ctx) == 0) {
+		ibv_ack_cq_events(cq, 1);
+		v->armed = 0;
 	}
 }
 
@@ -307,8 +311,11 @@ static void ctrl_wait_step(struct rmem_verbs *v, int answer, uint64_t since_ns)
 	if (ctrl_waited(v, answer) || v->rm.broken)
 		return;
 	verbs_idle(&v->rm);
-	if (v->rm.spin_us >= 0 && now_ns() - since_ns >= (uint64_t)v->rm.spin_us * 1000u)
-		verbs_block(&v->rm, 10);
+	if (v->rm.spin_us >= 0 && now_ns() - since_ns >= (uint64_t)v->rm.spin_us * 1000u) {
+		struct kvi_rmem *rm = &v->rm;
+
+		kvi_rmem_block(&rm, 1, 10);
+	}
 }
 
 static int verbs_ctrl_call(struct kvi_rmem *rm, const struct kvi_ctrl *req, struct kvi_ctrl *resp,
@@ -474,7 +481,8 @@ static const struct kvi_rmem_type verbs_type = {
 	.post = verbs_post,
 	.poll = verbs_poll,
 	.idle = verbs_idle,
-	.block = verbs_block,
+	.sleep_fds = verbs_sleep_fds,
+	.woke = verbs_woke,
 	.ctrl_call = verbs_ctrl_call,
 	.ctrl_send = verbs_ctrl_send,
 	.set_lbuf = verbs_set_lbuf,

@@ -105,8 +105,8 @@ struct kvc_opts {
 	 * back when threads outnumber cores, and on a software device (Soft-RoCE)
 	 * to the kernel work that makes the completions. -1: never sleep (one
 	 * busy core per waiting thread); 0: sleep at once. Default 50. A handle
-	 * with several servers polls them in turn and does not sleep between
-	 * their completions (its control calls do). */
+	 * with several servers polls all of them, then sleeps on all of them
+	 * at once (up to 10 ms at a time). */
 	int busy_poll_us;
 };
 

@@ -270,3 +270,49 @@ Test(cluster_verbs, the_list_file_is_followed)
 		kvt_wait(&srv[i], 20000);
 	}
 }
+
+/* A handle with several servers sleeps once it has polled busy_poll_us (here
+ * 0: at once) on all of its connections together, and a completion on any of
+ * them wakes it: 400 blocking operations (two round trips each) are woken by
+ * their completions, not by the 10 ms limit of one sleep (8 s if they were). */
+Test(cluster_verbs, a_handle_with_several_servers_sleeps_and_each_completion_wakes_it)
+{
+	struct kvt_proc srv[NSRV];
+	char list[256], err[400], k[32], v[16];
+	struct timespec c0, c1;
+	struct kvc_opts o;
+	double t0, wall, cpu;
+	size_t len;
+	kvc_t *h;
+
+	start_all(srv, 7694);
+	list_of(list, sizeof(list), NSRV);
+	kvc_opts_init(&o);
+	o.server = list;
+	o.busy_poll_us = 0;
+	o.cache_entries = 0; /* every GET reads its buckets, then the object */
+	cr_assert_eq(kvc_create(&o, &h, err, sizeof(err)), 0, "%s", err);
+	cr_assert_eq(kvc_server_count(h), NSRV);
+	for (unsigned i = 0; i < 100; i++) {
+		snprintf(k, sizeof(k), "sleep-%u", i);
+		cr_assert_eq(kvc_put(h, k, strlen(k), k, strlen(k), 0), 0, "%s", k);
+	}
+	t0 = now_s();
+	clock_gettime(CLOCK_THREAD_CPUTIME_ID, &c0);
+	for (unsigned i = 0; i < 400; i++) {
+		snprintf(k, sizeof(k), "sleep-%u", i % 100);
+		cr_assert_eq(kvc_get(h, k, strlen(k), v, sizeof(v), &len), 0, "%s", k);
+		cr_assert(len == strlen(k) && memcmp(v, k, len) == 0, "%s", k);
+	}
+	clock_gettime(CLOCK_THREAD_CPUTIME_ID, &c1);
+	wall = now_s() - t0;
+	cpu = (double)(c1.tv_sec - c0.tv_sec) + (double)(c1.tv_nsec - c0.tv_nsec) / 1e9;
+	printf("%u servers, busy_poll_us 0: 400 blocking GETs in %.2f s, %.0f %% of it on the CPU\n", NSRV, wall,
+	       100 * cpu / wall);
+	cr_expect_lt(wall, 4.0, "400 GETs took %.2f s: the sleeps were not woken by the completions", wall);
+	kvc_destroy(h);
+	for (unsigned i = 0; i < NSRV; i++) {
+		kvt_kill(&srv[i], SIGTERM);
+		kvt_wait(&srv[i], 20000);
+	}
+}
