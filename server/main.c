@@ -263,19 +263,17 @@ static int on_ctrl(void *arg, struct kvi_peer *p, const struct kvi_ctrl *req, st
 static int expire_leases(struct kvs_server *s)
 {
 	uint32_t ids[64];
-	unsigned n, expelled = 0;
+	unsigned n;
 
-	update_acks(s); /* members that left count no more */
 	do {
 		n = kvs_members_expired(s->members, mono_ns(), ids, 64);
 		for (unsigned i = 0; i < n; i++)
 			expel(s, ids[i], "lease_expired", "let its lease run out: fencing it");
-		expelled += n;
 	} while (n == 64);
-	/* Nor do those just expelled: an old index waiting for them may go
-	 * now, not at the next turn of the loop (up to a second later). */
-	if (expelled)
-		update_acks(s);
+	/* Members that left, and those just expelled, count no more: an old
+	 * index waiting only for them may go now, not at the next turn of the
+	 * loop (up to a second later). */
+	update_acks(s);
 	return kvs_members_next_due(s->members, mono_ns(), 1000);
 }
 
