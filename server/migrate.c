@@ -62,6 +62,8 @@ struct kvs_migrator {
 	 * win_epoch: the trigger judges their sum, not one sample's noise. */
 	uint64_t win[KVS_MIGRATE_SAMPLE_WINDOW], win_epoch;
 	unsigned win_n, win_at;
+	uint64_t last_used, last_at; /* the previous sample (of win_epoch): used slots, when */
+	double rise;                 /* slots of a sample per ms, between the last two samples */
 	uint8_t *obj; /* private copy of one object (KVI_MAX_OBJECT bytes) */
 	struct kvs_migrate_stats st;
 };
@@ -151,27 +153,67 @@ static struct kvi_bucket *bucket(const struct kvs_migrator *m, const struct kvi_
 	return (struct kvi_bucket *)(m->base + kvi_index_bucket_off(x, i));
 }
 
-/* The load trigger: CPU reads of a few random buckets, never of the index. */
-static void sample(struct kvs_migrator *m)
+/* When to sample next, after a sample of `used` slots: by then the load
+ * must not have gone from here past the line. Within 1 point of it, or
+ * over it: KVS_MIGRATE_SAMPLE_MS. Else the time the rise between the last
+ * two samples (at least half a point a second: a load seen flat may start
+ * rising) needs for a quarter of the way to the line less 1 point, and at
+ * most 50 ms per point left: an index near the line that suddenly fills is
+ * seen within a few tens of ms, one far from it within a second. After a
+ * resize the rise is the old index's, halved (as many inserts fill twice
+ * the slots). Noise: two samples' loads differ by ~0.6 point, so samples
+ * 10 ms apart see a steep "rise" and the next comes soon; each one later
+ * makes the rise flatter, and an index that is not filling settles to one
+ * sample per KVS_MIGRATE_SAMPLE_MAX_MS within a few. */
+static uint64_t sample_ms(const struct kvs_migrator *m, uint64_t used)
 {
-	uint64_t used = 0, total = (uint64_t)KVS_MIGRATE_SAMPLE_BUCKETS * KVI_SLOTS_PER_BUCKET, epoch;
+	const uint64_t total = (uint64_t)KVS_MIGRATE_SAMPLE_BUCKETS * KVI_SLOTS_PER_BUCKET;
+	uint64_t line = (uint64_t)m->o.load_pct * total / 100, point = total / 100, gap, ms;
+	double rise = (double)point / 2000.0; /* half a point a second */
+
+	if (used + point >= line)
+		return KVS_MIGRATE_SAMPLE_MS;
+	gap = line - point - used;
+	if (m->rise > rise)
+		rise = m->rise;
+	ms = (uint64_t)((double)gap / 4.0 / rise);
+	if (ms > 50 * (gap / point + 1))
+		ms = 50 * (gap / point + 1);
+	if (ms > KVS_MIGRATE_SAMPLE_MAX_MS)
+		ms = KVS_MIGRATE_SAMPLE_MAX_MS;
+	return ms < KVS_MIGRATE_SAMPLE_MS ? KVS_MIGRATE_SAMPLE_MS : ms;
+}
+
+/* The load trigger: CPU reads of a few random buckets, never of the index.
+ * Returns the ms to wait before the next sample. */
+static uint64_t sample(struct kvs_migrator *m, uint64_t now)
+{
+	uint64_t used = 0, total = (uint64_t)KVS_MIGRATE_SAMPLE_BUCKETS * KVI_SLOTS_PER_BUCKET, epoch, ms;
 	enum kvi_index_state state;
 
 	/* The chunk table is copied only when the index changed. */
 	kvs_core_index_status(m->core, &epoch, &state);
 	if (epoch != m->old.epoch && kvs_core_index(m->core, 0, &m->old, m->old_chunks, m->cap))
-		return;
+		return KVS_MIGRATE_SAMPLE_MS;
 	for (unsigned k = 0; k < KVS_MIGRATE_SAMPLE_BUCKETS; k++) {
 		const struct kvi_bucket *b = bucket(m, &m->old, next_rand(m) % m->old.bucket_count);
 
 		for (unsigned i = 0; i < KVI_SLOTS_PER_BUCKET; i++)
 			used += __atomic_load_n(&b->slot[i], __ATOMIC_RELAXED) != 0;
 	}
+	m->st.samples++;
 	/* A window of samples: the first single sample to cross the line
 	 * out of hundreds is noise a percent or two above the true load. */
-	if (m->win_epoch != m->old.epoch)
+	if (m->win_epoch != m->old.epoch) {
 		m->win_n = m->win_at = 0;
+		m->rise /= 2; /* as many inserts fill twice the slots */
+	} else if (now > m->last_at) {
+		m->rise = used > m->last_used ? (double)(used - m->last_used) / ((double)(now - m->last_at) / 1e6) : 0;
+	}
 	m->win_epoch = m->old.epoch;
+	ms = sample_ms(m, used);
+	m->last_used = used;
+	m->last_at = now;
 	m->win[m->win_at] = used;
 	m->win_at = (m->win_at + 1) % KVS_MIGRATE_SAMPLE_WINDOW;
 	if (m->win_n < KVS_MIGRATE_SAMPLE_WINDOW)
@@ -181,16 +223,19 @@ static void sample(struct kvs_migrator *m)
 		used += m->win[k];
 	total *= m->win_n;
 	if (m->win_n < KVS_MIGRATE_SAMPLE_WINDOW || used * 100 <= (uint64_t)m->o.load_pct * total)
-		return;
+		return ms;
 	if (kvs_core_grow(m->core, m->old.epoch) == KVI_GROW_NO) {
 		if (m->load_warned_epoch != m->old.epoch)
 			kvi_ev_warn("resize_blocked", "epoch=%" PRIu64 " load_pct=%" PRIu64 " buckets_wanted=%" PRIu64
 				    " msg=%s", m->old.epoch, used * 100 / total, 2 * m->old.bucket_count,
 				    "the index cannot grow: not enough memory");
 		m->load_warned_epoch = m->old.epoch;
-		return;
+		/* Memory comes free slowly; an insert that finds its pair
+		 * full still asks at once. */
+		return KVS_MIGRATE_SAMPLE_MAX_MS;
 	}
 	kvi_ev_info("resize_wanted", "epoch=%" PRIu64 " load_pct=%" PRIu64, m->old.epoch, used * 100 / total);
+	return ms;
 }
 
 /* Memory is there: build the new index and publish it. 0, or a code (the
@@ -512,8 +557,7 @@ int kvs_migrate_run(struct kvs_migrator *m, struct kvi_rmem *rm, void *work, uin
 	case P_IDLE:
 		if (kvs_core_resize_phase(m->core) != KVS_RESIZE_WANTED) {
 			if (m->o.load_pct && now >= m->next_sample) {
-				m->next_sample = now + KVS_MIGRATE_SAMPLE_MS * 1000000ull;
-				sample(m);
+				m->next_sample = now + sample(m, now) * 1000000ull;
 			}
 			if (kvs_core_resize_phase(m->core) != KVS_RESIZE_WANTED)
 				return KVS_MIGRATE_IDLE;

@@ -45,10 +45,13 @@
  * indexes wait so (a small index doubles faster than a quarantine passes);
  * with every slot taken, the next is unpublished only after the oldest went.
  *
- * Load: while idle, every KVS_MIGRATE_SAMPLE_MS the migrator reads
- * KVS_MIGRATE_SAMPLE_BUCKETS random buckets of the current index with the
- * CPU and asks for a resize (kvs_core_grow) when more than load_pct % of the
- * slots of its last KVS_MIGRATE_SAMPLE_WINDOW samples are used.
+ * Load: while idle, the migrator reads KVS_MIGRATE_SAMPLE_BUCKETS random
+ * buckets of the current index with the CPU and asks for a resize
+ * (kvs_core_grow) when more than load_pct % of the slots of its last
+ * KVS_MIGRATE_SAMPLE_WINDOW samples are used. How often it samples follows
+ * the load: every KVS_MIGRATE_SAMPLE_MS near the line, rarer the farther
+ * the load is from it and the slower it rose since the last sample, at
+ * least every KVS_MIGRATE_SAMPLE_MAX_MS (sample_ms() has the rule).
  *
  * Owned by one thread at a time (the reclaimer's). */
 #ifndef KVS_MIGRATE_H
@@ -60,11 +63,16 @@
 #include "rmem.h"
 
 #define KVS_DEFAULT_RESIZE_LOAD_PCT 87u /* kvserver --resize-load-pct */
-/* A sample is 256 bucket reads by the CPU (tens of microseconds): every
- * 10 ms catches a small index that fills fast near the threshold, not past
- * it, and 256 buckets (7936 slots) keep the sampled load within ~0.4 % of
- * the true one, so that sampling often does not trigger early on noise. */
+/* A sample is 256 bucket reads by the CPU: 1024 cache lines, tens of
+ * microseconds on a server (hundreds in an emulated guest). Every 10 ms
+ * catches a small index that fills fast near the threshold, not past it,
+ * and 256 buckets (7936 slots) keep the sampled load within ~0.4 % of the
+ * true one, so that sampling often does not trigger early on noise. Far
+ * from the line, or with a load that is not rising, sampling every 10 ms
+ * would cost the idle server a few % of a core (kvserver used 5-12 % of one
+ * with the data path busy): then a sample every second at most. */
 #define KVS_MIGRATE_SAMPLE_MS 10u
+#define KVS_MIGRATE_SAMPLE_MAX_MS 1000u
 #define KVS_MIGRATE_SAMPLE_BUCKETS 256u
 /* ... and the trigger judges the last 4 samples together (40 ms): 31 744
  * slots, ~0.2 % of noise, so that of the hundreds of samples taken while the
@@ -97,6 +105,7 @@ struct kvs_migrate_stats {
 	uint64_t held;     /* lock attempts that found a bucket held (retried) */
 	uint64_t passes;   /* passes over the old index */
 	uint64_t urgent;   /* buckets migrated first because an insert waited for them */
+	uint64_t samples;  /* load samples taken */
 };
 
 struct kvs_migrator;

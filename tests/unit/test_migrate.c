@@ -2,6 +2,7 @@
  * local transport's loopback, with quiescent clients before and after and
  * direct checks of the region's memory. */
 #include <criterion/criterion.h>
+#include <inttypes.h>
 #include <stdio.h>
 #include <string.h>
 #include <time.h>
@@ -426,6 +427,39 @@ Test(migrate_opts, sampling_leaves_a_light_index_alone)
 	}
 	cr_assert_eq(kvs_core_resize_phase(env.core), KVS_RESIZE_IDLE);
 	cr_assert_eq(epoch_now(NULL), 1);
+}
+
+/* Sampling costs CPU: a load far from the line that does not rise is
+ * sampled about once a second, not every KVS_MIGRATE_SAMPLE_MS (kvserver
+ * spent 5-12 % of a core so with the data path busy), and a load that then
+ * rises past it is still seen. */
+Test(migrate_opts, a_steady_light_load_is_sampled_rarely_and_still_seen_when_it_rises)
+{
+	struct kvs_migrate_stats st;
+	unsigned next = 0, ok = 0;
+	char k[64];
+	kvc_t *c;
+
+	setup_opts(16, 32, 0, 50);
+	put_keys(100); /* 10 % of 992 slots */
+	for (int i = 0; i < 60; i++) {
+		cr_assert_geq(kvs_reclaim_run(rcl), 0);
+		usleep(KVS_MIGRATE_SAMPLE_MS * 1000 / 2);
+	}
+	kvs_migrate_stats(mig, &st);
+	cr_assert_leq(st.samples, 8, "%" PRIu64 " samples of a steady 10 %% load in 0.3 s", st.samples);
+	cr_assert_geq(st.samples, 1);
+	/* Past the line (50 %). */
+	c = client();
+	while (ok < 400) {
+		kvt_spread_key(&env, "near", &next, k, sizeof(k));
+		ok += kvt_put_s(c, k, "v") == 0;
+		cr_assert_lt(next, 5000u);
+	}
+	kvc_destroy(c);
+	cr_assert_eq(epoch_now(NULL), 1);
+	run_until_phase(KVS_RESIZE_RUNNING, 20);
+	cr_assert_eq(epoch_now(NULL), 2, "a load pushed past the line was seen");
 }
 
 /* Loopback faults: fail the n-th operation from now (0: none). */
