@@ -6,6 +6,7 @@
 #include <time.h>
 
 #include "ca_seq.h"
+#include "clock.h"
 #include "lrusim.h"
 
 struct slot {
@@ -13,14 +14,6 @@ struct slot {
 	uint64_t seqno; /* position in the sequence */
 	char buf[2048];
 };
-
-static double now_s(void)
-{
-	struct timespec ts;
-
-	clock_gettime(CLOCK_MONOTONIC, &ts);
-	return (double)ts.tv_sec + (double)ts.tv_nsec / 1e9;
-}
 
 static int lru_baseline(const struct kvb_ca_cfg *c, struct kvb_ca_result *r)
 {
@@ -76,7 +69,7 @@ int kvb_cache_aside(const struct kvb_ca_cfg *c, struct kvb_ca_result *r, char *e
 		free(value);
 		return -1;
 	}
-	t0 = now_s();
+	t0 = ((double)kvi_mono_ns() / 1e9);
 	for (;;) {
 		struct kvb_req *done[64];
 		int n;
@@ -86,7 +79,7 @@ int kvb_cache_aside(const struct kvb_ca_cfg *c, struct kvb_ca_result *r, char *e
 
 			if (s->req.user)
 				continue; /* in flight */
-			if (c->rate && (double)issued / (double)c->rate > now_s() - t0)
+			if (c->rate && (double)issued / (double)c->rate > ((double)kvi_mono_ns() / 1e9) - t0)
 				break; /* paced: not yet */
 			s->seqno = issued++;
 			s->req = (struct kvb_req){ .prim = KVB_GET, .buf = s->buf, .buf_len = sizeof(s->buf),
@@ -137,7 +130,7 @@ int kvb_cache_aside(const struct kvb_ca_cfg *c, struct kvb_ca_result *r, char *e
 			}
 		}
 	}
-	r->seconds = now_s() - t0;
+	r->seconds = ((double)kvi_mono_ns() / 1e9) - t0;
 	c->drv->close(conn);
 	free(slots);
 	free(value);

@@ -2,6 +2,7 @@
  * requests in flight. Key names and the key sequence are made before the
  * clock starts, so a phase's CPU time is the library's (and the in-process
  * transport's) plus a loop that copies a key and hands a request over. */
+#include "clock.h"
 #include "cpuop.h"
 
 #include <stdio.h>
@@ -25,14 +26,6 @@ struct ctx {
 	struct kvb_req *reqs, **free;
 	unsigned nfree;
 };
-
-static uint64_t clock_ns(clockid_t id)
-{
-	struct timespec ts;
-
-	clock_gettime(id, &ts);
-	return (uint64_t)ts.tv_sec * 1000000000u + (uint64_t)ts.tv_nsec;
-}
 
 static void rt_snapshot(struct ctx *x, uint64_t *ops, struct kvb_cpuop_result *r)
 {
@@ -83,8 +76,8 @@ static int phase(struct ctx *x, int prim, uint64_t n, const uint32_t *seq, struc
 
 	memset(ph, 0, sizeof(*ph));
 	rt_snapshot(x, before, r);
-	wall0 = clock_ns(CLOCK_MONOTONIC);
-	cpu0 = clock_ns(CLOCK_THREAD_CPUTIME_ID);
+	wall0 = kvi_clock_ns(CLOCK_MONOTONIC);
+	cpu0 = kvi_clock_ns(CLOCK_THREAD_CPUTIME_ID);
 	while (finished < n && !lost) {
 		while (issued < n && x->nfree && !lost) {
 			struct kvb_req *q = x->free[--x->nfree];
@@ -115,8 +108,8 @@ static int phase(struct ctx *x, int prim, uint64_t n, const uint32_t *seq, struc
 			lost |= account(x, ph, done, got, &finished);
 		}
 	}
-	ph->cpu_ns = clock_ns(CLOCK_THREAD_CPUTIME_ID) - cpu0;
-	ph->wall_ns = clock_ns(CLOCK_MONOTONIC) - wall0;
+	ph->cpu_ns = kvi_clock_ns(CLOCK_THREAD_CPUTIME_ID) - cpu0;
+	ph->wall_ns = kvi_clock_ns(CLOCK_MONOTONIC) - wall0;
 	ph->ops = finished;
 	if (lost) {
 		snprintf(err, errlen, "connection to %s://%s lost: %s", d->scheme, x->c->host, d->errname(x->lost_status));

@@ -13,17 +13,10 @@
 #include <string.h>
 #include <time.h>
 
+#include "clock.h"
 #include "ring.h"
 
 #define MAXS 64
-
-static double now_s(void)
-{
-	struct timespec ts;
-
-	clock_gettime(CLOCK_MONOTONIC, &ts);
-	return (double)ts.tv_sec + (double)ts.tv_nsec / 1e9;
-}
 
 static void name_of(unsigned i, char *out, size_t len)
 {
@@ -79,14 +72,14 @@ int main(int argc, char **argv)
 
 			make(&a, n);
 			make(&b, n + 1);
-			t0 = now_s();
+			t0 = ((double)kvi_mono_ns() / 1e9);
 			for (unsigned i = 0; i < keys; i++) {
 				int len = snprintf(key, sizeof(key), "user%u", i);
 
 				was[i] = place(&a, ketama, key, (size_t)len);
 				count[was[i]]++;
 			}
-			t = now_s() - t0;
+			t = ((double)kvi_mono_ns() / 1e9) - t0;
 			for (unsigned s = 0; s < n; s++)
 				max = count[s] > max ? count[s] : max;
 			for (unsigned i = 0; i < keys; i++) {

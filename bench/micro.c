@@ -13,19 +13,12 @@
 #include <time.h>
 
 #include "auth.h"
+#include "clock.h"
 #include "driver.h"
 #include "hist.h"
 #include "kvclient.h"
 #include "micro.h"
 #include "rmem_verbs.h"
-
-static uint64_t now_ns(void)
-{
-	struct timespec ts;
-
-	clock_gettime(CLOCK_MONOTONIC, &ts);
-	return (uint64_t)ts.tv_sec * 1000000000u + (uint64_t)ts.tv_nsec;
-}
 
 static void print_header(void)
 {
@@ -84,9 +77,9 @@ static int run_pattern(struct kvi_rmem *rm, const struct kvb_micro_opts *o, cons
 			else
 				ops[j] = kvi_rop_cas(r, (uint64_t *)(void *)l, i, i + 1);
 		}
-		t0 = now_ns();
+		t0 = kvi_mono_ns();
 		rc = kvi_rmem_exec(rm, ops, (unsigned)n, 5000);
-		kvb_hist_record(hs, now_ns() - t0);
+		kvb_hist_record(hs, kvi_mono_ns() - t0);
 		if (rc) {
 			fprintf(stderr, "kvbench: %s failed after %" PRIu64 " doorbells: %s\n", p->name, i,
 				kvc_strerror(rc));
@@ -205,9 +198,9 @@ static int run_phase(kvc_t *h, const struct kvb_micro_opts *o, const struct phas
 		int rc;
 
 		snprintf(key, sizeof(key), p->absent ? "kvbench-absent-%010" PRIu64 : "kvbench-%010" PRIu64, i);
-		t0 = now_ns();
+		t0 = kvi_mono_ns();
 		rc = kv_op(h, p, key, val, o->size);
-		kvb_hist_record(hs, now_ns() - t0);
+		kvb_hist_record(hs, kvi_mono_ns() - t0);
 		if (rc != p->expect) {
 			fprintf(stderr, "kvbench: %s of %s failed: %s\n", p->name, key, kvc_strerror(rc));
 			return 1;

@@ -29,6 +29,7 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "clock.h"
 #include "hist.h"
 #include "kvclient.h"
 #include "layout.h"
@@ -69,14 +70,6 @@ struct worker {
 	int first_error;
 };
 
-static uint64_t now_ns(void)
-{
-	struct timespec ts;
-
-	clock_gettime(CLOCK_MONOTONIC, &ts);
-	return (uint64_t)ts.tv_sec * 1000000000u + (uint64_t)ts.tv_nsec;
-}
-
 static kvc_t *open_handle(void)
 {
 	struct kvc_opts o;
@@ -113,7 +106,7 @@ static uint64_t rnd(uint64_t *s)
 
 static void record(struct worker *w, int c, uint64_t t0, int mig)
 {
-	kvb_hist_record(&w->h[mig][c], now_ns() - t0);
+	kvb_hist_record(&w->h[mig][c], kvi_mono_ns() - t0);
 }
 
 static void fail(struct worker *w, int rc, int c, int mig)
@@ -146,7 +139,7 @@ static void *work(void *arg)
 		snprintf(k, sizeof(k), "rb-%" PRIu64, i);
 		vlen = value_of(i, v);
 		mig = atomic_load(&migrating);
-		t0 = now_ns();
+		t0 = kvi_mono_ns();
 		rc = kvc_put(h, k, strlen(k), v, vlen, 0);
 		record(w, C_INSERT, t0, mig);
 		if (rc) {
@@ -168,7 +161,7 @@ static void *work(void *arg)
 			j = rnd(&seed) % done;
 			snprintf(k, sizeof(k), "rb-%" PRIu64, j);
 			mig = atomic_load(&migrating);
-			t0 = now_ns();
+			t0 = kvi_mono_ns();
 			if (m % 2 == 0) {
 				rc = kvc_get(h, k, strlen(k), got, cfg.value_size + 64, &len);
 				record(w, C_GET, t0, mig);
@@ -328,7 +321,7 @@ int main(int argc, char **argv)
 	if (!mh)
 		return 1;
 	pthread_create(&mon, NULL, monitor, mh);
-	t0 = now_ns();
+	t0 = kvi_mono_ns();
 	for (unsigned i = 0; i < cfg.threads; i++) {
 		w[i].id = i;
 		for (int m = 0; m < 2; m++)
@@ -343,7 +336,7 @@ int main(int argc, char **argv)
 	pthread_join(mon, NULL);
 	printf("resizebench: %" PRIu64 " items, %u threads, %u ops per insert: %.1f s, %" PRIu64
 	       " failed operations, %" PRIu64 " GETs with a wrong value\n",
-	       cfg.items, cfg.threads, cfg.mix, (double)(now_ns() - t0) / 1e9, (uint64_t)atomic_load(&failed),
+	       cfg.items, cfg.threads, cfg.mix, (double)(kvi_mono_ns() - t0) / 1e9, (uint64_t)atomic_load(&failed),
 	       (uint64_t)atomic_load(&wrong));
 	for (unsigned i = 0; i < cfg.threads; i++)
 		if (w[i].first_error)

@@ -12,6 +12,7 @@
  * then waits at most SETTLE_MS for what it has in flight and abandons the
  * rest, so the results so far are printed at once rather than after the
  * planned duration. */
+#include "clock.h"
 #include "runner.h"
 
 #include <errno.h>
@@ -84,14 +85,6 @@ struct thread {
 	struct kvb_phase *ph; /* the phase being recorded into (thread-private copy) */
 	struct kvb_phase load, run;
 };
-
-static uint64_t now_ns(void)
-{
-	struct timespec ts;
-
-	clock_gettime(CLOCK_MONOTONIC, &ts);
-	return (uint64_t)ts.tv_sec * 1000000000u + (uint64_t)ts.tv_nsec;
-}
 
 static void errs_add(struct kvb_errs *e, int status, uint64_t n)
 {
@@ -210,14 +203,14 @@ static int finish(struct thread *th, struct slot *s)
 	ph->ops[s->type]++;
 	ph->ops[KVB_T_N]++;
 	if (st == 0) {
-		uint64_t lat = now_ns() - s->t0;
+		uint64_t lat = kvi_mono_ns() - s->t0;
 
 		kvb_hist_record(&ph->hist[s->type], lat);
 		kvb_hist_record(&ph->hist[KVB_T_N], lat);
 	} else {
 		ph->failed[s->type]++;
 		ph->failed[KVB_T_N]++;
-		kvb_hist_record(&ph->fail_hist, now_ns() - s->t0);
+		kvb_hist_record(&ph->fail_hist, kvi_mono_ns() - s->t0);
 		errs_add(&ph->errs, st, 1);
 	}
 	return 1;
@@ -260,9 +253,9 @@ static void drain(struct thread *th, int timeout_ms)
  * then abandon the rest (closing the connection takes it back). */
 static void settle(struct thread *th)
 {
-	uint64_t end = now_ns() + SETTLE_MS * 1000000ull;
+	uint64_t end = kvi_mono_ns() + SETTLE_MS * 1000000ull;
 
-	while (th->inflight && now_ns() < end)
+	while (th->inflight && kvi_mono_ns() < end)
 		drain(th, 10);
 }
 
@@ -303,7 +296,7 @@ static void load(struct thread *th)
 		while (next < c->records && th->inflight < th->sh->depth && !stopping(th)) {
 			struct slot *s = free_slot(th);
 
-			*s = (struct slot){ .type = KVB_T_INSERT, .recorded = 1, .t0 = now_ns(), .keynum = next };
+			*s = (struct slot){ .type = KVB_T_INSERT, .recorded = 1, .t0 = kvi_mono_ns(), .keynum = next };
 			launch(th, s, KVB_PUT);
 			next += c->threads;
 		}
@@ -330,7 +323,7 @@ static void start_op(struct thread *th, struct slot *s, int recorded)
 	const struct kvb_cfg *c = th->sh->cfg;
 	int prim = KVB_GET;
 
-	*s = (struct slot){ .recorded = recorded, .t0 = now_ns() };
+	*s = (struct slot){ .recorded = recorded, .t0 = kvi_mono_ns() };
 	switch (kvb_workload_next_op(c->w, &th->rng)) {
 	case KVB_OP_UPDATE:
 		s->type = KVB_T_UPDATE;
@@ -364,7 +357,7 @@ static void run(struct thread *th)
 			return;
 		}
 		while (more && th->inflight < th->sh->depth && !th->failed) {
-			int k = claim(th->sh, now_ns());
+			int k = claim(th->sh, kvi_mono_ns());
 
 			if (k < 0) {
 				more = 0;
@@ -436,13 +429,13 @@ struct ticker {
 static void *ticker_main(void *arg)
 {
 	struct ticker *tk = arg;
-	uint64_t last_n = 0, last_t = now_ns(), last_in = 0, last_it = last_t, last_f = 0;
+	uint64_t last_n = 0, last_t = kvi_mono_ns(), last_in = 0, last_it = last_t, last_f = 0;
 
 	while (!atomic_load(&tk->stop)) {
 		uint64_t n, t;
 
 		usleep(tk->interval_ns && tk->interval_ns < 1000000000u ? 20000 : 200000);
-		t = now_ns();
+		t = kvi_mono_ns();
 		n = atomic_load(&tk->sh->completed);
 		if (tk->interval_ns && t - last_it >= tk->interval_ns) {
 			uint64_t f = atomic_load(&tk->sh->failures);
@@ -471,7 +464,7 @@ static void tick_start(struct ticker *tk, struct shared *sh, const char *phase, 
 {
 	tk->sh = sh;
 	tk->phase = phase;
-	tk->start = now_ns();
+	tk->start = kvi_mono_ns();
 	tk->progress = on;
 	tk->interval_ns = interval_s > 0 ? (uint64_t)(interval_s * 1e9) : 0;
 	atomic_store(&tk->stop, 0);
@@ -620,12 +613,12 @@ int kvb_run(const struct kvb_cfg *c, struct kvb_result *res, char *err, size_t e
 	atomic_store(&sh.abort, rc != 0);
 
 	cpu0 = server_cpu(c, stats_conn);
-	t0 = now_ns();
+	t0 = kvi_mono_ns();
 	tick_start(&tk, &sh, "load", c->progress && c->load && rc == 0, 0);
 	pthread_barrier_wait(&sh.bar); /* B: load starts */
 	pthread_barrier_wait(&sh.bar); /* C: load done */
 	tick_stop(&tk);
-	t1 = now_ns();
+	t1 = kvi_mono_ns();
 	if (atomic_load(&sh.lost)) /* a dead server would keep the statistics calls waiting */
 		stats_conn_drop(c, &stats_conn);
 	cpu1 = server_cpu(c, stats_conn);
@@ -639,19 +632,19 @@ int kvb_run(const struct kvb_cfg *c, struct kvb_result *res, char *err, size_t e
 					      : -1;
 	}
 
-	sh.warmup_end = now_ns() + (uint64_t)(c->warmup_s * 1e9);
+	sh.warmup_end = kvi_mono_ns() + (uint64_t)(c->warmup_s * 1e9);
 	sh.run_end = c->operations ? 0 : sh.warmup_end + (uint64_t)(c->duration_s * 1e9);
 	tick_start(&tk, &sh, "run", c->progress && rc == 0, rc == 0 ? c->interval_s : 0);
 	pthread_barrier_wait(&sh.bar); /* D: run starts */
 	/* Sample the server's CPU when the warm-up ends, i.e. over the recorded part. */
-	while (rc == 0 && now_ns() < sh.warmup_end && !atomic_load(&sh.abort) && !atomic_load(&stop_signal))
+	while (rc == 0 && kvi_mono_ns() < sh.warmup_end && !atomic_load(&sh.abort) && !atomic_load(&stop_signal))
 		usleep(1000);
 	if (atomic_load(&sh.lost))
 		stats_conn_drop(c, &stats_conn);
 	cpu0 = server_cpu(c, stats_conn);
 	pthread_barrier_wait(&sh.bar); /* E: run done */
 	tick_stop(&tk);
-	t1 = now_ns();
+	t1 = kvi_mono_ns();
 	if (atomic_load(&sh.lost))
 		stats_conn_drop(c, &stats_conn);
 	cpu1 = server_cpu(c, stats_conn);

@@ -20,6 +20,7 @@
 #include <sys/stat.h>
 #include <time.h>
 
+#include "clock.h"
 #include "client.h"
 #include "dial.h"
 #include "log.h"
@@ -670,14 +671,12 @@ static int sleep_members(kvc_t *h, uint64_t now, uint64_t deadline)
 {
 	struct kvi_conn *cs[2 * KVI_RING_MAX];
 	unsigned all = h->n + h->ndrain;
-	uint64_t left;
 
 	if (now >= deadline)
 		return 0;
-	left = (deadline - now + 999999u) / 1000000u;
 	for (unsigned k = 0; k < all; k++)
 		cs[k] = h->m[k]->c;
-	return kvi_conns_block(cs, all, left > SLEEP_MAX_MS ? SLEEP_MAX_MS : (int)left);
+	return kvi_conns_block(cs, all, kvi_ms_until(now, deadline, SLEEP_MAX_MS));
 }
 
 int kvc_poll(kvc_t *h, struct kvc_op **done, unsigned max, int timeout_ms)

@@ -7,6 +7,7 @@
 #include <time.h>
 
 #include "client.h"
+#include "clock.h"
 #include "kvclient_errors.h"
 #include "log.h"
 
@@ -15,22 +16,14 @@
 #define GRANT_RETRY_MIN_US 500u
 #define GRANT_RETRY_MAX_US 20000u
 
-static uint64_t clock_ns(clockid_t id)
-{
-	struct timespec ts;
-
-	clock_gettime(id, &ts);
-	return (uint64_t)ts.tv_sec * 1000000000u + (uint64_t)ts.tv_nsec;
-}
-
 uint64_t kvi_now_ns(void)
 {
-	return clock_ns(CLOCK_MONOTONIC);
+	return kvi_clock_ns(CLOCK_MONOTONIC);
 }
 
 uint64_t kvi_real_ns(void)
 {
-	return clock_ns(CLOCK_REALTIME);
+	return kvi_clock_ns(CLOCK_REALTIME);
 }
 
 uint64_t kvi_rand(struct kvi_conn *h)

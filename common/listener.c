@@ -1,3 +1,4 @@
+#include "clock.h"
 #include "listener.h"
 
 #include <errno.h>
@@ -773,14 +774,6 @@ int kvi_listener_notify_all(struct kvi_listener *l, const struct kvi_ctrl *notic
 	return n;
 }
 
-static long now_ms(void)
-{
-	struct timespec ts;
-
-	clock_gettime(CLOCK_MONOTONIC, &ts);
-	return ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
-}
-
 static int sends_pending(const struct kvi_listener *l)
 {
 	for (const struct kvi_peer *p = l->peers; p; p = p->next) {
@@ -792,7 +785,7 @@ static int sends_pending(const struct kvi_listener *l)
 
 int kvi_listener_flush_sends(struct kvi_listener *l, int timeout_ms)
 {
-	long deadline = now_ms() + timeout_ms;
+	long deadline = (long)(kvi_mono_ns() / 1000000u) + timeout_ms;
 
 	for (;;) {
 		struct pollfd pf = { .fd = l->cq_ch->fd, .events = POLLIN };
@@ -802,7 +795,7 @@ int kvi_listener_flush_sends(struct kvi_listener *l, int timeout_ms)
 			return KVC_EIO;
 		if (!sends_pending(l))
 			return 0;
-		left = deadline - now_ms();
+		left = deadline - (long)(kvi_mono_ns() / 1000000u);
 		if (left <= 0)
 			return KVC_ETIMEDOUT;
 		if (poll(&pf, 1, (int)left) < 0 && errno != EINTR)

@@ -1,5 +1,6 @@
 /* Transport-independent half of the remote-memory interface: the checks every
  * transport needs, done once, and the blocking helpers built on post/poll. */
+#include "clock.h"
 #include "rmem.h"
 
 #include <sched.h>
@@ -89,14 +90,6 @@ int kvi_rmem_poll(struct kvi_rmem *rm, struct kvi_rcomp *out, unsigned max)
 	return n;
 }
 
-static uint64_t now_ns(void)
-{
-	struct timespec ts;
-
-	clock_gettime(CLOCK_MONOTONIC, &ts);
-	return (uint64_t)ts.tv_sec * 1000000000u + (uint64_t)ts.tv_nsec;
-}
-
 int kvi_rmem_block(struct kvi_rmem *const *rms, unsigned n, int timeout_ms)
 {
 	struct pollfd pf[2 * KVI_RMEM_BLOCK_MAX];
@@ -133,7 +126,7 @@ int kvi_rmem_block(struct kvi_rmem *const *rms, unsigned n, int timeout_ms)
 
 int kvi_rmem_wait(struct kvi_rmem *rm, struct kvi_rcomp *out, unsigned max, int timeout_ms)
 {
-	uint64_t start = now_ns(), last_idle = start;
+	uint64_t start = kvi_mono_ns(), last_idle = start;
 	uint64_t deadline = timeout_ms < 0 ? UINT64_MAX : start + (uint64_t)timeout_ms * 1000000u;
 	uint64_t spin_ns = rm->spin_us < 0 || !rm->type->sleep_fds ? UINT64_MAX : (uint64_t)rm->spin_us * 1000u;
 	unsigned spins = 0;
@@ -152,17 +145,15 @@ int kvi_rmem_wait(struct kvi_rmem *rm, struct kvi_rcomp *out, unsigned max, int 
 		 * sleep at once). */
 		if (++spins % 64 && spin_ns)
 			continue;
-		now = now_ns();
+		now = kvi_mono_ns();
 		if (now >= deadline)
 			return 0;
 		if (now - start >= spin_ns) {
 			/* Long enough: sleep until the device signals (at most 100 ms
 			 * at a time, so the peer is looked after as below). */
-			uint64_t left = (deadline - now + 999999u) / 1000000u;
-
-			kvi_rmem_block(&rm, 1, left > 100 ? 100 : (int)left);
+			kvi_rmem_block(&rm, 1, kvi_ms_until(now, deadline, 100));
 			spins = 0;
-			now = now_ns();
+			now = kvi_mono_ns();
 		}
 		if (now - last_idle >= 200000u) {
 			rm->type->idle(rm);

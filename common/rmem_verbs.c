@@ -1,3 +1,4 @@
+#include "clock.h"
 #include "rmem_verbs.h"
 
 #include <errno.h>
@@ -281,17 +282,9 @@ static int verbs_poll(struct kvi_rmem *rm, struct kvi_rcomp *out, unsigned max)
 	return (int)n;
 }
 
-static uint64_t now_ns(void)
-{
-	struct timespec ts;
-
-	clock_gettime(CLOCK_MONOTONIC, &ts);
-	return (uint64_t)ts.tv_sec * 1000000000u + (uint64_t)ts.tv_nsec;
-}
-
 static uint64_t now_ms(void)
 {
-	return now_ns() / 1000000u;
+	return kvi_mono_ns() / 1000000u;
 }
 
 static void verbs_idle(struct kvi_rmem *rm);
@@ -311,7 +304,7 @@ static void ctrl_wait_step(struct rmem_verbs *v, int answer, uint64_t since_ns)
 	if (ctrl_waited(v, answer) || v->rm.broken)
 		return;
 	verbs_idle(&v->rm);
-	if (v->rm.spin_us >= 0 && now_ns() - since_ns >= (uint64_t)v->rm.spin_us * 1000u) {
+	if (v->rm.spin_us >= 0 && kvi_mono_ns() - since_ns >= (uint64_t)v->rm.spin_us * 1000u) {
 		struct kvi_rmem *rm = &v->rm;
 
 		kvi_rmem_block(&rm, 1, 10);
@@ -326,7 +319,7 @@ static int verbs_ctrl_call(struct kvi_rmem *rm, const struct kvi_ctrl *req, stru
 	struct ibv_sge sge = { .addr = (uintptr_t)sbuf, .length = CTRL_MSG, .lkey = v->cmr->lkey };
 	struct ibv_send_wr wr = { .wr_id = WR_CTRL_SEND, .sg_list = &sge, .num_sge = 1,
 				  .opcode = IBV_WR_SEND, .send_flags = IBV_SEND_SIGNALED }, *bad;
-	uint64_t since = now_ns(), deadline = since / 1000000u + (uint64_t)(timeout_ms < 0 ? 3600000 : timeout_ms);
+	uint64_t since = kvi_mono_ns(), deadline = since / 1000000u + (uint64_t)(timeout_ms < 0 ? 3600000 : timeout_ms);
 
 	/* One request at a time: the send slot is reused only after its SEND completed. */
 	while (!ctrl_waited(v, 0) && !rm->broken && now_ms() < deadline)

@@ -1,3 +1,4 @@
+#include "clock.h"
 #include "core.h"
 
 #include <errno.h>
@@ -85,14 +86,6 @@ static void charge_client(void *arg, uint32_t id, int64_t bytes)
 		cl->held = bytes < 0 && (uint64_t)-bytes > cl->held ? 0 : cl->held + (uint64_t)bytes;
 }
 static int policy_opts(const struct kvs_core_opts *in, struct kvs_core_opts *o, struct kvi_errbuf *e);
-
-static uint64_t now_ns(void)
-{
-	struct timespec ts;
-
-	clock_gettime(CLOCK_MONOTONIC, &ts);
-	return (uint64_t)ts.tv_sec * 1000000000u + (uint64_t)ts.tv_nsec;
-}
 
 /* Free segments only the reclaimer may take (segtab opts.reserve). */
 static uint64_t reserve_of(const struct kvs_core *c)
@@ -348,7 +341,7 @@ static void reply_error(const struct kvi_ctrl *req, struct kvi_ctrl *resp, int s
 
 static int full_now(const struct kvs_core *c)
 {
-	return c->full_at && now_ns() - c->full_at < FULL_HOLD_NS;
+	return c->full_at && kvi_mono_ns() - c->full_at < FULL_HOLD_NS;
 }
 
 /* Is reclamation wanted? Hysteresis between the watermarks, counting
@@ -358,7 +351,7 @@ static int wanted(struct kvs_core *c)
 	struct kvs_segtab_counts n;
 	uint64_t avail;
 
-	uint64_t now = now_ns(), low, high;
+	uint64_t now = kvi_mono_ns(), low, high;
 
 	kvs_segtab_counts(c->segs, &n);
 	if (now - c->win_start >= RATE_WINDOW_NS) {
@@ -395,7 +388,7 @@ static void poke(struct kvs_core *c)
 static int seg_request(struct kvs_core *c, uint32_t id, const struct kvi_ctrl *req, struct kvi_ctrl *resp)
 {
 	struct kvs_client **pp = client_slot(c, id), *cl = *pp;
-	uint64_t now = now_ns();
+	uint64_t now = kvi_mono_ns();
 	int rc, over;
 
 	if (req->arg[0] > c->geo.segment_size) {
@@ -468,7 +461,7 @@ static int seg_return(struct kvs_core *c, uint32_t id, const struct kvi_ctrl *re
 	struct kvs_client *cl = *client_slot(c, id);
 
 	if (cl)
-		kvs_segtab_release(c->segs, &cl->x, req->arg[0], now_ns());
+		kvs_segtab_release(c->segs, &cl->x, req->arg[0], kvi_mono_ns());
 	resp->type = KVI_CTRL_SEG_RETURNED;
 	resp->seq = req->seq;
 	return 0;
@@ -670,7 +663,7 @@ void kvs_core_client_left(struct kvs_core *c, uint32_t client_id)
 	cl = *pp;
 	if (cl) {
 		/* Whatever it used is unknown: keep the whole extent. */
-		kvs_segtab_release(c->segs, &cl->x, cl->x.len, now_ns());
+		kvs_segtab_release(c->segs, &cl->x, cl->x.len, kvi_mono_ns());
 		*pp = cl->next;
 		free(cl);
 		c->nclients--;
@@ -695,7 +688,7 @@ int kvs_core_reclaim_begin(struct kvs_core *c, uint64_t *off, uint64_t *len)
 	int rc;
 
 	pthread_mutex_lock(&c->mu);
-	rc = kvs_segtab_reclaim_begin(c->segs, now_ns(), off, len);
+	rc = kvs_segtab_reclaim_begin(c->segs, kvi_mono_ns(), off, len);
 	pthread_mutex_unlock(&c->mu);
 	return rc;
 }
@@ -713,7 +706,7 @@ static void add_stats(struct kvs_reclaim_stats *a, const struct kvs_reclaim_stat
 void kvs_core_reclaim_end(struct kvs_core *c, uint64_t off, int done, int rotate, const struct kvs_reclaim_stats *st)
 {
 	pthread_mutex_lock(&c->mu);
-	kvs_segtab_reclaim_end(c->segs, off, done, rotate, now_ns());
+	kvs_segtab_reclaim_end(c->segs, off, done, rotate, kvi_mono_ns());
 	if (st)
 		add_stats(&c->rc, st);
 	pthread_mutex_unlock(&c->mu);
@@ -733,8 +726,8 @@ int kvs_core_server_extent(struct kvs_core *c, struct kvs_extent *x, uint64_t us
 	int rc;
 
 	pthread_mutex_lock(&c->mu);
-	kvs_segtab_tick(c->segs, now_ns());
-	rc = kvs_segtab_grant(c->segs, x, c->geo.segment_size, used, KVS_GRANT_SERVER, now_ns());
+	kvs_segtab_tick(c->segs, kvi_mono_ns());
+	rc = kvs_segtab_grant(c->segs, x, c->geo.segment_size, used, KVS_GRANT_SERVER, kvi_mono_ns());
 	pthread_mutex_unlock(&c->mu);
 	return rc;
 }
@@ -742,13 +735,13 @@ int kvs_core_server_extent(struct kvs_core *c, struct kvs_extent *x, uint64_t us
 void kvs_core_server_release(struct kvs_core *c, struct kvs_extent *x, uint64_t used)
 {
 	pthread_mutex_lock(&c->mu);
-	kvs_segtab_release(c->segs, x, used, now_ns());
+	kvs_segtab_release(c->segs, x, used, kvi_mono_ns());
 	pthread_mutex_unlock(&c->mu);
 }
 
 int kvs_core_tick(struct kvs_core *c, int max_ms)
 {
-	uint64_t now = now_ns(), due;
+	uint64_t now = kvi_mono_ns(), due;
 
 	pthread_mutex_lock(&c->mu);
 	kvs_segtab_tick(c->segs, now);
@@ -756,9 +749,7 @@ int kvs_core_tick(struct kvs_core *c, int max_ms)
 	 * server sleeps until a quarantine ends. */
 	due = kvs_segtab_next_due(c->segs, now, wanted(c));
 	pthread_mutex_unlock(&c->mu);
-	if (due >= (uint64_t)max_ms * 1000000u)
-		return max_ms;
-	return (int)((due + 999999) / 1000000u);
+	return kvi_ms_until(0, due, max_ms); /* due: ns from now */
 }
 
 void kvs_core_attach_reclaimer(struct kvs_core *c)
@@ -783,7 +774,7 @@ void kvs_core_limits(const struct kvs_core *c, uint32_t *max_op_ms, uint32_t *qu
 void kvs_core_set_full(struct kvs_core *c)
 {
 	pthread_mutex_lock(&c->mu);
-	c->full_at = now_ns();
+	c->full_at = kvi_mono_ns();
 	pthread_mutex_unlock(&c->mu);
 }
 
@@ -922,7 +913,7 @@ int kvs_core_chunks_take(struct kvs_core *c, uint32_t n, uint64_t *chunks)
 	int rc = 0;
 
 	pthread_mutex_lock(&c->mu);
-	kvs_segtab_tick(c->segs, now_ns());
+	kvs_segtab_tick(c->segs, kvi_mono_ns());
 	kvs_segtab_counts(c->segs, &cnt);
 	from_pool = c->npool < n ? c->npool : n;
 	if (n > from_pool && cnt.free < (uint64_t)(n - from_pool) + reserve_of(c)) {
@@ -959,7 +950,7 @@ int kvs_core_chunks_take(struct kvs_core *c, uint32_t n, uint64_t *chunks)
 
 int kvs_core_chunks_return(struct kvs_core *c, const uint64_t *chunks, uint32_t n)
 {
-	uint64_t home_end = c->geo.index_off + c->geo.bucket_count * KVI_BUCKET_SIZE, now = now_ns();
+	uint64_t home_end = c->geo.index_off + c->geo.bucket_count * KVI_BUCKET_SIZE, now = kvi_mono_ns();
 	int rc = 0;
 
 	pthread_mutex_lock(&c->mu);

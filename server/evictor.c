@@ -1,3 +1,4 @@
+#include "clock.h"
 #include "evictor.h"
 
 #include <errno.h>
@@ -59,16 +60,9 @@ void kvs_evictor_wake(void *arg)
 /* Sleep up to ms or until kicked or stopped; returns 1 when stopping. */
 static int nap(struct kvs_evictor *ev, int ms)
 {
-	struct timespec ts;
+	struct timespec ts = kvi_abstime_in(CLOCK_MONOTONIC, ms);
 	int stop;
 
-	clock_gettime(CLOCK_MONOTONIC, &ts);
-	ts.tv_sec += ms / 1000;
-	ts.tv_nsec += (long)(ms % 1000) * 1000000L;
-	if (ts.tv_nsec >= 1000000000L) {
-		ts.tv_sec++;
-		ts.tv_nsec -= 1000000000L;
-	}
 	pthread_mutex_lock(&ev->mu);
 	while (!ev->kicked && !ev->stop)
 		if (pthread_cond_timedwait(&ev->cv, &ev->mu, &ts) == ETIMEDOUT)

@@ -1,3 +1,4 @@
+#include "clock.h"
 #include "fence.h"
 
 #include <errno.h>
@@ -51,14 +52,6 @@ struct kvs_fence {
 	atomic_uint own_next;
 };
 
-static uint64_t clock_ns(clockid_t c)
-{
-	struct timespec ts;
-
-	clock_gettime(c, &ts);
-	return (uint64_t)ts.tv_sec * 1000000000u + (uint64_t)ts.tv_nsec;
-}
-
 static int stopping(struct kvs_fence *f)
 {
 	int s;
@@ -72,16 +65,9 @@ static int stopping(struct kvs_fence *f)
 /* Sleep ms, or until stopped; returns 1 when stopping. */
 static int nap(struct kvs_fence *f, int ms)
 {
-	struct timespec ts;
+	struct timespec ts = kvi_abstime_in(CLOCK_MONOTONIC, ms);
 	int s;
 
-	clock_gettime(CLOCK_MONOTONIC, &ts);
-	ts.tv_sec += ms / 1000;
-	ts.tv_nsec += (long)(ms % 1000) * 1000000L;
-	if (ts.tv_nsec >= 1000000000L) {
-		ts.tv_sec++;
-		ts.tv_nsec -= 1000000000L;
-	}
 	pthread_mutex_lock(&f->mu);
 	while (!f->stop && pthread_cond_timedwait(&f->cv, &f->mu, &ts) != ETIMEDOUT)
 		;
@@ -239,7 +225,7 @@ static int serve_clears(struct kvs_fence *f)
 {
 	for (;;) {
 		struct clear_req r;
-		uint64_t t0 = clock_ns(CLOCK_THREAD_CPUTIME_ID), w0 = clock_ns(CLOCK_MONOTONIC);
+		uint64_t t0 = kvi_clock_ns(CLOCK_THREAD_CPUTIME_ID), w0 = kvi_clock_ns(CLOCK_MONOTONIC);
 		struct kvi_rop op;
 		uint64_t *old;
 		int rc;
@@ -265,8 +251,8 @@ static int serve_clears(struct kvs_fence *f)
 		f->chead = (f->chead + 1) % KVS_FENCE_CLEAR_MAX;
 		f->ccount--;
 		f->st.cleared += *old == r.word;
-		f->st.cpu_ns += clock_ns(CLOCK_THREAD_CPUTIME_ID) - t0;
-		f->st.wall_ns += clock_ns(CLOCK_MONOTONIC) - w0;
+		f->st.cpu_ns += kvi_clock_ns(CLOCK_THREAD_CPUTIME_ID) - t0;
+		f->st.wall_ns += kvi_clock_ns(CLOCK_MONOTONIC) - w0;
 		pthread_mutex_unlock(&f->mu);
 	}
 }
@@ -317,7 +303,7 @@ static int take_clients(struct kvs_fence *f)
 
 static void run_pass(struct kvs_fence *f)
 {
-	uint64_t cpu0 = clock_ns(CLOCK_THREAD_CPUTIME_ID), wall0 = clock_ns(CLOCK_MONOTONIC), released = 0;
+	uint64_t cpu0 = kvi_clock_ns(CLOCK_THREAD_CPUTIME_ID), wall0 = kvi_clock_ns(CLOCK_MONOTONIC), released = 0;
 	uint64_t retries0, cpu, wall;
 	unsigned mismatches = 0;
 	uint64_t buckets = 0;
@@ -344,8 +330,8 @@ static void run_pass(struct kvs_fence *f)
 			stopped = serve_clears(f) || release_range(f, ix, b, end, &released, &mismatches);
 		}
 	}
-	cpu = clock_ns(CLOCK_THREAD_CPUTIME_ID) - cpu0;
-	wall = clock_ns(CLOCK_MONOTONIC) - wall0;
+	cpu = kvi_clock_ns(CLOCK_THREAD_CPUTIME_ID) - cpu0;
+	wall = kvi_clock_ns(CLOCK_MONOTONIC) - wall0;
 	pthread_mutex_lock(&f->mu);
 	f->st.passes++;
 	f->st.fencings += f->nids;
@@ -491,16 +477,9 @@ int kvs_fence_is_own(const struct kvs_fence *f, uint32_t client_id)
 
 int kvs_fence_wait_idle(struct kvs_fence *f, int timeout_ms)
 {
-	struct timespec ts;
+	struct timespec ts = kvi_abstime_in(CLOCK_REALTIME, timeout_ms); /* idle_cv's clock */
 	int rc = 0;
 
-	clock_gettime(CLOCK_REALTIME, &ts);
-	ts.tv_sec += timeout_ms / 1000;
-	ts.tv_nsec += (long)(timeout_ms % 1000) * 1000000L;
-	if (ts.tv_nsec >= 1000000000L) {
-		ts.tv_sec++;
-		ts.tv_nsec -= 1000000000L;
-	}
 	pthread_mutex_lock(&f->mu);
 	while ((f->busy || f->npending || f->ccount) && !f->stop && rc == 0)
 		if (pthread_cond_timedwait(&f->idle_cv, &f->mu, &ts) == ETIMEDOUT)

@@ -20,6 +20,7 @@
 #include <unistd.h>
 
 #include "auth.h"
+#include "clock.h"
 #include "config.h"
 #include "core.h"
 #include "kvclient_errors.h"
@@ -51,14 +52,6 @@ struct kvs_server {
 	uint8_t secret[KVI_AUTH_SECRET_MAX]; /* --secret-file's contents */
 	struct kvi_auth_gate gate;           /* who may join, and as what */
 };
-
-static uint64_t mono_ns(void)
-{
-	struct timespec ts;
-
-	clock_gettime(CLOCK_MONOTONIC, &ts);
-	return (uint64_t)ts.tv_sec * 1000000000u + (uint64_t)ts.tv_nsec;
-}
 
 /* The admission gate: the shared secret (if any), the loopback key, and the
  * replay cache. 0, or the exit status (a bad secret file is a usage error). */
@@ -102,7 +95,7 @@ static int on_connect(void *arg, struct kvi_peer *p, const struct kvi_hello *h, 
 	/* A member from now: its QP can carry RDMA from the moment we accept,
 	 * so a lock word naming it is never mistaken for a departed client's.
 	 * The server's own loopbacks hold no lease. */
-	if (kvs_members_join(s->members, s->next_client_id, p->role != KVI_ROLE_LOOPBACK, mono_ns())) {
+	if (kvs_members_join(s->members, s->next_client_id, p->role != KVI_ROLE_LOOPBACK, kvi_mono_ns())) {
 		kvi_ev_warn("client_refused", "addr=%s reason=%s", kvi_peer_addr(p, addr, sizeof(addr)),
 			    "out of memory for the membership table");
 		return KVI_REJECT_FULL;
@@ -203,7 +196,7 @@ static int lock_report(struct kvs_server *s, uint32_t reporter, const struct kvi
 					   .arg = { KVI_REPORT_CHANGED } };
 		return 0;
 	}
-	v = kvs_members_report(s->members, reporter, off, req->arg[1], current, mono_ns(), &owner);
+	v = kvs_members_report(s->members, reporter, off, req->arg[1], current, kvi_mono_ns(), &owner);
 	if (v == KVI_REPORT_CLEARING) {
 		kvi_ev_warn("lock_report_cleared", "bucket=%" PRIu64 " epoch=%" PRIu64 " owner=%u reporter=%u msg=%s",
 			    req->arg[0], req->arg[2], kvi_lock_owner(current), reporter,
@@ -222,7 +215,7 @@ static void update_acks(struct kvs_server *s)
 {
 	uint64_t epoch, last;
 
-	if (kvs_core_acks_wanted(s->core, &epoch) && kvs_members_acked(s->members, epoch, mono_ns(), &last))
+	if (kvs_core_acks_wanted(s->core, &epoch) && kvs_members_acked(s->members, epoch, kvi_mono_ns(), &last))
 		kvs_core_set_acked(s->core, epoch, last);
 }
 
@@ -240,7 +233,7 @@ static int on_ctrl(void *arg, struct kvi_peer *p, const struct kvi_ctrl *req, st
 
 	switch (req->type) {
 	case KVI_CTRL_LEASE_RENEW:
-		lease = kvs_members_renew(s->members, p->client_id, mono_ns());
+		lease = kvs_members_renew(s->members, p->client_id, kvi_mono_ns());
 		kvs_core_index_status(s->core, &epoch, &state);
 		if (!lease) { /* expelled already, or a loopback */
 			*resp = (struct kvi_ctrl){ .type = KVI_CTRL_ERROR, .seq = req->seq, .status = KVC_EFENCED };
@@ -249,7 +242,7 @@ static int on_ctrl(void *arg, struct kvi_peer *p, const struct kvi_ctrl *req, st
 		*resp = (struct kvi_ctrl){ .type = KVI_CTRL_LEASE, .seq = req->seq,
 					   .arg = { lease, s->cfg.o.renew_ms, epoch, state } };
 		/* arg0: the epoch it uses, its acknowledgement of a resize. */
-		kvs_members_ack(s->members, p->client_id, req->arg[0], mono_ns());
+		kvs_members_ack(s->members, p->client_id, req->arg[0], kvi_mono_ns());
 		update_acks(s);
 		return 0;
 	case KVI_CTRL_LOCK_REPORT:
@@ -266,7 +259,7 @@ static int expire_leases(struct kvs_server *s)
 	unsigned n;
 
 	do {
-		n = kvs_members_expired(s->members, mono_ns(), ids, 64);
+		n = kvs_members_expired(s->members, kvi_mono_ns(), ids, 64);
 		for (unsigned i = 0; i < n; i++)
 			expel(s, ids[i], "lease_expired", "let its lease run out: fencing it");
 	} while (n == 64);
@@ -274,7 +267,7 @@ static int expire_leases(struct kvs_server *s)
 	 * index waiting only for them may go now, not at the next turn of the
 	 * loop (up to a second later). */
 	update_acks(s);
-	return kvs_members_next_due(s->members, mono_ns(), 1000);
+	return kvs_members_next_due(s->members, kvi_mono_ns(), 1000);
 }
 
 /* SIGHUP: logrotate moved the log file away; write to a new one. */

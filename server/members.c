@@ -1,3 +1,4 @@
+#include "clock.h"
 #include "members.h"
 
 #include <stdlib.h>
@@ -266,14 +267,7 @@ unsigned kvs_members_expired(struct kvs_members *m, uint64_t now, uint32_t *ids,
 
 int kvs_members_next_due(const struct kvs_members *m, uint64_t now, int max_ms)
 {
-	uint64_t ms;
-
-	if (m->earliest == UINT64_MAX)
-		return max_ms;
-	if (m->earliest <= now)
-		return 0;
-	ms = (m->earliest - now + 999999u) / 1000000u;
-	return ms < (uint64_t)max_ms ? (int)ms : max_ms;
+	return m->earliest == UINT64_MAX ? max_ms : kvi_ms_until(now, m->earliest, max_ms);
 }
 
 static struct watch *watched(struct kvs_members *m, uint64_t bucket)

@@ -1,3 +1,4 @@
+#include "clock.h"
 #include "migrate.h"
 
 #include <inttypes.h>
@@ -67,22 +68,6 @@ struct kvs_migrator {
 	uint8_t *obj; /* private copy of one object (KVI_MAX_OBJECT bytes) */
 	struct kvs_migrate_stats st;
 };
-
-static uint64_t now_ns(void)
-{
-	struct timespec ts;
-
-	clock_gettime(CLOCK_MONOTONIC, &ts);
-	return (uint64_t)ts.tv_sec * 1000000000u + (uint64_t)ts.tv_nsec;
-}
-
-static uint64_t thread_cpu_ns(void)
-{
-	struct timespec ts;
-
-	clock_gettime(CLOCK_THREAD_CPUTIME_ID, &ts);
-	return (uint64_t)ts.tv_sec * 1000000000u + (uint64_t)ts.tv_nsec;
-}
 
 int kvs_migrator_create(struct kvs_core *core, const struct kvs_migrate_opts *o, struct kvs_migrator **out)
 {
@@ -278,8 +263,8 @@ static int start(struct kvs_migrator *m)
 	m->pass_progress = m->pass_dropped = m->pass_held = 0;
 	m->backoff_us = BACKOFF_MIN_US;
 	m->backoff_until = 0;
-	m->t_start = now_ns();
-	m->cpu_start = thread_cpu_ns();
+	m->t_start = kvi_mono_ns();
+	m->cpu_start = kvi_clock_ns(CLOCK_THREAD_CPUTIME_ID);
 	m->dropped_at_start = m->st.dropped;
 	m->urgent_at_start = m->st.urgent;
 	kvi_ev_info("resize_begin", "from_epoch=%" PRIu64 " epoch=%" PRIu64 " from_buckets=%" PRIu64 " buckets=%" PRIu64
@@ -411,14 +396,14 @@ static int do_batch(struct kvs_migrator *m, struct kvi_rmem *rm, struct work *w,
 
 static void finish(struct kvs_migrator *m)
 {
-	uint64_t ms = (now_ns() - m->t_start) / 1000000u, cpu = (thread_cpu_ns() - m->cpu_start) / 1000000u;
+	uint64_t ms = (kvi_mono_ns() - m->t_start) / 1000000u, cpu = (kvi_clock_ns(CLOCK_THREAD_CPUTIME_ID) - m->cpu_start) / 1000000u;
 
 	if (kvs_core_set_indexes(m->core, &m->nw, &m->old, KVI_INDEX_STABLE)) {
-		m->backoff_until = now_ns() + 1000000u; /* out of memory: try again shortly */
+		m->backoff_until = kvi_mono_ns() + 1000000u; /* out of memory: try again shortly */
 		return;
 	}
 	m->st.resizes++;
-	m->t_end = now_ns();
+	m->t_end = kvi_mono_ns();
 	m->phase = P_RETIRE_WAIT;
 	kvi_ev_info("resize_end", "epoch=%" PRIu64 " buckets=%" PRIu64 " wall_ms=%" PRIu64 " cpu_ms=%" PRIu64
 		    " passes=%" PRIu64 " garbage_dropped=%" PRIu64 " urgent_splits=%" PRIu64,
@@ -467,7 +452,7 @@ static int migrate_slice(struct kvs_migrator *m, struct kvi_rmem *rm, struct wor
 			if (m->left && !m->pass_progress) {
 				/* Only held buckets left: their writers finish within a
 				 * deadline or are fenced. Wait a little. */
-				m->backoff_until = now_ns() + (uint64_t)m->backoff_us * 1000u;
+				m->backoff_until = kvi_mono_ns() + (uint64_t)m->backoff_us * 1000u;
 				m->backoff_us = m->backoff_us * 2 > BACKOFF_MAX_US ? BACKOFF_MAX_US : m->backoff_us * 2;
 			} else {
 				m->backoff_us = BACKOFF_MIN_US;
@@ -547,7 +532,7 @@ static void free_retired(struct kvs_migrator *m, uint64_t now)
 
 int kvs_migrate_run(struct kvs_migrator *m, struct kvi_rmem *rm, void *work, uint64_t work_len)
 {
-	uint64_t now = now_ns();
+	uint64_t now = kvi_mono_ns();
 	int rc;
 
 	if (work_len < sizeof(struct work))
@@ -605,11 +590,12 @@ int kvs_migrate_run(struct kvs_migrator *m, struct kvi_rmem *rm, void *work, uin
 
 int kvs_migrate_next_ms(const struct kvs_migrator *m, int max_ms)
 {
-	uint64_t now = now_ns(), ms;
+	uint64_t now = kvi_mono_ns();
+	int ms;
 
 	switch (m->phase) {
 	case P_MIGRATING:
-		ms = m->backoff_until > now ? (m->backoff_until - now + 999999) / 1000000u : 0;
+		ms = kvi_ms_until(now, m->backoff_until, max_ms);
 		break;
 	case P_ROOM:
 		ms = ROOM_RETRY_MS;
@@ -618,20 +604,19 @@ int kvs_migrate_next_ms(const struct kvs_migrator *m, int max_ms)
 		ms = RETIRE_RETRY_MS;
 		break;
 	default:
-		ms = !m->o.load_pct ? (uint64_t)max_ms
-		     : m->next_sample > now ? (m->next_sample - now + 999999) / 1000000u : 0;
+		ms = !m->o.load_pct ? max_ms : kvi_ms_until(now, m->next_sample, max_ms);
 		break;
 	}
 	for (unsigned i = 0; i < KVS_MIGRATE_RETIRED_MAX; i++) {
-		uint64_t r;
+		int r;
 
 		if (!m->ret[i].ix.epoch)
 			continue;
-		r = m->ret[i].at > now ? (m->ret[i].at - now + 999999) / 1000000u : RETIRE_RETRY_MS;
+		r = m->ret[i].at > now ? kvi_ms_until(now, m->ret[i].at, max_ms) : RETIRE_RETRY_MS;
 		if (r < ms)
 			ms = r;
 	}
-	return ms < (uint64_t)max_ms ? (int)ms : max_ms;
+	return ms < max_ms ? ms : max_ms;
 }
 
 uint64_t kvs_migrate_left(const struct kvs_migrator *m)

@@ -1,3 +1,4 @@
+#include "clock.h"
 #include "reclaim.h"
 
 #include <inttypes.h>
@@ -71,18 +72,7 @@ struct kvs_reclaimer {
 
 static uint64_t now_ms(void)
 {
-	struct timespec ts;
-
-	clock_gettime(CLOCK_REALTIME, &ts);
-	return (uint64_t)ts.tv_sec * 1000u + (uint64_t)ts.tv_nsec / 1000000u;
-}
-
-static uint64_t thread_cpu_ns(void)
-{
-	struct timespec ts;
-
-	clock_gettime(CLOCK_THREAD_CPUTIME_ID, &ts);
-	return (uint64_t)ts.tv_sec * 1000000000u + (uint64_t)ts.tv_nsec;
+	return kvi_clock_ns(CLOCK_REALTIME) / 1000000u; /* the clock of expiries */
 }
 
 int kvs_reclaimer_create(struct kvs_core *core, struct kvi_rmem *rm, const struct kvs_reclaim_hooks *hooks,
@@ -437,7 +427,7 @@ static int settle_items(struct kvs_reclaimer *r, uint64_t seg_bytes, struct kvs_
 static int reclaim_segment(struct kvs_reclaimer *r, uint64_t off, uint64_t len)
 {
 	struct kvs_reclaim_stats st = { 0 };
-	uint64_t cpu0 = thread_cpu_ns(), live = 0;
+	uint64_t cpu0 = kvi_clock_ns(CLOCK_THREAD_CPUTIME_ID), live = 0;
 	int rc, rotate = 0;
 
 	/* Through the NIC, like every access to a region clients write to. */
@@ -463,7 +453,7 @@ static int reclaim_segment(struct kvs_reclaimer *r, uint64_t off, uint64_t len)
 		kvs_core_stats(r->core, &cs);
 		if (live > r->geo.segment_size / 8 * COPY_LIMIT_EIGHTHS ||
 		    live > (r->x.off ? r->x.len - r->x_used : 0) + cs.segments_free * r->geo.segment_size) {
-			st.cpu_ns = thread_cpu_ns() - cpu0;
+			st.cpu_ns = kvi_clock_ns(CLOCK_THREAD_CPUTIME_ID) - cpu0;
 			kvs_core_reclaim_end(r->core, off, 0, 1, &st);
 			return live > r->geo.segment_size / 8 * COPY_LIMIT_EIGHTHS ? 2 : 3;
 		}
@@ -474,7 +464,7 @@ static int reclaim_segment(struct kvs_reclaimer *r, uint64_t off, uint64_t len)
 	if (r->hooks.before_lock)
 		r->hooks.before_lock(r->hooks.arg);
 	rc = settle_items(r, r->geo.segment_size, &st);
-	st.cpu_ns = thread_cpu_ns() - cpu0;
+	st.cpu_ns = kvi_clock_ns(CLOCK_THREAD_CPUTIME_ID) - cpu0;
 	if (rc) {
 		/* Try it again later; what was already switched stays switched. */
 		st.aborted++;

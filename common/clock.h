@@ -1,0 +1,52 @@
+/* Clocks as one 64-bit count of nanoseconds, and the small conversions every
+ * timer needs; defined once so that no file rounds its own way. Deadlines
+ * and timers use CLOCK_MONOTONIC; expiries CLOCK_REALTIME (layout.h
+ * "Expiry"); CPU accounting a thread's CPU clock. */
+#ifndef KVI_CLOCK_H
+#define KVI_CLOCK_H
+
+#include <stdint.h>
+#include <time.h>
+
+static inline uint64_t kvi_clock_ns(clockid_t id)
+{
+	struct timespec ts;
+
+	clock_gettime(id, &ts);
+	return (uint64_t)ts.tv_sec * 1000000000u + (uint64_t)ts.tv_nsec;
+}
+
+static inline uint64_t kvi_mono_ns(void)
+{
+	return kvi_clock_ns(CLOCK_MONOTONIC);
+}
+
+/* Whole milliseconds from now to `due` (ns of the same clock), rounded up
+ * so that a sleep of that long does not wake just before it; 0 when due,
+ * at most cap_ms. */
+static inline int kvi_ms_until(uint64_t now, uint64_t due, int cap_ms)
+{
+	uint64_t ms;
+
+	if (due <= now)
+		return 0;
+	ms = (due - now + 999999u) / 1000000u;
+	return ms < (uint64_t)cap_ms ? (int)ms : cap_ms;
+}
+
+/* The absolute time ms from now on clock id, for pthread_cond_timedwait. */
+static inline struct timespec kvi_abstime_in(clockid_t id, int ms)
+{
+	struct timespec ts;
+
+	clock_gettime(id, &ts);
+	ts.tv_sec += ms / 1000;
+	ts.tv_nsec += (long)(ms % 1000) * 1000000L;
+	if (ts.tv_nsec >= 1000000000L) {
+		ts.tv_sec++;
+		ts.tv_nsec -= 1000000000L;
+	}
+	return ts;
+}
+
+#endif
