@@ -64,7 +64,7 @@ struct kvs_migrator {
 	uint64_t win[KVS_MIGRATE_SAMPLE_WINDOW], win_epoch;
 	unsigned win_n, win_at;
 	uint64_t last_used, last_at; /* the previous sample (of win_epoch): used slots, when */
-	double rise;                 /* slots of a sample per ms, between the last two samples */
+	double rise;                 /* the load's rise between the last two samples: fraction of the index per ms */
 	uint8_t *obj; /* private copy of one object (KVI_MAX_OBJECT bytes) */
 	struct kvs_migrate_stats st;
 };
@@ -138,50 +138,57 @@ static struct kvi_bucket *bucket(const struct kvs_migrator *m, const struct kvi_
 	return (struct kvi_bucket *)(m->base + kvi_index_bucket_off(x, i));
 }
 
-/* When to sample next, after a sample of `used` slots: by then the load
- * must not have gone from here past the line. Within 1 point of it, or
- * over it: KVS_MIGRATE_SAMPLE_MS. Else the time the rise between the last
- * two samples (at least half a point a second: a load seen flat may start
- * rising) needs for a quarter of the way to the line less 1 point, and at
- * most 50 ms per point left: an index near the line that suddenly fills is
- * seen within a few tens of ms, one far from it within a second. After a
- * resize the rise is the old index's, halved (as many inserts fill twice
- * the slots). Noise: two samples' loads differ by ~0.6 point, so samples
- * 10 ms apart see a steep "rise" and the next comes soon; each one later
- * makes the rise flatter, and an index that is not filling settles to one
- * sample per KVS_MIGRATE_SAMPLE_MAX_MS within a few. */
-static uint64_t sample_ms(const struct kvs_migrator *m, uint64_t used)
+/* When to sample next, after a sample of `used` of `total` slots (of `n`
+ * buckets): by then the load must not have gone from here past the line.
+ * Within 1 point of it, or over it: KVS_MIGRATE_SAMPLE_MS. Else the time
+ * the rise between the last two samples (at least half a point a second: a
+ * load seen flat may start rising) needs for a quarter of the way to the
+ * line less 1 point, and at most 50 ms per point left: an index near the
+ * line that suddenly fills is seen within a few tens of ms, one far from it
+ * within a second. After a resize the rise is the old index's, halved (as
+ * many inserts fill twice the slots). Noise: two samples' loads differ by
+ * ~0.6 point, so samples 10 ms apart see a steep "rise" and the next comes
+ * soon; each one later makes the rise flatter, and an index that is not
+ * filling settles to one sample per KVS_MIGRATE_SAMPLE_MAX_MS within a few
+ * -- or per 4 ms of each bucket read, when a small index is read whole: it
+ * fills sooner, and reading it costs less. */
+static uint64_t sample_ms(const struct kvs_migrator *m, uint64_t used, uint64_t total, uint64_t n)
 {
-	const uint64_t total = (uint64_t)KVS_MIGRATE_SAMPLE_BUCKETS * KVI_SLOTS_PER_BUCKET;
-	uint64_t line = (uint64_t)m->o.load_pct * total / 100, point = total / 100, gap, ms;
-	double rise = (double)point / 2000.0; /* half a point a second */
+	uint64_t line = (uint64_t)m->o.load_pct * total / 100, point = total / 100, gap, ms, most;
+	double rise = 0.005 / 1000.0; /* half a point a second, as a fraction of the index per ms */
 
 	if (used + point >= line)
 		return KVS_MIGRATE_SAMPLE_MS;
 	gap = line - point - used;
 	if (m->rise > rise)
 		rise = m->rise;
-	ms = (uint64_t)((double)gap / 4.0 / rise);
-	if (ms > 50 * (gap / point + 1))
-		ms = 50 * (gap / point + 1);
-	if (ms > KVS_MIGRATE_SAMPLE_MAX_MS)
-		ms = KVS_MIGRATE_SAMPLE_MAX_MS;
+	ms = (uint64_t)((double)gap / (double)total / 4.0 / rise);
+	most = 4 * n < KVS_MIGRATE_SAMPLE_MAX_MS ? 4 * n : KVS_MIGRATE_SAMPLE_MAX_MS;
+	if (ms > 50 * (gap / (point ? point : 1) + 1))
+		ms = 50 * (gap / (point ? point : 1) + 1);
+	if (ms > most)
+		ms = most;
 	return ms < KVS_MIGRATE_SAMPLE_MS ? KVS_MIGRATE_SAMPLE_MS : ms;
 }
 
-/* The load trigger: CPU reads of a few random buckets, never of the index.
+/* The load trigger: CPU reads of a few random buckets, never of the index
+ * (an index of at most KVS_MIGRATE_SAMPLE_BUCKETS is read whole: exactly).
  * Returns the ms to wait before the next sample. */
 static uint64_t sample(struct kvs_migrator *m, uint64_t now)
 {
-	uint64_t used = 0, total = (uint64_t)KVS_MIGRATE_SAMPLE_BUCKETS * KVI_SLOTS_PER_BUCKET, epoch, ms;
+	uint64_t used = 0, total, n, epoch, ms;
 	enum kvi_index_state state;
+	int whole;
 
 	/* The chunk table is copied only when the index changed. */
 	kvs_core_index_status(m->core, &epoch, &state);
 	if (epoch != m->old.epoch && kvs_core_index(m->core, 0, &m->old, m->old_chunks, m->cap))
 		return KVS_MIGRATE_SAMPLE_MS;
-	for (unsigned k = 0; k < KVS_MIGRATE_SAMPLE_BUCKETS; k++) {
-		const struct kvi_bucket *b = bucket(m, &m->old, next_rand(m) % m->old.bucket_count);
+	whole = m->old.bucket_count <= KVS_MIGRATE_SAMPLE_BUCKETS;
+	n = whole ? m->old.bucket_count : KVS_MIGRATE_SAMPLE_BUCKETS;
+	total = n * KVI_SLOTS_PER_BUCKET;
+	for (uint64_t k = 0; k < n; k++) {
+		const struct kvi_bucket *b = bucket(m, &m->old, whole ? k : next_rand(m) % m->old.bucket_count);
 
 		for (unsigned i = 0; i < KVI_SLOTS_PER_BUCKET; i++)
 			used += __atomic_load_n(&b->slot[i], __ATOMIC_RELAXED) != 0;
@@ -193,10 +200,12 @@ static uint64_t sample(struct kvs_migrator *m, uint64_t now)
 		m->win_n = m->win_at = 0;
 		m->rise /= 2; /* as many inserts fill twice the slots */
 	} else if (now > m->last_at) {
-		m->rise = used > m->last_used ? (double)(used - m->last_used) / ((double)(now - m->last_at) / 1e6) : 0;
+		m->rise = used > m->last_used
+			  ? (double)(used - m->last_used) / (double)total / ((double)(now - m->last_at) / 1e6)
+			  : 0;
 	}
 	m->win_epoch = m->old.epoch;
-	ms = sample_ms(m, used);
+	ms = sample_ms(m, used, total, n);
 	m->last_used = used;
 	m->last_at = now;
 	m->win[m->win_at] = used;

@@ -46,7 +46,7 @@
  * with every slot taken, the next is unpublished only after the oldest went.
  *
  * Load: while idle, the migrator reads KVS_MIGRATE_SAMPLE_BUCKETS random
- * buckets of the current index with the CPU and asks for a resize
+ * buckets of the current index with the CPU (a smaller index whole) and asks for a resize
  * (kvs_core_grow) when more than load_pct % of the slots of its last
  * KVS_MIGRATE_SAMPLE_WINDOW samples are used. How often it samples follows
  * the load: every KVS_MIGRATE_SAMPLE_MS near the line, rarer the farther
