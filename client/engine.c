@@ -512,10 +512,11 @@ int kvi_read_cands(struct kvi_conn *h, struct kvi_opst *st, int state)
  * now is such a moment. */
 static enum kvi_objcheck expiry_check(const struct kvi_opst *st, uint64_t expiry_ms)
 {
-	uint64_t real = kvi_real_ns(), exp_ns, t0;
+	uint64_t real, exp_ns, t0;
 
-	if (expiry_ms == 0)
+	if (expiry_ms == 0) /* no TTL: no clock to read */
 		return KVI_OBJ_MATCH;
+	real = kvi_real_ns();
 	exp_ns = expiry_ms >= UINT64_MAX / 1000000u ? UINT64_MAX : expiry_ms * 1000000u;
 	if (exp_ns > real)
 		return KVI_OBJ_MATCH;
@@ -607,7 +608,7 @@ static unsigned add_marks(struct kvi_conn *h, const struct kvi_rop *ops, unsigne
 int kvi_st_post(struct kvi_conn *h, struct kvi_opst *st, const struct kvi_rop *ops, unsigned n, int state)
 {
 	struct kvi_rop all[KVI_RMEM_MAX_BATCH];
-	uint64_t now = h->submit_now ? h->submit_now : kvi_now_ns();
+	uint64_t now = h->step_now ? h->step_now : kvi_now_ns();
 	int rc, was_broken;
 
 	/* Past our lease we post nothing (members.h): the server may have
@@ -786,6 +787,7 @@ static void start(struct kvi_conn *h, struct kvi_opst *st)
 
 int kvi_conn_submit(struct kvi_conn *h, struct kvc_op *op)
 {
+	struct kvi_keyhash kh;
 	struct kvi_opst *st = NULL;
 	int64_t off = 0;
 	uint64_t now;
@@ -804,6 +806,10 @@ int kvi_conn_submit(struct kvi_conn *h, struct kvc_op *op)
 			st = &h->st[i];
 	if (!st)
 		return KVC_EAGAIN;
+	/* The hash first: the location cache entry it names loads while the
+	 * state is reset. */
+	kvi_key_hash(op->key, op->key_len, h->sb.hash_seed, h->cur.ix.bucket_count, &kh);
+	kvi_locache_prefetch(&h->cache, kh.lo);
 	{
 		/* Fresh state; the scratch slice and index stay the slot's. */
 		unsigned index = st->index;
@@ -820,7 +826,7 @@ int kvi_conn_submit(struct kvi_conn *h, struct kvc_op *op)
 		st->obj = obj;
 		st->obj_cap = obj_cap;
 	}
-	kvi_key_hash(op->key, op->key_len, h->sb.hash_seed, h->cur.ix.bucket_count, &st->kh);
+	st->kh = kh;
 	if (op->type == KVC_OP_PUT) {
 		st->obj_len = (uint32_t)kvi_obj_len((uint32_t)op->key_len, (uint32_t)op->value_len);
 		rc = kvi_obj_room(h, st, st->obj_len);
@@ -848,9 +854,9 @@ int kvi_conn_submit(struct kvi_conn *h, struct kvc_op *op)
 	st->obj_off = (uint64_t)off; /* PUT: where its object goes */
 	st->start = now;
 	st->deadline = st->start + (uint64_t)h->op_timeout_ms * 1000000u;
-	h->submit_now = now;
+	h->step_now = now;
 	start(h, st);
-	h->submit_now = 0;
+	h->step_now = 0;
 	return 0;
 }
 
@@ -1014,8 +1020,10 @@ int kvi_conn_poll(struct kvi_conn *h, struct kvc_op **done, unsigned max, int ti
 		polled = 1;
 		now = kvi_now_ns();
 		if (got > 0) {
+			h->step_now = now;
 			for (int i = 0; i < got; i++)
 				on_complete(h, &comp[i], now);
+			h->step_now = 0;
 		} else {
 			check_stuck(h, now);
 		}

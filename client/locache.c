@@ -7,12 +7,20 @@
 
 int kvi_locache_init(struct kvi_locache *c, uint32_t entries)
 {
-	c->n = entries;
 	c->e = NULL;
+	c->n = 0;
 	if (entries == 0)
 		return 0;
-	c->e = calloc(entries, sizeof(*c->e));
-	return c->e ? 0 : KVC_ENOMEM;
+	c->n = 1;
+	while (c->n <= entries / 2)
+		c->n *= 2;
+	c->e = aligned_alloc(64, (size_t)c->n * sizeof(*c->e));
+	if (!c->e) {
+		c->n = 0;
+		return KVC_ENOMEM;
+	}
+	memset(c->e, 0, (size_t)c->n * sizeof(*c->e));
+	return 0;
 }
 
 void kvi_locache_fini(struct kvi_locache *c)
@@ -30,8 +38,9 @@ void kvi_locache_clear(struct kvi_locache *c)
 
 static struct kvi_loc *slot_for(const struct kvi_locache *c, uint64_t hlo)
 {
-	/* hlo also picks the first bucket; the high bits spread entries independently. */
-	return &c->e[(hlo >> 32 ^ hlo) % c->n];
+	/* hlo also picks the first bucket; the high bits spread entries
+	 * independently. (kvi_locache_prefetch in locache.h computes the same.) */
+	return &c->e[(hlo >> 32 ^ hlo) & (c->n - 1)];
 }
 
 const struct kvi_loc *kvi_locache_get(const struct kvi_locache *c, uint64_t hlo, uint64_t hhi)
@@ -41,7 +50,7 @@ const struct kvi_loc *kvi_locache_get(const struct kvi_locache *c, uint64_t hlo,
 	if (c->n == 0)
 		return NULL;
 	l = slot_for(c, hlo);
-	return l->slot && l->hlo == hlo && l->hhi == hhi ? l : NULL;
+	return l->slot && l->hlo == hlo && l->hhi32 == (uint32_t)hhi ? l : NULL;
 }
 
 void kvi_locache_put(struct kvi_locache *c, uint64_t hlo, uint64_t hhi, uint64_t bucket, uint32_t idx,
@@ -49,11 +58,11 @@ void kvi_locache_put(struct kvi_locache *c, uint64_t hlo, uint64_t hhi, uint64_t
 {
 	struct kvi_loc *l;
 
-	if (c->n == 0)
+	if (c->n == 0 || bucket > UINT32_MAX)
 		return;
 	l = slot_for(c, hlo);
-	*l = (struct kvi_loc){ .hlo = hlo, .hhi = hhi, .slot = slot, .bucket = bucket, .idx = (uint16_t)idx,
-			       .seen = (uint32_t)(seen_ns / KVI_LOC_TICK_NS) };
+	*l = (struct kvi_loc){ .hlo = hlo, .hhi32 = (uint32_t)hhi, .slot = slot, .bucket = (uint32_t)bucket,
+			       .idx = (uint16_t)idx, .seen = (uint32_t)(seen_ns / KVI_LOC_TICK_NS) };
 }
 
 int kvi_locache_fresh(const struct kvi_loc *l, uint64_t now_ns, uint64_t max_age_ns)
@@ -72,6 +81,6 @@ void kvi_locache_drop(struct kvi_locache *c, uint64_t hlo, uint64_t hhi)
 	if (c->n == 0)
 		return;
 	l = slot_for(c, hlo);
-	if (l->hlo == hlo && l->hhi == hhi)
+	if (l->hlo == hlo && l->hhi32 == (uint32_t)hhi)
 		l->slot = 0;
 }

@@ -1,7 +1,9 @@
 /* The location cache: for recently used keys, where their slot was and what it
  * held. Direct-mapped, fixed size (bounded memory), owned by one handle.
  *
- * An entry is only a hint. It is trusted for one thing: if the slot still holds
+ * An entry is only a hint, found by the key's hash (96 of its bits), and
+ * every use checks the key bytes of the object it leads to (a hash is not a
+ * key). It is trusted for one thing: if the slot still holds
  * the cached word, the key's current object is the one that word points at
  * (objects are immutable and a key lives in at most one slot, layout.h I2).
  * Every use re-reads the slot word in the same doorbell as the object.
@@ -21,25 +23,36 @@
 #include <stdint.h>
 
 struct kvi_loc {
-	uint64_t hlo, hhi; /* the key's 128-bit hash: identifies the key */
-	uint64_t slot;     /* slot word last seen; 0 = entry empty */
-	uint64_t bucket;   /* bucket index */
-	uint16_t idx;      /* slot index in the bucket */
+	uint64_t hlo;    /* the key's 128-bit hash, low half ... */
+	uint64_t slot;   /* slot word last seen; 0 = entry empty */
+	uint32_t hhi32;  /* ... and 32 bits of the high half: enough for a hint */
+	uint32_t bucket; /* bucket index (buckets past 2^32 are not cached) */
+	uint32_t seen;   /* KVI_LOC_TICK_NS ticks (see above) */
+	uint16_t idx;    /* slot index in the bucket */
 	uint16_t pad;
-	uint32_t seen;     /* KVI_LOC_TICK_NS ticks (see above) */
 };
 #define KVI_LOC_TICK_NS (1ull << 24) /* ~16.8 ms */
-_Static_assert(sizeof(struct kvi_loc) == 40, "kvc_opts.cache_entries documents 40 bytes an entry");
+/* Two entries a cache line, none across two: a lookup is one miss at most. */
+_Static_assert(sizeof(struct kvi_loc) == 32, "kvc_opts.cache_entries documents 32 bytes an entry");
 
 struct kvi_locache {
-	struct kvi_loc *e;
-	uint32_t n; /* entries; 0 = disabled */
+	struct kvi_loc *e; /* 64-byte aligned */
+	uint32_t n;        /* entries, a power of two; 0 = disabled */
 };
 
+/* entries is rounded down to a power of two (an index is a mask, not a
+ * division). */
 int kvi_locache_init(struct kvi_locache *c, uint32_t entries);
 void kvi_locache_fini(struct kvi_locache *c);
 /* Forget every entry (a new connection: the server may have a new layout). */
 void kvi_locache_clear(struct kvi_locache *c);
+/* Start loading the entry for this hash (a lookup that follows soon finds
+ * it in the CPU's cache instead of waiting for memory). */
+static inline void kvi_locache_prefetch(const struct kvi_locache *c, uint64_t hlo)
+{
+	if (c->n)
+		__builtin_prefetch(&c->e[(hlo >> 32 ^ hlo) & (c->n - 1)]);
+}
 /* The entry for this hash, or NULL. */
 const struct kvi_loc *kvi_locache_get(const struct kvi_locache *c, uint64_t hlo, uint64_t hhi);
 void kvi_locache_put(struct kvi_locache *c, uint64_t hlo, uint64_t hhi, uint64_t bucket, uint32_t idx,

@@ -29,8 +29,16 @@ void kvi_key_hash(const void *key, size_t len, uint64_t seed, uint64_t bucket_co
 /* Recompute kh->b for an index of bucket_count buckets (a resize). */
 static inline void kvi_keyhash_place(struct kvi_keyhash *kh, uint64_t bucket_count)
 {
-	kh->b[0] = kh->lo % bucket_count;
-	kh->b[1] = kh->hi % bucket_count;
+	/* The same choice either way; a mask when it can be (the index
+	 * doubles, so it usually can), as two 64-bit divisions would cost
+	 * a cached GET a tenth of its time. */
+	if ((bucket_count & (bucket_count - 1)) == 0) {
+		kh->b[0] = kh->lo & (bucket_count - 1);
+		kh->b[1] = kh->hi & (bucket_count - 1);
+	} else {
+		kh->b[0] = kh->lo % bucket_count;
+		kh->b[1] = kh->hi % bucket_count;
+	}
 }
 
 #endif
