@@ -133,7 +133,8 @@ static int local_connect(const char *host, const char *port, const char *device,
 	pthread_mutex_lock(&srv.mu);
 	if (!srv.users && start_server(mib, err, len))
 		rc = -1;
-	if (!rc && !(rm = local_conn(4096))) {
+	/* Deferred (rmem_local.h): the loops poll right after they post. */
+	if (!rc && (!(rm = local_conn(4096)) || kvi_rmem_local_set_deferred(rm, 1))) {
 		snprintf(err, len, "out of memory");
 		rc = -1;
 	}

@@ -3,6 +3,7 @@
 #include <errno.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/mman.h>
 
 #include "kvclient_errors.h"
 
@@ -23,8 +24,13 @@ struct kvi_local_region *kvi_local_region_create(uint64_t size)
 	reg = calloc(1, sizeof(*reg));
 	if (!reg)
 		return NULL;
-	/* Page-aligned like a registered region, so the server core can format it. */
-	reg->base = aligned_alloc(4096, rounded);
+	/* Aligned like kvserver's region (region.c): on 2 MiB, with transparent
+	 * hugepages where the system allows them, so that reading it costs what
+	 * it costs a server's NIC, not a TLB miss per item. */
+	rounded = (rounded + (2u << 20) - 1) & ~(uint64_t)((2u << 20) - 1);
+	reg->base = aligned_alloc(2u << 20, rounded);
+	if (reg->base)
+		madvise(reg->base, rounded, MADV_HUGEPAGE);
 	if (!reg->base) {
 		free(reg);
 		return NULL;
@@ -58,6 +64,13 @@ struct local_done {
 	int status;
 };
 
+/* A batch posted and not yet executed (deferred mode). */
+struct local_batch {
+	struct kvi_rop ops[KVI_RMEM_MAX_BATCH];
+	unsigned n;
+	uint64_t cookie;
+};
+
 struct rmem_local {
 	struct kvi_rmem rm; /* first: the generic view */
 	struct kvi_local_region *reg;
@@ -66,6 +79,10 @@ struct rmem_local {
 	void *ctrl_arg;
 	struct local_done done[KVI_RMEM_MAX_INFLIGHT];
 	unsigned head, count;
+	/* Deferred mode (kvi_rmem_local_set_deferred): batches posted since the
+	 * last poll, in order; NULL when off. */
+	struct local_batch *q;
+	unsigned qn;
 };
 
 /* Copy with RDMA's atomicity: 8-byte aligned words are moved whole with relaxed
@@ -170,23 +187,64 @@ static void local_shutdown(struct kvi_rmem *rm, int reason)
 	(void)l;
 }
 
-static int local_post(struct kvi_rmem *rm, const struct kvi_rop *ops, unsigned n, uint64_t cookie)
+static void exec_batch(struct rmem_local *l, const struct kvi_rop *ops, unsigned n, uint64_t cookie)
 {
-	struct rmem_local *l = (struct rmem_local *)rm;
 	int status = 0;
 
+	/* After a failed batch the connection is broken: what was posted
+	 * behind it is flushed unexecuted, as a QP in error flushes its WRs. */
+	if (l->rm.broken)
+		status = l->rm.broken;
 	for (unsigned i = 0; i < n && status == 0; i++)
 		status = exec_op(l, &ops[i]);
 	push_done(l, cookie, status);
-	if (status)
-		local_shutdown(rm, status);
+	if (status && !l->rm.broken)
+		local_shutdown(&l->rm, status);
+}
+
+static int local_post(struct kvi_rmem *rm, const struct kvi_rop *ops, unsigned n, uint64_t cookie)
+{
+	struct rmem_local *l = (struct rmem_local *)rm;
+
+	if (l->q) {
+		struct local_batch *b = &l->q[l->qn++];
+
+		memcpy(b->ops, ops, n * sizeof(*ops));
+		b->n = n;
+		b->cookie = cookie;
+		return 0;
+	}
+	exec_batch(l, ops, n, cookie);
 	return 0;
+}
+
+/* Deferred mode: what a NIC does with many requests at once -- ask for
+ * every remote line first, then move the bytes, in posting order. */
+static void run_queue(struct rmem_local *l)
+{
+	for (unsigned k = 0; k < l->qn; k++)
+		for (unsigned i = 0; i < l->q[k].n; i++) {
+			const struct kvi_rop *op = &l->q[k].ops[i];
+
+			if (op->roff >= l->reg->size)
+				continue;
+			if (op->kind == KVI_ROP_READ)
+				__builtin_prefetch(l->reg->base + op->roff, 0);
+			else
+				__builtin_prefetch(l->reg->base + op->roff, 1);
+		}
+	for (unsigned k = 0; k < l->qn; k++)
+		exec_batch(l, l->q[k].ops, l->q[k].n, l->q[k].cookie);
+	l->qn = 0;
 }
 
 static int local_poll(struct kvi_rmem *rm, struct kvi_rcomp *out, unsigned max)
 {
 	struct rmem_local *l = (struct rmem_local *)rm;
 	unsigned n = 0;
+
+	if (l->qn)
+		run_queue(l);
 
 	while (n < max && l->count > 0) {
 		struct local_done *d = &l->done[l->head];
@@ -286,10 +344,27 @@ static void local_xbuf_dereg(struct kvi_rmem *rm, unsigned idx)
 	(void)idx;
 }
 
+int kvi_rmem_local_set_deferred(struct kvi_rmem *rm, int on)
+{
+	struct rmem_local *l = (struct rmem_local *)rm;
+
+	if (l->qn || rm->inflight)
+		return KVC_EINVAL;
+	if (!on) {
+		free(l->q);
+		l->q = NULL;
+		return 0;
+	}
+	if (!l->q && !(l->q = malloc(KVI_RMEM_MAX_INFLIGHT * sizeof(*l->q))))
+		return KVC_ENOMEM;
+	return 0;
+}
+
 static void local_destroy(struct kvi_rmem *rm)
 {
 	struct rmem_local *l = (struct rmem_local *)rm;
 
+	free(l->q);
 	free(rm->lbuf);
 	free(l);
 }

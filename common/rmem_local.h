@@ -2,7 +2,8 @@
  *
  * A kvi_local_region stands for a server's registered region; any number of
  * kvi_rmem_local connections (one per simulated client thread) may share it.
- * Operations execute when posted, in order, with RDMA's granularity: READ and
+ * Operations execute when posted (or at the next poll: deferred mode,
+ * below), in order, with RDMA's granularity: READ and
  * WRITE move 8-byte words atomically (never wider, so concurrent WRITEs show up
  * in READs as torn data, as on a NIC), CAS and FAA are atomic on their word.
  *
@@ -57,5 +58,16 @@ void kvi_rmem_local_set_limits(struct kvi_rmem *rm, uint32_t max_op_ms, uint32_t
  * core's (kvs_core_geometry): what a client addresses the region by. Its
  * region_size must be the region's. */
 void kvi_rmem_local_set_geometry(struct kvi_rmem *rm, const struct kvi_geometry *g);
+
+/* Deferred mode, for kvbench's in-process target: posted batches execute at
+ * the next poll instead of at once, all of them, in order, with every remote
+ * line they touch requested first -- a NIC works on many requests at once
+ * and its memory stalls are not the client's CPU time; executed one by one
+ * in the post, each READ of remote memory would stall the client for a
+ * cache miss a NIC's DMA never costs it. Only for a caller that polls
+ * right after posting, as kvbench's loop does: a batch must not wait long
+ * (an operation's deadline was checked when it posted). Hooks apply as
+ * usual. 0, KVC_EINVAL with batches in flight, or KVC_ENOMEM. */
+int kvi_rmem_local_set_deferred(struct kvi_rmem *rm, int on);
 
 #endif

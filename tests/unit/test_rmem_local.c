@@ -247,6 +247,50 @@ Test(rmem_local, injected_fault_fails_batch_and_breaks_connection)
 	kvi_rmem_destroy(f);
 }
 
+/* Deferred mode (kvbench's): batches run at the poll, all of them, in
+ * posting order; one that fails breaks the connection and those behind it
+ * are flushed unexecuted, as a QP in error flushes its work requests. */
+Test(rmem_local, deferred_batches_run_at_the_poll_in_order_and_a_failure_flushes_the_rest)
+{
+	struct hook_state h = { .fail_on = 4 };
+	struct kvi_local_hooks hooks = { .arg = &h, .before_op = before_op };
+	struct kvi_rcomp c[4];
+	struct kvi_rmem *f;
+	unsigned char *flb;
+	struct kvi_rop op;
+
+	cr_assert_eq(kvi_rmem_local_create(reg, LBUF, &hooks, &f), 0);
+	cr_assert_eq(kvi_rmem_local_set_deferred(f, 1), 0);
+	flb = kvi_rmem_lbuf(f, NULL);
+	memset(flb, 0xaa, 8);
+	memset(flb + 8, 0xbb, 8);
+	op = kvi_rop_write(8, flb, 8);
+	cr_assert_eq(kvi_rmem_post(f, &op, 1, 1), 0);
+	op = kvi_rop_write(8, flb + 8, 8); /* the same word: the later one wins */
+	cr_assert_eq(kvi_rmem_post(f, &op, 1, 2), 0);
+	cr_expect_eq(rw[1], 1, "nothing ran at the post");
+	cr_expect_eq(kvi_rmem_local_set_deferred(f, 0), KVC_EINVAL, "not while batches are in flight");
+	cr_assert_eq(kvi_rmem_poll(f, c, 4), 2);
+	cr_expect(c[0].cookie == 1 && c[1].cookie == 2 && c[0].status == 0 && c[1].status == 0);
+	cr_expect_eq(rw[1], 0xbbbbbbbbbbbbbbbbull, "executed in posting order");
+	/* The 3rd operation runs; the 4th fails; the 5th is flushed. */
+	op = kvi_rop_write(16, flb, 8);
+	cr_assert_eq(kvi_rmem_post(f, &op, 1, 3), 0);
+	op = kvi_rop_write(24, flb, 8);
+	cr_assert_eq(kvi_rmem_post(f, &op, 1, 4), 0);
+	op = kvi_rop_write(32, flb, 8);
+	cr_assert_eq(kvi_rmem_post(f, &op, 1, 5), 0);
+	cr_assert_eq(kvi_rmem_poll(f, c, 4), 3);
+	cr_expect(c[0].cookie == 3 && c[0].status == 0);
+	cr_expect(c[1].cookie == 4 && c[1].status == KVC_ESERVERGONE);
+	cr_expect(c[2].cookie == 5 && c[2].status == KVC_ESERVERGONE, "flushed: %d", c[2].status);
+	cr_expect_eq(rw[2], 0xaaaaaaaaaaaaaaaaull);
+	cr_expect_eq(rw[3], 3, "the failed WRITE did not land");
+	cr_expect_eq(rw[4], 4, "the flushed WRITE did not run");
+	cr_expect_eq(h.seen, 4, "the flushed batch never reached the hook");
+	kvi_rmem_destroy(f);
+}
+
 Test(rmem_local, hook_interleaves_another_client_deterministically)
 {
 	struct kvi_rmem *other;
