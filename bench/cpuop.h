@@ -3,7 +3,7 @@
  * against local://MIB, where no NIC and no wire hide anything. That time
  * bounds the operations per second one client core can drive once a NIC does
  * the transport (it includes the in-process transport's copies, which a NIC
- * would do instead, so it is an upper bound). */
+ * would do instead, so it is an upper bound; they run deferred, drv_local.c). */
 #ifndef KVB_CPUOP_H
 #define KVB_CPUOP_H
 
