@@ -2,7 +2,6 @@
  * requests in flight. Key names and the key sequence are made before the
  * clock starts, so a phase's CPU time is the library's (and the in-process
  * transport's) plus a loop that copies a key and hands a request over. */
-#include "clock.h"
 #include "cpuop.h"
 
 #include <stdio.h>
@@ -10,6 +9,7 @@
 #include <string.h>
 #include <time.h>
 
+#include "clock.h"
 #include "ycsb_gen.h"
 
 #define PREFETCH 16

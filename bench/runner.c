@@ -12,7 +12,6 @@
  * then waits at most SETTLE_MS for what it has in flight and abandons the
  * rest, so the results so far are printed at once rather than after the
  * planned duration. */
-#include "clock.h"
 #include "runner.h"
 
 #include <errno.h>
@@ -24,6 +23,8 @@
 #include <string.h>
 #include <time.h>
 #include <unistd.h>
+
+#include "clock.h"
 
 const char *const kvb_type_names[KVB_T_N] = { "READ", "UPDATE", "INSERT", "READ-MODIFY-WRITE" };
 

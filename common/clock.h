@@ -26,11 +26,12 @@ static inline uint64_t kvi_mono_ns(void)
  * at most cap_ms. */
 static inline int kvi_ms_until(uint64_t now, uint64_t due, int cap_ms)
 {
-	uint64_t ms;
+	uint64_t left, ms;
 
 	if (due <= now)
 		return 0;
-	ms = (due - now + 999999u) / 1000000u;
+	left = due - now; /* may be "never" (UINT64_MAX): no rounding overflow */
+	ms = left / 1000000u + (left % 1000000u != 0);
 	return ms < (uint64_t)cap_ms ? (int)ms : cap_ms;
 }
 

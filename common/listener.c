@@ -1,4 +1,3 @@
-#include "clock.h"
 #include "listener.h"
 
 #include <errno.h>
@@ -14,6 +13,7 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "clock.h"
 #include "kvclient_errors.h"
 #include "log.h"
 

@@ -1,6 +1,5 @@
 /* Transport-independent half of the remote-memory interface: the checks every
  * transport needs, done once, and the blocking helpers built on post/poll. */
-#include "clock.h"
 #include "rmem.h"
 
 #include <sched.h>
@@ -9,6 +8,7 @@
 #include <stdint.h>
 #include <time.h>
 
+#include "clock.h"
 #include "kvclient_errors.h"
 
 /* Is [p, p + len) inside the main local buffer or an extra one? */

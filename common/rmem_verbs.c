@@ -1,4 +1,3 @@
-#include "clock.h"
 #include "rmem_verbs.h"
 
 #include <errno.h>
@@ -10,6 +9,7 @@
 #include <time.h>
 
 #include "auth.h"
+#include "clock.h"
 #include "kvclient_errors.h"
 #include "log.h"
 

@@ -1,4 +1,3 @@
-#include "clock.h"
 #include "core.h"
 
 #include <errno.h>
@@ -11,6 +10,7 @@
 #include <pthread.h>
 #include <time.h>
 
+#include "clock.h"
 #include "kvclient_errors.h"
 #include "log.h"
 

@@ -1,4 +1,4 @@
-#include "clock.h"
+#define _GNU_SOURCE /* pthread_setname_np */
 #include "evictor.h"
 
 #include <errno.h>
@@ -8,6 +8,7 @@
 #include <string.h>
 #include <time.h>
 
+#include "clock.h"
 #include "kvclient_errors.h"
 #include "log.h"
 #include "loopkey.h"
@@ -106,6 +107,8 @@ static void *evictor_main(void *arg)
 	struct kvs_evictor *ev = arg;
 	struct kvs_reclaimer *r = NULL;
 	int ms = 0;
+
+	pthread_setname_np(pthread_self(), "kvs-reclaim"); /* top -H, perf, tests */
 
 	while (!nap(ev, ms)) {
 		int rc;

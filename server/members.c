@@ -1,9 +1,9 @@
-#include "clock.h"
 #include "members.h"
 
 #include <stdlib.h>
 #include <string.h>
 
+#include "clock.h"
 #include "kvclient_errors.h"
 #include "layout.h"
 

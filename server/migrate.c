@@ -1,4 +1,3 @@
-#include "clock.h"
 #include "migrate.h"
 
 #include <inttypes.h>
@@ -6,6 +5,7 @@
 #include <string.h>
 #include <time.h>
 
+#include "clock.h"
 #include "hash.h"
 #include "kvclient_errors.h"
 #include "layout.h"

@@ -1,4 +1,3 @@
-#include "clock.h"
 #include "reclaim.h"
 
 #include <inttypes.h>
@@ -7,6 +6,7 @@
 #include <string.h>
 #include <time.h>
 
+#include "clock.h"
 #include "hash.h"
 #include "kvclient_errors.h"
 #include "layout.h"

@@ -1,6 +1,7 @@
 #include "harness.h"
 
 #include <criterion/criterion.h>
+#include <dirent.h>
 #include <errno.h>
 #include <poll.h>
 #include <signal.h>
@@ -196,14 +197,13 @@ void kvt_start_server_on(struct kvt_proc *p, const char *listen, const char *por
 	}
 }
 
-unsigned long long kvt_cpu_ticks(pid_t pid)
+/* utime + stime of a /proc .../stat file, and its command name. */
+static unsigned long long stat_ticks(const char *path, char *name, size_t name_len)
 {
-	char path[64], buf[1024], *p;
+	char buf[1024], *p, *q;
 	unsigned long long ut = 0, st = 0;
-	FILE *f;
+	FILE *f = fopen(path, "r");
 
-	snprintf(path, sizeof(path), "/proc/%d/stat", (int)pid);
-	f = fopen(path, "r");
 	if (!f)
 		return 0;
 	if (!fgets(buf, sizeof(buf), f)) {
@@ -214,9 +214,59 @@ unsigned long long kvt_cpu_ticks(pid_t pid)
 	/* Fields after the command name (which may contain spaces): state is 3rd;
 	 * utime and stime are the 14th and 15th. */
 	p = strrchr(buf, ')');
-	if (!p || sscanf(p + 2, "%*c %*d %*d %*d %*d %*d %*u %*u %*u %*u %*u %llu %llu", &ut, &st) != 2)
+	q = strchr(buf, '(');
+	if (!p || !q || sscanf(p + 2, "%*c %*d %*d %*d %*d %*d %*u %*u %*u %*u %*u %llu %llu", &ut, &st) != 2)
 		return 0;
+	if (name)
+		snprintf(name, name_len, "%.*s", (int)(p - q - 1), q + 1);
 	return ut + st;
+}
+
+unsigned long long kvt_cpu_ticks(pid_t pid)
+{
+	char path[64];
+
+	snprintf(path, sizeof(path), "/proc/%d/stat", (int)pid);
+	return stat_ticks(path, NULL, 0);
+}
+
+unsigned kvt_threads_cpu(pid_t pid, struct kvt_thread_cpu *out, unsigned max)
+{
+	char path[96];
+	struct dirent *d;
+	unsigned n = 0;
+	DIR *dir;
+
+	snprintf(path, sizeof(path), "/proc/%d/task", (int)pid);
+	dir = opendir(path);
+	if (!dir)
+		return 0;
+	while (n < max && (d = readdir(dir))) {
+		if (d->d_name[0] == '.')
+			continue;
+		snprintf(path, sizeof(path), "/proc/%d/task/%.16s/stat", (int)pid, d->d_name);
+		out[n].tid = atoi(d->d_name);
+		out[n].ticks = stat_ticks(path, out[n].name, sizeof(out[n].name));
+		n++;
+	}
+	closedir(dir);
+	return n;
+}
+
+void kvt_threads_cpu_diff(const struct kvt_thread_cpu *a, unsigned na, const struct kvt_thread_cpu *b, unsigned nb,
+			  char *out, size_t len)
+{
+	size_t at = 0;
+
+	out[0] = '\0';
+	for (unsigned i = 0; i < nb && at < len; i++) {
+		unsigned long long before = 0;
+
+		for (unsigned j = 0; j < na; j++)
+			if (a[j].tid == b[i].tid)
+				before = a[j].ticks;
+		at += (size_t)snprintf(out + at, len - at, "%s%s %llu", i ? ", " : "", b[i].name, b[i].ticks - before);
+	}
 }
 
 struct kvc *kvt_kv_connect(const char *port, unsigned depth, unsigned cache_entries)

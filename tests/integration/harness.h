@@ -47,6 +47,16 @@ struct kvi_rmem *kvt_rmem_connect(const char *port);
 
 /* CPU time (user + system) the process has used, in clock ticks. */
 unsigned long long kvt_cpu_ticks(pid_t pid);
+/* ... and each of its threads (up to max of them), by name. */
+struct kvt_thread_cpu {
+	int tid;
+	char name[20];
+	unsigned long long ticks;
+};
+unsigned kvt_threads_cpu(pid_t pid, struct kvt_thread_cpu *out, unsigned max);
+/* "name ticks, ..." of each thread of b: its ticks since a. */
+void kvt_threads_cpu_diff(const struct kvt_thread_cpu *a, unsigned na, const struct kvt_thread_cpu *b, unsigned nb,
+			  char *out, size_t len);
 
 /* RDMA_ADDR/RDMA_DEV from deploy/rdma-env, or NULL. kvt_require_rdma() skips
  * the test when absent, unless KV_REQUIRE_RDMA=1, when it fails it. */
