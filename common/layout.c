@@ -1,9 +1,6 @@
 #include "layout.h"
 
 #include <string.h>
-/* Inlined: a key or an object is a few hundred bytes at most, and a call
- * through the shared library (PLT, dispatch) costs as much as hashing it. */
-#define XXH_INLINE_ALL
 #include <xxhash.h>
 
 #include "kvclient_errors.h"
