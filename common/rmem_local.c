@@ -226,12 +226,18 @@ static void run_queue(struct rmem_local *l)
 		for (unsigned i = 0; i < l->q[k].n; i++) {
 			const struct kvi_rop *op = &l->q[k].ops[i];
 
+			const unsigned char *r = l->reg->base + op->roff;
+
 			if (op->roff >= l->reg->size)
 				continue;
-			if (op->kind == KVI_ROP_READ)
-				__builtin_prefetch(l->reg->base + op->roff, 0);
-			else
-				__builtin_prefetch(l->reg->base + op->roff, 1);
+			if (op->kind != KVI_ROP_READ) {
+				__builtin_prefetch(r, 1);
+				continue;
+			}
+			/* Every line, non-temporal: a NIC's reads do not evict
+			 * the client's own data from its caches. */
+			for (uint64_t o = 0; o < op->len && op->roff + o < l->reg->size; o += 64)
+				__builtin_prefetch(r + o, 0, 0);
 		}
 	for (unsigned k = 0; k < l->qn; k++)
 		exec_batch(l, l->q[k].ops, l->q[k].n, l->q[k].cookie);
