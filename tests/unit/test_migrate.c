@@ -396,18 +396,16 @@ Test(migrate_bare, a_core_without_a_migrator_cannot_grow)
 	kvt_env_fini(&env);
 }
 
-Test(migrate_opts, sampling_wants_a_resize_of_a_filled_index)
+/* Insert `n` keys spread over the index through a fresh client, then run the
+ * reclaimer's loop: the sampler must ask for a resize, and it must run. */
+static void fill_until_the_sampler_resizes(const char *prefix, unsigned n)
 {
 	unsigned next = 0, ok = 0;
 	char k[64];
-	kvc_t *c;
+	kvc_t *c = client();
 
-	setup_opts(16, 32, 0, 50);
-	c = client();
-	/* 32 buckets x 31 slots: fill about 60 % (no insert finds both
-	 * buckets full, which would send a GROW). */
-	while (ok < 600) {
-		kvt_spread_key(&env, "fill", &next, k, sizeof(k));
+	while (ok < n) {
+		kvt_spread_key(&env, prefix, &next, k, sizeof(k));
 		ok += kvt_put_s(c, k, "v") == 0;
 		cr_assert_lt(next, 5000u);
 	}
@@ -415,6 +413,14 @@ Test(migrate_opts, sampling_wants_a_resize_of_a_filled_index)
 	cr_assert_eq(epoch_now(NULL), 1);
 	run_until_phase(KVS_RESIZE_RUNNING, 20);
 	cr_assert_eq(epoch_now(NULL), 2, "the sampler asked for a resize and it ran");
+}
+
+Test(migrate_opts, sampling_wants_a_resize_of_a_filled_index)
+{
+	setup_opts(16, 32, 0, 50);
+	/* 32 buckets x 31 slots: fill about 60 % (no insert finds both
+	 * buckets full, which would send a GROW). */
+	fill_until_the_sampler_resizes("fill", 600);
 }
 
 Test(migrate_opts, sampling_leaves_a_light_index_alone)
@@ -436,9 +442,6 @@ Test(migrate_opts, sampling_leaves_a_light_index_alone)
 Test(migrate_opts, a_steady_light_load_is_sampled_rarely_and_still_seen_when_it_rises)
 {
 	struct kvs_migrate_stats st;
-	unsigned next = 0, ok = 0;
-	char k[64];
-	kvc_t *c;
 
 	setup_opts(16, 32, 0, 50);
 	put_keys(100); /* 10 % of 992 slots */
@@ -449,17 +452,7 @@ Test(migrate_opts, a_steady_light_load_is_sampled_rarely_and_still_seen_when_it_
 	kvs_migrate_stats(mig, &st);
 	cr_assert_leq(st.samples, 8, "%" PRIu64 " samples of a steady 10 %% load in 0.3 s", st.samples);
 	cr_assert_geq(st.samples, 1);
-	/* Past the line (50 %). */
-	c = client();
-	while (ok < 400) {
-		kvt_spread_key(&env, "near", &next, k, sizeof(k));
-		ok += kvt_put_s(c, k, "v") == 0;
-		cr_assert_lt(next, 5000u);
-	}
-	kvc_destroy(c);
-	cr_assert_eq(epoch_now(NULL), 1);
-	run_until_phase(KVS_RESIZE_RUNNING, 20);
-	cr_assert_eq(epoch_now(NULL), 2, "a load pushed past the line was seen");
+	fill_until_the_sampler_resizes("near", 400); /* past the line (50 %) */
 }
 
 /* Loopback faults: fail the n-th operation from now (0: none). */
