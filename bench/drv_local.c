@@ -121,7 +121,7 @@ static int local_connect(const char *host, const char *port, const char *device,
 	char *end;
 	unsigned long mib = strtoul(host, &end, 10);
 	struct kvc_opts o;
-	struct kvi_rmem *rm;
+	struct kvi_rmem *rm = NULL;
 	kvc_t *h;
 	int rc = 0;
 
@@ -135,6 +135,7 @@ static int local_connect(const char *host, const char *port, const char *device,
 		rc = -1;
 	/* Deferred (rmem_local.h): the loops poll right after they post. */
 	if (!rc && (!(rm = local_conn(4096)) || kvi_rmem_local_set_deferred(rm, 1))) {
+		kvi_rmem_destroy(rm); /* accepts NULL */
 		snprintf(err, len, "out of memory");
 		rc = -1;
 	}

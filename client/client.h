@@ -245,11 +245,15 @@ struct kvi_conn {
 	uint64_t rejoin_not_before; /* ns: backoff */
 	/* The clock of the step under way, 0 between steps: read by
 	 * kvi_conn_submit as it starts an operation, or by kvi_conn_poll after
-	 * the completions it then handles arrived. A post made in that step
-	 * (its deadline and the lease checked against this) is later than it
-	 * by the step's own work -- microseconds, against deadlines of
-	 * milliseconds and a quarantine of twice one (segtab.h) -- and a clock
-	 * read costs as much as a tenth of a cached GET (40 ns in a VM). */
+	 * the completions it then handles arrived; posts made in that step
+	 * check their deadline and the lease against it, as a clock read costs
+	 * as much as a tenth of a cached GET (40 ns in a VM). So a post is
+	 * later than its check by the step's own work, which must stay short
+	 * against the margin the server adds to an operation's deadline before
+	 * it reuses memory (segtab.h settle: 10 ms): whatever may take longer
+	 * -- registering a larger object area, verifying or copying an object
+	 * over KVI_STEP_HEAVY_BYTES -- calls kvi_step_clock_refresh, and a
+	 * commit (the one post that must never land late) always does. */
 	uint64_t step_now;
 	uint32_t rejoin_backoff_ms;
 };
@@ -314,6 +318,10 @@ void kvi_st_abandon(struct kvi_conn *h, struct kvi_opst *st, int status);
 /* Queue an access mark for the object at obj_off (op_get.c, on a first read). */
 void kvi_mark_access(struct kvi_conn *h, uint64_t obj_off, uint64_t deadline);
 uint64_t kvi_now_ns(void);
+/* After work that may have taken long, within a step: the step's clock
+ * (kvi_conn.step_now) is read again. */
+#define KVI_STEP_HEAVY_BYTES (64u << 10)
+void kvi_step_clock_refresh(struct kvi_conn *h);
 /* CLOCK_REALTIME in ns: the clock of expiries (layout.h "Expiry"). */
 uint64_t kvi_real_ns(void);
 uint64_t kvi_rand(struct kvi_conn *h);

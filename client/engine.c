@@ -61,7 +61,14 @@ int kvi_obj_room(struct kvi_conn *h, struct kvi_opst *st, uint64_t need)
 		return KVC_ENOMEM;
 	st->obj = p;
 	st->obj_cap = (uint32_t)size;
+	kvi_step_clock_refresh(h); /* registering memory may take milliseconds */
 	return 0;
+}
+
+void kvi_step_clock_refresh(struct kvi_conn *h)
+{
+	if (h->step_now)
+		h->step_now = kvi_now_ns();
 }
 
 static void close_handle(struct kvi_conn *h)
@@ -854,7 +861,10 @@ int kvi_conn_submit(struct kvi_conn *h, struct kvc_op *op)
 	st->obj_off = (uint64_t)off; /* PUT: where its object goes */
 	st->start = now;
 	st->deadline = st->start + (uint64_t)h->op_timeout_ms * 1000000u;
-	h->step_now = now;
+	/* Building a large object (checksum, copy) takes a while: its first
+	 * post checks the lease against the time after it. The deadline
+	 * counts from before (earlier is the safe side). */
+	h->step_now = op->type == KVC_OP_PUT && op->value_len > KVI_STEP_HEAVY_BYTES ? kvi_now_ns() : now;
 	start(h, st);
 	h->step_now = 0;
 	return 0;

@@ -14,7 +14,8 @@ int kvi_locache_init(struct kvi_locache *c, uint32_t entries)
 	c->n = 1;
 	while (c->n <= entries / 2)
 		c->n *= 2;
-	c->e = aligned_alloc(64, (size_t)c->n * sizeof(*c->e));
+	/* aligned_alloc wants a multiple of the alignment (one entry: 32). */
+	c->e = aligned_alloc(64, ((size_t)c->n * sizeof(*c->e) + 63) & ~(size_t)63);
 	if (!c->e) {
 		c->n = 0;
 		return KVC_ENOMEM;
@@ -58,9 +59,14 @@ void kvi_locache_put(struct kvi_locache *c, uint64_t hlo, uint64_t hhi, uint64_t
 {
 	struct kvi_loc *l;
 
-	if (c->n == 0 || bucket > UINT32_MAX)
+	if (c->n == 0)
 		return;
 	l = slot_for(c, hlo);
+	if (bucket > UINT32_MAX) { /* not cacheable: forget what this key had */
+		if (l->hlo == hlo && l->hhi32 == (uint32_t)hhi)
+			l->slot = 0;
+		return;
+	}
 	*l = (struct kvi_loc){ .hlo = hlo, .hhi32 = (uint32_t)hhi, .slot = slot, .bucket = (uint32_t)bucket,
 			       .idx = (uint16_t)idx, .seen = (uint32_t)(seen_ns / KVI_LOC_TICK_NS) };
 }

@@ -79,6 +79,8 @@ static void deliver(struct kvi_conn *h, struct kvi_opst *st, const struct kvi_ca
 		status = KVC_ETRUNC;
 	else if (op->value_len)
 		memcpy(op->buf, buf + sizeof(*oh) + oh->key_len, op->value_len);
+	if (op->value_len > KVI_STEP_HEAVY_BYTES) /* verified and copied: a while */
+		kvi_step_clock_refresh(h);
 	/* The slot named this object of our key during this operation: the
 	 * location is confirmed as of its start (locache.h) -- if it is a bucket
 	 * of the current index (not an old one, not of an index since replaced). */

@@ -155,6 +155,9 @@ static void commit(struct kvi_conn *h, struct kvi_opst *st, uint32_t which, uint
 	struct kvi_rop ops[3];
 	unsigned n = 0;
 
+	/* The slot WRITE must not land past the deadline (memory reuse):
+	 * checked against the time now, not the step's. */
+	kvi_step_clock_refresh(h);
 	st->commit_which = which;
 	st->commit_idx = idx;
 	st->commit_slot = slot;

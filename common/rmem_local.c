@@ -226,10 +226,11 @@ static void run_queue(struct rmem_local *l)
 		for (unsigned i = 0; i < l->q[k].n; i++) {
 			const struct kvi_rop *op = &l->q[k].ops[i];
 
-			const unsigned char *r = l->reg->base + op->roff;
+			const unsigned char *r;
 
 			if (op->roff >= l->reg->size)
 				continue;
+			r = l->reg->base + op->roff;
 			if (op->kind != KVI_ROP_READ) {
 				__builtin_prefetch(r, 1);
 				continue;

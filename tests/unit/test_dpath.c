@@ -89,6 +89,30 @@ Test(dpath, another_client_sees_writes_and_deletes)
 	kvc_destroy(o);
 }
 
+/* The location cache takes any size (rounded down to a power of two; one
+ * entry is 32 bytes, less than its 64-byte alignment) and serves a GET of
+ * the key it holds from the cached path. */
+Test(dpath, a_location_cache_of_any_size_serves_its_keys)
+{
+	static const unsigned sizes[] = { 1, 3, 5, 1000 };
+	char v[64];
+
+	for (unsigned i = 0; i < sizeof(sizes) / sizeof(sizes[0]); i++) {
+		uint64_t n0, n1;
+		kvc_t *c;
+
+		cr_assert_eq(kvt_env_client(&env, NULL, sizes[i], 4, &c), 0, "%u entries", sizes[i]);
+		cr_assert_eq(kvt_put_s(c, "lc-key", "v1"), 0);
+		cr_assert_eq(kvt_get_s(c, "lc-key", v, sizeof(v)), 0);
+		rtts(c, KVC_STAT_GET_HIT_CACHED, &n0);
+		cr_assert_eq(kvt_get_s(c, "lc-key", v, sizeof(v)), 0);
+		cr_expect_str_eq(v, "v1");
+		rtts(c, KVC_STAT_GET_HIT_CACHED, &n1);
+		cr_expect_eq(n1 - n0, 1, "%u entries: the second GET used the cached location", sizes[i]);
+		kvc_destroy(c);
+	}
+}
+
 Test(dpath, round_trips_meet_the_spec_targets)
 {
 	kvc_t *nc; /* no location cache */
