@@ -69,7 +69,7 @@ int kvb_cache_aside(const struct kvb_ca_cfg *c, struct kvb_ca_result *r, char *e
 		free(value);
 		return -1;
 	}
-	t0 = ((double)kvi_mono_ns() / 1e9);
+	t0 = kvi_mono_s();
 	for (;;) {
 		struct kvb_req *done[64];
 		int n;
@@ -79,7 +79,7 @@ int kvb_cache_aside(const struct kvb_ca_cfg *c, struct kvb_ca_result *r, char *e
 
 			if (s->req.user)
 				continue; /* in flight */
-			if (c->rate && (double)issued / (double)c->rate > ((double)kvi_mono_ns() / 1e9) - t0)
+			if (c->rate && (double)issued / (double)c->rate > kvi_mono_s() - t0)
 				break; /* paced: not yet */
 			s->seqno = issued++;
 			s->req = (struct kvb_req){ .prim = KVB_GET, .buf = s->buf, .buf_len = sizeof(s->buf),
@@ -130,7 +130,7 @@ int kvb_cache_aside(const struct kvb_ca_cfg *c, struct kvb_ca_result *r, char *e
 			}
 		}
 	}
-	r->seconds = ((double)kvi_mono_ns() / 1e9) - t0;
+	r->seconds = kvi_mono_s() - t0;
 	c->drv->close(conn);
 	free(slots);
 	free(value);

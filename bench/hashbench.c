@@ -72,14 +72,14 @@ int main(int argc, char **argv)
 
 			make(&a, n);
 			make(&b, n + 1);
-			t0 = ((double)kvi_mono_ns() / 1e9);
+			t0 = kvi_mono_s();
 			for (unsigned i = 0; i < keys; i++) {
 				int len = snprintf(key, sizeof(key), "user%u", i);
 
 				was[i] = place(&a, ketama, key, (size_t)len);
 				count[was[i]]++;
 			}
-			t = ((double)kvi_mono_ns() / 1e9) - t0;
+			t = kvi_mono_s() - t0;
 			for (unsigned s = 0; s < n; s++)
 				max = count[s] > max ? count[s] : max;
 			for (unsigned i = 0; i < keys; i++) {

@@ -21,6 +21,12 @@ static inline uint64_t kvi_mono_ns(void)
 	return kvi_clock_ns(CLOCK_MONOTONIC);
 }
 
+/* The same, in seconds (the benches' rates and durations). */
+static inline double kvi_mono_s(void)
+{
+	return (double)kvi_mono_ns() / 1e9;
+}
+
 /* Whole milliseconds from now to `due` (ns of the same clock), rounded up
  * so that a sleep of that long does not wake just before it; 0 when due,
  * at most cap_ms. */

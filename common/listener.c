@@ -785,20 +785,20 @@ static int sends_pending(const struct kvi_listener *l)
 
 int kvi_listener_flush_sends(struct kvi_listener *l, int timeout_ms)
 {
-	long deadline = (long)(kvi_mono_ns() / 1000000u) + timeout_ms;
+	uint64_t deadline = kvi_mono_ns() + (uint64_t)timeout_ms * 1000000u;
 
 	for (;;) {
 		struct pollfd pf = { .fd = l->cq_ch->fd, .events = POLLIN };
-		long left;
+		int left;
 
 		if (cq_dispatch(l, NULL))
 			return KVC_EIO;
 		if (!sends_pending(l))
 			return 0;
-		left = deadline - (long)(kvi_mono_ns() / 1000000u);
+		left = kvi_ms_until(kvi_mono_ns(), deadline, timeout_ms);
 		if (left <= 0)
 			return KVC_ETIMEDOUT;
-		if (poll(&pf, 1, (int)left) < 0 && errno != EINTR)
+		if (poll(&pf, 1, left) < 0 && errno != EINTR)
 			return KVC_ESYS;
 	}
 }

@@ -225,7 +225,6 @@ static void run_queue(struct rmem_local *l)
 	for (unsigned k = 0; k < l->qn; k++)
 		for (unsigned i = 0; i < l->q[k].n; i++) {
 			const struct kvi_rop *op = &l->q[k].ops[i];
-
 			const unsigned char *r;
 
 			if (op->roff >= l->reg->size)

@@ -154,7 +154,7 @@ static struct kvi_bucket *bucket(const struct kvs_migrator *m, const struct kvi_
  * fills sooner, and reading it costs less. */
 static uint64_t sample_ms(const struct kvs_migrator *m, uint64_t used, uint64_t total, uint64_t n)
 {
-	uint64_t line = (uint64_t)m->o.load_pct * total / 100, point = total / 100, gap, ms, most;
+	uint64_t line = (uint64_t)m->o.load_pct * total / 100, point = total / 100, gap, ms, most, per_point;
 	double rise = 0.005 / 1000.0; /* half a point a second, as a fraction of the index per ms */
 
 	if (used + point >= line)
@@ -163,9 +163,10 @@ static uint64_t sample_ms(const struct kvs_migrator *m, uint64_t used, uint64_t 
 	if (m->rise > rise)
 		rise = m->rise;
 	ms = (uint64_t)((double)gap / (double)total / 4.0 / rise);
+	per_point = 50 * (gap / (point ? point : 1) + 1);
 	most = 4 * n < KVS_MIGRATE_SAMPLE_MAX_MS ? 4 * n : KVS_MIGRATE_SAMPLE_MAX_MS;
-	if (ms > 50 * (gap / (point ? point : 1) + 1))
-		ms = 50 * (gap / (point ? point : 1) + 1);
+	if (ms > per_point)
+		ms = per_point;
 	if (ms > most)
 		ms = most;
 	return ms < KVS_MIGRATE_SAMPLE_MS ? KVS_MIGRATE_SAMPLE_MS : ms;
