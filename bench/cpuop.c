@@ -7,6 +7,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/mman.h>
 #include <time.h>
 
 #include "clock.h"
@@ -62,6 +63,19 @@ static int account(struct ctx *x, struct kvb_cpuop_phase *ph, struct kvb_req **d
 	return lost;
 }
 
+/* r[0..k) to the driver: how many started (r[started]->status says why the
+ * next did not). */
+static int submit_batch(const struct kvb_driver *d, void *conn, struct kvb_req **r, unsigned k)
+{
+	unsigned i = 0;
+
+	if (d->submit_many)
+		return d->submit_many(conn, r, k);
+	while (i < k && (r[i]->status = d->submit(conn, r[i])) == 0)
+		i++;
+	return (int)i;
+}
+
 /* n requests of prim over keys seq[0..n) (keys 0..n-1 when seq is NULL),
  * depth in flight. -1 with err when the connection is lost. prim 0: the same
  * loop with every request finished at once, without the library, to show
@@ -70,35 +84,56 @@ static int phase(struct ctx *x, int prim, uint64_t n, const uint32_t *seq, struc
 		 struct kvb_cpuop_result *r, char *err, size_t errlen)
 {
 	const struct kvb_driver *d = x->c->drv;
-	uint64_t issued = 0, finished = 0, before[KVB_CPUOP_KINDS], cpu0, wall0;
+	uint64_t issued = 0, finished = 0, before[KVB_CPUOP_KINDS], cpu0, wall0, ticks0, nic0;
 	struct kvb_req *done[64];
 	int got, lost = 0;
 
 	memset(ph, 0, sizeof(*ph));
 	rt_snapshot(x, before, r);
+	nic0 = d->transport_ticks ? d->transport_ticks(x->conn) : 0;
+	ticks0 = kvi_ticks();
 	wall0 = kvi_clock_ns(CLOCK_MONOTONIC);
 	cpu0 = kvi_clock_ns(CLOCK_THREAD_CPUTIME_ID);
 	while (finished < n && !lost) {
+		/* Hand over as many as there is room for, together (the
+		 * library hashes them and fetches their cached locations
+		 * before it starts them: kvc_submit_many). */
 		while (issued < n && x->nfree && !lost) {
-			struct kvb_req *q = x->free[--x->nfree];
-			const char *key = x->keys + (seq ? seq[issued] : issued) * KVB_KEY_NAME_CAP;
+			struct kvb_req *batch[64];
+			unsigned k = 0;
+			int started;
 
-			/* The key table is larger than the caches: fetch the name of
-			 * a request further on now, so the loop does not wait on it. */
-			if (seq && issued + PREFETCH < n)
-				__builtin_prefetch(x->keys + (uint64_t)seq[issued + PREFETCH] * KVB_KEY_NAME_CAP);
-			q->prim = prim;
-			q->key_len = (unsigned char)key[KVB_KEY_NAME_CAP - 1];
-			memcpy(q->key, key, q->key_len);
-			q->value_len = prim == KVB_PUT ? x->c->value_size : 0;
-			issued++;
-			q->status = prim ? d->submit(x->conn, q) : 0;
-			if (!prim) {
-				account(x, ph, &q, 1, &finished);
+			while (issued + k < n && x->nfree && k < 64) {
+				struct kvb_req *q = x->free[--x->nfree];
+				uint64_t i = issued + k;
+				const char *key = x->keys + (seq ? seq[i] : i) * KVB_KEY_NAME_CAP;
+
+				/* The key table is larger than the caches: fetch the
+				 * name of a request further on now, so the loop does
+				 * not wait on it. */
+				if (seq && i + PREFETCH < n)
+					__builtin_prefetch(x->keys + (uint64_t)seq[i + PREFETCH] * KVB_KEY_NAME_CAP);
+				q->prim = prim;
+				q->key_len = (unsigned char)key[KVB_KEY_NAME_CAP - 1];
+				memcpy(q->key, key, q->key_len);
+				q->value_len = prim == KVB_PUT ? x->c->value_size : 0;
+				q->status = 0;
+				batch[k++] = q;
+			}
+			issued += k;
+			if (!prim) { /* the loop alone: each finished at once */
+				account(x, ph, batch, (int)k, &finished);
 				continue;
 			}
-			if (q->status) /* refused at once: a finished failure */
-				lost = account(x, ph, &q, 1, &finished);
+			started = submit_batch(d, x->conn, batch, k);
+			/* The first one refused is a finished failure; the rest
+			 * were never handed over: they go back. */
+			if ((unsigned)started < k) {
+				lost = account(x, ph, batch + started, 1, &finished);
+				for (unsigned j = (unsigned)started + 1; j < k; j++)
+					x->free[x->nfree++] = batch[j];
+				issued -= k - (unsigned)started - 1;
+			}
 		}
 		got = lost || !prim ? 0 : d->poll(x->conn, done, 64, 100);
 		if (got < 0) {
@@ -111,6 +146,12 @@ static int phase(struct ctx *x, int prim, uint64_t n, const uint32_t *seq, struc
 	ph->cpu_ns = kvi_clock_ns(CLOCK_THREAD_CPUTIME_ID) - cpu0;
 	ph->wall_ns = kvi_clock_ns(CLOCK_MONOTONIC) - wall0;
 	ph->ops = finished;
+	if (d->transport_ticks) {
+		/* Ticks to ns by the phase's own ratio of the two clocks. */
+		uint64_t ticks = kvi_ticks() - ticks0, nic = d->transport_ticks(x->conn) - nic0;
+
+		ph->transport_ns = ticks ? (uint64_t)((double)nic * (double)ph->wall_ns / (double)ticks) : 0;
+	}
 	if (lost) {
 		snprintf(err, errlen, "connection to %s://%s lost: %s", d->scheme, x->c->host, d->errname(x->lost_status));
 		return -1;
@@ -121,13 +162,27 @@ static int phase(struct ctx *x, int prim, uint64_t n, const uint32_t *seq, struc
 	return 0;
 }
 
+/* The key table is read at random: on 2 MiB boundaries transparent
+ * hugepages can back it (where the system allows), so that the loop's reads
+ * of key names are not TLB misses charged to the library's operations. */
+static void *table_alloc(size_t bytes)
+{
+	const size_t huge = 2u << 20;
+	size_t rounded = (bytes + huge - 1) & ~(huge - 1);
+	void *p = rounded >= bytes ? aligned_alloc(huge, rounded) : NULL;
+
+	if (p)
+		madvise(p, rounded, MADV_HUGEPAGE);
+	return p;
+}
+
 static int setup(struct ctx *x, char *err, size_t errlen)
 {
 	const struct kvb_cpuop_cfg *c = x->c;
 	struct kvb_uniform u;
 	struct kvb_rng rng;
 
-	x->keys = malloc(c->records * KVB_KEY_NAME_CAP);
+	x->keys = table_alloc(c->records * KVB_KEY_NAME_CAP);
 	x->seq = malloc(c->operations * sizeof(*x->seq));
 	x->value = malloc(c->value_size);
 	x->bufs = malloc((size_t)c->depth * c->value_size);

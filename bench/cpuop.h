@@ -30,6 +30,9 @@ struct kvb_cpuop_phase {
 	uint64_t ops, failed;
 	int first_error;
 	uint64_t cpu_ns, wall_ns;
+	/* Of cpu_ns: the in-process transport doing a NIC's work (moving the
+	 * bytes, completing requests); 0 when the target has no such figure. */
+	uint64_t transport_ns;
 	uint64_t rt_ops[KVB_CPUOP_KINDS]; /* library counters over the phase, by kind */
 };
 

@@ -34,6 +34,9 @@ struct kvb_driver {
 		       char *err, size_t len);
 	/* Start r; 0, or a negative code (the request then never comes back from poll). */
 	int (*submit)(void *conn, struct kvb_req *r);
+	/* Start r[0..n) in order (NULL: one submit each): how many started;
+	 * when fewer than n, r[returned]->status says why the next did not. */
+	int (*submit_many)(void *conn, struct kvb_req **r, unsigned n);
 	/* Up to max finished requests within timeout_ms; their count, or a negative code. */
 	int (*poll)(void *conn, struct kvb_req **done, unsigned max, int timeout_ms);
 	/* Name of a status code, for the error table. */
@@ -50,6 +53,10 @@ struct kvb_driver {
 	/* Library round-trip counters: ops[i], rtts[i] for i < *kinds, named by names[i]. */
 	void (*round_trips)(void *conn, uint64_t *ops, uint64_t *rtts, const char **names, unsigned *kinds);
 	void (*close)(void *conn);
+	/* In-process targets: kvi_ticks() (clock.h) the transport spent doing
+	 * what a NIC would (moving bytes, completing requests) on the caller's
+	 * thread; NULL elsewhere. */
+	uint64_t (*transport_ticks)(void *conn);
 	/* Requests this driver really keeps in flight per connection (1 = blocking). */
 	unsigned max_depth;
 };
@@ -86,6 +93,7 @@ extern struct kvb_local_opts kvb_local_opts;
 struct kvc;
 int kvb_rdma_wrap(struct kvc *h, unsigned depth, void **out, char *err, size_t len);
 int kvb_rdma_submit(void *conn, struct kvb_req *r);
+int kvb_rdma_submit_many(void *conn, struct kvb_req **r, unsigned n);
 int kvb_rdma_poll(void *conn, struct kvb_req **done, unsigned max, int timeout_ms);
 int kvb_rdma_server_cpu(void *conn, double *seconds);
 int kvb_rdma_server_mem(void *conn, uint64_t *bytes);
@@ -93,6 +101,10 @@ size_t kvb_rdma_max_value(void *conn, size_t key_len);
 int kvb_rdma_lost(int status);
 void kvb_rdma_round_trips(void *conn, uint64_t *ops, uint64_t *rtts, const char **names, unsigned *kinds);
 void kvb_rdma_close(void *conn);
+/* Something of the driver's own that rides with the connection (drv_local.c:
+ * its transport). */
+void kvb_rdma_set_aux(void *conn, void *aux);
+void *kvb_rdma_aux(void *conn);
 
 /* "rdma://host[:port]" or "memcached://host[:port]": the driver, host and port.
  * A list of servers ("rdma://h1:p1,h2:p2"): host is the whole list, port is

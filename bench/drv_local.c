@@ -152,7 +152,15 @@ static int local_connect(const char *host, const char *port, const char *device,
 		snprintf(err, len, "cannot open a handle: %s", kvc_strerror(rc));
 		return rc;
 	}
-	return kvb_rdma_wrap(h, depth, out, err, len);
+	rc = kvb_rdma_wrap(h, depth, out, err, len);
+	if (rc == 0) /* the handle owns rm; it has no way to make another */
+		kvb_rdma_set_aux(*out, rm);
+	return rc;
+}
+
+static uint64_t local_transport_ticks(void *conn)
+{
+	return kvi_rmem_local_busy_ticks(kvb_rdma_aux(conn));
 }
 
 static void local_close(void *conn)
@@ -175,6 +183,7 @@ const struct kvb_driver kvb_driver_local = {
 	.name = "kvcache-local",
 	.connect = local_connect,
 	.submit = kvb_rdma_submit,
+	.submit_many = kvb_rdma_submit_many,
 	.poll = kvb_rdma_poll,
 	.errname = kvc_err_name,
 	.server_cpu = kvb_rdma_server_cpu,
@@ -183,5 +192,6 @@ const struct kvb_driver kvb_driver_local = {
 	.lost = kvb_rdma_lost,
 	.round_trips = kvb_rdma_round_trips,
 	.close = local_close,
+	.transport_ticks = local_transport_ticks,
 	.max_depth = 64,
 };

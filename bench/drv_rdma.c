@@ -15,6 +15,8 @@ struct rdma_conn {
 	struct kvc_op *ops;     /* [depth], one per request in flight */
 	struct kvc_op **free;   /* stack of unused ops */
 	unsigned nfree;
+	struct kvc_op *batch[64]; /* kvb_rdma_submit_many's */
+	void *aux;                /* kvb_rdma_set_aux */
 };
 
 /* Location cache entries per connection: YCSB record counts up to ~64 Ki keep
@@ -79,6 +81,16 @@ static int rdma_connect(const char *host, const char *port, const char *device, 
 	return kvb_rdma_wrap(h, depth, out, err, len);
 }
 
+static struct kvc_op *take_op(struct rdma_conn *c, struct kvb_req *r)
+{
+	struct kvc_op *op = c->free[--c->nfree];
+
+	*op = (struct kvc_op){ .type = r->prim == KVB_GET ? KVC_OP_GET : KVC_OP_PUT, .key = r->key,
+			       .key_len = r->key_len, .value = r->value, .value_len = r->value_len,
+			       .buf = r->buf, .buf_len = r->buf_len, .user = r };
+	return op;
+}
+
 int kvb_rdma_submit(void *conn, struct kvb_req *r)
 {
 	struct rdma_conn *c = conn;
@@ -87,14 +99,41 @@ int kvb_rdma_submit(void *conn, struct kvb_req *r)
 
 	if (c->nfree == 0)
 		return KVC_EAGAIN;
-	op = c->free[--c->nfree];
-	*op = (struct kvc_op){ .type = r->prim == KVB_GET ? KVC_OP_GET : KVC_OP_PUT, .key = r->key,
-			       .key_len = r->key_len, .value = r->value, .value_len = r->value_len,
-			       .buf = r->buf, .buf_len = r->buf_len, .user = r };
+	op = take_op(c, r);
 	rc = kvc_submit(c->h, op);
 	if (rc)
 		c->free[c->nfree++] = op;
 	return rc;
+}
+
+int kvb_rdma_submit_many(void *conn, struct kvb_req **r, unsigned n)
+{
+	struct rdma_conn *c = conn;
+	struct kvc_op **ops = c->batch;
+	unsigned m = 0;
+	int started;
+
+	if (n && !c->nfree) {
+		r[0]->status = KVC_EAGAIN;
+		return 0;
+	}
+	while (m < n && m < 64 && c->nfree) {
+		ops[m] = take_op(c, r[m]);
+		m++;
+	}
+	started = kvc_submit_many(c->h, ops, m);
+	if (started < 0) { /* bad arguments: none of ours can be */
+		r[0]->status = started;
+		started = 0;
+	}
+	if ((unsigned)started == m && m < n)
+		r[m]->status = KVC_EAGAIN; /* no room for more */
+	for (unsigned i = (unsigned)started; i < m; i++) {
+		if (i == (unsigned)started && ops[i]->status)
+			r[i]->status = ops[i]->status;
+		c->free[c->nfree++] = ops[i];
+	}
+	return started;
 }
 
 int kvb_rdma_poll(void *conn, struct kvb_req **done, unsigned max, int timeout_ms)
@@ -170,6 +209,16 @@ void kvb_rdma_round_trips(void *conn, uint64_t *ops, uint64_t *rtts, const char 
 	*kinds = KVC_STAT_KINDS;
 }
 
+void kvb_rdma_set_aux(void *conn, void *aux)
+{
+	((struct rdma_conn *)conn)->aux = aux;
+}
+
+void *kvb_rdma_aux(void *conn)
+{
+	return ((struct rdma_conn *)conn)->aux;
+}
+
 void kvb_rdma_close(void *conn)
 {
 	struct rdma_conn *c = conn;
@@ -187,6 +236,7 @@ const struct kvb_driver kvb_driver_rdma = {
 	.name = "kvcache",
 	.connect = rdma_connect,
 	.submit = kvb_rdma_submit,
+	.submit_many = kvb_rdma_submit_many,
 	.poll = kvb_rdma_poll,
 	.errname = kvc_err_name,
 	.server_cpu = kvb_rdma_server_cpu,

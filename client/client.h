@@ -272,6 +272,8 @@ void kvi_conn_set_dial(struct kvi_conn *h, kvi_dial_fn dial, void *arg, void (*f
 /* The public calls, on one connection (engine.c). */
 void kvi_conn_destroy(struct kvi_conn *h);
 int kvi_conn_submit(struct kvi_conn *h, struct kvc_op *op);
+/* Start ops[0..n) in order: how many started; *why says why the next did not. */
+unsigned kvi_conn_submit_many(struct kvi_conn *h, struct kvc_op *const *ops, unsigned n, int *why);
 int kvi_conn_poll(struct kvi_conn *h, struct kvc_op **done, unsigned max, int timeout_ms);
 unsigned kvi_conn_inflight(const struct kvi_conn *h);
 size_t kvi_conn_max_value(const struct kvi_conn *h, size_t key_len);

@@ -664,6 +664,28 @@ int kvc_submit(kvc_t *h, struct kvc_op *op)
 	return rc;
 }
 
+int kvc_submit_many(kvc_t *h, struct kvc_op *const *ops, unsigned n)
+{
+	unsigned started = 0;
+	int why = 0;
+
+	if (!h || (n && !ops))
+		return KVC_EINVAL;
+	for (unsigned i = 0; i < n; i++)
+		if (!ops[i])
+			return KVC_EINVAL;
+	if (h->single) {
+		started = kvi_conn_submit_many(h->m[0]->c, ops, n, &why);
+	} else {
+		/* Each key to its own server: one at a time. */
+		while (started < n && (why = kvc_submit(h, ops[started])) == 0)
+			started++;
+	}
+	if (started < n)
+		ops[started]->status = why;
+	return (int)started;
+}
+
 /* Sleep on every member's connection (kvi_conns_block) until the deadline,
  * at most SLEEP_MAX_MS at a time: an operation waiting on a timer (a backoff,
  * a resize) and the leases are looked after between sleeps. */

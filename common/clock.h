@@ -7,6 +7,9 @@
 
 #include <stdint.h>
 #include <time.h>
+#if defined(__x86_64__) || defined(__i386__)
+#include <x86intrin.h>
+#endif
 
 static inline uint64_t kvi_clock_ns(clockid_t id)
 {
@@ -25,6 +28,19 @@ static inline uint64_t kvi_mono_ns(void)
 static inline double kvi_mono_s(void)
 {
 	return (double)kvi_mono_ns() / 1e9;
+}
+
+/* A cheap, steadily rising count for timing short stretches of a thread's
+ * own work (the CPU's time-stamp counter where there is one: a third of a
+ * clock_gettime in a VM); its unit is not a nanosecond: convert by a ratio
+ * measured against kvi_mono_ns over a longer stretch. */
+static inline uint64_t kvi_ticks(void)
+{
+#if defined(__x86_64__) || defined(__i386__)
+	return __rdtsc();
+#else
+	return kvi_mono_ns();
+#endif
 }
 
 /* Whole milliseconds from now to `due` (ns of the same clock), rounded up

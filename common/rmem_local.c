@@ -5,6 +5,7 @@
 #include <string.h>
 #include <sys/mman.h>
 
+#include "clock.h"
 #include "kvclient_errors.h"
 
 struct kvi_local_region {
@@ -83,6 +84,7 @@ struct rmem_local {
 	 * last poll, in order; NULL when off. */
 	struct local_batch *q;
 	unsigned qn;
+	uint64_t busy_ticks; /* kvi_rmem_local_busy_ticks */
 };
 
 /* Copy with RDMA's atomicity: 8-byte aligned words are moved whole with relaxed
@@ -222,6 +224,8 @@ static int local_post(struct kvi_rmem *rm, const struct kvi_rop *ops, unsigned n
  * every remote line first, then move the bytes, in posting order. */
 static void run_queue(struct rmem_local *l)
 {
+	uint64_t t0 = kvi_ticks();
+
 	for (unsigned k = 0; k < l->qn; k++)
 		for (unsigned i = 0; i < l->q[k].n; i++) {
 			const struct kvi_rop *op = &l->q[k].ops[i];
@@ -242,6 +246,12 @@ static void run_queue(struct rmem_local *l)
 	for (unsigned k = 0; k < l->qn; k++)
 		exec_batch(l, l->q[k].ops, l->q[k].n, l->q[k].cookie);
 	l->qn = 0;
+	l->busy_ticks += kvi_ticks() - t0;
+}
+
+uint64_t kvi_rmem_local_busy_ticks(const struct kvi_rmem *rm)
+{
+	return ((const struct rmem_local *)rm)->busy_ticks;
 }
 
 static int local_poll(struct kvi_rmem *rm, struct kvi_rcomp *out, unsigned max)

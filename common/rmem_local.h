@@ -69,5 +69,8 @@ void kvi_rmem_local_set_geometry(struct kvi_rmem *rm, const struct kvi_geometry 
  * (an operation's deadline was checked when it posted). Hooks apply as
  * usual. 0, KVC_EINVAL with batches in flight, or KVC_ENOMEM. */
 int kvi_rmem_local_set_deferred(struct kvi_rmem *rm, int on);
+/* Deferred mode: the kvi_ticks() (clock.h) spent executing deferred batches
+ * so far -- on a NIC, work the client's CPU does not do. */
+uint64_t kvi_rmem_local_busy_ticks(const struct kvi_rmem *rm);
 
 #endif

@@ -223,6 +223,14 @@ struct kvc_op {
  * making room) the PUT waits without blocking, asking again from kvc_poll,
  * for up to op_timeout_ms; then it fails KVC_ENOMEM. */
 KVC_EXPORT int kvc_submit(kvc_t *h, struct kvc_op *op);
+/* kvc_submit of ops[0], ops[1], ... in order, stopping at the first that is
+ * not started: returns how many were (0..n), and when fewer than n,
+ * ops[returned]->status says why the next was not (KVC_EAGAIN: depth
+ * reached); it and those after it are still the caller's. KVC_EINVAL (< 0)
+ * for bad arguments, nothing started. Cheaper per operation than as many
+ * kvc_submit calls: the keys are hashed and their cached locations fetched
+ * from memory together, and the clock is read once. */
+KVC_EXPORT int kvc_submit_many(kvc_t *h, struct kvc_op *const *ops, unsigned n);
 /* Wait up to timeout_ms (0: do not wait; negative: until one completes) and
  * return up to max finished ops in done[]; returns their number, or KVC_EINVAL
  * for bad arguments. Failures, a lost connection included, arrive as each

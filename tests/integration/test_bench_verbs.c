@@ -6,6 +6,7 @@
  * The bench_local suite needs no RDMA (target local://MIB, the server core in
  * kvbench's own process); bench_verbs drives a real kvserver. */
 #include <criterion/criterion.h>
+#include <math.h>
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -220,6 +221,20 @@ Test(bench_local, cpu_per_op_prints_client_cpu_per_get_and_put)
 	cr_expect(atof(g + 15) > 10 && atof(g + 15) < 1e6, "output: %s", p.all);
 	cr_expect(atof(u + 15) > 10 && atof(u + 15) < 1e6, "output: %s", p.all);
 	cr_expect(strstr(p.all, "GET       20000 ops") && strstr(p.all, "PUT       20000 ops"), "output: %s", p.all);
+	/* the transport's share (a NIC's work) and the rest: parts of the whole */
+	for (int k = 0; k < 2; k++) {
+		const char *name = k ? "put" : "get", *cpu = k ? u : g, *t, *l;
+		char want[32];
+
+		snprintf(want, sizeof(want), "transport_ns_per_%s=", name);
+		t = strstr(p.all, want);
+		snprintf(want, sizeof(want), "library_ns_per_%s=", name);
+		l = strstr(p.all, want);
+		cr_assert(t && l, "output: %s", p.all);
+		t = strchr(t, '=') + 1, l = strchr(l, '=') + 1;
+		cr_expect(atof(t) > 0 && atof(l) > 0 && atof(t) < atof(cpu + 15), "output: %s", p.all);
+		cr_expect(fabs(atof(t) + atof(l) - atof(cpu + 15)) < 0.5, "output: %s", p.all);
+	}
 
 	cr_expect_eq(run(&p, bad, 30000), 2, "output: %s", p.all);
 	cr_expect(strstr(p.all, "local://MIB") != NULL, "output: %s", p.all);

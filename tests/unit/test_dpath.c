@@ -677,6 +677,87 @@ Test(dpath, async_batch_keeps_many_in_flight)
 	cr_expect_eq(kvc_inflight(h), 0);
 }
 
+/* Poll until n ops came back; each must have status 0. */
+static void poll_all_ok(kvc_t *c, unsigned n)
+{
+	struct kvc_op *done[64];
+	unsigned finished = 0;
+
+	while (finished < n) {
+		int got = kvc_poll(c, done, 64, 1000);
+
+		cr_assert_gt(got, 0, "%s", got < 0 ? kvc_err_name(got) : "nothing came back in 1 s");
+		for (int i = 0; i < got; i++)
+			cr_expect_eq(done[i]->status, 0, "%s", kvc_err_name(done[i]->status));
+		finished += (unsigned)got;
+	}
+}
+
+Test(dpath, submit_many_starts_in_order_and_stops_at_the_first_it_cannot)
+{
+	enum { N = 40 };
+	struct kvc_op ops[N], *p[N];
+	char keys[N][16], bufs[N][32];
+	kvc_t *deep;
+
+	/* More than the handle takes: the first 16 start, the 17th says why. */
+	for (int i = 0; i < 20; i++) {
+		snprintf(keys[i], sizeof(keys[i]), "many-%d", i);
+		ops[i] = (struct kvc_op){ .type = KVC_OP_PUT, .key = keys[i], .key_len = strlen(keys[i]),
+					  .value = keys[i], .value_len = strlen(keys[i]), .status = 7 };
+		p[i] = &ops[i];
+	}
+	cr_assert_eq(kvc_submit_many(h, p, 20), 16, "depth is 16");
+	cr_expect_eq(ops[16].status, KVC_EAGAIN);
+	cr_expect_eq(ops[17].status, 7, "not looked at");
+	poll_all_ok(h, 16);
+
+	/* A bad op in the middle: those before it start, it says why, none after. */
+	for (int i = 0; i < 3; i++)
+		ops[i] = (struct kvc_op){ .type = KVC_OP_GET, .key = keys[i], .key_len = strlen(keys[i]),
+					  .buf = bufs[i], .buf_len = sizeof(bufs[i]) };
+	ops[1].key_len = 0;
+	cr_assert_eq(kvc_submit_many(h, p, 3), 1);
+	cr_expect_eq(ops[1].status, KVC_EKEYSIZE);
+	cr_expect_eq(kvc_inflight(h), 1);
+	poll_all_ok(h, 1);
+	cr_expect_eq(memcmp(bufs[0], keys[0], strlen(keys[0])), 0);
+
+	/* Bad arguments: nothing starts. */
+	cr_expect_eq(kvc_submit_many(NULL, p, 1), KVC_EINVAL);
+	cr_expect_eq(kvc_submit_many(h, NULL, 1), KVC_EINVAL);
+	cr_expect_eq(kvc_submit_many(h, p, 0), 0);
+	p[0] = NULL;
+	cr_expect_eq(kvc_submit_many(h, p, 1), KVC_EINVAL);
+	cr_expect_eq(kvc_inflight(h), 0);
+
+	/* A deeper handle: more than one group of keys hashed together, every
+	 * value where its key says, written by one handle, read by another. */
+	cr_assert_eq(kvt_env_client(&env, NULL, 1024, N, &deep), 0);
+	for (int i = 0; i < N; i++) {
+		snprintf(keys[i], sizeof(keys[i]), "deep-%d", i);
+		ops[i] = (struct kvc_op){ .type = KVC_OP_PUT, .key = keys[i], .key_len = strlen(keys[i]),
+					  .value = keys[i], .value_len = strlen(keys[i]) };
+		p[i] = &ops[i];
+	}
+	cr_assert_eq(kvc_submit_many(deep, p, N), N);
+	poll_all_ok(deep, N);
+	for (int round = 0; round < 2; round++) { /* uncached, then cached locations */
+		for (int i = 0; i < N; i++) {
+			ops[i] = (struct kvc_op){ .type = KVC_OP_GET, .key = keys[i], .key_len = strlen(keys[i]),
+						  .buf = bufs[i], .buf_len = sizeof(bufs[i]) };
+			memset(bufs[i], 0, sizeof(bufs[i]));
+		}
+		cr_assert_eq(kvc_submit_many(round ? deep : h, p, round ? N : 16), round ? N : 16);
+		poll_all_ok(round ? deep : h, round ? N : 16);
+		for (int i = 0; i < (round ? N : 16); i++) {
+			cr_expect_eq(ops[i].value_len, strlen(keys[i]));
+			cr_expect_eq(memcmp(bufs[i], keys[i], strlen(keys[i])), 0, "%s", keys[i]);
+		}
+	}
+	kvc_destroy(deep);
+}
+
 Test(dpath, server_stats_report_segments_and_cpu)
 {
 	struct kvc_server_stats ss;

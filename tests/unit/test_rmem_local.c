@@ -269,8 +269,10 @@ Test(rmem_local, deferred_batches_run_at_the_poll_in_order_and_a_failure_flushes
 	op = kvi_rop_write(8, flb + 8, 8); /* the same word: the later one wins */
 	cr_assert_eq(kvi_rmem_post(f, &op, 1, 2), 0);
 	cr_expect_eq(rw[1], 1, "nothing ran at the post");
+	cr_expect_eq(kvi_rmem_local_busy_ticks(f), 0, "no work counted before it runs");
 	cr_expect_eq(kvi_rmem_local_set_deferred(f, 0), KVC_EINVAL, "not while batches are in flight");
 	cr_assert_eq(kvi_rmem_poll(f, c, 4), 2);
+	cr_expect_gt(kvi_rmem_local_busy_ticks(f), 0, "the poll's execution is counted (a NIC's work)");
 	cr_expect(c[0].cookie == 1 && c[1].cookie == 2 && c[0].status == 0 && c[1].status == 0);
 	cr_expect_eq(rw[1], 0xbbbbbbbbbbbbbbbbull, "executed in posting order");
 	/* The 3rd operation runs; the 4th fails; the 5th is flushed. */
