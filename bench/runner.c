@@ -134,7 +134,8 @@ static uint32_t value_size(struct thread *th)
 	return c->vmin + (uint32_t)(kvb_rng_next(&th->rng) % ((uint64_t)c->vmax - c->vmin + 1));
 }
 
-static int submit(struct thread *th, struct slot *s, int prim)
+/* Fill the slot's request (the slot is taken from here on: req.user). */
+static void prepare_req(struct thread *th, struct slot *s, int prim)
 {
 	struct kvb_req *r = &s->req;
 
@@ -145,7 +146,13 @@ static int submit(struct thread *th, struct slot *s, int prim)
 	r->buf = th->bufs + (size_t)(s - th->slots) * th->sh->cfg->vmax;
 	r->buf_len = th->sh->cfg->vmax;
 	r->user = s;
-	return th->sh->cfg->drv->submit(th->conn, r);
+	r->status = 0;
+}
+
+static int submit(struct thread *th, struct slot *s, int prim)
+{
+	prepare_req(th, s, prim);
+	return th->sh->cfg->drv->submit(th->conn, &s->req);
 }
 
 /* "rdma://host:port", "rdma://h1:p1,h2:p2" (a list: no port of its own), or
@@ -260,17 +267,40 @@ static void settle(struct thread *th)
 		drain(th, 10);
 }
 
-/* Submit the slot's first request; one refused at once is a finished failure. */
-static void launch(struct thread *th, struct slot *s, int prim)
+/* A request refused at once is a finished failure. */
+static void refused(struct thread *th, struct slot *s, int status)
 {
-	int rc = submit(th, s, prim);
+	s->req.status = status;
+	finish(th, s);
+	release(s);
+}
 
-	if (rc) {
-		s->req.status = rc;
-		finish(th, s);
-		release(s);
-	} else {
-		th->inflight++;
+/* Submit the prepared requests of s[0..n) together where the driver can
+ * (kvc_submit_many: cheaper per request than one at a time). */
+static void launch_many(struct thread *th, struct slot **s, unsigned n)
+{
+	const struct kvb_driver *d = th->sh->cfg->drv;
+	struct kvb_req *r[64];
+	unsigned started = 0;
+
+	if (d->submit_many && n > 1) {
+		for (unsigned i = 0; i < n; i++)
+			r[i] = &s[i]->req;
+		started = (unsigned)d->submit_many(th->conn, r, n);
+		th->inflight += started;
+		if (started < n) {
+			refused(th, s[started], s[started]->req.status);
+			started++;
+		}
+	}
+	/* The rest (or all: no batches here) one by one. */
+	for (unsigned i = started; i < n; i++) {
+		int rc = d->submit(th->conn, &s[i]->req);
+
+		if (rc)
+			refused(th, s[i], rc);
+		else
+			th->inflight++;
 	}
 }
 
@@ -294,12 +324,20 @@ static void load(struct thread *th)
 			settle(th);
 			return;
 		}
-		while (next < c->records && th->inflight < th->sh->depth && !stopping(th)) {
-			struct slot *s = free_slot(th);
+		if (next < c->records && th->inflight < th->sh->depth && !stopping(th)) {
+			struct slot *batch[64];
+			unsigned k = 0;
+			uint64_t now = kvi_mono_ns();
 
-			*s = (struct slot){ .type = KVB_T_INSERT, .recorded = 1, .t0 = kvi_mono_ns(), .keynum = next };
-			launch(th, s, KVB_PUT);
-			next += c->threads;
+			while (next < c->records && th->inflight + k < th->sh->depth && k < 64) {
+				struct slot *s = free_slot(th);
+
+				*s = (struct slot){ .type = KVB_T_INSERT, .recorded = 1, .t0 = now, .keynum = next };
+				prepare_req(th, s, KVB_PUT);
+				batch[k++] = s;
+				next += c->threads;
+			}
+			launch_many(th, batch, k);
 		}
 		if (th->inflight)
 			drain(th, POLL_MS);
@@ -319,6 +357,7 @@ static int claim(struct shared *sh, uint64_t now)
 	return atomic_fetch_add(&sh->issued, 1) < sh->cfg->operations ? 1 : -1;
 }
 
+/* Choose the slot's next operation and prepare its first request. */
 static void start_op(struct thread *th, struct slot *s, int recorded)
 {
 	const struct kvb_cfg *c = th->sh->cfg;
@@ -344,7 +383,7 @@ static void start_op(struct thread *th, struct slot *s, int recorded)
 	}
 	if (s->type != KVB_T_INSERT)
 		s->keynum = kvb_choose_key(&th->kc, &th->rng, kvb_ackcounter_last(&th->sh->inserts));
-	launch(th, s, prim);
+	prepare_req(th, s, prim);
 }
 
 static void run(struct thread *th)
@@ -357,14 +396,23 @@ static void run(struct thread *th)
 			settle(th);
 			return;
 		}
-		while (more && th->inflight < th->sh->depth && !th->failed) {
-			int k = claim(th->sh, kvi_mono_ns());
+		if (more && th->inflight < th->sh->depth && !th->failed) {
+			struct slot *batch[64];
+			unsigned n = 0;
 
-			if (k < 0) {
-				more = 0;
-				break;
+			while (th->inflight + n < th->sh->depth && n < 64) {
+				int k = claim(th->sh, kvi_mono_ns());
+				struct slot *s;
+
+				if (k < 0) {
+					more = 0;
+					break;
+				}
+				s = free_slot(th);
+				start_op(th, s, k);
+				batch[n++] = s;
 			}
-			start_op(th, free_slot(th), k);
+			launch_many(th, batch, n);
 		}
 		if (th->inflight)
 			drain(th, POLL_MS);
