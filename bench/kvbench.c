@@ -75,7 +75,9 @@ static void usage(FILE *f)
 		"      --cpu-per-op[=get|put] local://MIB only: load -r keys, then time -n GETs and\n"
 		"                             -n PUTs (default 1000000 each) of uniformly chosen ones,\n"
 		"                             -q in flight; prints the client thread's CPU time per\n"
-		"                             operation (cpu_ns_per_get=... cpu_ns_per_put=...);\n"
+		"                             operation (cpu_ns_per_get=... cpu_ns_per_put=...), the\n"
+		"                             in-process transport's share of it (transport_ns_per_...:\n"
+		"                             a NIC's work) and the rest (library_ns_per_...);\n"
 		"                             =get or =put runs that phase only (for a profiler)\n"
 		"  -h, --help\n");
 }

@@ -54,38 +54,61 @@ void kvi_locache_clear(struct kvi_locache *c)
 		memset(c->e, 0, (size_t)c->n * sizeof(*c->e));
 }
 
-static struct kvi_loc *slot_for(const struct kvi_locache *c, uint64_t hlo)
+/* Entries are grouped in sets of two, one 64-byte line each (a lookup is one
+ * miss at most, and two keys whose hashes pick the same set both stay); a
+ * one-entry cache is one set of one. hlo also picks the first bucket; the
+ * high bits spread sets independently (kvi_locache_prefetch in locache.h
+ * computes the same line). */
+static struct kvi_loc *set_for(const struct kvi_locache *c, uint64_t hlo, unsigned *ways)
 {
-	/* hlo also picks the first bucket; the high bits spread entries
-	 * independently. (kvi_locache_prefetch in locache.h computes the same.) */
-	return &c->e[(hlo >> 32 ^ hlo) & (c->n - 1)];
+	*ways = c->n > 1 ? 2 : 1;
+	return &c->e[((hlo >> 32 ^ hlo) & (c->n - 1)) & ~(uint64_t)(*ways - 1)];
+}
+
+static int holds(const struct kvi_loc *l, uint64_t hlo, uint64_t hhi)
+{
+	return l->slot && l->hlo == hlo && l->hhi32 == (uint32_t)hhi;
 }
 
 const struct kvi_loc *kvi_locache_get(const struct kvi_locache *c, uint64_t hlo, uint64_t hhi)
 {
 	const struct kvi_loc *l;
+	unsigned ways;
 
 	if (c->n == 0)
 		return NULL;
-	l = slot_for(c, hlo);
-	return l->slot && l->hlo == hlo && l->hhi32 == (uint32_t)hhi ? l : NULL;
+	l = set_for(c, hlo, &ways);
+	if (holds(&l[0], hlo, hhi))
+		return &l[0];
+	return ways > 1 && holds(&l[1], hlo, hhi) ? &l[1] : NULL;
 }
 
 void kvi_locache_put(struct kvi_locache *c, uint64_t hlo, uint64_t hhi, uint64_t bucket, uint32_t idx,
 		     uint64_t slot, uint64_t seen_ns)
 {
-	struct kvi_loc *l;
+	uint32_t seen = (uint32_t)(seen_ns / KVI_LOC_TICK_NS);
+	struct kvi_loc *l, *to;
+	unsigned ways;
 
 	if (c->n == 0)
 		return;
-	l = slot_for(c, hlo);
+	l = set_for(c, hlo, &ways);
+	/* The key's own entry; else an empty one; else the one confirmed
+	 * longest ago (every GET that uses an entry confirms it again, so
+	 * this is the least recently used, to the tick). */
+	to = &l[0];
+	if (ways > 1 && !holds(&l[0], hlo, hhi) &&
+	    (holds(&l[1], hlo, hhi) || (l[0].slot && (!l[1].slot || (uint32_t)(seen - l[1].seen) >
+									     (uint32_t)(seen - l[0].seen)))))
+		to = &l[1];
 	if (bucket > UINT32_MAX) { /* not cacheable: forget what this key had */
-		if (l->hlo == hlo && l->hhi32 == (uint32_t)hhi)
-			l->slot = 0;
+		for (unsigned i = 0; i < ways; i++)
+			if (holds(&l[i], hlo, hhi))
+				l[i].slot = 0;
 		return;
 	}
-	*l = (struct kvi_loc){ .hlo = hlo, .hhi32 = (uint32_t)hhi, .slot = slot, .bucket = (uint32_t)bucket,
-			       .idx = (uint16_t)idx, .seen = (uint32_t)(seen_ns / KVI_LOC_TICK_NS) };
+	*to = (struct kvi_loc){ .hlo = hlo, .hhi32 = (uint32_t)hhi, .slot = slot, .bucket = (uint32_t)bucket,
+				.idx = (uint16_t)idx, .seen = seen };
 }
 
 int kvi_locache_fresh(const struct kvi_loc *l, uint64_t now_ns, uint64_t max_age_ns)
@@ -100,10 +123,12 @@ int kvi_locache_fresh(const struct kvi_loc *l, uint64_t now_ns, uint64_t max_age
 void kvi_locache_drop(struct kvi_locache *c, uint64_t hlo, uint64_t hhi)
 {
 	struct kvi_loc *l;
+	unsigned ways;
 
 	if (c->n == 0)
 		return;
-	l = slot_for(c, hlo);
-	if (l->hlo == hlo && l->hhi32 == (uint32_t)hhi)
-		l->slot = 0;
+	l = set_for(c, hlo, &ways);
+	for (unsigned i = 0; i < ways; i++)
+		if (holds(&l[i], hlo, hhi))
+			l[i].slot = 0;
 }

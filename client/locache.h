@@ -1,5 +1,6 @@
 /* The location cache: for recently used keys, where their slot was and what it
- * held. Direct-mapped, fixed size (bounded memory), owned by one handle.
+ * held. Two-way set-associative (a set is one cache line), least recently used
+ * out, fixed size (bounded memory), owned by one handle.
  *
  * An entry is only a hint, found by the key's hash (96 of its bits), and
  * every use checks the key bytes of the object it leads to (a hash is not a
@@ -54,7 +55,7 @@ static inline void kvi_locache_prefetch(const struct kvi_locache *c, uint64_t hl
 	 * under `if (c->n)` once inlined (the helper looks pure and its
 	 * result unused). A prefetch never faults, so a disabled cache (e
 	 * NULL, n 0) only asks for an address nobody reads. */
-	uintptr_t at = (uintptr_t)c->e + (((hlo >> 32 ^ hlo) & (c->n - 1u)) * sizeof(struct kvi_loc));
+	uintptr_t at = (uintptr_t)c->e + (((hlo >> 32 ^ hlo) & (c->n - 1u) & ~(uint64_t)1) * sizeof(struct kvi_loc));
 
 	__builtin_prefetch((const void *)at);
 }

@@ -72,7 +72,8 @@ struct kvc_opts {
 	int op_timeout_ms;
 	unsigned depth;         /* asynchronous operations in flight, 1..64; default 16 */
 	unsigned cache_entries; /* client-side location cache entries (32 B each, rounded down
-				  * to a power of two); 0 = off; default 4096 */
+				  * to a power of two; two-way, least recently used out);
+				  * 0 = off; default 4096 */
 	/* Tell the server which items are read (an 8-byte WRITE riding in a later
 	 * doorbell, once per item until the server copies it forward), so that
 	 * its reclaimer keeps them rather than evicting them. Default 1; 0 only

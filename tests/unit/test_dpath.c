@@ -113,6 +113,46 @@ Test(dpath, a_location_cache_of_any_size_serves_its_keys)
 	}
 }
 
+/* Two entries are one set: two keys both stay cached, whatever their hashes
+ * (a direct-mapped cache of two would lose one half the time); a third key
+ * takes the place of the one used longer ago. */
+Test(dpath, a_location_cache_keeps_two_keys_of_one_set_and_drops_the_older)
+{
+	static const char *const keys[] = { "set-a", "set-b", "set-c" };
+	uint64_t n0, n1;
+	char v[64];
+	kvc_t *c;
+
+	cr_assert_eq(kvt_env_client(&env, NULL, 2, 4, &c), 0);
+	for (int i = 0; i < 3; i++)
+		cr_assert_eq(kvt_put_s(c, keys[i], keys[i]), 0);
+	for (int i = 0; i < 2; i++)
+		cr_assert_eq(kvt_get_s(c, keys[i], v, sizeof(v)), 0);
+	rtts(c, KVC_STAT_GET_HIT_CACHED, &n0);
+	for (int r = 0; r < 10; r++)
+		for (int i = 0; i < 2; i++) {
+			cr_assert_eq(kvt_get_s(c, keys[i], v, sizeof(v)), 0);
+			cr_expect_str_eq(v, keys[i]);
+		}
+	rtts(c, KVC_STAT_GET_HIT_CACHED, &n1);
+	cr_expect_eq(n1 - n0, 20, "every GET of the two keys used a cached location");
+	/* "set-b" was used last: "set-c" takes "set-a"'s place (ticks of
+	 * KVI_LOC_TICK_NS order them: wait one). */
+	usleep(40000);
+	cr_assert_eq(kvt_get_s(c, keys[1], v, sizeof(v)), 0);
+	usleep(40000);
+	cr_assert_eq(kvt_get_s(c, keys[2], v, sizeof(v)), 0);
+	rtts(c, KVC_STAT_GET_HIT_CACHED, &n0);
+	cr_assert_eq(kvt_get_s(c, keys[1], v, sizeof(v)), 0);
+	cr_assert_eq(kvt_get_s(c, keys[2], v, sizeof(v)), 0);
+	rtts(c, KVC_STAT_GET_HIT_CACHED, &n1);
+	cr_expect_eq(n1 - n0, 2, "the two used last are the cached ones");
+	cr_assert_eq(kvt_get_s(c, keys[0], v, sizeof(v)), 0);
+	rtts(c, KVC_STAT_GET_HIT_CACHED, &n0);
+	cr_expect_eq(n0 - n1, 0, "the one used longer ago was dropped");
+	kvc_destroy(c);
+}
+
 Test(dpath, round_trips_meet_the_spec_targets)
 {
 	kvc_t *nc; /* no location cache */
