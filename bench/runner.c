@@ -267,10 +267,11 @@ static void settle(struct thread *th)
 		drain(th, 10);
 }
 
-/* A request refused at once is a finished failure. */
+/* A request refused at once is a finished failure (never a success: an
+ * RMW's read would go on to its write). */
 static void refused(struct thread *th, struct slot *s, int status)
 {
-	s->req.status = status;
+	s->req.status = status ? status : -1;
 	finish(th, s);
 	release(s);
 }
@@ -286,16 +287,25 @@ static void launch_many(struct thread *th, struct slot **s, unsigned n)
 	if (d->submit_many && n > 1) {
 		for (unsigned i = 0; i < n; i++)
 			r[i] = &s[i]->req;
-		started = (unsigned)d->submit_many(th->conn, r, n);
+		int got = d->submit_many(th->conn, r, n);
+
+		started = got > 0 ? (unsigned)got : 0;
 		th->inflight += started;
 		if (started < n) {
 			refused(th, s[started], s[started]->req.status);
 			started++;
 		}
 	}
-	/* The rest (or all: no batches here) one by one. */
+	/* The rest (or all: no batches here) one by one; after a lost
+	 * connection or a stop, none: they were never issued. */
 	for (unsigned i = started; i < n; i++) {
-		int rc = d->submit(th->conn, &s[i]->req);
+		int rc;
+
+		if (stopping(th)) {
+			release(s[i]);
+			continue;
+		}
+		rc = d->submit(th->conn, &s[i]->req);
 
 		if (rc)
 			refused(th, s[i], rc);

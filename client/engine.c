@@ -829,9 +829,13 @@ static int submit_hashed(struct kvi_conn *h, struct kvc_op *op, const struct kvi
 	st->kh = *kh;
 	if (op->type == KVC_OP_PUT) {
 		st->obj_len = (uint32_t)kvi_obj_len((uint32_t)op->key_len, (uint32_t)op->value_len);
+		uint32_t cap = st->obj_cap;
+
 		rc = kvi_obj_room(h, st, st->obj_len);
 		if (rc)
 			return rc;
+		if (st->obj_cap != cap) /* registered a larger area: may take milliseconds */
+			*nowp = kvi_now_ns();
 		off = reserve(h, kvi_obj_footprint(st->obj_len), nowp);
 		if (off < 0 && off != KVC_EAGAIN)
 			return (int)off;
@@ -879,8 +883,11 @@ unsigned kvi_conn_submit_many(struct kvi_conn *h, struct kvc_op *const *ops, uns
 	struct kvi_keyhash kh[GROUP];
 	uint64_t now, built = 0;
 	unsigned started = 0;
-	int rc = n ? check_op(h, ops[0]) : 0; /* a bad op says so whatever the connection */
+	int rc;
 
+	if (n == 0)
+		return 0;
+	rc = check_op(h, ops[0]); /* a bad op says so whatever the connection */
 	if (!rc) {
 		now = kvi_now_ns();
 		rc = ensure_joined(h, &now);
@@ -913,8 +920,15 @@ unsigned kvi_conn_submit_many(struct kvi_conn *h, struct kvc_op *const *ops, uns
 				*why = rc ? rc : KVC_EAGAIN;
 				return started;
 			}
-			/* A segment request's answer may carry news of the
-			 * index: hash again if the group's is not current. */
+			/* An earlier op's post may have broken the connection or
+			 * found the lease lapsed: what kvc_submit of this op would
+			 * say now, and the op stays the caller's. */
+			if (h->rm->broken || lease_lapsed(h, now)) {
+				*why = lease_lapsed(h, now) ? KVC_EFENCED : KVC_ESERVERGONE;
+				return started;
+			}
+			/* Only a rejoin or a new index changes the hash, and neither
+			 * happens inside this call; cheap insurance all the same. */
 			if (seed != h->sb.hash_seed || buckets != h->cur.ix.bucket_count)
 				kvi_key_hash(op->key, op->key_len, h->sb.hash_seed, h->cur.ix.bucket_count, &kh[i]);
 			rc = submit_hashed(h, op, &kh[i], &now, &built);

@@ -2,11 +2,9 @@
 
 #include <stdlib.h>
 #include <string.h>
-#include <sys/mman.h>
 
+#include "hugemap.h"
 #include "kvclient_errors.h"
-
-#define HUGE (2u << 20)
 
 int kvi_locache_init(struct kvi_locache *c, uint32_t entries)
 {
@@ -14,38 +12,43 @@ int kvi_locache_init(struct kvi_locache *c, uint32_t entries)
 
 	c->e = NULL;
 	c->n = 0;
+	c->mapped = 0;
 	if (entries == 0)
 		return 0;
 	c->n = 1;
 	while (c->n <= entries / 2)
 		c->n *= 2;
 	bytes = (size_t)c->n * sizeof(*c->e);
-	if (bytes >= HUGE) {
+	if (bytes >= KVI_HUGEPAGE_SIZE) {
 		/* Lookups are random over the whole table: on 4 KiB pages
 		 * nearly each is a TLB miss as well as a cache miss, and a TLB
 		 * miss stalls even a prefetch (measured: a third of a GET's
-		 * time in a VM). On 2 MiB boundaries, transparent hugepages can
-		 * back it where the system allows (madvise mode). */
-		c->e = aligned_alloc(HUGE, bytes);
-		if (c->e)
-			madvise(c->e, bytes, MADV_HUGEPAGE);
+		 * time in a VM). A power of two this large is a whole number
+		 * of hugepages. */
+		c->e = kvi_map_huge(bytes);
+		c->mapped = c->e ? bytes : 0;
 	} else {
 		/* aligned_alloc wants a multiple of the alignment (one entry: 32). */
 		c->e = aligned_alloc(64, (bytes + 63) & ~(size_t)63);
+		if (c->e)
+			memset(c->e, 0, bytes);
 	}
 	if (!c->e) {
 		c->n = 0;
 		return KVC_ENOMEM;
 	}
-	memset(c->e, 0, (size_t)c->n * sizeof(*c->e));
 	return 0;
 }
 
 void kvi_locache_fini(struct kvi_locache *c)
 {
-	free(c->e);
+	if (c->mapped)
+		kvi_unmap_huge(c->e, c->mapped);
+	else
+		free(c->e);
 	c->e = NULL;
 	c->n = 0;
+	c->mapped = 0;
 }
 
 void kvi_locache_clear(struct kvi_locache *c)
@@ -94,12 +97,12 @@ void kvi_locache_put(struct kvi_locache *c, uint64_t hlo, uint64_t hhi, uint64_t
 		return;
 	l = set_for(c, hlo, &ways);
 	/* The key's own entry; else an empty one; else the one confirmed
-	 * longest ago (every GET that uses an entry confirms it again, so
-	 * this is the least recently used, to the tick). */
+	 * longer ago (every GET that uses an entry confirms it again, so
+	 * this is the least recently used, to the tick: within one tick,
+	 * way 0 goes). */
 	to = &l[0];
 	if (ways > 1 && !holds(&l[0], hlo, hhi) &&
-	    (holds(&l[1], hlo, hhi) || (l[0].slot && (!l[1].slot || (uint32_t)(seen - l[1].seen) >
-									     (uint32_t)(seen - l[0].seen)))))
+	    (holds(&l[1], hlo, hhi) || (l[0].slot && (!l[1].slot || (int32_t)(l[1].seen - l[0].seen) < 0))))
 		to = &l[1];
 	if (bucket > UINT32_MAX) { /* not cacheable: forget what this key had */
 		for (unsigned i = 0; i < ways; i++)

@@ -21,6 +21,7 @@
 #ifndef KVI_LOCACHE_H
 #define KVI_LOCACHE_H
 
+#include <stddef.h>
 #include <stdint.h>
 
 struct kvi_loc {
@@ -39,6 +40,7 @@ _Static_assert(sizeof(struct kvi_loc) == 32, "kvc_opts.cache_entries documents 3
 struct kvi_locache {
 	struct kvi_loc *e; /* 64-byte aligned */
 	uint32_t n;        /* entries, a power of two; 0 = disabled */
+	size_t mapped;     /* bytes of e's own mapping (hugemap.h), 0 = heap memory */
 };
 
 /* entries is rounded down to a power of two (an index is a mask, not a
@@ -54,8 +56,9 @@ static inline void kvi_locache_prefetch(const struct kvi_locache *c, uint64_t hl
 	/* Unconditional, on an integer address: GCC 12 deletes a prefetch
 	 * under `if (c->n)` once inlined (the helper looks pure and its
 	 * result unused). A prefetch never faults, so a disabled cache (e
-	 * NULL, n 0) only asks for an address nobody reads. */
-	uintptr_t at = (uintptr_t)c->e + (((hlo >> 32 ^ hlo) & (c->n - 1u) & ~(uint64_t)1) * sizeof(struct kvi_loc));
+	 * NULL, n 0) only asks for address 0. The set's line (locache.c). */
+	uint64_t mask = (uint64_t)(c->n - 1u) & -(uint64_t)(c->n != 0) & ~(uint64_t)1; /* n 0: e itself */
+	uintptr_t at = (uintptr_t)c->e + ((hlo >> 32 ^ hlo) & mask) * sizeof(struct kvi_loc);
 
 	__builtin_prefetch((const void *)at);
 }

@@ -3,14 +3,15 @@
 #include <errno.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/mman.h>
 
 #include "clock.h"
+#include "hugemap.h"
 #include "kvclient_errors.h"
 
 struct kvi_local_region {
 	uint64_t size;
 	unsigned char *base;
+	size_t mapped; /* bytes of base's mapping (hugemap.h) */
 };
 
 struct kvi_local_region *kvi_local_region_create(uint64_t size)
@@ -25,19 +26,15 @@ struct kvi_local_region *kvi_local_region_create(uint64_t size)
 	reg = calloc(1, sizeof(*reg));
 	if (!reg)
 		return NULL;
-	/* Aligned like kvserver's region (region.c): on 2 MiB, with transparent
-	 * hugepages where the system allows them, so that reading it costs what
-	 * it costs a server's NIC, not a TLB miss per item. */
-	rounded = (rounded + (2u << 20) - 1) & ~(uint64_t)((2u << 20) - 1);
-	reg->base = aligned_alloc(2u << 20, rounded);
-	if (reg->base)
-		madvise(reg->base, rounded, MADV_HUGEPAGE);
+	/* Mapped like kvserver's region (region.c, hugemap.h), so that reading
+	 * it costs what it costs a server's NIC, not a TLB miss per item. */
+	reg->base = kvi_map_huge(rounded);
 	if (!reg->base) {
 		free(reg);
 		return NULL;
 	}
-	memset(reg->base, 0, rounded);
 	reg->size = size;
+	reg->mapped = rounded;
 	return reg;
 }
 
@@ -45,7 +42,7 @@ void kvi_local_region_destroy(struct kvi_local_region *reg)
 {
 	if (!reg)
 		return;
-	free(reg->base);
+	kvi_unmap_huge(reg->base, reg->mapped);
 	free(reg);
 }
 

@@ -5,29 +5,9 @@
 #include <string.h>
 #include <sys/mman.h>
 
+#include "hugemap.h"
 #include "kvclient_errors.h"
 #include "log.h"
-
-#define HUGE_2M (2u << 20)
-
-/* 4 KiB pages, but starting on a 2 MiB boundary, so that transparent
- * hugepages can back the region from its first byte (and the layout is the
- * same with and without hugetlb pages). Over-map by 2 MiB, trim both ends. */
-static void *map_aligned(size_t len)
-{
-	size_t over = len + HUGE_2M;
-	uint8_t *p, *a;
-
-	p = mmap(NULL, over, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
-	if (p == MAP_FAILED)
-		return NULL;
-	a = (uint8_t *)(((uintptr_t)p + HUGE_2M - 1) & ~(uintptr_t)(HUGE_2M - 1));
-	if (a > p)
-		munmap(p, (size_t)(a - p));
-	if (p + over > a + len)
-		munmap(a + len, (size_t)(p + over - (a + len)));
-	return a;
-}
 
 int kvs_region_create(struct kvs_region *r, size_t size, enum kvs_hugepages mode, struct ibv_pd *pd,
 		      struct kvi_errbuf *e)
@@ -39,7 +19,7 @@ int kvs_region_create(struct kvs_region *r, size_t size, enum kvs_hugepages mode
 	memset(r, 0, sizeof(*r));
 	r->size = size;
 	if (mode != KVS_HUGE_OFF) {
-		r->map_size = (size + HUGE_2M - 1) & ~(size_t)(HUGE_2M - 1);
+		r->map_size = (size + KVI_HUGEPAGE_SIZE - 1) & ~(size_t)(KVI_HUGEPAGE_SIZE - 1);
 		r->base = mmap(NULL, r->map_size, PROT_READ | PROT_WRITE,
 			       MAP_PRIVATE | MAP_ANONYMOUS | MAP_HUGETLB | MAP_POPULATE, -1, 0);
 		if (r->base != MAP_FAILED) {
@@ -47,24 +27,26 @@ int kvs_region_create(struct kvs_region *r, size_t size, enum kvs_hugepages mode
 		} else if (mode == KVS_HUGE_ON) {
 			kvi_errbuf_set(e, "cannot map %zu MiB of 2 MiB hugepages: %s (reserve them: "
 				       "sysctl vm.nr_hugepages=%zu, or use --hugepages auto)",
-				       r->map_size >> 20, strerror(errno), r->map_size / HUGE_2M);
+				       r->map_size >> 20, strerror(errno), r->map_size / KVI_HUGEPAGE_SIZE);
 			r->base = NULL;
 			return KVC_ENOMEM;
 		} else {
 			kvi_ev_warn("hugepages_unavailable", "region_mib=%zu reason=%s msg=\"using 4 KiB pages, which "
 				    "register slower and miss the NIC's translation cache more; reserve with sysctl "
-				    "vm.nr_hugepages=%zu\"", r->map_size >> 20, strerror(errno), r->map_size / HUGE_2M);
+				    "vm.nr_hugepages=%zu\"", r->map_size >> 20, strerror(errno), r->map_size / KVI_HUGEPAGE_SIZE);
 			r->base = NULL;
 		}
 	}
 	if (!r->base) {
 		r->map_size = (size + 4095) & ~(size_t)4095;
-		r->base = map_aligned(r->map_size);
+		/* 4 KiB pages, but from a 2 MiB boundary: transparent hugepages
+		 * can back the region from its first byte (and the layout is the
+		 * same with and without hugetlb pages). */
+		r->base = kvi_map_huge(r->map_size);
 		if (!r->base) {
 			kvi_errbuf_set(e, "cannot map a %zu MiB region: %s", size >> 20, strerror(errno));
 			return KVC_ENOMEM;
 		}
-		madvise(r->base, r->map_size, MADV_HUGEPAGE); /* transparent hugepages if allowed */
 	}
 	r->mr = ibv_reg_mr(pd, r->base, r->size, access);
 	if (!r->mr) {

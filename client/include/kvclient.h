@@ -226,11 +226,14 @@ struct kvc_op {
 KVC_EXPORT int kvc_submit(kvc_t *h, struct kvc_op *op);
 /* kvc_submit of ops[0], ops[1], ... in order, stopping at the first that is
  * not started: returns how many were (0..n), and when fewer than n,
- * ops[returned]->status says why the next was not (KVC_EAGAIN: depth
- * reached); it and those after it are still the caller's. KVC_EINVAL (< 0)
- * for bad arguments, nothing started. Cheaper per operation than as many
- * kvc_submit calls: the keys are hashed and their cached locations fetched
- * from memory together, and the clock is read once. */
+ * ops[returned]->status says why that one was not (KVC_EAGAIN: depth
+ * reached; a bad key or value, a broken connection: as kvc_submit says); it
+ * and those after it are still the caller's. KVC_EINVAL (< 0), nothing
+ * started, when h or ops is NULL or an entry of ops is. With one server it
+ * costs less per operation than as many kvc_submit calls: the keys are
+ * hashed and their cached locations fetched from memory together, and the
+ * clock is read once (again only after a memory grant or megabytes of
+ * values); with several, it is kvc_submit of each. */
 KVC_EXPORT int kvc_submit_many(kvc_t *h, struct kvc_op *const *ops, unsigned n);
 /* Wait up to timeout_ms (0: do not wait; negative: until one completes) and
  * return up to max finished ops in done[]; returns their number, or KVC_EINVAL

@@ -798,6 +798,36 @@ Test(dpath, submit_many_starts_in_order_and_stops_at_the_first_it_cannot)
 	kvc_destroy(deep);
 }
 
+static int fail_every_op(void *arg, struct kvi_rmem *rm, const struct kvi_rop *op)
+{
+	(void)arg, (void)rm, (void)op;
+	return KVC_EIO;
+}
+
+/* The first op's doorbell breaks the connection: the next one is not
+ * started only to fail, it stays the caller's with the reason. */
+Test(dpath, submit_many_stops_where_the_connection_broke)
+{
+	struct kvi_local_hooks hooks = { .before_op = fail_every_op };
+	struct kvc_op ops[3], *p[3], *done[3];
+	char bufs[3][16];
+	kvc_t *c;
+
+	cr_assert_eq(kvt_put_s(h, "brk", "v"), 0);
+	cr_assert_eq(kvt_env_client(&env, &hooks, 1024, 4, &c), 0);
+	for (int i = 0; i < 3; i++) {
+		ops[i] = (struct kvc_op){ .type = KVC_OP_GET, .key = "brk", .key_len = 3, .buf = bufs[i],
+					  .buf_len = sizeof(bufs[i]) };
+		p[i] = &ops[i];
+	}
+	cr_assert_eq(kvc_submit_many(c, p, 3), 1);
+	cr_expect(ops[1].status == KVC_ESERVERGONE || ops[1].status == KVC_EFENCED, "%s",
+		  kvc_err_name(ops[1].status));
+	cr_assert_eq(kvc_poll(c, done, 3, 1000), 1);
+	cr_expect_neq(done[0]->status, 0, "the first failed: %s", kvc_err_name(done[0]->status));
+	kvc_destroy(c);
+}
+
 Test(dpath, server_stats_report_segments_and_cpu)
 {
 	struct kvc_server_stats ss;
