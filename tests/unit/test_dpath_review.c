@@ -952,6 +952,54 @@ Test(review_locks, a_commit_that_completes_in_error_is_unknown_not_failed)
 	kvc_destroy(b);
 }
 
+/* Break the connection while the armed client's first lock CAS runs: the
+ * CAS itself succeeds (its completion is good), so the writer holds the
+ * locks, and its next post fails in kvi_rmem_post itself (a local post
+ * error, not a completion error). */
+static int break_armed;
+static int break_at_lock(void *arg, struct kvi_rmem *rm, const struct kvi_rop *op)
+{
+	(void)arg;
+	if (break_armed && op->kind == KVI_ROP_CAS && op->compare_add == 0 && op->swap != 0) {
+		break_armed = 0;
+		kvi_rmem_shutdown(rm, KVC_EIO);
+	}
+	return 0;
+}
+
+/* Issue 8 item 6, first half, as filed: a local post error in kvi_st_post
+ * while the operation holds bucket locks must not leave them held by a
+ * working handle. The call fails (nothing was written: not unknown), the
+ * handle breaks (the server fences it and releases the locks), the locks
+ * are still held in the region until then, and the next call rejoins. */
+Test(review_locks, a_post_that_fails_while_holding_locks_fails_the_call_and_breaks_the_handle)
+{
+	struct kvi_local_hooks hk = { .before_op = break_at_lock };
+	kvc_t *a = client(&hk, 0, 4), *b = client(NULL, 0, 4);
+	struct kvi_keyhash kh = hash_of("k");
+	uint64_t w0, w1;
+	int rc;
+	char v[8];
+
+	cr_assert_eq(kvt_put_s(b, "k", "old"), 0);
+	break_armed = 1;
+	rc = kvt_put_s(a, "k", "new");
+	cr_expect(rc == KVC_ESERVERGONE || rc == KVC_EIO, "failed, not unknown: %s", kvc_err_name(rc));
+	w0 = __atomic_load_n((uint64_t *)(void *)(base() + kvi_home_bucket_off(sb(), kh.b[0])), __ATOMIC_SEQ_CST);
+	w1 = __atomic_load_n((uint64_t *)(void *)(base() + kvi_home_bucket_off(sb(), kh.b[1])), __ATOMIC_SEQ_CST);
+	cr_expect(w0 != 0 && w1 != 0, "still held until the server fences: %llx %llx", (unsigned long long)w0,
+		  (unsigned long long)w1);
+	cr_expect_eq(kvt_get_s(b, "k", v, sizeof(v)), 0);
+	cr_expect_str_eq(v, "old", "nothing was written");
+	expect_broke_and_rejoined(a);
+	/* What fencing does to the broken client's locks. */
+	unlock_word(kvi_home_bucket_off(sb(), kh.b[0]));
+	unlock_word(kvi_home_bucket_off(sb(), kh.b[1]));
+	cr_expect_eq(kvt_put_s(a, "k", "new"), 0, "the rejoined handle writes");
+	kvc_destroy(a);
+	kvc_destroy(b);
+}
+
 /* ---- issue 8 item 4: memory in proportion to what a handle carries ------- */
 
 Test(review_memory, a_deep_handle_pins_little_until_it_carries_a_large_value)
