@@ -8,8 +8,11 @@
  * bytes (the index and jemalloc's page per segment come on top, as memcached's
  * hash table comes on top of its -m). Operations here take microseconds, so
  * the server allows LOCAL_MAX_OP_MS per operation and quarantines reclaimed
- * segments for just over twice that (no wire, no margin: core.h in_process),
- * as a server on a NIC would with a deadline suited to its network. */
+ * segments for twice that plus kvserver's margin, as a server on a NIC would
+ * with a deadline suited to its network: the connections are deferred
+ * (rmem_local.h), so a posted batch waits for its thread's next poll as a
+ * packet waits on a wire, and the memory it addresses must not be reused
+ * under it meanwhile (not in_process, core.h). */
 #include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -85,7 +88,7 @@ static int start_server(uint64_t mib, char *err, size_t len)
 	uint64_t region = ((KVI_SUPERBLOCK_SIZE + buckets * KVI_BUCKET_SIZE + 4095) & ~4095ull) + nsegs * stride;
 	unsigned max_op = kvb_local_opts.max_op_ms ? kvb_local_opts.max_op_ms : LOCAL_MAX_OP_MS;
 	struct kvs_core_opts o = { .buckets = buckets, .segment_size = LOCAL_SEGMENT, .max_op_ms = max_op,
-				   .quarantine_ms = 2 * max_op + 1, .in_process = 1 };
+				   .quarantine_ms = 2 * max_op + KVS_QUARANTINE_MARGIN_MS };
 	struct kvi_errbuf e = { { 0 } };
 	struct kvi_rmem *rm;
 

@@ -1088,9 +1088,9 @@ int kvi_conn_poll(struct kvi_conn *h, struct kvc_op **done, unsigned max, int ti
 			return (int)n;
 		if (next_due > deadline)
 			next_due = deadline;
-		wait_ms = next_due == UINT64_MAX ? 1000 : (int)((next_due - now) / 1000000u);
-		if (wait_ms > 1000)
-			wait_ms = 1000;
+		/* Rounded up: a wait that ends just before a timer is due would
+		 * only poll again at once. */
+		wait_ms = kvi_ms_until(now, next_due, 1000);
 		/* A long wait (a slow path) must not starve the lease: look at it
 		 * (lease_tick) a few times per renewal interval. */
 		if (h->lease_ns && wait_ms > (int)(h->renew_ns / 4000000u))

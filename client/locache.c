@@ -12,12 +12,14 @@ int kvi_locache_init(struct kvi_locache *c, uint32_t entries)
 
 	c->e = NULL;
 	c->n = 0;
+	c->set_mask = 0;
 	c->mapped = 0;
 	if (entries == 0)
 		return 0;
 	c->n = 1;
 	while (c->n <= entries / 2)
 		c->n *= 2;
+	c->set_mask = (uint64_t)(c->n - 1) & ~(uint64_t)1;
 	bytes = (size_t)c->n * sizeof(*c->e);
 	if (bytes >= KVI_HUGEPAGE_SIZE) {
 		/* Lookups are random over the whole table: on 4 KiB pages
@@ -35,6 +37,7 @@ int kvi_locache_init(struct kvi_locache *c, uint32_t entries)
 	}
 	if (!c->e) {
 		c->n = 0;
+		c->set_mask = 0;
 		return KVC_ENOMEM;
 	}
 	return 0;
@@ -48,6 +51,7 @@ void kvi_locache_fini(struct kvi_locache *c)
 		free(c->e);
 	c->e = NULL;
 	c->n = 0;
+	c->set_mask = 0;
 	c->mapped = 0;
 }
 
@@ -65,7 +69,7 @@ void kvi_locache_clear(struct kvi_locache *c)
 static struct kvi_loc *set_for(const struct kvi_locache *c, uint64_t hlo, unsigned *ways)
 {
 	*ways = c->n > 1 ? 2 : 1;
-	return &c->e[((hlo >> 32 ^ hlo) & (c->n - 1)) & ~(uint64_t)(*ways - 1)];
+	return &c->e[(hlo >> 32 ^ hlo) & c->set_mask];
 }
 
 static int holds(const struct kvi_loc *l, uint64_t hlo, uint64_t hhi)
