@@ -460,12 +460,22 @@ uint64_t kvi_read_len(const struct kvi_conn *h, uint64_t slot)
  * are garbage and ignored (they can only come from a corrupt writer). */
 unsigned kvi_collect_cands(const struct kvi_conn *h, struct kvi_opst *st)
 {
+	_Static_assert(KVI_SLOTS_PER_BUCKET <= 32, "a bucket's matches fit one 32-bit mask");
 	st->ncand = st->cand_next = st->cand_bad = 0;
 	for (unsigned w = 0; w < st->nb; w++) {
-		for (unsigned i = 0; i < KVI_SLOTS_PER_BUCKET; i++) {
-			uint64_t s = st->bk[w].slot[i];
+		const uint64_t *slot = st->bk[w].slot;
+		uint32_t match = 0;
 
-			if (!s || kvi_slot_fp(s) != st->kh.fp || !kvi_slot_in_heap(&h->sb, s))
+		/* Every fingerprint compared without a branch (a match is rare),
+		 * then the matches in slot order. */
+		for (unsigned i = 0; i < KVI_SLOTS_PER_BUCKET; i++)
+			match |= (uint32_t)(kvi_slot_fp(slot[i]) == st->kh.fp) << i;
+		while (match) {
+			unsigned i = (unsigned)__builtin_ctz(match);
+			uint64_t s = slot[i];
+
+			match &= match - 1;
+			if (!s || !kvi_slot_in_heap(&h->sb, s))
 				continue;
 			st->cand[st->ncand++] = (struct kvi_cand){ .slot = s, .which = w, .idx = i,
 								   .len = (uint32_t)kvi_read_len(h, s) };

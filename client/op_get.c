@@ -24,16 +24,23 @@
 #include "client.h"
 #include "kvclient_errors.h"
 
-static void read_buckets(struct kvi_conn *h, struct kvi_opst *st)
+/* READ the buckets of the placement st has (kvi_place). */
+static void post_buckets(struct kvi_conn *h, struct kvi_opst *st)
 {
 	struct kvi_rop ops[2];
 
 	st->cached = 0;
-	kvi_place(h, st);
 	for (unsigned i = 0; i < st->nb; i++)
 		ops[i] = kvi_rop_read(st->boff[i], &st->bk[i], KVI_BUCKET_SIZE);
 	if (kvi_st_post(h, st, ops, st->nb, KVI_ST_GET_BUCKETS) == 0)
 		st->slot_posted = st->posted;
+}
+
+/* Place again (the index may have changed since) and READ the buckets. */
+static void read_buckets(struct kvi_conn *h, struct kvi_opst *st)
+{
+	kvi_place(h, st);
+	post_buckets(h, st);
 }
 
 void kvi_get_start(struct kvi_conn *h, struct kvi_opst *st)
@@ -44,7 +51,7 @@ void kvi_get_start(struct kvi_conn *h, struct kvi_opst *st)
 	kvi_place(h, st); /* the index view this attempt uses (also the cached one) */
 	if (!l || l->bucket >= h->cur.ix.bucket_count || l->idx >= KVI_SLOTS_PER_BUCKET ||
 	    !kvi_slot_in_heap(&h->sb, l->slot) || kvi_read_len(h, l->slot) > h->obj_area) {
-		read_buckets(h, st);
+		post_buckets(h, st); /* placed just now */
 		return;
 	}
 	if (kvi_obj_room(h, st, kvi_read_len(h, l->slot))) {
