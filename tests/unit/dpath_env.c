@@ -138,15 +138,40 @@ static void set_limits(struct kvt_env *env, struct kvi_rmem *rm)
 
 int kvt_env_reclaimer(struct kvt_env *env, const struct kvs_reclaim_hooks *hooks, struct kvs_reclaimer **out)
 {
+	return kvt_env_reclaimer_on(env, NULL, __atomic_fetch_add(&env->next_client, 1, __ATOMIC_RELAXED), hooks, out);
+}
+
+int kvt_env_reclaimer_on(struct kvt_env *env, const struct kvi_local_hooks *loopback, uint32_t id,
+			 const struct kvs_reclaim_hooks *hooks, struct kvs_reclaimer **out)
+{
 	struct kvi_rmem *rm;
 	int rc;
 
-	rc = kvi_rmem_local_create(env->reg, 4096, NULL, &rm);
+	rc = kvi_rmem_local_create(env->reg, 4096, loopback, &rm);
 	if (rc)
 		return rc;
-	kvi_rmem_local_set_ctrl(rm, locked_ctrl, env, __atomic_fetch_add(&env->next_client, 1, __ATOMIC_RELAXED));
+	kvi_rmem_local_set_ctrl(rm, locked_ctrl, env, id);
 	set_limits(env, rm);
 	return kvs_reclaimer_create(env->core, rm, hooks, out);
+}
+
+void kvt_env_fence_locks(struct kvt_env *env, uint32_t dead)
+{
+	uint64_t chunks[64];
+	struct kvi_index x;
+
+	/* The current index and a previous one still in use, as a fencing
+	 * pass looks at both. */
+	for (int which = 0; which < 2; which++) {
+		if (kvs_core_index(env->core, which, &x, chunks, 64))
+			continue;
+		for (uint64_t i = 0; i < x.bucket_count; i++) {
+			uint64_t *w = (uint64_t *)(void *)(kvs_core_region(env->core) + kvi_index_bucket_off(&x, i));
+
+			__atomic_compare_exchange_n(w, &(uint64_t){ kvi_lock_held_by(dead) }, 0, 0, __ATOMIC_SEQ_CST,
+						    __ATOMIC_SEQ_CST);
+		}
+	}
 }
 
 struct dial {

@@ -35,6 +35,13 @@ int kvt_env_init_opts(struct kvt_env *env, uint64_t region_mib, const struct kvs
 #define KVT_HASH_SEED 0x6b76746573747365ull
 /* The server's reclaimer over its own loopback-like local connection. */
 int kvt_env_reclaimer(struct kvt_env *env, const struct kvs_reclaim_hooks *hooks, struct kvs_reclaimer **out);
+/* The same over a loopback with transport hooks (NULL: none), as client id
+ * (a test that breaks the loopback fences that id afterwards). */
+int kvt_env_reclaimer_on(struct kvt_env *env, const struct kvi_local_hooks *loopback, uint32_t id,
+			 const struct kvs_reclaim_hooks *hooks, struct kvs_reclaimer **out);
+/* What fencing does for a dead client: release every bucket lock naming it
+ * (current and previous index). */
+void kvt_env_fence_locks(struct kvt_env *env, uint32_t dead);
 void kvt_env_fini(struct kvt_env *env);
 /* The next key "<prefix>-<n>" (n from *next on, which is advanced past it)
  * whose two candidate buckets in env's current index differ: tests that

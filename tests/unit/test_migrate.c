@@ -471,13 +471,8 @@ static struct kvs_reclaimer *faulty_reclaimer(uint32_t id)
 {
 	struct kvi_local_hooks hk = { .before_op = fault };
 	struct kvs_reclaimer *r;
-	struct kvi_rmem *rm;
 
-	cr_assert_eq(kvi_rmem_local_create(env.reg, 4096, &hk, &rm), 0);
-	kvi_rmem_local_set_ctrl(rm, kvs_core_ctrl, env.core, id);
-	kvi_rmem_local_set_limits(rm, MAX_OP_MS, QUARANTINE_MS, 0);
-	kvi_rmem_local_set_geometry(rm, kvs_core_geometry(env.core));
-	cr_assert_eq(kvs_reclaimer_create(env.core, rm, NULL, &r), 0);
+	cr_assert_eq(kvt_env_reclaimer_on(&env, &hk, id, NULL, &r), 0);
 	kvs_reclaimer_set_migrator(r, mig);
 	return r;
 }
@@ -506,9 +501,7 @@ Test(migrate, a_broken_loopback_resumes_where_it_was)
 	cr_assert_eq(bk(&old, 1)->lock, kvi_lock_held_by(dead));
 	/* Fencing releases what the dead connection held (the local
 	 * transport's atomics are the CPU's). */
-	for (uint64_t i = 0; i < old.bucket_count; i++)
-		__atomic_compare_exchange_n(&bk(&old, i)->lock, &(uint64_t){ kvi_lock_held_by(dead) }, 0, 0,
-					    __ATOMIC_SEQ_CST, __ATOMIC_SEQ_CST);
+	kvt_env_fence_locks(&env, dead);
 	kvs_reclaimer_destroy(rcl);
 	rcl = faulty_reclaimer(dead + 1);
 	run_until_phase(KVS_RESIZE_RUNNING, 20);
@@ -517,6 +510,58 @@ Test(migrate, a_broken_loopback_resumes_where_it_was)
 	for (uint64_t i = 0; i < nw.bucket_count; i++)
 		cr_assert_eq(bk(&nw, i)->lock, 0, "new bucket %lu", (unsigned long)i);
 	check_keys(NKEYS);
+}
+
+/* Kill at every step (issue 8's tool, for the resize): the migrator's
+ * connection breaks at its first operation, then in another run at its
+ * second, ... until a run completes with no break left to make. After each
+ * break the locks it held are released as fencing would, a new reclaimer
+ * takes over, and the resize must finish with every old bucket MOVED, every
+ * new one unlocked and every key where a fresh client finds it. */
+Test(migrate_opts, a_migration_broken_after_any_of_its_operations_resumes_and_loses_no_key, .timeout = 240)
+{
+	enum { KEYS = 480, MAX_STEPS = 4000 };
+	unsigned step;
+
+	for (step = 1; step < MAX_STEPS; step++) {
+		const uint32_t dead = 5000 + 2 * step;
+		struct kvi_index old, nw;
+		int rc = 0, left;
+
+		setup_opts(16, 32, 0, 0); /* 32 buckets of 31 slots: half full */
+		put_keys(KEYS);
+		kvs_reclaimer_destroy(rcl);
+		rcl = faulty_reclaimer(dead);
+		cr_assert_eq(kvs_core_grow(env.core, 1), KVI_GROW_STARTED);
+		fail_at = (int)step;
+		for (int i = 0; i < 1000 && rc == 0 && !(kvs_core_resize_phase(env.core) == KVS_RESIZE_RUNNING &&
+							    kvs_migrate_left(mig) == 0 && fail_at); i++)
+			rc = kvs_reclaim_run(rcl);
+		left = fail_at;
+		fail_at = 0;
+		if (rc == 0 && left) { /* every operation of the migration ran: all steps covered */
+			check_keys(KEYS);
+			teardown();
+			break;
+		}
+		cr_assert_eq(rc, KVC_ESERVERGONE, "step %u: %s", step, kvc_err_name(rc));
+		kvt_env_fence_locks(&env, dead);
+		kvs_reclaimer_destroy(rcl);
+		rcl = faulty_reclaimer(dead + 1);
+		run_until_phase(KVS_RESIZE_RUNNING, 20);
+		cr_assert_eq(kvs_core_index(env.core, 0, &nw, chunks_new, 64), 0, "step %u", step);
+		cr_assert_eq(kvs_core_index(env.core, 1, &old, chunks_old, 64), 0, "step %u", step);
+		for (uint64_t i = 0; i < old.bucket_count; i++)
+			cr_assert_eq(bk(&old, i)->lock, KVI_LOCK_MOVED, "step %u: old bucket %lu", step, (unsigned long)i);
+		for (uint64_t i = 0; i < nw.bucket_count; i++)
+			cr_assert_eq(bk(&nw, i)->lock, 0, "step %u: new bucket %lu", step, (unsigned long)i);
+		check_keys(KEYS);
+		teardown();
+	}
+	cr_assert_lt(step, MAX_STEPS, "the migration kept posting");
+	cr_assert_gt(step, 20, "a migration of 32 buckets takes more than 20 operations");
+	printf("resize broken after each of its %u operations in turn: resumed every time, every key kept\n",
+	       step - 1);
 }
 
 Test(migrate_opts, eviction_makes_room_for_the_new_index)
