@@ -876,3 +876,116 @@ Test(reclaim, items_read_outlive_a_stream_of_keys_written_once)
 	cr_expect_gt(stats().rc.moved, 0);
 	kvc_destroy(a);
 }
+
+/* ---- kill at every step (issue 8's tool, for reclamation) ---------------- */
+
+/* Loopback faults: fail the n-th operation from now (0: none). */
+static int rfail_at;
+static int rfault(void *arg, struct kvi_rmem *rm, const struct kvi_rop *op)
+{
+	(void)arg, (void)rm, (void)op;
+	return rfail_at && --rfail_at == 0 ? KVC_ESERVERGONE : 0;
+}
+
+/* Every key where it should be: the read ones with their last value, the
+ * unread ones with theirs or evicted; no key in two slots; no lock held. */
+static void check_after_reclaim(unsigned step, unsigned nkeys)
+{
+	kvc_t *c = client(NULL, 0);
+	const struct kvi_geometry *g = kvs_core_geometry(env.core);
+	char k[32], v[200], got[256];
+
+	for (unsigned i = 0; i < nkeys; i++) {
+		int rc;
+
+		snprintf(k, sizeof(k), "hot-%u", i);
+		value_of(v, sizeof(v), k, 1);
+		cr_assert_eq(kvt_get_s(c, k, got, sizeof(got)), 0, "step %u: %s", step, k);
+		cr_assert_str_eq(got, v, "step %u: %s", step, k);
+		cr_assert_eq(slots_of(k), 1, "step %u: %s", step, k);
+		snprintf(k, sizeof(k), "cold-%u", i);
+		value_of(v, sizeof(v), k, 0);
+		rc = kvt_get_s(c, k, got, sizeof(got));
+		cr_assert(rc == 0 || rc == KVC_ENOTFOUND, "step %u: %s: %s", step, k, kvc_err_name(rc));
+		if (rc == 0)
+			cr_assert_str_eq(got, v, "step %u: %s", step, k);
+		cr_assert_leq(slots_of(k), 1, "step %u: %s", step, k);
+	}
+	for (uint64_t b = 0; b < g->bucket_count; b++) {
+		const struct kvi_bucket *bk = (const void *)(kvs_core_region(env.core) + kvi_home_bucket_off(g, b));
+
+		cr_assert_eq(bk->lock, 0, "step %u: bucket %lu still locked", step, (unsigned long)b);
+	}
+	kvc_destroy(c);
+}
+
+/* The reclaimer's connection breaks at its first operation, then in another
+ * run at its second, ... until a run completes with no break left to make.
+ * After each break the locks it held are released as fencing would, and a
+ * new reclaimer takes over: no read item lost or rolled back, no item in two
+ * slots, no lock left held. */
+Test(reclaim_steps, a_reclaim_broken_after_any_of_its_operations_loses_no_item, .timeout = 600)
+{
+	enum { KEYS = 12, MAX_STEPS = 2000 };
+	struct kvi_local_hooks hk = { .before_op = rfault };
+	unsigned step;
+
+	for (step = 1; step < MAX_STEPS; step++) {
+		const uint32_t dead = 7000 + 2 * step;
+		char k[32], v[200], got[256];
+		int rc = 0, left;
+		kvc_t *a, *b;
+
+		setup_with(4, 0, 0, 10);
+		a = client(NULL, 0);
+		b = client(NULL, 0);
+		for (unsigned ver = 0; ver < 2; ver++) /* a superseded version each: garbage */
+			for (unsigned i = 0; i < KEYS; i++) {
+				snprintf(k, sizeof(k), "hot-%u", i);
+				value_of(v, sizeof(v), k, ver);
+				cr_assert_eq(kvt_put_s(a, k, v), 0);
+			}
+		for (unsigned i = 0; i < KEYS; i++) {
+			snprintf(k, sizeof(k), "cold-%u", i);
+			value_of(v, sizeof(v), k, 0);
+			cr_assert_eq(kvt_put_s(a, k, v), 0);
+		}
+		kvc_destroy(a); /* seals its extent */
+		for (unsigned r = 0; r < 2; r++) /* read twice: the second carries the marks */
+			for (unsigned i = 0; i < KEYS; i++) {
+				snprintf(k, sizeof(k), "hot-%u", i);
+				cr_assert_eq(kvt_get_s(b, k, got, sizeof(got)), 0);
+			}
+		kvc_destroy(b);
+		kvs_reclaimer_destroy(rcl);
+		cr_assert_eq(kvt_env_reclaimer_on(&env, &hk, dead, NULL, &rcl), 0);
+		rfail_at = (int)step;
+		for (int round = 0; round < 2 && rc >= 0; round++) {
+			usleep((10 + KVS_QUARANTINE_MARGIN_MS) * 1000u + 5000u);
+			while ((rc = kvs_reclaim_one(rcl)) > 0)
+				;
+		}
+		left = rfail_at;
+		rfail_at = 0;
+		if (rc >= 0 && left) { /* every operation of the reclaim ran: all steps covered */
+			struct kvs_core_stats st = stats();
+
+			/* and it had work of every kind to do */
+			cr_assert_geq(st.rc.moved, KEYS, "moved %lu", (unsigned long)st.rc.moved);
+			cr_assert_geq(st.rc.dropped, KEYS, "dropped %lu", (unsigned long)st.rc.dropped);
+			check_after_reclaim(step, KEYS);
+			teardown();
+			break;
+		}
+		cr_assert_lt(rc, 0, "step %u: the break was not reported", step);
+		kvt_env_fence_locks(&env, dead);
+		kvs_reclaimer_destroy(rcl);
+		cr_assert_eq(kvt_env_reclaimer(&env, NULL, &rcl), 0);
+		reclaim_all();
+		check_after_reclaim(step, KEYS);
+		teardown();
+	}
+	cr_assert_lt(step, MAX_STEPS, "the reclaim kept posting");
+	cr_assert_gt(step, 10, "reclaiming takes more than 10 operations");
+	printf("reclaim broken after each of its %u operations in turn: no item lost, no lock left\n", step - 1);
+}
