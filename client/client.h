@@ -244,10 +244,11 @@ struct kvi_conn {
 	void (*dial_free)(void *arg);
 	uint64_t rejoin_not_before; /* ns: backoff */
 	/* The clock of the step under way, 0 between steps: read by
-	 * kvi_conn_submit as it starts an operation, or by kvi_conn_poll after
-	 * the completions it then handles arrived; posts made in that step
-	 * check their deadline and the lease against it, as a clock read costs
-	 * as much as a tenth of a cached GET (40 ns in a VM). So a post is
+	 * kvi_conn_submit_many before the operations it starts (their
+	 * deadlines count from it), or by kvi_conn_poll after the completions
+	 * it then handles arrived; posts made in that step check their
+	 * deadline and the lease against it, as a clock read costs as much as
+	 * a tenth of a cached GET (40 ns in a VM). So a post is
 	 * later than its check by the step's own work, which must stay short
 	 * against the margin the server adds to an operation's deadline before
 	 * it reuses memory (segtab.h settle: 10 ms): whatever may take longer

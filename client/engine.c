@@ -802,12 +802,12 @@ static void start(struct kvi_conn *h, struct kvi_opst *st)
 		kvi_write_start(h, st);
 }
 
-/* Start op, whose key hash is kh. *nowp is the clock of the step (the group
- * of kvi_conn_submit_many; kvi_conn.step_now), read again here after work
- * that may take long: a segment request, or building objects of more than
- * KVI_STEP_HEAVY_BYTES since it was read (*built counts them). */
-static int submit_hashed(struct kvi_conn *h, struct kvc_op *op, const struct kvi_keyhash *kh, uint64_t *nowp,
-			 uint64_t *built)
+/* Start op, whose key hash is kh, in the step of kvi_conn_submit_many
+ * (kvi_conn.step_now), whose clock is read again after work that may take
+ * long: registering a larger object area (kvi_obj_room), a segment request,
+ * or building objects of more than KVI_STEP_HEAVY_BYTES since it was read
+ * (*built counts them). */
+static int submit_hashed(struct kvi_conn *h, struct kvc_op *op, const struct kvi_keyhash *kh, uint64_t *built)
 {
 	struct kvi_opst *st = NULL;
 	int64_t off = 0;
@@ -839,14 +839,10 @@ static int submit_hashed(struct kvi_conn *h, struct kvc_op *op, const struct kvi
 	st->kh = *kh;
 	if (op->type == KVC_OP_PUT) {
 		st->obj_len = (uint32_t)kvi_obj_len((uint32_t)op->key_len, (uint32_t)op->value_len);
-		uint32_t cap = st->obj_cap;
-
 		rc = kvi_obj_room(h, st, st->obj_len);
 		if (rc)
 			return rc;
-		if (st->obj_cap != cap) /* registered a larger area: may take milliseconds */
-			*nowp = kvi_now_ns();
-		off = reserve(h, kvi_obj_footprint(st->obj_len), nowp);
+		off = reserve(h, kvi_obj_footprint(st->obj_len), &h->step_now);
 		if (off < 0 && off != KVC_EAGAIN)
 			return (int)off;
 		kvi_obj_build(st->obj, op->key, (uint16_t)op->key_len, op->value, (uint32_t)op->value_len,
@@ -862,28 +858,26 @@ static int submit_hashed(struct kvi_conn *h, struct kvc_op *op, const struct kvi
 		 * operation's own deadline starts when it has room. */
 		st->state = KVI_ST_W_GRANT;
 		st->grant_pause_us = GRANT_RETRY_MIN_US;
-		st->deadline = *nowp + (uint64_t)h->o.op_timeout_ms * 1000000u;
-		st->not_before = *nowp + GRANT_RETRY_MIN_US * 1000ull;
+		st->deadline = h->step_now + (uint64_t)h->o.op_timeout_ms * 1000000u;
+		st->not_before = h->step_now + GRANT_RETRY_MIN_US * 1000ull;
 		return 0;
 	}
 	st->obj_off = (uint64_t)off; /* PUT: where its object goes */
-	st->start = *nowp;
+	st->start = h->step_now;
 	st->deadline = st->start + (uint64_t)h->op_timeout_ms * 1000000u;
 	/* Building objects (checksum, copy) takes a while: the post checks
 	 * the lease against the time after many bytes. The deadline counts
 	 * from before (earlier is the safe side). */
 	if (*built > KVI_STEP_HEAVY_BYTES) {
-		*nowp = kvi_now_ns();
+		kvi_step_clock_refresh(h);
 		*built = 0;
 	}
-	h->step_now = *nowp;
 	start(h, st);
-	*nowp = h->step_now; /* read again by heavy work of the start */
-	h->step_now = 0;
 	return 0;
 }
 
-unsigned kvi_conn_submit_many(struct kvi_conn *h, struct kvc_op *const *ops, unsigned n, int *why)
+/* The groups of kvi_conn_submit_many, in its step (h->step_now set). */
+static unsigned submit_groups(struct kvi_conn *h, struct kvc_op *const *ops, unsigned n, int *why)
 {
 	/* Hash a group of keys first and ask for their location-cache
 	 * entries, then start them: each start finds its entry loaded instead
@@ -891,27 +885,17 @@ unsigned kvi_conn_submit_many(struct kvi_conn *h, struct kvc_op *const *ops, uns
 	 * largest single cost of a cached GET when taken one by one). */
 	enum { GROUP = 16 };
 	struct kvi_keyhash kh[GROUP];
-	uint64_t now, built = 0;
+	uint64_t built = 0;
 	unsigned started = 0;
 	int rc;
 
-	if (n == 0)
-		return 0;
-	rc = check_op(h, ops[0]); /* a bad op says so whatever the connection */
-	if (!rc) {
-		now = kvi_now_ns();
-		rc = ensure_joined(h, &now);
-	}
-	if (rc) {
-		*why = rc;
-		return 0;
-	}
 	while (started < n) {
 		unsigned m = n - started < GROUP ? n - started : GROUP;
-		uint64_t seed = h->sb.hash_seed, buckets = h->cur.ix.bucket_count;
 		unsigned hashed = 0;
 
-		/* Only as many as there is room for (the rest would be refused). */
+		/* Only as many as there is room for (the rest would be refused).
+		 * The seed changes only when a rejoin makes a new connection,
+		 * which happens in ensure_joined, not in here. */
 		if (m > h->o.depth - (h->inflight + h->done_count))
 			m = h->o.depth - (h->inflight + h->done_count);
 		for (; hashed < m; hashed++) {
@@ -919,7 +903,7 @@ unsigned kvi_conn_submit_many(struct kvi_conn *h, struct kvc_op *const *ops, uns
 
 			if (check_op(h, op))
 				break;
-			kvi_key_hash(op->key, op->key_len, seed, buckets, &kh[hashed]);
+			kvi_key_hash(op->key, op->key_len, h->sb.hash_seed, h->cur.ix.bucket_count, &kh[hashed]);
 			kvi_locache_prefetch(&h->cache, kh[hashed].lo);
 		}
 		for (unsigned i = 0; i < (m ? m : 1); i++) {
@@ -933,15 +917,11 @@ unsigned kvi_conn_submit_many(struct kvi_conn *h, struct kvc_op *const *ops, uns
 			/* An earlier op's post may have broken the connection or
 			 * found the lease lapsed: what kvc_submit of this op would
 			 * say now, and the op stays the caller's. */
-			if (h->rm->broken || lease_lapsed(h, now)) {
-				*why = lease_lapsed(h, now) ? KVC_EFENCED : KVC_ESERVERGONE;
+			if (h->rm->broken || lease_lapsed(h, h->step_now)) {
+				*why = lease_lapsed(h, h->step_now) ? KVC_EFENCED : KVC_ESERVERGONE;
 				return started;
 			}
-			/* Only a rejoin or a new index changes the hash, and neither
-			 * happens inside this call; cheap insurance all the same. */
-			if (seed != h->sb.hash_seed || buckets != h->cur.ix.bucket_count)
-				kvi_key_hash(op->key, op->key_len, h->sb.hash_seed, h->cur.ix.bucket_count, &kh[i]);
-			rc = submit_hashed(h, op, &kh[i], &now, &built);
+			rc = submit_hashed(h, op, &kh[i], &built);
 			if (rc) {
 				*why = rc;
 				return started;
@@ -949,6 +929,29 @@ unsigned kvi_conn_submit_many(struct kvi_conn *h, struct kvc_op *const *ops, uns
 			started++;
 		}
 	}
+	return started;
+}
+
+unsigned kvi_conn_submit_many(struct kvi_conn *h, struct kvc_op *const *ops, unsigned n, int *why)
+{
+	uint64_t now;
+	unsigned started;
+	int rc;
+
+	if (n == 0)
+		return 0;
+	rc = check_op(h, ops[0]); /* a bad op says so whatever the connection */
+	if (!rc) {
+		now = kvi_now_ns();
+		rc = ensure_joined(h, &now);
+	}
+	if (rc) {
+		*why = rc;
+		return 0;
+	}
+	h->step_now = now;
+	started = submit_groups(h, ops, n, why);
+	h->step_now = 0;
 	return started;
 }
 

@@ -97,6 +97,10 @@ void kvi_locache_put(struct kvi_locache *c, uint64_t hlo, uint64_t hhi, uint64_t
 	struct kvi_loc *l, *to;
 	unsigned ways;
 
+	if (bucket > UINT32_MAX) { /* not cacheable: forget what this key had */
+		kvi_locache_drop(c, hlo, hhi);
+		return;
+	}
 	if (c->n == 0)
 		return;
 	l = set_for(c, hlo, &ways);
@@ -108,12 +112,6 @@ void kvi_locache_put(struct kvi_locache *c, uint64_t hlo, uint64_t hhi, uint64_t
 	if (ways > 1 && !holds(&l[0], hlo, hhi) &&
 	    (holds(&l[1], hlo, hhi) || (l[0].slot && (!l[1].slot || (int32_t)(l[1].seen - l[0].seen) < 0))))
 		to = &l[1];
-	if (bucket > UINT32_MAX) { /* not cacheable: forget what this key had */
-		for (unsigned i = 0; i < ways; i++)
-			if (holds(&l[i], hlo, hhi))
-				l[i].slot = 0;
-		return;
-	}
 	*to = (struct kvi_loc){ .hlo = hlo, .hhi32 = (uint32_t)hhi, .slot = slot, .bucket = (uint32_t)bucket,
 				.idx = (uint16_t)idx, .seen = seen };
 }
