@@ -64,19 +64,6 @@ static int account(struct ctx *x, struct kvb_cpuop_phase *ph, struct kvb_req **d
 	return lost;
 }
 
-/* r[0..k) to the driver: how many started (r[started]->status says why the
- * next did not). */
-static int submit_batch(const struct kvb_driver *d, void *conn, struct kvb_req **r, unsigned k)
-{
-	unsigned i = 0;
-
-	if (d->submit_many)
-		return d->submit_many(conn, r, k);
-	while (i < k && (r[i]->status = d->submit(conn, r[i])) == 0)
-		i++;
-	return (int)i;
-}
-
 /* n requests of prim over keys seq[0..n) (keys 0..n-1 when seq is NULL),
  * depth in flight. -1 with err when the connection is lost. prim 0: the same
  * loop with every request finished at once, without the library, to show
@@ -126,7 +113,7 @@ static int phase(struct ctx *x, int prim, uint64_t n, const uint32_t *seq, struc
 				account(x, ph, batch, (int)k, &finished);
 				continue;
 			}
-			started = submit_batch(d, x->conn, batch, k);
+			started = kvb_submit_many(d, x->conn, batch, k);
 			/* The first one refused is a finished failure; the rest
 			 * were never handed over: they go back. */
 			if ((unsigned)started < k) {

@@ -1,4 +1,4 @@
-/* Target URLs: which driver, which host and port. */
+/* Target URLs: which driver, which host and port; and handing requests over. */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -86,4 +86,15 @@ const struct kvb_driver *kvb_driver_parse(const char *url, char *host, size_t hl
 	}
 	snprintf(err, errlen, "unsupported target '%s': expected rdma://HOST[:PORT][,...], memcached://HOST[:PORT][,...] or local://MIB", url);
 	return NULL;
+}
+
+int kvb_submit_many(const struct kvb_driver *d, void *conn, struct kvb_req **r, unsigned n)
+{
+	unsigned i = 0;
+
+	if (d->submit_many)
+		return d->submit_many(conn, r, n);
+	while (i < n && (r[i]->status = d->submit(conn, r[i])) == 0)
+		i++;
+	return (int)i;
 }

@@ -106,6 +106,11 @@ void kvb_rdma_close(void *conn);
 void kvb_rdma_set_aux(void *conn, void *aux);
 void *kvb_rdma_aux(void *conn);
 
+/* Start r[0..n) in order with d->submit_many, or one submit each where the
+ * driver has none: how many started; when fewer than n, r[returned]->status
+ * says why that one did not. */
+int kvb_submit_many(const struct kvb_driver *d, void *conn, struct kvb_req **r, unsigned n);
+
 /* "rdma://host[:port]" or "memcached://host[:port]": the driver, host and port.
  * A list of servers ("rdma://h1:p1,h2:p2"): host is the whole list, port is
  * empty, and kvb_multi_target is set. Returns NULL and writes one line to err

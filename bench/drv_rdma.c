@@ -113,10 +113,6 @@ int kvb_rdma_submit_many(void *conn, struct kvb_req **r, unsigned n)
 	unsigned m = 0;
 	int started;
 
-	if (n && !c->nfree) {
-		r[0]->status = KVC_EAGAIN;
-		return 0;
-	}
 	while (m < n && m < 64 && c->nfree) {
 		ops[m] = take_op(c, r[m]);
 		m++;
@@ -125,14 +121,13 @@ int kvb_rdma_submit_many(void *conn, struct kvb_req **r, unsigned n)
 	if (started < 0) { /* bad arguments: none of ours can be */
 		r[0]->status = started;
 		started = 0;
+	} else if ((unsigned)started < m) {
+		r[started]->status = ops[started]->status; /* why kvc_submit_many stopped */
+	} else if (m < n) {
+		r[m]->status = KVC_EAGAIN; /* no op free for more */
 	}
-	if ((unsigned)started == m && m < n)
-		r[m]->status = KVC_EAGAIN; /* no room for more */
-	for (unsigned i = (unsigned)started; i < m; i++) {
-		if (i == (unsigned)started && ops[i]->status)
-			r[i]->status = ops[i]->status;
+	for (unsigned i = (unsigned)started; i < m; i++)
 		c->free[c->nfree++] = ops[i];
-	}
 	return started;
 }
 

@@ -276,41 +276,34 @@ static void refused(struct thread *th, struct slot *s, int status)
 	release(s);
 }
 
-/* Submit the prepared requests of s[0..n) together where the driver can
- * (kvc_submit_many: cheaper per request than one at a time). */
+/* Submit the prepared requests of s[0..n), together where the driver can
+ * (kvc_submit_many: cheaper per request than one at a time); one refused
+ * is a finished failure, and those after it are tried again -- unless the
+ * connection was lost or the run stops: then they were never issued. */
 static void launch_many(struct thread *th, struct slot **s, unsigned n)
 {
-	const struct kvb_driver *d = th->sh->cfg->drv;
 	struct kvb_req *r[64];
-	unsigned started = 0;
+	unsigned i = 0;
 
-	if (d->submit_many && n > 1) {
-		for (unsigned i = 0; i < n; i++)
-			r[i] = &s[i]->req;
-		int got = d->submit_many(th->conn, r, n);
-
-		started = got > 0 ? (unsigned)got : 0;
-		th->inflight += started;
-		if (started < n) {
-			refused(th, s[started], s[started]->req.status);
-			started++;
-		}
-	}
-	/* The rest (or all: no batches here) one by one; after a lost
-	 * connection or a stop, none: they were never issued. */
-	for (unsigned i = started; i < n; i++) {
-		int rc;
+	for (unsigned k = 0; k < n; k++)
+		r[k] = &s[k]->req;
+	while (i < n) {
+		int got;
 
 		if (stopping(th)) {
-			release(s[i]);
-			continue;
+			for (; i < n; i++)
+				release(s[i]);
+			return;
 		}
-		rc = d->submit(th->conn, &s[i]->req);
-
-		if (rc)
-			refused(th, s[i], rc);
-		else
-			th->inflight++;
+		got = kvb_submit_many(th->sh->cfg->drv, th->conn, r + i, n - i);
+		if (got > 0) {
+			th->inflight += (unsigned)got;
+			i += (unsigned)got;
+		}
+		if (i < n) {
+			refused(th, s[i], s[i]->req.status);
+			i++;
+		}
 	}
 }
 
