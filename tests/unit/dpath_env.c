@@ -155,6 +155,14 @@ int kvt_env_reclaimer_on(struct kvt_env *env, const struct kvi_local_hooks *loop
 	return kvs_reclaimer_create(env->core, rm, hooks, out);
 }
 
+int kvt_fail_at;
+
+int kvt_fail_nth(void *arg, struct kvi_rmem *rm, const struct kvi_rop *op)
+{
+	(void)arg, (void)rm, (void)op;
+	return kvt_fail_at && --kvt_fail_at == 0 ? KVC_ESERVERGONE : 0;
+}
+
 void kvt_env_fence_locks(struct kvt_env *env, uint32_t dead)
 {
 	uint64_t chunks[64];

@@ -42,6 +42,11 @@ int kvt_env_reclaimer_on(struct kvt_env *env, const struct kvi_local_hooks *loop
 /* What fencing does for a dead client: release every bucket lock naming it
  * (current and previous index). */
 void kvt_env_fence_locks(struct kvt_env *env, uint32_t dead);
+/* A loopback hook (kvi_local_hooks.before_op) that breaks the connection at
+ * the kvt_fail_at-th operation from when that is set (0: never), as a dead
+ * peer would: kill-at-every-step tests set it to 1, 2, ... in turn. */
+extern int kvt_fail_at;
+int kvt_fail_nth(void *arg, struct kvi_rmem *rm, const struct kvi_rop *op);
 void kvt_env_fini(struct kvt_env *env);
 /* The next key "<prefix>-<n>" (n from *next on, which is advanced past it)
  * whose two candidate buckets in env's current index differ: tests that

@@ -456,20 +456,10 @@ Test(migrate_opts, a_steady_light_load_is_sampled_rarely_and_still_seen_when_it_
 	fill_until_the_sampler_resizes("near", 400); /* past the line (50 %) */
 }
 
-/* Loopback faults: fail the n-th operation from now (0: none). */
-static int fail_at;
-static int fault(void *arg, struct kvi_rmem *rm, const struct kvi_rop *op)
-{
-	(void)arg;
-	(void)rm;
-	(void)op;
-	return fail_at && --fail_at == 0 ? KVC_ESERVERGONE : 0;
-}
-
 /* A reclaimer over a local loopback with fault hooks, as client id. */
 static struct kvs_reclaimer *faulty_reclaimer(uint32_t id)
 {
-	struct kvi_local_hooks hk = { .before_op = fault };
+	struct kvi_local_hooks hk = { .before_op = kvt_fail_nth };
 	struct kvs_reclaimer *r;
 
 	cr_assert_eq(kvt_env_reclaimer_on(&env, &hk, id, NULL, &r), 0);
@@ -490,7 +480,7 @@ Test(migrate, a_broken_loopback_resumes_where_it_was)
 	cr_assert_eq(kvs_reclaim_run(rcl), 0, "the first call starts the migration");
 	/* Lock doorbell: 5 CAS; end doorbell: old 0 -> MOVED lands, then the
 	 * connection breaks before new 0 and N are unlocked. */
-	fail_at = 7;
+	kvt_fail_at = 7;
 	for (int i = 0; i < 10 && rc == 0; i++)
 		rc = kvs_reclaim_run(rcl);
 	cr_assert_eq(rc, KVC_ESERVERGONE);
@@ -533,12 +523,12 @@ Test(migrate_opts, a_migration_broken_after_any_of_its_operations_resumes_and_lo
 		kvs_reclaimer_destroy(rcl);
 		rcl = faulty_reclaimer(dead);
 		cr_assert_eq(kvs_core_grow(env.core, 1), KVI_GROW_STARTED);
-		fail_at = (int)step;
+		kvt_fail_at = (int)step;
 		for (int i = 0; i < 1000 && rc == 0 && !(kvs_core_resize_phase(env.core) == KVS_RESIZE_RUNNING &&
-							    kvs_migrate_left(mig) == 0 && fail_at); i++)
+							    kvs_migrate_left(mig) == 0 && kvt_fail_at); i++)
 			rc = kvs_reclaim_run(rcl);
-		left = fail_at;
-		fail_at = 0;
+		left = kvt_fail_at;
+		kvt_fail_at = 0;
 		if (rc == 0 && left) { /* every operation of the migration ran: all steps covered */
 			check_keys(KEYS);
 			teardown();

@@ -879,14 +879,6 @@ Test(reclaim, items_read_outlive_a_stream_of_keys_written_once)
 
 /* ---- kill at every step (issue 8's tool, for reclamation) ---------------- */
 
-/* Loopback faults: fail the n-th operation from now (0: none). */
-static int rfail_at;
-static int rfault(void *arg, struct kvi_rmem *rm, const struct kvi_rop *op)
-{
-	(void)arg, (void)rm, (void)op;
-	return rfail_at && --rfail_at == 0 ? KVC_ESERVERGONE : 0;
-}
-
 /* Every key where it should be: the read ones with their last value, the
  * unread ones with theirs or evicted; no key in two slots; no lock held. */
 static void check_after_reclaim(unsigned step, unsigned nkeys)
@@ -927,7 +919,7 @@ static void check_after_reclaim(unsigned step, unsigned nkeys)
 Test(reclaim_steps, a_reclaim_broken_after_any_of_its_operations_loses_no_item, .timeout = 600)
 {
 	enum { KEYS = 12, MAX_STEPS = 2000 };
-	struct kvi_local_hooks hk = { .before_op = rfault };
+	struct kvi_local_hooks hk = { .before_op = kvt_fail_nth };
 	unsigned step;
 
 	for (step = 1; step < MAX_STEPS; step++) {
@@ -959,14 +951,14 @@ Test(reclaim_steps, a_reclaim_broken_after_any_of_its_operations_loses_no_item, 
 		kvc_destroy(b);
 		kvs_reclaimer_destroy(rcl);
 		cr_assert_eq(kvt_env_reclaimer_on(&env, &hk, dead, NULL, &rcl), 0);
-		rfail_at = (int)step;
+		kvt_fail_at = (int)step;
 		for (int round = 0; round < 2 && rc >= 0; round++) {
 			usleep((10 + KVS_QUARANTINE_MARGIN_MS) * 1000u + 5000u);
 			while ((rc = kvs_reclaim_one(rcl)) > 0)
 				;
 		}
-		left = rfail_at;
-		rfail_at = 0;
+		left = kvt_fail_at;
+		kvt_fail_at = 0;
 		if (rc >= 0 && left) { /* every operation of the reclaim ran: all steps covered */
 			struct kvs_core_stats st = stats();
 
