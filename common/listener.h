@@ -51,6 +51,7 @@ struct kvi_peer {
 	uint16_t role; /* enum kvi_role, as the admission decided (never the peer's word) */
 	int established;
 	int fenced; /* the owner's: fenced already (on_disconnect need not again) */
+	uint64_t fence_ticket; /* the owner's: the fencer's pass that releases its locks (0: none) */
 	void *user; /* owner's per-peer state */
 
 	/* Control path; private to listener.c. */

@@ -19,7 +19,7 @@
 struct kvs_client {
 	struct kvs_client *next;
 	uint32_t id;
-	struct kvs_extent x; /* x.owner = id */
+	struct kvs_extent x; /* x.owner: its account (account_of) */
 	uint64_t held; /* bytes granted and not back (core.h "Quota") */
 };
 
@@ -43,6 +43,7 @@ struct kvs_core {
 	uint64_t full_at;   /* no-evict: when the reclaimer last found nothing to compact */
 	int has_reclaimer;  /* without one, nothing will ever make room: refuse at once */
 	uint64_t grants_refused, nclients;
+	uint64_t accounts; /* clients given an account so far (account_of) */
 	uint64_t quota;       /* bytes one client may hold while others need memory */
 	uint64_t starving_at; /* ns: a client within half its quota was last answered EAGAIN */
 	uint32_t starving_id; /* ... that client */
@@ -74,15 +75,23 @@ struct kvs_core {
 static void kvs_core_stats_locked(struct kvs_core *c, struct kvs_core_stats *out);
 static struct kvs_client **client_slot(struct kvs_core *c, uint32_t id);
 
-/* segtab's accounting (opts.charge), under the core's lock. A client that
- * has left is not counted any more. */
-static void charge_client(void *arg, uint32_t id, int64_t bytes)
+/* What memory is charged to (segtab's extent owner): the client's id in the
+ * low 32 bits and, above, the number of clients the core had seen when this
+ * one got its first grant. kvserver recycles ids (ids.h) while segments
+ * granted to an id's earlier holder may wait hours for reclamation: their
+ * charges must not count against the id's new holder. */
+static uint64_t account_of(struct kvs_core *c, uint32_t id)
 {
-	struct kvs_client *cl = *client_slot(arg, id);
+	return ++c->accounts << 32 | id;
+}
 
-	/* A negative delta larger than held can only be an earlier client's
-	 * charge under a reused id (kvserver never reuses ids; tests may). */
-	if (cl)
+/* segtab's accounting (opts.charge), under the core's lock. A client that
+ * has left is not counted any more, nor is an earlier holder of its id. */
+static void charge_client(void *arg, uint64_t owner, int64_t bytes)
+{
+	struct kvs_client *cl = *client_slot(arg, (uint32_t)owner);
+
+	if (cl && cl->x.owner == owner)
 		cl->held = bytes < 0 && (uint64_t)-bytes > cl->held ? 0 : cl->held + (uint64_t)bytes;
 }
 static int policy_opts(const struct kvs_core_opts *in, struct kvs_core_opts *o, struct kvi_errbuf *e);
@@ -402,7 +411,7 @@ static int seg_request(struct kvs_core *c, uint32_t id, const struct kvi_ctrl *r
 			return 0;
 		}
 		cl->id = id;
-		cl->x.owner = id;
+		cl->x.owner = account_of(c, id);
 		*pp = cl;
 		c->nclients++;
 	}

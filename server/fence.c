@@ -39,12 +39,14 @@ struct kvs_fence {
 	struct clear_req clears[KVS_FENCE_CLEAR_MAX];
 	unsigned chead, ccount;
 	int stop, busy;
+	uint64_t begun, done; /* passes started and the last one finished (tickets) */
 	struct kvs_fence_stats st;
 	/* The thread's own. */
 	uint64_t *active; /* bitmap of the clients of the running pass */
 	uint32_t *ids;    /* ... as a sorted list */
 	uint64_t *counts; /* locks released per id of the pass */
 	unsigned nids, ids_cap;
+	uint64_t pass_no; /* the running pass's number (begun when it took its clients) */
 	struct kvi_rmem *rm; /* the loopback; NULL or broken: connect again */
 	struct kvi_index ix[2]; /* the pass's copies of the current and previous index */
 	uint64_t *chunks[2];
@@ -271,6 +273,8 @@ static int take_clients(struct kvs_fence *f)
 	f->active = f->pending;
 	f->pending = tmp;
 	f->npending = 0;
+	if (n)
+		f->pass_no = ++f->begun;
 	pthread_mutex_unlock(&f->mu);
 	if (n > f->ids_cap) {
 		uint32_t *ids = realloc(f->ids, n * sizeof(*ids));
@@ -335,6 +339,7 @@ static void run_pass(struct kvs_fence *f)
 	wall = kvi_clock_ns(CLOCK_MONOTONIC) - wall0;
 	pthread_mutex_lock(&f->mu);
 	f->st.passes++;
+	f->done = f->pass_no;
 	f->st.fencings += f->nids;
 	f->st.released += released;
 	f->st.cpu_ns += cpu;
@@ -431,8 +436,10 @@ int kvs_fence_create(const struct kvs_fence_opts *o, struct kvs_fence **out)
 	return 0;
 }
 
-int kvs_fence_client(struct kvs_fence *f, uint32_t client_id)
+int kvs_fence_client_ticket(struct kvs_fence *f, uint32_t client_id, uint64_t *ticket)
 {
+	if (ticket)
+		*ticket = 0;
 	if (!f)
 		return KVC_ESERVERGONE;
 	if (client_id == 0 || client_id > KVI_MAX_CLIENT_ID)
@@ -442,9 +449,30 @@ int kvs_fence_client(struct kvs_fence *f, uint32_t client_id)
 		f->pending[client_id / 64] |= 1ull << (client_id % 64);
 		f->npending++;
 	}
+	/* The running pass (if any) took its clients already: the next one
+	 * takes this one. */
+	if (ticket)
+		*ticket = f->begun + 1;
 	pthread_cond_signal(&f->cv);
 	pthread_mutex_unlock(&f->mu);
 	return 0;
+}
+
+int kvs_fence_client(struct kvs_fence *f, uint32_t client_id)
+{
+	return kvs_fence_client_ticket(f, client_id, NULL);
+}
+
+uint64_t kvs_fence_done(struct kvs_fence *f)
+{
+	uint64_t d;
+
+	if (!f)
+		return 0;
+	pthread_mutex_lock(&f->mu);
+	d = f->done;
+	pthread_mutex_unlock(&f->mu);
+	return d;
 }
 
 int kvs_fence_clear_word(struct kvs_fence *f, uint64_t off, uint64_t word)
@@ -477,6 +505,17 @@ int kvs_fence_is_own(const struct kvs_fence *f, uint32_t client_id)
 			return 1;
 	}
 	return 0;
+}
+
+void kvs_fence_forget_own(struct kvs_fence *f, uint32_t client_id)
+{
+	if (!f || client_id == 0)
+		return;
+	for (unsigned i = 0; i < OWN_IDS; i++) {
+		uint32_t want = client_id;
+
+		atomic_compare_exchange_strong(&f->own[i], &want, 0);
+	}
 }
 
 int kvs_fence_wait_idle(struct kvs_fence *f, int timeout_ms)

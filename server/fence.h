@@ -88,6 +88,13 @@ int kvs_fence_start(struct kvs_fence **out, struct kvs_core *core, const char *h
  * 0, KVC_EINVAL (id 0 or > KVI_MAX_CLIENT_ID), KVC_ESERVERGONE (f is NULL:
  * no fencer). */
 int kvs_fence_client(struct kvs_fence *f, uint32_t client_id);
+/* The same, and *ticket (when not NULL) names the pass that releases its
+ * locks: once kvs_fence_done(f) >= *ticket, no lock word names client_id
+ * (server/ids.h recycles the id then). Passes are numbered from 1 in the
+ * order they start; a pass that starts after a client was queued takes it. */
+int kvs_fence_client_ticket(struct kvs_fence *f, uint32_t client_id, uint64_t *ticket);
+/* The number of the last pass that finished (0: none yet, or f is NULL). */
+uint64_t kvs_fence_done(struct kvs_fence *f);
 
 /* Queue the release of one lock word that names no live client: the lock
  * word at region offset off (a bucket's first word, of an index the caller
@@ -100,6 +107,9 @@ int kvs_fence_clear_word(struct kvs_fence *f, uint64_t off, uint64_t word);
 /* Is client_id one of the fencer's own loopback connections (present or
  * past)? They never hold a lock and are not fenced. 0 for NULL. */
 int kvs_fence_is_own(const struct kvs_fence *f, uint32_t client_id);
+/* client_id left: if it was one of the fencer's own, forget it, so that the
+ * id, once recycled (ids.h), is fenced like any client's. */
+void kvs_fence_forget_own(struct kvs_fence *f, uint32_t client_id);
 
 /* Wait until nothing is queued or running, up to timeout_ms: 0 or
  * KVC_ETIMEDOUT. For tests and shutdown. */

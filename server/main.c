@@ -28,6 +28,7 @@
 #include "log.h"
 #include "evictor.h"
 #include "fence.h"
+#include "ids.h"
 #include "members.h"
 #include "migrate.h"
 #include "logsink.h"
@@ -35,6 +36,13 @@
 #include "notify.h"
 #include "loopkey.h"
 #include "region.h"
+
+/* Client ids handed out: all a lock word can name. A test build shrinks it
+ * (tests/integration: kvserver-fewids) to show that ids are recycled. */
+#ifndef KVS_CLIENT_ID_LIMIT
+#define KVS_CLIENT_ID_LIMIT KVI_MAX_CLIENT_ID
+#endif
+_Static_assert(KVS_CLIENT_ID_LIMIT >= 4 && KVS_CLIENT_ID_LIMIT <= KVI_MAX_CLIENT_ID, "client id limit");
 
 struct kvs_server {
 	struct kvs_config cfg; /* settings; cfg.o the values */
@@ -46,8 +54,8 @@ struct kvs_server {
 	struct kvs_fence *fence; /* releases dead clients' locks; NULL if unavailable */
 	struct kvs_evictor *evictor; /* reclaims sealed segments */
 	struct kvs_members *members; /* who is alive (leases); lock reports */
+	struct kvs_ids *ids;         /* client ids: handed out, and recycled once nothing names them */
 	int stopping;            /* shutting down: clients leave by our doing */
-	uint32_t next_client_id;
 	unsigned nclients;
 	uint8_t secret[KVI_AUTH_SECRET_MAX]; /* --secret-file's contents */
 	struct kvi_auth_gate gate;           /* who may join, and as what */
@@ -86,21 +94,23 @@ static int on_connect(void *arg, struct kvi_peer *p, const struct kvi_hello *h, 
 	char addr[64];
 
 	(void)h;
-	/* Ids are lock owners (22 bits in a lock word) and are never reused. */
-	if (s->next_client_id > KVI_MAX_CLIENT_ID) {
+	/* Ids are lock owners (a lock word's 22 bits), recycled once nothing
+	 * can name their last holder (ids.h). */
+	w->client_id = kvs_ids_take(s->ids, kvi_mono_ns(), kvs_fence_done(s->fence));
+	if (!w->client_id) {
 		kvi_ev_warn("client_refused", "addr=%s reason=%s", kvi_peer_addr(p, addr, sizeof(addr)),
-			    "all client ids have been used");
+			    "every client id is in use by a connected or departing client");
 		return KVI_REJECT_FULL;
 	}
 	/* A member from now: its QP can carry RDMA from the moment we accept,
 	 * so a lock word naming it is never mistaken for a departed client's.
 	 * The server's own loopbacks hold no lease. */
-	if (kvs_members_join(s->members, s->next_client_id, p->role != KVI_ROLE_LOOPBACK, kvi_mono_ns())) {
+	if (kvs_members_join(s->members, w->client_id, p->role != KVI_ROLE_LOOPBACK, kvi_mono_ns())) {
 		kvi_ev_warn("client_refused", "addr=%s reason=%s", kvi_peer_addr(p, addr, sizeof(addr)),
 			    "out of memory for the membership table");
+		kvs_ids_put(s->ids, w->client_id, kvi_mono_ns(), 0);
 		return KVI_REJECT_FULL;
 	}
-	w->client_id = s->next_client_id++;
 	w->rkey = s->region.mr->rkey;
 	w->region_addr = (uintptr_t)s->region.base;
 	w->geo = *kvs_core_geometry(s->core); /* never read from the region (layout.h "Geometry") */
@@ -129,7 +139,7 @@ static void fence_client(struct kvs_server *s, struct kvi_peer *p)
 
 	p->fenced = 1;
 	kvi_listener_fence_peer(s->l, p);
-	rc = kvs_fence_client(s->fence, p->client_id);
+	rc = kvs_fence_client_ticket(s->fence, p->client_id, &p->fence_ticket);
 	if (rc)
 		kvi_ev_err("fence_failed", "client=%u reason=%s msg=%s", p->client_id, kvc_strerror(rc),
 			   "its bucket locks (if any) cannot be released");
@@ -151,6 +161,11 @@ static void on_disconnect(void *arg, struct kvi_peer *p)
 		s->nclients--;
 	kvs_members_leave(s->members, p->client_id);
 	kvs_core_client_left(s->core, p->client_id);
+	kvs_fence_forget_own(s->fence, p->client_id);
+	/* Its QP is fenced or gone (or it never held a lock: the fencer's own,
+	 * or we are stopping): the id is free once the fencer's pass released
+	 * its locks and a quarantine passed (ids.h). */
+	kvs_ids_put(s->ids, p->client_id, kvi_mono_ns(), p->fence_ticket);
 	kvs_core_summary(s->core, sum, sizeof(sum));
 	kvi_ev_info("client_left", "client=%u connected=%u %s", p->client_id, s->nclients, sum);
 }
@@ -347,7 +362,7 @@ clean_fds:
 
 int main(int argc, char **argv)
 {
-	struct kvs_server s = { .next_client_id = 1 };
+	struct kvs_server s = { 0 };
 	struct kvi_listen_cb cb = { .arg = &s, .on_connect = on_connect, .on_established = on_established,
 				    .on_disconnect = on_disconnect, .on_ctrl = on_ctrl };
 	const struct kvi_geometry *sb;
@@ -431,8 +446,10 @@ int main(int argc, char **argv)
 	kvs_core_limits(s.core, &max_op_ms, &quarantine_ms, &flags);
 	/* Old indexes retire only once every member uses the new one. */
 	kvs_core_require_acks(s.core);
-	if (kvs_members_create(&s.members, s.cfg.o.lease_ms, max_op_ms)) {
+	if (kvs_members_create(&s.members, s.cfg.o.lease_ms, max_op_ms) ||
+	    kvs_ids_create(&s.ids, KVS_CLIENT_ID_LIMIT, (uint64_t)quarantine_ms * 1000000u)) {
 		fprintf(stderr, "kvserver: out of memory\n");
+		kvs_members_destroy(s.members);
 		rc = 1;
 		goto clean_core;
 	}
@@ -440,6 +457,7 @@ int main(int argc, char **argv)
 	if (rc) { /* a busy address, or not this host's: a usage error */
 		fprintf(stderr, "kvserver: %s\n", e.msg);
 		kvs_members_destroy(s.members);
+		kvs_ids_destroy(s.ids);
 		rc = 2;
 		goto clean_core;
 	}
@@ -509,6 +527,7 @@ int main(int argc, char **argv)
 	kvi_listener_disconnect_all(s.l, &cb);
 	kvs_fence_destroy(s.fence);
 	kvs_members_destroy(s.members);
+	kvs_ids_destroy(s.ids);
 clean_core:
 	kvs_core_destroy(s.core);
 clean_region:

@@ -145,6 +145,8 @@ int kvs_members_join(struct kvs_members *m, uint32_t id, int leased, uint64_t no
 	return 0;
 }
 
+static void unwatch(struct kvs_members *m, struct watch *w);
+
 void kvs_members_leave(struct kvs_members *m, uint32_t id)
 {
 	struct member *e = id ? find(m, id) : NULL;
@@ -153,6 +155,14 @@ void kvs_members_leave(struct kvs_members *m, uint32_t id)
 	if (!e)
 		return;
 	not_behind(m, e);
+	/* Its id may be handed out again (ids.h): a watch on a word naming it
+	 * must not condemn the next holder for the time this one held it. */
+	for (i = 0; i < m->nwatch;) {
+		if (kvi_lock_owner(m->watch[i].word) == id)
+			unwatch(m, &m->watch[i]);
+		else
+			i++;
+	}
 	/* Backward-shift deletion keeps every probe chain unbroken. */
 	i = (unsigned)(e - m->t);
 	m->t[i].id = 0;

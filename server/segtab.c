@@ -21,7 +21,7 @@ enum seg_state {
  * carved last, the only one whose tail can come back. */
 struct charge {
 	struct charge *next;
-	uint32_t owner;
+	uint64_t owner;
 	uint32_t bytes;
 };
 
@@ -102,7 +102,7 @@ int kvs_segtab_create(const struct kvs_segtab_opts *o, struct kvs_segtab **out)
 	return 0;
 }
 
-static void charge(struct kvs_segtab *t, uint32_t owner, int64_t bytes)
+static void charge(struct kvs_segtab *t, uint64_t owner, int64_t bytes)
 {
 	if (owner && bytes && t->o.charge)
 		t->o.charge(t->o.charge_arg, owner, bytes);

@@ -59,7 +59,7 @@ struct kvs_extent {
 	uint64_t len;       /* bytes */
 	uint32_t seg;       /* segment number */
 	uint32_t next_size; /* size of the next extent to ask for (grows) */
-	uint32_t owner;     /* whom its bytes are charged to (opts.charge); 0 = nobody */
+	uint64_t owner;     /* whom its bytes are charged to (opts.charge); 0 = nobody */
 };
 
 /* Who may take which free segments (kvs_segtab_grant). */
@@ -83,7 +83,7 @@ struct kvs_segtab_opts {
 	 * -bytes when the segment it lies in is reclaimed. So the sum an owner
 	 * got is what it holds: its open extent plus whatever it wrote that is
 	 * not reclaimed yet. Called inside segtab calls: must not call back. */
-	void (*charge)(void *arg, uint32_t owner, int64_t bytes);
+	void (*charge)(void *arg, uint64_t owner, int64_t bytes);
 	void *charge_arg;
 };
 

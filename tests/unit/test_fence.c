@@ -236,6 +236,28 @@ Test(fence, a_loopback_that_breaks_mid_pass_is_remade_and_every_lock_released)
 	cr_expect(n7 > 200);
 }
 
+Test(fence, a_ticket_is_done_only_once_the_pass_that_released_its_locks_finished)
+{
+	uint64_t t7 = 0, t9 = 0;
+
+	lock_as(7, 0, 3);
+	atomic_store(&gate_closed, 1); /* the thread waits in connect: no pass runs */
+	start_fence(0);
+	cr_assert_eq(kvs_fence_client_ticket(fence, 7, &t7), 0);
+	cr_expect_geq(t7, 1);
+	cr_expect_lt(kvs_fence_done(fence), t7, "nothing ran yet");
+	atomic_store(&gate_closed, 0);
+	cr_assert_eq(kvs_fence_wait_idle(fence, IDLE_MS), 0);
+	cr_expect_geq(kvs_fence_done(fence), t7);
+	expect_released(7, 0, 3);
+	/* Queued after that pass: a later one. */
+	cr_assert_eq(kvs_fence_client_ticket(fence, 9, &t9), 0);
+	cr_expect_gt(t9, t7);
+	cr_assert_eq(kvs_fence_wait_idle(fence, IDLE_MS), 0);
+	cr_expect_geq(kvs_fence_done(fence), t9);
+	cr_expect_eq(kvs_fence_done(NULL), 0);
+}
+
 Test(fence, a_loopback_broken_at_its_first_release_is_remade)
 {
 	unsigned n7;

@@ -188,3 +188,20 @@ Test(members, acks_count_every_live_leased_member_and_when_the_last_came)
 	}
 	cr_expect(kvs_members_acked(m, 2, KVS_FIRST_LEASE_MS * MS, &last));
 }
+
+Test(members, a_recycled_id_is_not_condemned_for_its_last_holders_lock)
+{
+	uint64_t w3 = kvi_lock_held_by(3);
+	uint32_t owner;
+
+	kvs_members_join(m, 1, 1, 0);
+	kvs_members_join(m, 3, 1, 0);
+	cr_expect_eq(kvs_members_report(m, 1, 5, w3, w3, 0, &owner), KVI_REPORT_WATCHING);
+	/* 3 leaves (fenced: its lock released); its id goes to a newcomer,
+	 * which takes bucket 5 just before another report comes in. */
+	kvs_members_leave(m, 3);
+	kvs_members_join(m, 3, 1, 400 * MS);
+	cr_expect_eq(kvs_members_report(m, 1, 5, w3, w3, 400 * MS, &owner), KVI_REPORT_WATCHING,
+		     "the watch of the old holder's word must not count for the new holder");
+	cr_expect_eq(owner, 0);
+}
