@@ -1181,11 +1181,16 @@ _Static_assert(sizeof(struct kvc_server_stats) == KVI_STAT_COUNT * sizeof(uint64
 
 int kvi_conn_server_stats(struct kvi_conn *h, struct kvc_server_stats *out)
 {
-	uint64_t v[KVI_STATS_PAGES * 5];
+	uint64_t v[KVI_STATS_PAGES * 5], now = kvi_now_ns();
 	int rc;
 
 	if (!h || !out)
 		return KVC_EINVAL;
+	/* As a data call does: a handle idle past its lease renews it (or,
+	 * expelled meanwhile, rejoins) before it asks anything. */
+	rc = ensure_joined(h, &now);
+	if (rc)
+		return rc;
 	for (unsigned p = 0; p < KVI_STATS_PAGES; p++) {
 		struct kvi_ctrl req = { .type = KVI_CTRL_STATS_REQ, .arg = { p } }, resp;
 

@@ -177,7 +177,13 @@ void kvt_start_server(struct kvt_proc *p, const char *port, const char *const ex
 
 void kvt_start_server_on(struct kvt_proc *p, const char *listen, const char *port, const char *const extra[])
 {
-	char *argv[24] = { KV_SERVER_BIN, "-p", (char *)port, "-m", "64" };
+	kvt_start_server_bin(p, KV_SERVER_BIN, listen, port, extra);
+}
+
+void kvt_start_server_bin(struct kvt_proc *p, const char *bin, const char *listen, const char *port,
+			  const char *const extra[])
+{
+	char *argv[24] = { (char *)bin, "-p", (char *)port, "-m", "64" };
 	char line[512];
 	int n = 5;
 

@@ -33,6 +33,9 @@ unsigned kvt_start_peer(struct kvt_proc *p, const char *const extra[]);
 void kvt_start_server(struct kvt_proc *p, const char *port, const char *const extra[]);
 /* The same on listen (NULL: no -l, all addresses). */
 void kvt_start_server_on(struct kvt_proc *p, const char *listen, const char *port, const char *const extra[]);
+/* The same with another kvserver binary (a test build of it). */
+void kvt_start_server_bin(struct kvt_proc *p, const char *bin, const char *listen, const char *port,
+			  const char *const extra[]);
 
 /* A libkvclient handle to the kvserver on RDMA_ADDR:port (operations may take
  * 10 s, capped by the server's --max-op-ms); aborts the test on failure. */

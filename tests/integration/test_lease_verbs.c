@@ -161,3 +161,36 @@ Test(lease, clients_work_again_on_the_same_handle_after_a_server_restart)
 	kvc_destroy(h);
 	stop_server(&srv);
 }
+
+/* Client ids (server/ids.h). A kvserver built with 16 ids (kvserver-fewids;
+ * its fencer and reclaimer take some of them): one-shot clients, then a
+ * handle left idle past its lease again and again, each a new join. With
+ * ids never reused the 17th join would be refused. */
+Test(lease, client_ids_are_recycled_so_joins_never_run_out)
+{
+	const char *extra[] = { "--lease-ms", "200", "--max-op-ms", "100", NULL };
+	struct kvt_proc srv;
+	char v[16];
+	size_t len;
+	kvc_t *h;
+	int joins = 0, rc;
+
+	kvt_start_server_bin(&srv, KV_SERVER_FEWIDS_BIN, kvt_rdma_addr(), "7674", extra);
+	for (int i = 0; i < 40; i++, joins++) {
+		h = connect_to("7674", 100);
+		rc = kvc_put(h, "k", 1, "v", 1, 0);
+		cr_assert_eq(rc, 0, "join %d: %s; kvserver: %s", i, kvc_err_name(rc), srv.all);
+		kvc_destroy(h);
+	}
+	h = connect_to("7674", 100);
+	joins++;
+	for (int i = 0; i < 20; i++, joins++) {
+		usleep(400 * 1000); /* idle past its lease: expelled, it rejoins on its next call */
+		rc = kvc_get(h, "k", 1, v, sizeof(v), &len);
+		cr_assert_eq(rc, 0, "idle round %d: %s; kvserver: %s", i, kvc_err_name(rc), srv.all);
+	}
+	kvc_destroy(h);
+	stop_server(&srv);
+	cr_expect(strstr(srv.all, "every client id is in use") == NULL, "a join was refused: %s", srv.all);
+	printf("client ids: %d client joins on a server with 16 ids, none refused\n", joins);
+}

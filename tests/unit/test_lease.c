@@ -122,6 +122,35 @@ Test(lease, an_expelled_handle_rejoins_as_a_new_client_on_its_next_call)
 	kvc_destroy(a);
 }
 
+/* Reproduced on Soft-RoCE (issue 18): a handle that did a PUT, then nothing
+ * for several leases, then asked for server statistics first got
+ * KVC_ESERVERGONE every time, while a GET at that point rejoined. Every call
+ * on an idle handle works as the data calls do. */
+Test(lease, server_stats_on_a_handle_idle_for_several_leases_renews_or_rejoins_as_data_calls_do)
+{
+	kvc_t *a = client(NULL);
+	struct kvc_server_stats ss;
+	struct kvc_stats st;
+	uint32_t ids[4];
+
+	cr_assert_eq(kvt_put_s(a, "k", "v"), 0);
+	usleep(350 * 1000); /* three leases: lapsed, not expelled yet */
+	cr_expect_eq(kvc_server_stats(a, &ss), 0, "idle, lapsed lease");
+	kvc_get_stats(a, &st);
+	cr_expect_eq(st.rejoins, 0, "a renewal was enough");
+	usleep(350 * 1000);
+	cr_assert_eq(kvs_members_expired(env.members, now_ns(), ids, 4), 1, "the server expels it");
+	cr_expect_eq(kvc_server_stats(a, &ss), 0, "idle and expelled");
+	kvc_get_stats(a, &st);
+	cr_expect_eq(st.rejoins, 1, "it rejoined");
+	for (int i = 0; i < 3; i++) {
+		usleep(350 * 1000);
+		(void)kvs_members_expired(env.members, now_ns(), ids, 4);
+		cr_expect_eq(kvc_server_stats(a, &ss), 0, "round %d", i);
+	}
+	kvc_destroy(a);
+}
+
 /* Stall a writer after it took its locks, past its lease. */
 static int stall_armed;
 static int stall_after_lock(void *arg, struct kvi_rmem *rm, const struct kvi_rop *op)
