@@ -111,6 +111,7 @@ static int lease_granted(struct kvi_conn *h, const struct kvi_ctrl *r, uint64_t 
 		return KVC_EPROTO;
 	h->lease_ns = r->arg[0] * 1000000u;
 	h->renew_ns = r->arg[1] * 1000000u;
+	h->stats.lease_renewals++;
 	end = sent + h->lease_ns;
 	if (end > h->lease_end)
 		h->lease_end = end;

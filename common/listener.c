@@ -16,6 +16,7 @@
 #include "clock.h"
 #include "kvclient_errors.h"
 #include "log.h"
+#include "u32map.h"
 
 /* Control-path geometry per peer. Every received request is answered by at
  * most one SEND, and the server adds at most one notice, so RECV_DEPTH + 1
@@ -29,6 +30,17 @@
  * just freed may still sit in it. */
 #define PEER_CQE (KVI_CTRL_RECV_DEPTH + SEND_SLOTS)
 #define CQ_INITIAL 128
+/* A device caps a CQ's size (rxe: 32 767 entries, 963 peers): past that the
+ * listener opens another CQ on the same completion channel. 256 of them hold
+ * a quarter of a million peers on rxe. */
+#define MAX_CQS 256u
+
+/* One of the control path's CQs, and how many peers' QPs use it. */
+struct ctrl_cq {
+	struct ibv_cq *cq;
+	unsigned peers;
+	unsigned events; /* taken from the channel, not yet acked */
+};
 
 /* wr_id = serial << 8 | slot: the serial tells a completion of this peer from
  * one of a freed peer whose QP number the device has since reused. */
@@ -44,11 +56,17 @@ struct kvi_listener {
 	struct ibv_device_attr attr;
 	struct ibv_pd *pd;
 	struct ibv_comp_channel *cq_ch;
-	struct ibv_cq *cq; /* the control path of every peer, send and receive */
+	/* The control path of every peer, send and receive: a peer's QP uses
+	 * cqs[p->cqi]; all share cq_ch. */
+	struct ctrl_cq cqs[MAX_CQS];
+	unsigned ncq;
 	int epfd;          /* ch->fd + cq_ch->fd: what the owner waits on */
-	unsigned npeers;   /* peers holding a QP on cq */
+	unsigned npeers;   /* peers holding a QP on one of cqs */
 	uint64_t next_serial;
-	struct kvi_peer *peers;
+	struct kvi_peer *peers; /* doubly linked: a peer leaves in O(1) */
+	/* Every control event finds its peer in O(1), however many there are:
+	 * completions by QP number, the owner's requests by client id. */
+	struct kvi_u32map by_qpn, by_id;
 	struct kvi_auth_gate *auth; /* NULL: every peer is a client, no proof asked */
 };
 
@@ -173,13 +191,35 @@ static int epoll_add(int epfd, int fd)
 	return epoll_ctl(epfd, EPOLL_CTL_ADD, fd, &ev);
 }
 
-/* The shared CQ of the control path, with its completion channel: armed
- * once here and re-armed after each batch of events, so completions wake the
- * owner's epoll instead of being polled for. */
-static int ctrl_cq_create(struct kvi_listener *l, struct kvi_errbuf *e)
+/* Another CQ on the control path's channel, armed: 0 or a code (errno set). */
+static int ctrl_cq_add(struct kvi_listener *l)
 {
 	int cqe = CQ_INITIAL < l->attr.max_cqe ? CQ_INITIAL : l->attr.max_cqe;
+	struct ctrl_cq *c = &l->cqs[l->ncq];
 
+	if (l->ncq == MAX_CQS) {
+		errno = ENOSPC;
+		return KVC_ENOMEM;
+	}
+	/* Its context is its entry: an event names the CQ to ack and re-arm. */
+	c->cq = ibv_create_cq(l->ctx, cqe, c, l->cq_ch, 0);
+	if (!c->cq)
+		return KVC_ESYS;
+	if (ibv_req_notify_cq(c->cq, 0)) {
+		ibv_destroy_cq(c->cq);
+		c->cq = NULL;
+		return KVC_ESYS;
+	}
+	c->peers = c->events = 0;
+	l->ncq++;
+	return 0;
+}
+
+/* The control path's completion channel and first CQ: armed once here and
+ * re-armed after each batch of events, so completions wake the owner's
+ * epoll instead of being polled for. */
+static int ctrl_cq_create(struct kvi_listener *l, struct kvi_errbuf *e)
+{
 	l->cq_ch = ibv_create_comp_channel(l->ctx);
 	if (!l->cq_ch) {
 		kvi_errbuf_set(e, "ibv_create_comp_channel: %s", strerror(errno));
@@ -189,13 +229,8 @@ static int ctrl_cq_create(struct kvi_listener *l, struct kvi_errbuf *e)
 		kvi_errbuf_set(e, "fcntl(O_NONBLOCK): %s", strerror(errno));
 		return KVC_ESYS;
 	}
-	l->cq = ibv_create_cq(l->ctx, cqe, l, l->cq_ch, 0);
-	if (!l->cq) {
-		kvi_errbuf_set(e, "ibv_create_cq(%d): %s", cqe, strerror(errno));
-		return KVC_ESYS;
-	}
-	if (ibv_req_notify_cq(l->cq, 0)) {
-		kvi_errbuf_set(e, "ibv_req_notify_cq: %s", strerror(errno));
+	if (ctrl_cq_add(l)) {
+		kvi_errbuf_set(e, "ibv_create_cq: %s", strerror(errno));
 		return KVC_ESYS;
 	}
 	return 0;
@@ -298,14 +333,28 @@ fail:
 	return rc;
 }
 
+/* Destroy p's QP (it must have one): no completion of it is looked up again. */
+static void peer_drop_qp(struct kvi_listener *l, struct kvi_peer *p)
+{
+	kvi_u32map_del(&l->by_qpn, p->id->qp->qp_num);
+	rdma_destroy_qp(p->id);
+	l->cqs[p->cqi].peers--;
+	l->npeers--;
+}
+
+/* p's client id no longer finds it (a recycled id may find its next holder). */
+static void peer_forget_id(struct kvi_listener *l, struct kvi_peer *p)
+{
+	if (kvi_u32map_get(&l->by_id, p->client_id) == p)
+		kvi_u32map_del(&l->by_id, p->client_id);
+}
+
 /* The QP goes first: once it is destroyed the device no longer writes into
  * the control buffer, which can then be deregistered and freed. */
 static void peer_free(struct kvi_listener *l, struct kvi_peer *p)
 {
-	if (p->id->qp) {
-		rdma_destroy_qp(p->id);
-		l->npeers--;
-	}
+	if (p->id->qp)
+		peer_drop_qp(l, p);
 	if (p->ctrl_mr)
 		ibv_dereg_mr(p->ctrl_mr);
 	free(p->ctrl_buf);
@@ -325,10 +374,7 @@ static void peer_kill(struct kvi_peer *p)
 
 struct kvi_peer *kvi_listener_peer(struct kvi_listener *l, uint32_t client_id)
 {
-	for (struct kvi_peer *p = l->peers; p; p = p->next)
-		if (p->client_id == client_id)
-			return p;
-	return NULL;
+	return kvi_u32map_get(&l->by_id, client_id);
 }
 
 void kvi_listener_drop(struct kvi_listener *l, struct kvi_peer *p)
@@ -371,21 +417,34 @@ static int post_send(struct kvi_peer *p, const struct kvi_ctrl *c)
 	return 0;
 }
 
-/* Make room in the shared CQ for one more peer, growing it if needed. */
-static int cq_room_for_peer(struct kvi_listener *l)
+/* Room for one more peer in c, growing it if needed (and the device allows). */
+static int cq_room(struct kvi_listener *l, struct ctrl_cq *c)
 {
-	int need = (int)((l->npeers + 1) * PEER_CQE * 2), want;
+	int need = (int)((c->peers + 1) * PEER_CQE * 2), want;
 
-	if (need <= l->cq->cqe)
-		return 0;
-	want = need > 2 * l->cq->cqe ? need : 2 * l->cq->cqe;
+	if (need <= c->cq->cqe)
+		return 1;
+	want = need > 2 * c->cq->cqe ? need : 2 * c->cq->cqe;
 	if (want > l->attr.max_cqe)
 		want = l->attr.max_cqe;
-	if (want < need || ibv_resize_cq(l->cq, want)) {
-		kvi_ev_warn("ctrl_cq_full", "entries=%d peers=%u reason=%s", need, l->npeers + 1,
-			    want < need ? "device limit" : strerror(errno));
+	return want >= need && ibv_resize_cq(c->cq, want) == 0;
+}
+
+/* A control CQ with room for one more peer (one of those there, or a new
+ * one: a join looks at each CQ once, and there are few). Its index in *cqi,
+ * counted as the peer's; 0 or KVC_ENOMEM. */
+static int cq_for_peer(struct kvi_listener *l, unsigned *cqi)
+{
+	unsigned i;
+
+	for (i = 0; i < l->ncq && !cq_room(l, &l->cqs[i]); i++)
+		;
+	if (i == l->ncq && ctrl_cq_add(l)) {
+		kvi_ev_warn("ctrl_cq_full", "cqs=%u peers=%u reason=%s", l->ncq, l->npeers + 1, strerror(errno));
 		return KVC_ENOMEM;
 	}
+	l->cqs[i].peers++;
+	*cqi = i;
 	return 0;
 }
 
@@ -411,12 +470,14 @@ static int ctrl_setup(struct kvi_listener *l, struct kvi_peer *p)
 
 static void peer_unlink(struct kvi_listener *l, struct kvi_peer *p)
 {
-	for (struct kvi_peer **pp = &l->peers; *pp; pp = &(*pp)->next) {
-		if (*pp == p) {
-			*pp = p->next;
-			return;
-		}
-	}
+	if (p->prev)
+		p->prev->next = p->next;
+	else
+		l->peers = p->next;
+	if (p->next)
+		p->next->prev = p->prev;
+	p->next = p->prev = NULL;
+	peer_forget_id(l, p);
 }
 
 static void reject(struct rdma_cm_id *id, uint16_t reason)
@@ -528,19 +589,36 @@ static int admit(struct kvi_listener *l, struct rdma_cm_event *ev, const struct 
 	}
 	p->client_id = w.client_id;
 	p->serial = ++l->next_serial;
+	if (kvi_u32map_put(&l->by_id, p->client_id, p)) {
+		kvi_ev_err("client_setup_failed", "client=%u call=u32map_put reason=%s", w.client_id, "out of memory");
+		reject(id, KVI_REJECT_FULL);
+		goto undo_connect;
+	}
+	if (cq_for_peer(l, &p->cqi)) {
+		kvi_ev_err("client_setup_failed", "client=%u call=cq_for_peer reason=%s", w.client_id,
+			   "no completion queue has room");
+		reject(id, KVI_REJECT_FULL);
+		goto undo_connect;
+	}
 	memset(&qa, 0, sizeof(qa));
-	qa.send_cq = qa.recv_cq = l->cq;
+	qa.send_cq = qa.recv_cq = l->cqs[p->cqi].cq;
 	qa.qp_type = IBV_QPT_RC;
 	qa.cap.max_send_wr = 16;
 	qa.cap.max_recv_wr = 16;
 	qa.cap.max_send_sge = qa.cap.max_recv_sge = 1;
 	_Static_assert(KVI_CTRL_RECV_DEPTH <= 16 && SEND_SLOTS <= 16, "QP holds the control slots");
-	if (cq_room_for_peer(l) || rdma_create_qp(id, l->pd, &qa)) {
+	if (rdma_create_qp(id, l->pd, &qa)) {
 		kvi_ev_err("client_setup_failed", "client=%u call=rdma_create_qp reason=%s", w.client_id, strerror(errno));
 		reject(id, KVI_REJECT_FULL);
+		l->cqs[p->cqi].peers--;
 		goto undo_connect;
 	}
 	l->npeers++;
+	if (kvi_u32map_put(&l->by_qpn, id->qp->qp_num, p)) {
+		kvi_ev_err("client_setup_failed", "client=%u call=u32map_put reason=%s", w.client_id, "out of memory");
+		reject(id, KVI_REJECT_FULL);
+		goto clean_qp;
+	}
 	if (ctrl_setup(l, p)) {
 		kvi_ev_err("client_setup_failed", "client=%u call=ctrl_setup reason=%s", w.client_id, strerror(errno));
 		reject(id, KVI_REJECT_FULL);
@@ -567,15 +645,17 @@ static int admit(struct kvi_listener *l, struct rdma_cm_event *ev, const struct 
 	}
 	id->context = p;
 	p->next = l->peers;
+	if (l->peers)
+		l->peers->prev = p;
 	l->peers = p;
 	return 0;
 clean_qp:
-	rdma_destroy_qp(id);
-	l->npeers--;
+	peer_drop_qp(l, p);
 	if (p->ctrl_mr)
 		ibv_dereg_mr(p->ctrl_mr);
 	free(p->ctrl_buf);
 undo_connect:
+	peer_forget_id(l, p);
 	if (cb->on_disconnect)
 		cb->on_disconnect(cb->arg, p);
 	free(p);
@@ -584,11 +664,7 @@ undo_connect:
 
 static struct kvi_peer *peer_by_qpn(struct kvi_listener *l, uint32_t qpn)
 {
-	for (struct kvi_peer *p = l->peers; p; p = p->next) {
-		if (p->id->qp && p->id->qp->qp_num == qpn)
-			return p;
-	}
-	return NULL;
+	return kvi_u32map_get(&l->by_qpn, qpn);
 }
 
 /* One request in receive slot `slot`: decode, answer, re-post the receive. */
@@ -655,25 +731,13 @@ static void on_completion(struct kvi_listener *l, const struct kvi_listen_cb *cb
 /* Take every completion-channel event, re-arm, then drain the CQ. Re-arming
  * before draining means a completion that lands after the drain raises a new
  * event: none is ever left unseen. */
-static int cq_dispatch(struct kvi_listener *l, const struct kvi_listen_cb *cb)
+static int cq_drain(struct kvi_listener *l, const struct kvi_listen_cb *cb, struct ibv_cq *cq)
 {
 	struct ibv_wc wc[16];
-	struct ibv_cq *cq;
-	unsigned nev = 0;
-	void *ctx;
 	int n;
 
-	while (ibv_get_cq_event(l->cq_ch, &cq, &ctx) == 0)
-		nev++;
-	if (nev) {
-		ibv_ack_cq_events(l->cq, nev);
-		if (ibv_req_notify_cq(l->cq, 0)) {
-			kvi_ev_err("ctrl_cq_failed", "call=ibv_req_notify_cq reason=%s", strerror(errno));
-			return KVC_ESYS;
-		}
-	}
 	do {
-		n = ibv_poll_cq(l->cq, 16, wc);
+		n = ibv_poll_cq(cq, 16, wc);
 		for (int i = 0; i < n; i++)
 			on_completion(l, cb, &wc[i]);
 	} while (n == 16);
@@ -682,6 +746,39 @@ static int cq_dispatch(struct kvi_listener *l, const struct kvi_listen_cb *cb)
 		return KVC_EIO;
 	}
 	return 0;
+}
+
+/* all: drain every CQ, not only those that raised an event (shutdown flush). */
+static int cq_dispatch_all(struct kvi_listener *l, const struct kvi_listen_cb *cb, int all)
+{
+	struct ctrl_cq *ready[MAX_CQS];
+	unsigned nready = 0;
+	struct ibv_cq *cq;
+	void *ctx;
+
+	while (ibv_get_cq_event(l->cq_ch, &cq, &ctx) == 0) {
+		struct ctrl_cq *c = ctx;
+
+		if (c->events++ == 0)
+			ready[nready++] = c;
+	}
+	for (unsigned i = 0; i < nready; i++) {
+		ibv_ack_cq_events(ready[i]->cq, ready[i]->events);
+		ready[i]->events = 0;
+		if (ibv_req_notify_cq(ready[i]->cq, 0)) {
+			kvi_ev_err("ctrl_cq_failed", "call=ibv_req_notify_cq reason=%s", strerror(errno));
+			return KVC_ESYS;
+		}
+	}
+	for (unsigned i = 0; i < (all ? l->ncq : nready); i++)
+		if (cq_drain(l, cb, all ? l->cqs[i].cq : ready[i]->cq))
+			return KVC_EIO;
+	return 0;
+}
+
+static int cq_dispatch(struct kvi_listener *l, const struct kvi_listen_cb *cb)
+{
+	return cq_dispatch_all(l, cb, 0);
 }
 
 int kvi_listener_dispatch(struct kvi_listener *l, const struct kvi_listen_cb *cb)
@@ -758,8 +855,7 @@ int kvi_listener_fence_peer(struct kvi_listener *l, struct kvi_peer *p)
 	kvi_ev_err("fence_qp_destroyed", "client=%u msg=%s", p->client_id,
 		   "queue pair not confirmed in the error state: destroying it");
 	p->dead = 1;
-	rdma_destroy_qp(p->id);
-	l->npeers--;
+	peer_drop_qp(l, p);
 	return 1;
 }
 
@@ -791,7 +887,7 @@ int kvi_listener_flush_sends(struct kvi_listener *l, int timeout_ms)
 		struct pollfd pf = { .fd = l->cq_ch->fd, .events = POLLIN };
 		int left;
 
-		if (cq_dispatch(l, NULL))
+		if (cq_dispatch_all(l, NULL, 1))
 			return KVC_EIO;
 		if (!sends_pending(l))
 			return 0;
@@ -808,7 +904,7 @@ void kvi_listener_disconnect_all(struct kvi_listener *l, const struct kvi_listen
 	while (l->peers) {
 		struct kvi_peer *p = l->peers;
 
-		l->peers = p->next;
+		peer_unlink(l, p);
 		if (cb && cb->on_disconnect)
 			cb->on_disconnect(cb->arg, p);
 		rdma_disconnect(p->id);
@@ -823,8 +919,10 @@ void kvi_listener_destroy(struct kvi_listener *l, const struct kvi_listen_cb *cb
 	kvi_listener_disconnect_all(l, cb);
 	/* Every retrieved CQ event was acked in cq_dispatch, as ibv_destroy_cq
 	 * requires; the QPs using the CQ are gone with their peers. */
-	if (l->cq)
-		ibv_destroy_cq(l->cq);
+	kvi_u32map_free(&l->by_qpn);
+	kvi_u32map_free(&l->by_id);
+	for (unsigned i = 0; i < l->ncq; i++)
+		ibv_destroy_cq(l->cqs[i].cq);
 	if (l->cq_ch)
 		ibv_destroy_comp_channel(l->cq_ch);
 	if (l->epfd >= 0)

@@ -18,10 +18,12 @@
  * in any region a peer can write to). Each request is decoded, handed to
  * on_ctrl, and answered with one SEND of exactly sizeof(struct kvi_wire_ctrl)
  * bytes. A malformed message, a request on_ctrl refuses, or a failed work
- * request costs that peer its connection, never the listener. All peers share
- * one CQ; completions find their peer by QP number and a per-peer serial in
- * wr_id (so a completion left over from a freed peer whose QP number was
- * reused is recognised and dropped). */
+ * request costs that peer its connection, never the listener. Peers share a
+ * few CQs (one, unless the device caps its size below what the peers need)
+ * on one completion channel; completions find their peer by QP number (a hash
+ * map: no event walks the peers) and a per-peer serial in wr_id (so a
+ * completion left over from a freed peer whose QP number was reused is
+ * recognised and dropped). */
 #ifndef KVI_LISTENER_H
 #define KVI_LISTENER_H
 
@@ -45,7 +47,7 @@ struct kvi_listen_opts {
 /* A connected (or connecting) peer. Owned by the listener; valid from the
  * on_connect callback until on_disconnect returns. */
 struct kvi_peer {
-	struct kvi_peer *next;
+	struct kvi_peer *next, *prev;
 	struct rdma_cm_id *id;
 	uint32_t client_id;
 	uint16_t role; /* enum kvi_role, as the admission decided (never the peer's word) */
@@ -56,6 +58,7 @@ struct kvi_peer {
 
 	/* Control path; private to listener.c. */
 	uint64_t serial;                /* tags this peer's work requests (wr_id) */
+	unsigned cqi;                   /* the control CQ its QP uses */
 	struct kvi_wire_ctrl *ctrl_buf; /* receive slots, then send slots */
 	struct ibv_mr *ctrl_mr;         /* LOCAL_WRITE only: peers cannot reach it */
 	unsigned sends_out;             /* SENDs posted and not completed */

@@ -272,6 +272,7 @@ struct kvc_stats {
 	uint64_t resize_follows;   /* old-index buckets read or locked while the server resized its index */
 	uint64_t index_stale;      /* operations that met a resize this handle had not heard of, and waited */
 	uint64_t grow_requests;    /* requests to grow the index (an insert found both buckets full) */
+	uint64_t lease_renewals;   /* leases the server renewed (client/engine.c "Lease") */
 };
 
 KVC_EXPORT void kvc_get_stats(const kvc_t *h, struct kvc_stats *out);

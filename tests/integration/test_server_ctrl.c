@@ -142,3 +142,28 @@ Test(server_ctrl, a_peer_without_a_control_handler_answers_eproto)
 	kvt_kill(&peer, SIGKILL);
 	kvt_wait(&peer, 10000);
 }
+
+/* The control-path benchmark (bench/ctrlbench.c; issue 18: 10 000 clients
+ * per server) measures what it says: many handles joined, kept alive by
+ * their renewals, kvserver's control-loop CPU read from /proc. A figure, not
+ * a timed test: the run must measure everything and lose no lease. */
+Test(server_ctrl, many_clients_stay_connected_and_the_loop_cpu_per_client_is_measured)
+{
+	const char *extra[] = { "-m", "256", NULL };
+	char target[128], pid[32];
+	char *argv[] = { KV_CTRLBENCH_BIN, "--target", target, "--server-pid", pid, "-n", "200", "-t", "5", NULL };
+	struct kvt_proc srv, b;
+	int rc;
+
+	kvt_start_server(&srv, "7665", extra);
+	snprintf(target, sizeof(target), "%s:7665", kvt_rdma_addr());
+	snprintf(pid, sizeof(pid), "%d", (int)srv.pid);
+	cr_assert_eq(kvt_start(&b, argv), 0);
+	rc = kvt_wait(&b, 200000);
+	cr_expect_eq(rc, 0, "ctrlbench: %s\nkvserver: %s", b.all, srv.all);
+	cr_expect(strstr(b.all, "loop_cpu_pct_per_1000_clients="), "%s", b.all);
+	cr_expect(strstr(b.all, "leases_lost=0"), "%s", b.all);
+	printf("%s", b.all);
+	kvt_kill(&srv, SIGTERM);
+	kvt_wait(&srv, 20000);
+}
