@@ -237,7 +237,7 @@ struct kvi_auth_replay *kvi_auth_replay_create(unsigned max)
 
 	if (!r)
 		return NULL;
-	r->max = max ? max : KVI_AUTH_REPLAY_MAX;
+	r->max = max && max < KVI_AUTH_REPLAY_MAX ? max : KVI_AUTH_REPLAY_MAX;
 	r->cap = r->max < REPLAY_FIRST_CAP ? r->max : REPLAY_FIRST_CAP;
 	while (nheads < r->cap)
 		nheads <<= 1;

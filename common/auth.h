@@ -86,8 +86,8 @@ int kvi_auth_verify(const struct kvi_hello *h, const void *key, size_t key_len, 
  * costs amortised O(1) whatever the number remembered. Grows as needed up to
  * its bound. */
 struct kvi_auth_replay;
-/* max: how many nonces it may hold at once (0 = KVI_AUTH_REPLAY_MAX). NULL
- * when out of memory or random bytes. */
+/* max: how many nonces it may hold at once (0, or anything above it, is
+ * KVI_AUTH_REPLAY_MAX). NULL when out of memory or random bytes. */
 struct kvi_auth_replay *kvi_auth_replay_create(unsigned max);
 void kvi_auth_replay_destroy(struct kvi_auth_replay *r); /* accepts NULL */
 /* Remember p's nonce at now_ms: 0, KVI_REJECT_REPLAY (already there),
