@@ -100,10 +100,9 @@ int kvb_raw(const struct kvb_micro_opts *o)
 	uint8_t secret[KVI_AUTH_SECRET_MAX];
 	size_t secret_len = 0;
 	const char *secret_file = kvb_rdma_secret_file ? kvb_rdma_secret_file : getenv("KVC_SECRET_FILE");
-	int rc, loose;
+	int rc;
 
-	if (secret_file && *secret_file &&
-	    kvi_auth_load_secret(secret_file, secret, &secret_len, &loose, &e)) {
+	if (secret_file && *secret_file && kvi_auth_load_secret(secret_file, secret, &secret_len, &e)) {
 		fprintf(stderr, "kvbench: %s\n", e.msg);
 		return 1;
 	}

@@ -1,3 +1,4 @@
+#define _GNU_SOURCE /* secure_getenv */
 /* The public handle: one connection (kvi_conn) per server of its list, each
  * key routed to one server by rendezvous hashing (ring.h).
  *
@@ -544,10 +545,10 @@ int kvc_create(const struct kvc_opts *o, kvc_t **out, char *err, size_t errlen)
 		set_err(err, errlen, "invalid options: busy_poll_us must be -1 (never sleep) or 0..1000000");
 		return KVC_EINVAL;
 	}
-	file = o->servers_file ? o->servers_file : getenv("KVC_SERVERS_FILE");
+	file = o->servers_file ? o->servers_file : secure_getenv("KVC_SERVERS_FILE");
 	if (file && !*file)
 		file = NULL;
-	list = o->server ? o->server : getenv("KVC_SERVERS");
+	list = o->server ? o->server : secure_getenv("KVC_SERVERS");
 	if (!list && file) {
 		text = read_list_file(file, err, errlen);
 		if (!text)

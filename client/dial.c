@@ -1,3 +1,4 @@
+#define _GNU_SOURCE /* secure_getenv */
 #include "dial.h"
 
 #include <stdio.h>
@@ -64,7 +65,7 @@ static int split_server(const char *s, size_t slen, char *host, size_t hl, char 
 int kvi_dial_new(const char *addr, size_t addr_len, const struct kvc_opts *o, struct kvi_dial **out, char *err,
 		 size_t errlen)
 {
-	const char *secret_file = o->secret_file ? o->secret_file : getenv("KVC_SECRET_FILE");
+	const char *secret_file = o->secret_file ? o->secret_file : secure_getenv("KVC_SECRET_FILE");
 	struct kvi_dial *d;
 	char msg[400];
 
@@ -126,17 +127,12 @@ static int connect_once(const struct kvi_dial *d, int timeout_ms, struct kvi_rme
 	int rc;
 
 	if (d->has_secret) {
-		int loose;
-
-		rc = kvi_auth_load_secret(d->secret_file, secret, &secret_len, &loose, e);
+		rc = kvi_auth_load_secret(d->secret_file, secret, &secret_len, e);
 		if (rc) {
 			if (d->secret_from_env)
 				kvi_errbuf_set(e, "%s (named by KVC_SECRET_FILE)", e->msg);
 			return rc;
 		}
-		if (loose)
-			kvi_warn("secret file %s can be read by group or others: chmod 600 %s", d->secret_file,
-				 d->secret_file);
 	}
 	rc = kvi_rmem_verbs_connect(&(struct kvi_verbs_opts){ .host = d->host, .port = d->port,
 							      .device = d->has_device ? d->device : NULL,

@@ -2,7 +2,8 @@
  * "kvi_wire_proof"), and the server's admission decision built on it.
  *
  * The secret never crosses the wire: a joining peer sends a fresh timestamp,
- * a random nonce and a truncated HMAC-SHA256 over them (OpenSSL's libcrypto).
+ * a random nonce and a truncated HMAC-SHA256 over them and the address of the
+ * server it is for (OpenSSL's libcrypto).
  * The server recomputes the MAC, compares it in constant time (CRYPTO_memcmp),
  * refuses a timestamp more than KVI_AUTH_WINDOW_MS away from its own clock,
  * and remembers every accepted nonce until its timestamp leaves the window, so
@@ -14,6 +15,7 @@
 
 #include <stddef.h>
 #include <stdint.h>
+#include <sys/socket.h>
 
 #include "verbs_util.h"
 #include "wire.h"
@@ -22,11 +24,17 @@
 #define KVI_AUTH_SECRET_MIN 16u     /* bytes: shorter secrets are guessable */
 #define KVI_AUTH_SECRET_MAX 4096u   /* bytes read from a secret file */
 #define KVI_AUTH_LOOPBACK_KEY_LEN 32u
-/* Accepted proofs remembered at once. Joins are rare (one per client handle),
- * so a few thousand within 2 x 30 s is far more than a real deployment makes;
- * past it, joins are refused (KVI_REJECT_FULL) rather than a live nonce
- * forgotten, which would make its hello replayable. */
-#define KVI_AUTH_REPLAY_SLOTS 4096u
+/* The most accepted proofs a replay cache remembers at once: the hard memory
+ * bound (28 B a proof plus 4 B of hash table: 32 MiB at the bound, allocated
+ * only as joins need it). A proof is remembered from its acceptance until its
+ * timestamp is a window (+ one tick) behind the clock: about 31 s for clocks in
+ * step, at most 61 s for one 30 s ahead. So the bound holds any legitimate
+ * rate below 2^20 / 61 s = 17 000 joins/s, sustained, whatever the clocks
+ * (33 000/s for clocks in step); only a flood of joins by holders of the
+ * secret reaches it, and then new joins are refused (KVI_REJECT_FULL) rather
+ * than a live nonce forgotten, which would make its hello replayable. */
+#define KVI_AUTH_REPLAY_MAX (1u << 20)
+#define KVI_AUTH_REPLAY_TICK_MS 1000u /* expiry granularity: remembered at most this much longer */
 
 /* Now on the clock proofs are stamped with (CLOCK_REALTIME, ms). */
 uint64_t kvi_auth_now_ms(void);
@@ -34,51 +42,86 @@ uint64_t kvi_auth_now_ms(void);
 /* n bytes from the kernel's CSPRNG (getrandom). 0, or KVC_ESYS. */
 int kvi_auth_random(void *buf, size_t n);
 
-/* The MAC of a proof for role (wire.h: over magic|version|role|timestamp|nonce). */
-void kvi_auth_mac(const void *key, size_t key_len, uint16_t role, uint64_t timestamp_ms,
-		  const uint8_t nonce[KVI_AUTH_NONCE_LEN], uint8_t mac[KVI_AUTH_MAC_LEN]);
+/* The server a proof is for, as the client dials it: its IP address (IPv4 as
+ * an IPv4-mapped IPv6 address, so an IPv4 peer of an IPv6 wildcard listener
+ * is named the same on both ends; an IPv6 scope is not part of it) and port.
+ * The client takes it from the address it connects to, the server from the
+ * local address of the connection request (rdma_get_local_addr), so neither
+ * trusts the other for it and a proof sniffed on its way to one server is
+ * refused by every other server sharing the secret. */
+struct kvi_auth_server {
+	uint8_t addr[16];
+	uint16_t port;
+};
+/* sa (AF_INET or AF_INET6, port included) as a kvi_auth_server: 0, or
+ * KVC_EINVAL for any other family (or NULL). */
+int kvi_auth_server_of(const struct sockaddr *sa, struct kvi_auth_server *s);
 
-/* Fill h->proof for h->role: timestamp now_ms, a fresh random nonce, the MAC
- * under key. 0, or KVC_ESYS when no random bytes could be had. */
-int kvi_auth_prove(struct kvi_hello *h, const void *key, size_t key_len, uint64_t now_ms);
+/* The MAC of a proof for role, addressed to srv (wire.h: over
+ * magic|version|role|timestamp|nonce|server address|server port). 0, or
+ * KVC_ESYS when libcrypto failed: mac is then all zero and must not be used. */
+int kvi_auth_mac(const void *key, size_t key_len, uint16_t role, uint64_t timestamp_ms,
+		 const uint8_t nonce[KVI_AUTH_NONCE_LEN], const struct kvi_auth_server *srv,
+		 uint8_t mac[KVI_AUTH_MAC_LEN]);
 
-/* Check h's proof under key at now_ms: 0, KVI_REJECT_NOAUTH (no proof),
- * KVI_REJECT_AUTH (the MAC is not key's) or KVI_REJECT_STALE (right MAC,
+/* Fill h->proof for h->role and the server at server_addr (where we connect):
+ * timestamp now_ms, a fresh random nonce, the MAC under key. 0, KVC_EINVAL
+ * (server_addr not IP), or KVC_ESYS when no random bytes or no MAC could be
+ * had. */
+int kvi_auth_prove(struct kvi_hello *h, const void *key, size_t key_len, const struct sockaddr *server_addr,
+		   uint64_t now_ms);
+
+/* Check h's proof under key, for the server at local_addr (the address the
+ * peer connected to), at now_ms: 0, KVI_REJECT_NOAUTH (no proof),
+ * KVI_REJECT_AUTH (the MAC is not key's for this server, is all zero, or could
+ * not be computed: every failure refuses) or KVI_REJECT_STALE (right MAC,
  * timestamp outside the window). The MAC is checked first, so only holders of
  * the key learn anything about the server's clock. */
-int kvi_auth_verify(const struct kvi_hello *h, const void *key, size_t key_len, uint64_t now_ms);
+int kvi_auth_verify(const struct kvi_hello *h, const void *key, size_t key_len, const struct sockaddr *local_addr,
+		    uint64_t now_ms);
 
-/* Nonces of accepted proofs, each until its timestamp is out of the window. */
+/* Nonces of accepted proofs, each until its timestamp is out of the window:
+ * a hash set (keyed with random bits, so no peer can aim at one chain) whose
+ * entries also hang on a wheel of one-tick expiry buckets, so an admission
+ * costs amortised O(1) whatever the number remembered. Grows as needed up to
+ * its bound. */
 struct kvi_auth_replay;
-/* slots: how many live nonces it holds (0 = KVI_AUTH_REPLAY_SLOTS). NULL when out of memory. */
-struct kvi_auth_replay *kvi_auth_replay_create(unsigned slots);
+/* max: how many nonces it may hold at once (0, or anything above it, is
+ * KVI_AUTH_REPLAY_MAX). NULL when out of memory or random bytes. */
+struct kvi_auth_replay *kvi_auth_replay_create(unsigned max);
 void kvi_auth_replay_destroy(struct kvi_auth_replay *r); /* accepts NULL */
-/* Remember p's nonce: 0, KVI_REJECT_REPLAY (already there), or
- * KVI_REJECT_FULL (every slot holds a nonce still inside the window). */
+/* Remember p's nonce at now_ms: 0, KVI_REJECT_REPLAY (already there),
+ * KVI_REJECT_STALE (p's timestamp is outside the window: nothing to remember),
+ * or KVI_REJECT_FULL (max nonces still inside the window, or out of memory). */
 int kvi_auth_replay_admit(struct kvi_auth_replay *r, const struct kvi_proof *p, uint64_t now_ms);
-/* Nonces still inside the window at now_ms. */
-unsigned kvi_auth_replay_live(const struct kvi_auth_replay *r, uint64_t now_ms);
+/* Nonces remembered at now_ms (forgetting those past the window first). */
+unsigned kvi_auth_replay_live(struct kvi_auth_replay *r, uint64_t now_ms);
 
 /* What the server admits with. */
 struct kvi_auth_gate {
 	const uint8_t *secret; /* shared with clients; NULL: clients join without proof */
 	size_t secret_len;
 	const uint8_t *loopback_key; /* KVI_AUTH_LOOPBACK_KEY_LEN bytes; NULL: no loopback peers */
-	struct kvi_auth_replay *replay;
+	struct kvi_auth_replay *replay; /* clients' proofs; NULL refuses them */
+	/* The loopback's own proofs, apart: however many clients join, the
+	 * server's own (re)connections are never refused as "full". NULL
+	 * refuses them. */
+	struct kvi_auth_replay *loop_replay;
 };
 
-/* The admission decision for a hello: 0 with *role set to what the peer
- * proved it is (a claim of KVI_ROLE_LOOPBACK needs a valid proof under the
- * loopback key, else KVI_REJECT_AUTH), or the enum kvi_reject_reason to
- * refuse it with. */
-int kvi_auth_admit(struct kvi_auth_gate *g, const struct kvi_hello *h, uint64_t now_ms, uint16_t *role);
+/* The admission decision for a hello that arrived at local_addr: 0 with *role
+ * set to what the peer proved it is (a claim of KVI_ROLE_LOOPBACK needs a
+ * valid proof under the loopback key, else KVI_REJECT_AUTH), or the enum
+ * kvi_reject_reason to refuse it with. */
+int kvi_auth_admit(struct kvi_auth_gate *g, const struct kvi_hello *h, const struct sockaddr *local_addr,
+		   uint64_t now_ms, uint16_t *role);
 
 /* Read a secret file: its contents, one trailing newline (\n or \r\n)
  * stripped, at least KVI_AUTH_SECRET_MIN bytes. 0, or KVC_EINVAL with one line
- * in e naming the file, the problem and what to do. *loose is set when group or
- * others may read the file (the caller warns). */
-int kvi_auth_load_secret(const char *path, uint8_t buf[KVI_AUTH_SECRET_MAX], size_t *len, int *loose,
-			 struct kvi_errbuf *e);
+ * in e naming the file, the problem and what to do. A file that group or
+ * others may read or write is refused, like ssh does with a private key:
+ * whoever can read the secret can join and read and write the whole region. */
+int kvi_auth_load_secret(const char *path, uint8_t buf[KVI_AUTH_SECRET_MAX], size_t *len, struct kvi_errbuf *e);
 
 /* Overwrite key material before its memory is given back. */
 void kvi_auth_wipe(void *buf, size_t n);

@@ -522,7 +522,7 @@ static void refuse_log(struct rdma_cm_id *id, const struct kvi_hello *h, int why
 		break;
 	case KVI_REJECT_AUTH:
 		what = h->role == KVI_ROLE_LOOPBACK ? "claims to be our loopback without its key"
-						    : "wrong proof (a different secret?)";
+						    : "wrong proof (a different secret, or made for another server?)";
 		break;
 	case KVI_REJECT_STALE:
 		what = "proof timestamp outside the +-30 s window (clocks apart?)";
@@ -568,7 +568,9 @@ static int admit(struct kvi_listener *l, struct rdma_cm_event *ev, const struct 
 		reject(id, KVI_REJECT_VERSION);
 		return -1;
 	}
-	why = l->auth ? kvi_auth_admit(l->auth, &h, kvi_auth_now_ms(), &role) : 0;
+	/* The proof must be for the address this request arrived at (auth.h
+	 * "kvi_auth_server"): one sniffed on its way to another server is not. */
+	why = l->auth ? kvi_auth_admit(l->auth, &h, rdma_get_local_addr(id), kvi_auth_now_ms(), &role) : 0;
 	if (why) {
 		refuse_log(id, &h, why);
 		reject(id, (uint16_t)why);

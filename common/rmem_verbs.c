@@ -646,8 +646,10 @@ static int create_resources(struct rmem_verbs *v, const struct kvi_verbs_opts *o
 	return 0;
 }
 
-/* The hello, with a fresh proof when we have a key. */
-static int make_hello(const struct kvi_verbs_opts *o, struct kvi_wire_hello *w, struct kvi_errbuf *e)
+/* The hello, with a fresh proof when we have a key: for the server at the
+ * address we resolved and connect to (auth.h "kvi_auth_server"). */
+static int make_hello(const struct kvi_verbs_opts *o, struct rdma_cm_id *id, struct kvi_wire_hello *w,
+		      struct kvi_errbuf *e)
 {
 	struct kvi_hello h = { .role = o->role ? o->role : KVI_ROLE_CLIENT };
 
@@ -655,9 +657,16 @@ static int make_hello(const struct kvi_verbs_opts *o, struct kvi_wire_hello *w, 
 		*w = *o->raw_hello;
 		return 0;
 	}
-	if (o->secret && kvi_auth_prove(&h, o->secret, o->secret_len, kvi_auth_now_ms())) {
-		kvi_errbuf_set(e, "cannot get random bytes for the join proof (getrandom: %s)", strerror(errno));
-		return KVC_ESYS;
+	if (o->secret) {
+		int rc = kvi_auth_prove(&h, o->secret, o->secret_len, rdma_get_peer_addr(id), kvi_auth_now_ms());
+
+		if (rc == KVC_EINVAL)
+			kvi_errbuf_set(e, "cannot make the join proof: %s is not an IP address", o->host);
+		else if (rc)
+			kvi_errbuf_set(e, "cannot make the join proof: no random bytes (getrandom), or libcrypto's "
+				       "HMAC failed");
+		if (rc)
+			return rc;
 	}
 	kvi_wire_hello_encode(w, &h);
 	return 0;
@@ -730,7 +739,7 @@ int kvi_rmem_verbs_connect(const struct kvi_verbs_opts *o, struct kvi_rmem **out
 		goto clean_ai;
 	kvi_set_ack_timeout(v->id);
 
-	rc = make_hello(o, &hello, e);
+	rc = make_hello(o, v->id, &hello, e);
 	if (rc)
 		goto clean_ai;
 	memset(&cp, 0, sizeof(cp));

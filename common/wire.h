@@ -16,7 +16,9 @@
 #include "layout.h" /* struct kvi_geometry */
 
 #define KVI_WIRE_MAGIC 0x3143564bu /* "KVC1" read as little-endian bytes */
-#define KVI_WIRE_VERSION 3u /* 2: the welcome carries the geometry; 3: indexes come in INDEX messages */
+/* 2: the welcome carries the geometry; 3: indexes come in INDEX messages;
+ * 4: the join proof's MAC covers the server's address and port */
+#define KVI_WIRE_VERSION 4u
 
 /* rdma_cm limits for RC over IB/RoCE (IB CM REQ/REP/REJ private data). */
 #define KVI_CM_CONNECT_PDATA_MAX 56u
@@ -31,9 +33,14 @@ enum kvi_role {
 /* The join proof in the hello (common/auth.h makes and checks it): who holds
  * the shared secret (or, for the server's own loopback connections, the
  * server's per-process loopback key) proves it without sending it.
- *   mac = HMAC-SHA256(key, magic | version | role | timestamp_ms | nonce)
+ *   mac = HMAC-SHA256(key, magic | version | role | timestamp_ms | nonce |
+ *                          server address | server port | 6 zero bytes)
  *         truncated to its first 16 bytes; the fields are hashed as they lie
- *         on the wire (little-endian, 32 bytes in all).
+ *         on the wire (little-endian), then the server as the client dials it
+ *         (auth.h "kvi_auth_server": 16 address bytes, IPv4 as ::ffff:a.b.c.d,
+ *         and the port, little-endian): 56 bytes in all. The server's part is
+ *         not sent: each end knows it (the address connected to), so a proof
+ *         is good for one server only.
  * All zero means "no proof" (a client without a secret). */
 #define KVI_AUTH_NONCE_LEN 16u
 #define KVI_AUTH_MAC_LEN 16u

@@ -62,28 +62,27 @@ struct kvs_server {
 };
 
 /* The admission gate: the shared secret (if any), the loopback key, and the
- * replay cache. 0, or the exit status (a bad secret file is a usage error). */
+ * replay caches (clients', loopback's). 0, or the exit status (a bad secret
+ * file, group- or world-readable included, is a usage error). */
 static int auth_setup(struct kvs_server *s)
 {
 	struct kvi_errbuf e = { { 0 } };
-	int loose;
 
 	s->gate.loopback_key = kvs_loopback_key();
 	s->gate.replay = kvi_auth_replay_create(0);
-	if (!s->gate.loopback_key || !s->gate.replay) {
+	s->gate.loop_replay = kvi_auth_replay_create(0);
+	if (!s->gate.loopback_key || !s->gate.replay || !s->gate.loop_replay) {
 		fprintf(stderr, "kvserver: cannot set up authentication: %s\n",
-			s->gate.replay ? "no random bytes from the kernel (getrandom)" : "out of memory");
+			s->gate.loopback_key ? "out of memory, or no random bytes from the kernel (getrandom)"
+					     : "no random bytes from the kernel (getrandom)");
 		return 1;
 	}
 	if (!s->cfg.o.secret_file)
 		return 0;
-	if (kvi_auth_load_secret(s->cfg.o.secret_file, s->secret, &s->gate.secret_len, &loose, &e)) {
+	if (kvi_auth_load_secret(s->cfg.o.secret_file, s->secret, &s->gate.secret_len, &e)) {
 		fprintf(stderr, "kvserver: %s\n", e.msg);
 		return 2;
 	}
-	if (loose)
-		kvi_ev_warn("secret_file_readable", "path=%s msg=%s", s->cfg.o.secret_file,
-			    "group or others can read it: chmod 600 it");
 	s->gate.secret = s->secret;
 	return 0;
 }
@@ -538,6 +537,7 @@ clean_listener:
 	rc = rc == 2 ? 2 : rc ? 1 : 0; /* 2: a usage error found late (--metrics) */
 clean_auth:
 	kvi_auth_replay_destroy(s.gate.replay);
+	kvi_auth_replay_destroy(s.gate.loop_replay);
 	kvi_auth_wipe(s.secret, sizeof(s.secret));
 	kvi_log_set(NULL, NULL, 0);
 	kvs_logsink_close(&s.log);

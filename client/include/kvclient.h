@@ -82,9 +82,11 @@ struct kvc_opts {
 	/* File holding the shared secret of a kvserver started with
 	 * --secret-file (the same file's contents; one trailing newline is not
 	 * part of it). The handle proves it holds the secret when joining; the
-	 * secret itself is never sent. NULL: the file named by the environment
-	 * variable KVC_SECRET_FILE, if set, else no proof (a server that needs one
-	 * refuses with KVC_ENOAUTH). */
+	 * secret itself is never sent. A file that group or others may read or
+	 * write is refused (KVC_EINVAL): chmod 600 it. NULL: the file named by
+	 * the environment variable KVC_SECRET_FILE, if set (secure_getenv: not in
+	 * a set-user-ID program), else no proof (a server that needs one refuses
+	 * with KVC_ENOAUTH). */
 	const char *secret_file;
 	/* A file holding the server list (the form above; commas, spaces or
 	 * newlines between servers, '#' starts a comment). The handle looks at

@@ -7,6 +7,8 @@
  * promises, and re-encodes to the same meaningful bytes and decodes again to
  * the same values; no hello carries a proof valid under a key the input
  * cannot know. A failed check aborts with the reason. */
+#include <arpa/inet.h>
+#include <netinet/in.h>
 #include <stdint.h>
 #include <string.h>
 
@@ -45,7 +47,9 @@ static void hello(const uint8_t *data, size_t size)
 	 * 2^-128 chance): the gate says "no proof" or "wrong proof", never yes. */
 	{
 		static const uint8_t key[16] = { 'f', 'u', 'z', 'z', '-', 's', 'e', 'c', 'r', 'e', 't' };
-		int why = kvi_auth_verify(&h, key, sizeof(key), h.proof.timestamp_ms);
+		struct sockaddr_in srv = { .sin_family = AF_INET, .sin_port = htons(7690),
+					   .sin_addr.s_addr = htonl(0x0a000001) };
+		int why = kvi_auth_verify(&h, key, sizeof(key), (struct sockaddr *)&srv, h.proof.timestamp_ms);
 
 		FUZZ_CHECK(why == (h.has_proof ? KVI_REJECT_AUTH : KVI_REJECT_NOAUTH), "proof check said %d", why);
 	}

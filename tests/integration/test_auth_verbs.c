@@ -1,12 +1,14 @@
 /* Authentication at join over real verbs (kvserver --secret-file): the right
  * secret joins and works; a wrong secret, no proof, a stale timestamp (either
- * way) and a replayed hello are each refused with their own code before the
- * peer gets a usable queue pair; a peer that claims to be the server's
- * loopback without its key is refused; the server's own loopback connections
- * still join; a server without a secret warns that it is open; a bad secret
- * file stops the server with one line. Hellos that a well-behaved client never
+ * way), a replayed hello and a proof made for another server are each refused
+ * with their own code before the peer gets a usable queue pair; a peer that
+ * claims to be the server's loopback without its key is refused; the server's
+ * own loopback connections still join, on one address or all; a server
+ * without a secret warns that it is open; a bad secret file (or one others may
+ * read) stops the server with one line. Hellos that a well-behaved client never
  * sends are built with the auth module and sent raw (kvi_verbs_opts.raw_hello). */
 #include <criterion/criterion.h>
+#include <netdb.h>
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -82,15 +84,24 @@ static int join_raw(const char *port, const struct kvi_wire_hello *hello, struct
 				      rm, &w, e);
 }
 
-/* A hello proved under key for role, stamped ts. */
-static struct kvi_wire_hello hello_at(uint16_t role, const char *key, uint64_t ts)
+/* A hello proved under key for role, stamped ts, for the server at port of
+ * the RDMA address. */
+static struct kvi_wire_hello hello_for(uint16_t role, const char *key, uint64_t ts, const char *port)
 {
+	struct addrinfo hints = { .ai_socktype = SOCK_STREAM }, *ai = NULL;
 	struct kvi_hello h = { .role = role };
 	struct kvi_wire_hello w;
 
-	cr_assert_eq(kvi_auth_prove(&h, key, strlen(key), ts), 0);
+	cr_assert_eq(getaddrinfo(kvt_rdma_addr(), port, &hints, &ai), 0);
+	cr_assert_eq(kvi_auth_prove(&h, key, strlen(key), ai->ai_addr, ts), 0);
+	freeaddrinfo(ai);
 	kvi_wire_hello_encode(&w, &h);
 	return w;
+}
+
+static struct kvi_wire_hello hello_at(uint16_t role, const char *key, uint64_t ts)
+{
+	return hello_for(role, key, ts, "7691");
 }
 
 static void stop(struct kvt_proc *srv)
@@ -175,6 +186,13 @@ Test(auth_verbs, each_bad_proof_is_refused_with_its_own_code_and_the_right_secre
 	cr_expect_eq(rc, KVC_EREPLAY, "replay after leaving: %s (%s)", kvc_err_name(rc), e.msg);
 	kvi_rmem_destroy(rm);
 
+	/* A fresh proof with the right secret, made for another server (this
+	 * host, another port): what a sniffer of that server's joins holds. */
+	hello = hello_for(KVI_ROLE_CLIENT, SECRET, kvi_auth_now_ms(), "7699");
+	rc = join_raw("7691", &hello, &rm, &e);
+	cr_expect_eq(rc, KVC_EAUTH, "a proof for another server: %s (%s)", kvc_err_name(rc), e.msg);
+	kvi_rmem_destroy(rm);
+
 	/* Claiming the loopback role: with the clients' secret, or no proof. */
 	hello = hello_at(KVI_ROLE_LOOPBACK, SECRET, kvi_auth_now_ms());
 	rc = join_raw("7691", &hello, &rm, &e);
@@ -237,6 +255,7 @@ Test(auth_verbs, a_bad_secret_file_stops_the_server_with_one_line)
 	cr_assert_not_null(f);
 	fputs("too-short\n", f);
 	fclose(f);
+	cr_assert_eq(chmod(shortp, 0600), 0);
 	argv[6] = shortp;
 	cr_assert_eq(kvt_start(&srv, argv), 0);
 	cr_expect_eq(kvt_wait(&srv, 20000), 2, "%s", srv.all);
@@ -245,7 +264,42 @@ Test(auth_verbs, a_bad_secret_file_stops_the_server_with_one_line)
 	cr_assert_eq(kvt_start(&srv, argv), 0);
 	cr_expect_eq(kvt_wait(&srv, 20000), 2, "%s", srv.all);
 	cr_expect_not_null(strstr(srv.all, "cannot read secret file /nonexistent/secret"), "%s", srv.all);
+	/* A good secret that group or others may read: refused, not warned. */
+	cr_assert_eq(chmod(secret_path, 0644), 0);
+	argv[6] = secret_path;
+	cr_assert_eq(kvt_start(&srv, argv), 0);
+	cr_expect_eq(kvt_wait(&srv, 20000), 2, "%s", srv.all);
+	cr_expect_not_null(strstr(srv.all, "group or others"), "%s", srv.all);
+	cr_expect_not_null(strstr(srv.all, "chmod 600"), "%s", srv.all);
 	unlink(shortp);
+	remove_files();
+}
+
+/* On all addresses the server's loopback dials an address of its device
+ * (kvi_listener_self_addr): its proof is for that address, the one its
+ * connection request arrives at, so it joins; so do clients at the address
+ * they dial. */
+Test(auth_verbs, a_server_on_all_addresses_admits_its_loopback_and_clients)
+{
+	const char *extra[] = { "-v", "--segment-size", "64", "--secret-file", secret_path, NULL };
+	struct kvt_proc srv;
+	char err[400], line[256];
+	kvc_t *h;
+	int rc;
+
+	make_files();
+	kvt_start_server_on(&srv, NULL, "7695", extra);
+	while (!strstr(srv.all, "event=reclaimer_connected") && kvt_line(&srv, line, sizeof(line), 20000) == 0)
+		;
+	cr_expect_not_null(strstr(srv.all, "event=reclaimer_connected"), "the reclaimer joins: %s", srv.all);
+	rc = join("7695", secret_path, &h, err, sizeof(err));
+	cr_expect_eq(rc, 0, "right secret: %s (%s)", kvc_err_name(rc), err);
+	if (rc == 0) {
+		cr_expect_eq(kvc_put(h, "k", 1, "v", 1, 0), 0);
+		kvc_destroy(h);
+	}
+	stop(&srv);
+	cr_expect_null(strstr(srv.all, "_refused"), "nobody is refused: %s", srv.all);
 	remove_files();
 }
 
