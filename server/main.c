@@ -217,6 +217,10 @@ static int lock_report(struct kvs_server *s, uint32_t reporter, const struct kvi
 			    "the lock owner is not a client: releasing the lock");
 		kvs_fence_clear_word(s->fence, off, current);
 	} else if (v == KVI_REPORT_FENCING) {
+		/* Who said so, for the operator: a forged word costs its victim a
+		 * reconnect (README "Trust model once admitted"). */
+		kvi_ev_warn("lock_report_fencing", "bucket=%" PRIu64 " epoch=%" PRIu64 " owner=%u reporter=%u", req->arg[0],
+			    req->arg[2], owner, reporter);
 		expel(s, owner, "lock_holder_fenced", "kept a bucket lock past every operation deadline: fencing it");
 	}
 	*resp = (struct kvi_ctrl){ .type = KVI_CTRL_LOCK_REPORTED, .seq = req->seq, .arg = { v } };

@@ -15,6 +15,8 @@ struct member {
 	uint64_t epoch;     /* index epoch it last said it uses (0: none yet) */
 	uint64_t epoch_at;  /* ns: when it first said so */
 	uint8_t behind;     /* counted in kvs_members.behind */
+	uint16_t reports;   /* lock reports it made since report_win */
+	uint64_t report_win; /* ns: start of its current report window */
 };
 
 struct watch {
@@ -302,6 +304,21 @@ enum kvi_report_verdict kvs_members_report(struct kvs_members *m, uint32_t repor
 
 	m->st.reports++;
 	*owner = 0;
+	/* A working client reports a bucket at most every quarter deadline,
+	 * one report at a time: more than KVS_REPORTS_PER_WINDOW in one
+	 * watch window is a flood, answered without being judged. */
+	e = find(m, reporter);
+	if (e) {
+		if (now - e->report_win >= m->watch_ns) {
+			e->report_win = now;
+			e->reports = 0;
+		}
+		if (++e->reports > KVS_REPORTS_PER_WINDOW) {
+			e->reports = KVS_REPORTS_PER_WINDOW + 1;
+			m->st.reports_limited++;
+			return KVI_REPORT_CHANGED;
+		}
+	}
 	w = watched(m, bucket);
 	/* A resize mark (layout.h "Resize") is nobody's lock: the migrator
 	 * clears it; so is a word that changed or is the reporter's own. */

@@ -51,6 +51,9 @@
 #define KVS_FIRST_LEASE_MS 5000u
 /* Slack on top of max_op_ms before a watched lock word condemns its owner. */
 #define KVS_WATCH_MARGIN_MS 50u
+/* Lock reports judged per reporter per watch window (max_op_ms + margin);
+ * more are answered KVI_REPORT_CHANGED unjudged (a flood costs nothing). */
+#define KVS_REPORTS_PER_WINDOW 16u
 
 struct kvs_members;
 
@@ -98,6 +101,7 @@ struct kvs_members_stats {
 	uint64_t reports;         /* lock reports judged */
 	uint64_t reports_cleared; /* ... naming no member: the word is released */
 	uint64_t reports_fenced;  /* ... whose owner was expelled */
+	uint64_t reports_limited; /* reports not judged: their reporter sent too many (KVS_REPORTS_PER_WINDOW) */
 };
 void kvs_members_stats(const struct kvs_members *m, struct kvs_members_stats *out);
 

@@ -226,6 +226,8 @@ size_t kvs_metrics_render(const struct kvs_metrics_snapshot *s, char *buf, size_
 	counter(&o, "kvcache_lock_reports_cleared_total",
 		"Of those, naming no member: the lock word was released.", m->reports_cleared);
 	counter(&o, "kvcache_lock_reports_fenced_total", "Of those, whose owner was expelled.", m->reports_fenced);
+	counter(&o, "kvcache_lock_reports_limited_total", "Lock reports not judged: their reporter sent too many.",
+		m->reports_limited);
 	/* Control messages. */
 	control(&o, &s->ev);
 	return o.len;

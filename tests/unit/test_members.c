@@ -144,8 +144,11 @@ Test(members, the_watch_list_is_bounded_and_forgets_the_oldest)
 	kvs_members_join(m, 1, 1, 0);
 	kvs_members_join(m, 3, 1, 0);
 	cr_expect_eq(kvs_members_report(m, 1, 0, w3, w3, 0, &owner), KVI_REPORT_WATCHING);
-	for (uint64_t b = 1; b <= KVS_WATCH_MAX; b++)
-		kvs_members_report(m, 1, b, w3, w3, MS, &owner);
+	/* Many reporters (one alone would be rate-limited). */
+	for (uint64_t b = 1; b <= KVS_WATCH_MAX; b++) {
+		kvs_members_join(m, (uint32_t)(100 + b), 1, 0);
+		kvs_members_report(m, (uint32_t)(100 + b), b, w3, w3, MS, &owner);
+	}
 	cr_expect_eq(kvs_members_report(m, 1, 0, w3, w3, 1000 * MS, &owner), KVI_REPORT_WATCHING,
 		     "bucket 0 was forgotten: watched afresh");
 	cr_expect_eq(kvs_members_report(m, 1, 1, w3, w3, 1000 * MS, &owner), KVI_REPORT_FENCING,
@@ -204,4 +207,28 @@ Test(members, a_recycled_id_is_not_condemned_for_its_last_holders_lock)
 	cr_expect_eq(kvs_members_report(m, 1, 5, w3, w3, 400 * MS, &owner), KVI_REPORT_WATCHING,
 		     "the watch of the old holder's word must not count for the new holder");
 	cr_expect_eq(owner, 0);
+}
+
+/* Issue 18 defect 5: reports are rate-limited per reporter. A flood from one
+ * client is answered unjudged past KVS_REPORTS_PER_WINDOW in a window (the
+ * watch of a forged word cannot be driven by it), while another reporter's
+ * reports are still judged. */
+Test(members, a_report_flood_is_answered_unjudged_and_others_still_count)
+{
+	uint64_t w3 = kvi_lock_held_by(3);
+	struct kvs_members_stats st;
+	uint32_t owner;
+	unsigned judged = 0;
+
+	kvs_members_join(m, 1, 1, 0);
+	kvs_members_join(m, 2, 1, 0);
+	kvs_members_join(m, 3, 1, 0);
+	for (unsigned i = 0; i < 1000; i++)
+		judged += kvs_members_report(m, 1, 100 + i, w3, w3, 1000 + i, &owner) == KVI_REPORT_WATCHING;
+	cr_expect_eq(judged, KVS_REPORTS_PER_WINDOW, "judged %u of 1000", judged);
+	kvs_members_stats(m, &st);
+	cr_expect_eq(st.reports_limited, 1000 - KVS_REPORTS_PER_WINDOW);
+	cr_expect_eq(kvs_members_report(m, 2, 5, w3, w3, 2000, &owner), KVI_REPORT_WATCHING, "another reporter counts");
+	/* A window later reporter 1 is judged again. */
+	cr_expect_eq(kvs_members_report(m, 1, 7, w3, w3, 260 * MS, &owner), KVI_REPORT_WATCHING);
 }
