@@ -216,10 +216,10 @@ void kvi_lock_waited(struct kvi_conn *h, struct kvi_opst *st, uint64_t bucket, u
 	uint64_t now = kvi_now_ns();
 	struct kvi_ctrl req = { .type = KVI_CTRL_LOCK_REPORT, .arg = { bucket, word, epoch } }, r;
 
-	if (kvi_lock_owner(word) == h->rm->client_id)
+	if (kvi_lock_legal(word) && kvi_lock_owner(word) == h->rm->client_id)
 		return; /* another operation of ours */
-	if (word & KVI_LOCK_MOVED)
-		return; /* a resize mark, not a holder: nothing to clear (layout.h) */
+	if (kvi_lock_is_mark(word))
+		return; /* a resize mark, not a holder: nothing to clear (layout.h); junk is reported */
 	if (st->wait_since == 0 || st->wait_bucket != bucket || st->wait_word != word) {
 		st->wait_bucket = bucket;
 		st->wait_word = word;

@@ -114,7 +114,7 @@ static void on_cached(struct kvi_conn *h, struct kvi_opst *st)
 {
 	uint64_t lock = st->bk[0].lock;
 
-	if (lock & KVI_LOCK_MOVED) {
+	if (kvi_lock_is_mark(lock)) { /* junk in a lock word is not a mark: ignored */
 		/* UNMIGRATED (while we know of the migration): the full path
 		 * follows it; anything else: our index is not the server's. */
 		if (st->oepoch && lock == KVI_LOCK_UNMIGRATED) {

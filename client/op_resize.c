@@ -37,8 +37,8 @@
 
 enum kvi_rmark kvi_lock_mark(const struct kvi_opst *st, unsigned i, uint64_t w)
 {
-	if (!(w & KVI_LOCK_MOVED))
-		return KVI_RMARK_NONE;
+	if (!kvi_lock_is_mark(w))
+		return KVI_RMARK_NONE; /* free, held, or junk (waited on and reported) */
 	if (st->old & (1u << i))
 		return w == KVI_LOCK_MOVED ? KVI_RMARK_FOLLOW : KVI_RMARK_STALE;
 	return st->oepoch && w == KVI_LOCK_UNMIGRATED ? KVI_RMARK_FOLLOW : KVI_RMARK_STALE;

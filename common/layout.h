@@ -252,6 +252,20 @@ static inline uint32_t kvi_lock_owner(uint64_t lock)
 {
 	return (uint32_t)(lock >> KVI_LOCK_OWNER_SHIFT) & KVI_MAX_CLIENT_ID;
 }
+/* A resize mark (exactly MOVED or UNMIGRATED): nobody's lock. */
+static inline int kvi_lock_is_mark(uint64_t lock)
+{
+	return lock == KVI_LOCK_MOVED || lock == KVI_LOCK_UNMIGRATED;
+}
+/* One of the words above: free, a mark, or LOCKED with an owner and nothing
+ * else. Anything else is junk a stray WRITE left (every client may write the
+ * region): readers ignore it, writers report it, the server repairs it. */
+static inline int kvi_lock_legal(uint64_t lock)
+{
+	return lock == 0 || kvi_lock_is_mark(lock) ||
+	       ((lock & ~(KVI_LOCK_LOCKED | ((uint64_t)KVI_MAX_CLIENT_ID << KVI_LOCK_OWNER_SHIFT))) == 0 &&
+		(lock & KVI_LOCK_LOCKED) && kvi_lock_owner(lock) != 0);
+}
 
 /* Slot fields. */
 #define KVI_SLOT_FP_BITS 12

@@ -24,7 +24,7 @@
 #define BITMAP_WORDS (((uint64_t)KVI_MAX_CLIENT_ID + 1) / 64)
 
 struct clear_req {
-	uint64_t off, word; /* region offset of the lock word */
+	uint64_t off, word, to; /* region offset of the lock word; CAS word -> to */
 };
 
 struct kvs_fence {
@@ -244,12 +244,15 @@ static int serve_clears(struct kvs_fence *f)
 			if (!loopback(f))
 				return 1;
 			old = kvi_rmem_lbuf(f->rm, NULL);
-			op = kvi_rop_cas(r.off, old, r.word, r.word & KVI_LOCK_MOVED);
+			op = kvi_rop_cas(r.off, old, r.word, r.to);
 			rc = exec_batch(f, &op, 1);
 		} while (rc);
-		if (*old == r.word)
+		if (*old == r.word && kvi_lock_legal(r.word))
 			kvi_ev_warn("lock_cleared", "offset=%" PRIu64 " owner=%u msg=%s", r.off, kvi_lock_owner(r.word),
 				    "a lock word of no live client was cleared");
+		else if (*old == r.word)
+			kvi_ev_warn("lock_repaired", "offset=%" PRIu64 " word=0x%016" PRIx64 " now=0x%016" PRIx64 " msg=%s",
+				    r.off, r.word, r.to, "a lock word no client or resize writes was repaired");
 		pthread_mutex_lock(&f->mu);
 		f->chead = (f->chead + 1) % KVS_FENCE_CLEAR_MAX;
 		f->ccount--;
@@ -475,25 +478,38 @@ uint64_t kvs_fence_done(struct kvs_fence *f)
 	return d;
 }
 
-int kvs_fence_clear_word(struct kvs_fence *f, uint64_t off, uint64_t word)
+static int queue_clear(struct kvs_fence *f, uint64_t off, uint64_t word, uint64_t to)
 {
 	int rc = 0;
 
 	if (!f)
 		return KVC_ESERVERGONE;
-	if (off % KVI_BUCKET_SIZE || off >= kvs_core_geometry(f->o.core)->region_size || !(word & KVI_LOCK_LOCKED) ||
-	    kvi_lock_owner(word) == 0)
+	if (off % KVI_BUCKET_SIZE || off >= kvs_core_geometry(f->o.core)->region_size || word == to)
 		return KVC_EINVAL;
 	pthread_mutex_lock(&f->mu);
 	if (f->ccount == KVS_FENCE_CLEAR_MAX) {
 		rc = KVC_EAGAIN;
 	} else {
-		f->clears[(f->chead + f->ccount) % KVS_FENCE_CLEAR_MAX] = (struct clear_req){ off, word };
+		f->clears[(f->chead + f->ccount) % KVS_FENCE_CLEAR_MAX] = (struct clear_req){ off, word, to };
 		f->ccount++;
 		pthread_cond_signal(&f->cv);
 	}
 	pthread_mutex_unlock(&f->mu);
 	return rc;
+}
+
+int kvs_fence_clear_word(struct kvs_fence *f, uint64_t off, uint64_t word)
+{
+	if (!(word & KVI_LOCK_LOCKED) || kvi_lock_owner(word) == 0)
+		return KVC_EINVAL;
+	return queue_clear(f, off, word, word & KVI_LOCK_MOVED);
+}
+
+int kvs_fence_repair_word(struct kvs_fence *f, uint64_t off, uint64_t word, uint64_t to)
+{
+	if (kvi_lock_legal(word) || !kvi_lock_legal(to))
+		return KVC_EINVAL;
+	return queue_clear(f, off, word, to);
 }
 
 int kvs_fence_is_own(const struct kvs_fence *f, uint32_t client_id)

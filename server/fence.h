@@ -103,6 +103,10 @@ uint64_t kvs_fence_done(struct kvs_fence *f);
  * a bucket's, word not locked), KVC_EAGAIN (too many requests queued: ask
  * again later), KVC_ESERVERGONE (f is NULL). */
 int kvs_fence_clear_word(struct kvs_fence *f, uint64_t off, uint64_t word);
+/* The same for a word that is not a lock word at all (!kvi_lock_legal: a
+ * stray WRITE's junk): CAS word -> to (a legal word: what the bucket's
+ * index state says it must be). KVC_EINVAL for a legal word or an illegal to. */
+int kvs_fence_repair_word(struct kvs_fence *f, uint64_t off, uint64_t word, uint64_t to);
 
 /* Is client_id one of the fencer's own loopback connections (present or
  * past)? They never hold a lock and are not fenced. 0 for NULL. */

@@ -188,12 +188,12 @@ static void expel(struct kvs_server *s, uint32_t id, const char *event, const ch
 }
 
 /* A writer keeps finding `word` in bucket arg[0] of the index of epoch arg[2]
- * (members.h "Lock reports"). */
+ * (members.h "Lock reports", kvs_members_judge). */
 static int lock_report(struct kvs_server *s, uint32_t reporter, const struct kvi_ctrl *req, struct kvi_ctrl *resp)
 {
-	enum kvi_report_verdict v;
-	uint64_t current, off;
-	uint32_t owner;
+	struct kvs_report_action a;
+	enum kvi_index_state state;
+	uint64_t current, off, epoch;
 
 	if (kvs_core_bucket_of_epoch(s->core, req->arg[2], req->arg[0], &off)) {
 		/* An index retired since (or never ours): nothing to clear there. */
@@ -203,27 +203,27 @@ static int lock_report(struct kvs_server *s, uint32_t reporter, const struct kvi
 	}
 	/* Reading a lock word with the CPU is fine; changing it is the NIC's job. */
 	current = __atomic_load_n((const uint64_t *)(const void *)(kvs_core_region(s->core) + off), __ATOMIC_RELAXED);
-	if (current == KVI_LOCK_MOVED || current == KVI_LOCK_UNMIGRATED) {
-		/* Resize marks name nobody and are never cleared (layout.h): the
-		 * reporter follows them (it knows, or fetches, the other index). */
-		*resp = (struct kvi_ctrl){ .type = KVI_CTRL_LOCK_REPORTED, .seq = req->seq,
-					   .arg = { KVI_REPORT_CHANGED } };
-		return 0;
-	}
-	v = kvs_members_report(s->members, reporter, off, req->arg[1], current, kvi_mono_ns(), &owner);
-	if (v == KVI_REPORT_CLEARING) {
+	kvs_core_index_status(s->core, &epoch, &state);
+	kvs_members_judge(s->members, reporter, off, req->arg[1], current,
+			  req->arg[2] == epoch && state == KVI_INDEX_STABLE, kvi_mono_ns(), &a);
+	if (a.set && kvi_lock_legal(current)) {
 		kvi_ev_warn("lock_report_cleared", "bucket=%" PRIu64 " epoch=%" PRIu64 " owner=%u reporter=%u msg=%s",
 			    req->arg[0], req->arg[2], kvi_lock_owner(current), reporter,
 			    "the lock owner is not a client: releasing the lock");
 		kvs_fence_clear_word(s->fence, off, current);
-	} else if (v == KVI_REPORT_FENCING) {
+	} else if (a.set) {
+		kvi_ev_warn("lock_report_junk", "bucket=%" PRIu64 " epoch=%" PRIu64 " word=0x%016" PRIx64 " reporter=%u msg=%s",
+			    req->arg[0], req->arg[2], current, reporter, "no lock word at all: repairing it");
+		kvs_fence_repair_word(s->fence, off, a.set_from, a.set_to);
+	}
+	if (a.fence_owner) {
 		/* Who said so, for the operator: a forged word costs its victim a
 		 * reconnect (README "Trust model once admitted"). */
 		kvi_ev_warn("lock_report_fencing", "bucket=%" PRIu64 " epoch=%" PRIu64 " owner=%u reporter=%u", req->arg[0],
-			    req->arg[2], owner, reporter);
-		expel(s, owner, "lock_holder_fenced", "kept a bucket lock past every operation deadline: fencing it");
+			    req->arg[2], a.fence_owner, reporter);
+		expel(s, a.fence_owner, "lock_holder_fenced", "kept a bucket lock past every operation deadline: fencing it");
 	}
-	*resp = (struct kvi_ctrl){ .type = KVI_CTRL_LOCK_REPORTED, .seq = req->seq, .arg = { v } };
+	*resp = (struct kvi_ctrl){ .type = KVI_CTRL_LOCK_REPORTED, .seq = req->seq, .arg = { a.verdict } };
 	return 0;
 }
 

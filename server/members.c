@@ -358,6 +358,32 @@ enum kvi_report_verdict kvs_members_report(struct kvs_members *m, uint32_t repor
 	return KVI_REPORT_WATCHING;
 }
 
+void kvs_members_judge(struct kvs_members *m, uint32_t reporter, uint64_t bucket, uint64_t reported, uint64_t current,
+		       int stable, uint64_t now, struct kvs_report_action *a)
+{
+	*a = (struct kvs_report_action){ .verdict = KVI_REPORT_CHANGED };
+	if (kvi_lock_is_mark(current))
+		return; /* the reporter follows it (it knows, or fetches, the other index) */
+	if (!kvi_lock_legal(current)) {
+		/* While a resize migrates, the migrator's progress says what the
+		 * word must be: the report waits for the migration to end. */
+		if (current != reported || !stable) {
+			a->verdict = current == reported ? KVI_REPORT_WATCHING : KVI_REPORT_CHANGED;
+			return;
+		}
+		m->st.reports++;
+		m->st.reports_repaired++;
+		*a = (struct kvs_report_action){ .verdict = KVI_REPORT_CLEARING, .set = 1, .set_from = current };
+		return;
+	}
+	a->verdict = kvs_members_report(m, reporter, bucket, reported, current, now, &a->fence_owner);
+	if (a->verdict == KVI_REPORT_CLEARING) {
+		a->set = 1;
+		a->set_from = current;
+		a->set_to = current & KVI_LOCK_MOVED;
+	}
+}
+
 void kvs_members_stats(const struct kvs_members *m, struct kvs_members_stats *out)
 {
 	*out = m->st;

@@ -95,6 +95,24 @@ int kvs_members_next_due(const struct kvs_members *m, uint64_t now, int max_ms);
 enum kvi_report_verdict kvs_members_report(struct kvs_members *m, uint32_t reporter, uint64_t bucket,
 					   uint64_t reported, uint64_t current, uint64_t now, uint32_t *owner);
 
+/* A lock report judged as a whole (what kvserver and the tests' in-process
+ * server both do with one): `current` is the word the caller read in the
+ * bucket now; `stable` says the bucket's index is the only one (no resize
+ * migrating into or out of it). Resize marks are nobody's (CHANGED); a word
+ * that is no lock word at all (!kvi_lock_legal: a stray WRITE's junk) is
+ * repaired to 0 when the reporter saw it too and the index is stable
+ * (CLEARING), else waited on (WATCHING); a lock word goes to
+ * kvs_members_report. The caller then CASes set_from -> set_to through the
+ * NIC when `set` says so, and expels fence_owner when it is not 0. */
+struct kvs_report_action {
+	enum kvi_report_verdict verdict;
+	int set;                 /* CAS the word set_from -> set_to */
+	uint64_t set_from, set_to;
+	uint32_t fence_owner;    /* expel this member (0: nobody) */
+};
+void kvs_members_judge(struct kvs_members *m, uint32_t reporter, uint64_t bucket, uint64_t reported, uint64_t current,
+		       int stable, uint64_t now, struct kvs_report_action *a);
+
 struct kvs_members_stats {
 	uint64_t lease_expiries;  /* members expelled because their lease ended */
 	uint64_t renewals;
@@ -102,6 +120,7 @@ struct kvs_members_stats {
 	uint64_t reports_cleared; /* ... naming no member: the word is released */
 	uint64_t reports_fenced;  /* ... whose owner was expelled */
 	uint64_t reports_limited; /* reports not judged: their reporter sent too many (KVS_REPORTS_PER_WINDOW) */
+	uint64_t reports_repaired; /* ... of junk, no lock word at all: repaired (kvs_members_judge) */
 };
 void kvs_members_stats(const struct kvs_members *m, struct kvs_members_stats *out);
 

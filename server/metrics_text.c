@@ -228,6 +228,8 @@ size_t kvs_metrics_render(const struct kvs_metrics_snapshot *s, char *buf, size_
 	counter(&o, "kvcache_lock_reports_fenced_total", "Of those, whose owner was expelled.", m->reports_fenced);
 	counter(&o, "kvcache_lock_reports_limited_total", "Lock reports not judged: their reporter sent too many.",
 		m->reports_limited);
+	counter(&o, "kvcache_lock_words_repaired_total", "Reported lock words that held junk, repaired.",
+		m->reports_repaired);
 	/* Control messages. */
 	control(&o, &s->ev);
 	return o.len;

@@ -21,14 +21,12 @@ static uint64_t mono_ns(void)
 static int members_ctrl(struct kvt_env *env, uint32_t client_id, const struct kvi_ctrl *req, struct kvi_ctrl *resp)
 {
 	const struct kvi_geometry *sb = kvs_core_geometry(env->core);
-	uint32_t lease, owner;
-	uint64_t *word, current;
-	enum kvi_report_verdict v;
+	struct kvs_report_action a;
+	enum kvi_index_state state;
+	uint64_t *word, current, epoch;
+	uint32_t lease;
 
 	if (req->type == KVI_CTRL_LEASE_RENEW) {
-		uint64_t epoch;
-		enum kvi_index_state state;
-
 		/* As kvserver's LEASE: the index epoch and state, which the
 		 * client compares with what it has (fetching on a difference). */
 		kvs_core_index_status(env->core, &epoch, &state);
@@ -44,14 +42,15 @@ static int members_ctrl(struct kvt_env *env, uint32_t client_id, const struct kv
 	}
 	word = (uint64_t *)(void *)(kvi_local_region_base(env->reg) + kvi_home_bucket_off(sb, req->arg[0]));
 	current = __atomic_load_n(word, __ATOMIC_SEQ_CST);
-	v = kvs_members_report(env->members, client_id, req->arg[0], req->arg[1], current, mono_ns(), &owner);
-	env->verdicts[v]++;
-	if (v == KVI_REPORT_CLEARING)
-		__atomic_compare_exchange_n(word, &current, current & KVI_LOCK_MOVED, 0, __ATOMIC_SEQ_CST,
-					    __ATOMIC_SEQ_CST);
-	else if (v == KVI_REPORT_FENCING)
-		env->fenced_owner = owner;
-	*resp = (struct kvi_ctrl){ .type = KVI_CTRL_LOCK_REPORTED, .seq = req->seq, .arg = { v } };
+	kvs_core_index_status(env->core, &epoch, &state);
+	kvs_members_judge(env->members, client_id, req->arg[0], req->arg[1], current,
+			  req->arg[2] == epoch && state == KVI_INDEX_STABLE, mono_ns(), &a);
+	env->verdicts[a.verdict]++;
+	if (a.set)
+		__atomic_compare_exchange_n(word, &a.set_from, a.set_to, 0, __ATOMIC_SEQ_CST, __ATOMIC_SEQ_CST);
+	if (a.fence_owner)
+		env->fenced_owner = a.fence_owner;
+	*resp = (struct kvi_ctrl){ .type = KVI_CTRL_LOCK_REPORTED, .seq = req->seq, .arg = { a.verdict } };
 	return 0;
 }
 

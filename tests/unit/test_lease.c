@@ -5,6 +5,7 @@
  * words naming nobody are cleared on report, and a member that keeps a lock
  * past every deadline is condemned. */
 #include <criterion/criterion.h>
+#include <stdio.h>
 #include <string.h>
 #include <time.h>
 #include <unistd.h>
@@ -148,6 +149,47 @@ Test(lease, server_stats_on_a_handle_idle_for_several_leases_renews_or_rejoins_a
 		(void)kvs_members_expired(env.members, now_ns(), ids, 4);
 		cr_expect_eq(kvc_server_stats(a, &ss), 0, "round %d", i);
 	}
+	kvc_destroy(a);
+}
+
+/* Issue 18 defect 3, reproduced on Soft-RoCE with a raw client's stray
+ * WRITEs: a lock word set to MOVED|junk was never cleared (reports skipped
+ * MOVED words) and the key stayed unwritable for good. Junk of every shape
+ * in a lock word: readers ignore it, the writer reports it, the server
+ * repairs it, and the PUT completes within its deadline. */
+Test(lease, junk_in_a_lock_word_is_reported_and_repaired_so_the_key_stays_writable)
+{
+	const uint64_t junk[] = { KVI_LOCK_MOVED | 0x1234, KVI_LOCK_MOVED | kvi_lock_held_by(3), KVI_LOCK_LOCKED,
+				  kvi_lock_held_by(3) | 1, 0x00000000deadbeefull, ~0ull };
+	struct kvc_opts o;
+	kvc_t *a = NULL;
+	char v[16];
+
+	/* Without a location cache a PUT locks both of the key's buckets. */
+	kvc_opts_init(&o);
+	o.depth = 4;
+	o.op_timeout_ms = 200;
+	o.cache_entries = 0;
+	cr_assert_eq(kvt_env_client_opts(&env, NULL, &o, &a), 0);
+	for (unsigned i = 0; i < sizeof(junk) / sizeof(junk[0]); i++) {
+		char key[8];
+		uint64_t t0;
+		int rc;
+
+		snprintf(key, sizeof(key), "k%u", i);
+		cr_assert_eq(kvt_put_s(a, key, "old"), 0);
+		*lock_of(key, 0) = junk[i];
+		*lock_of(key, 1) = junk[i];
+		cr_expect_eq(kvt_get_s(a, key, v, sizeof(v)), 0, "a GET ignores junk 0x%016llx",
+			     (unsigned long long)junk[i]);
+		t0 = now_ns();
+		rc = kvt_put_s(a, key, "new");
+		cr_expect_eq(rc, 0, "PUT past junk 0x%016llx: %s", (unsigned long long)junk[i], kvc_err_name(rc));
+		cr_expect_lt(now_ns() - t0, 200 * 1000000ull, "within the operation's deadline");
+		cr_expect_eq(*lock_of(key, 0), 0, "repaired");
+		cr_expect_eq(*lock_of(key, 1), 0, "repaired");
+	}
+	cr_expect_geq(env.verdicts[KVI_REPORT_CLEARING], sizeof(junk) / sizeof(junk[0]));
 	kvc_destroy(a);
 }
 
