@@ -196,6 +196,8 @@ static void found(struct kvi_conn *h, struct kvi_opst *st, uint32_t which, uint3
 #define HDR_STRIDE ((sizeof(struct kvi_obj_hdr) + 7) & ~(size_t)7)
 _Static_assert(2 * KVI_SLOTS_PER_BUCKET * HDR_STRIDE <= KVI_OBJ_AREA_MIN, "headers fit any object area");
 
+static void on_expcheck(struct kvi_conn *h, struct kvi_opst *st);
+
 static void read_headers(struct kvi_conn *h, struct kvi_opst *st)
 {
 	struct kvi_rop ops[KVI_RMEM_MAX_BATCH];
@@ -209,19 +211,18 @@ static void read_headers(struct kvi_conn *h, struct kvi_opst *st)
 			continue;
 		ops[n++] = kvi_rop_read(kvi_slot_obj_off(s), st->obj + k * HDR_STRIDE, sizeof(struct kvi_obj_hdr));
 	}
-	if (n == 0) {
-		st->result = KVC_EINDEXFULL;
-		st->kind = KVC_STAT_FAILED;
-		release(h, st, KVI_AFTER_FINISH);
+	if (n == 0) { /* the rest name nothing in the heap: judged without a read */
+		on_expcheck(h, st);
 		return;
 	}
 	kvi_st_post(h, st, ops, n, KVI_ST_W_EXPCHECK);
 }
 
 /* Which slot of the two full buckets an insert takes, from the headers just
- * read: an expired item's first; else (a cache that evicts) an item nobody
- * read since it was written, else any item -- set-associative eviction, as a
- * CPU cache does when a set is full; -1 when none may go. */
+ * read: junk or an expired item's first (*expired 2 or 1); else (a cache that
+ * evicts) an item nobody read since it was written, else any item --
+ * set-associative eviction, as a CPU cache does when a set is full; -1 when
+ * none may go. */
 static int pick_victim(const struct kvi_conn *h, const struct kvi_opst *st, int *expired)
 {
 	uint64_t now_ms = kvi_real_ns() / 1000000u; /* we hold both locks: any moment decides */
@@ -231,12 +232,17 @@ static int pick_victim(const struct kvi_conn *h, const struct kvi_opst *st, int 
 		const struct kvi_obj_hdr *oh = (const void *)(st->obj + k * HDR_STRIDE);
 		uint64_t s = st->bk[k / KVI_SLOTS_PER_BUCKET].slot[k % KVI_SLOTS_PER_BUCKET];
 
-		/* Only the header was read: no checksum. A header that does not
-		 * parse is never taken; a corrupt one that does can only cost its
+		/* Only the header was read: no checksum. Under our locks a slot
+		 * always names a whole object (layout.h I1, I3), so one naming
+		 * nothing in the heap, or a header that does not parse, is junk
+		 * (a stray WRITE's): taken first, or buckets of junk would look
+		 * full for good. A corrupt header that parses can only cost its
 		 * own item. */
 		if (!kvi_slot_in_heap(&h->sb, s) || oh->version != KVI_LAYOUT_VERSION || oh->key_len == 0 ||
-		    oh->key_len > KVI_MAX_KEY)
-			continue;
+		    oh->key_len > KVI_MAX_KEY) {
+			*expired = 2;
+			return (int)k;
+		}
 		if (kvi_obj_expiry_ms(oh) && now_ms >= kvi_obj_expiry_ms(oh)) {
 			*expired = 1;
 			return (int)k;
@@ -264,7 +270,9 @@ static void on_expcheck(struct kvi_conn *h, struct kvi_opst *st)
 		return;
 	}
 	if (k >= 0) {
-		if (expired)
+		if (expired == 2)
+			h->stats.junk_slots++;
+		else if (expired)
 			h->stats.expired_reused++;
 		else
 			h->stats.index_evictions++;
@@ -440,6 +448,21 @@ static void on_keycheck(struct kvi_conn *h, struct kvi_opst *st)
 	 * a duplicate. Read again (we still hold the locks), a bounded number of times. */
 	h->stats.verify_retries++;
 	if (++st->verify_tries >= KVI_VERIFY_TRIES) {
+		/* Under our locks nothing a slot names can change or go away
+		 * (layout.h I1, I3): a slot whose object never verifies names no
+		 * object at all -- junk a stray WRITE left, or an item whose bytes
+		 * were written over. It is not our key's (that one would verify);
+		 * repair it as an expired item is: a PUT takes its place, a DELETE
+		 * clears it. Left alone it would fail every write of the key. */
+		for (unsigned i = 0; i < st->cand_next; i++) {
+			const struct kvi_cand *bad = &st->cand[i];
+
+			if (bad->len <= h->obj_area && kvi_obj_check(st, bad) == KVI_OBJ_BAD) {
+				h->stats.junk_slots++;
+				found(h, st, bad->which, bad->idx, 0, 1);
+				return;
+			}
+		}
 		st->result = KVC_ECORRUPT;
 		st->kind = KVC_STAT_FAILED;
 		release(h, st, KVI_AFTER_FINISH);

@@ -275,6 +275,7 @@ struct kvc_stats {
 	uint64_t index_stale;      /* operations that met a resize this handle had not heard of, and waited */
 	uint64_t grow_requests;    /* requests to grow the index (an insert found both buckets full) */
 	uint64_t lease_renewals;   /* leases the server renewed (client/engine.c "Lease") */
+	uint64_t junk_slots;       /* slots naming no valid object that a write replaced or cleared */
 };
 
 KVC_EXPORT void kvc_get_stats(const kvc_t *h, struct kvc_stats *out);
