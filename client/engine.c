@@ -112,6 +112,15 @@ static int lease_granted(struct kvi_conn *h, const struct kvi_ctrl *r, uint64_t 
 	h->lease_ns = r->arg[0] * 1000000u;
 	h->renew_ns = r->arg[1] * 1000000u;
 	h->stats.lease_renewals++;
+	if (r->arg[4] & KVI_LEASE_F_READMITTED) {
+		/* Our lease had lapsed while we were idle (members.h "Idleness"):
+		 * the server sealed our extent, may have retired indexes and
+		 * reused memory we knew of. Nothing of ours was in flight. */
+		h->seg_off = h->seg_size = h->seg_used = 0;
+		h->mark_count = 0;
+		h->index_stale = 1;
+		h->stats.readmissions++;
+	}
 	end = sent + h->lease_ns;
 	if (end > h->lease_end)
 		h->lease_end = end;
@@ -139,7 +148,8 @@ static int lease_granted(struct kvi_conn *h, const struct kvi_ctrl *r, uint64_t 
  * back after its lease ran out (the server may not have expelled it yet). */
 static int lease_renew_sync(struct kvi_conn *h, int timeout_ms)
 {
-	struct kvi_ctrl req = { .type = KVI_CTRL_LEASE_RENEW, .arg = { h->cur.ix.epoch } }, resp;
+	struct kvi_ctrl req = { .type = KVI_CTRL_LEASE_RENEW,
+				.arg = { h->cur.ix.epoch, h->rm->idle_addr, h->rm->idle_rkey } }, resp;
 	uint64_t sent = kvi_now_ns();
 	int rc = kvi_rmem_ctrl_call(h->rm, &req, &resp, timeout_ms);
 
@@ -194,7 +204,8 @@ static void lease_tick(struct kvi_conn *h, uint64_t now)
 	if (now + h->lease_ns >= h->lease_end + h->renew_ns || h->renew_epoch != h->cur.ix.epoch) {
 		/* arg0: the epoch we use, which the server counts as our
 		 * acknowledgement of it (index.c). */
-		struct kvi_ctrl req = { .type = KVI_CTRL_LEASE_RENEW, .arg = { h->cur.ix.epoch } };
+		struct kvi_ctrl req = { .type = KVI_CTRL_LEASE_RENEW,
+					.arg = { h->cur.ix.epoch, h->rm->idle_addr, h->rm->idle_rkey } };
 
 		if (kvi_rmem_ctrl_send(h->rm, &req) == 0) {
 			h->renew_seq = req.seq;
@@ -202,6 +213,31 @@ static void lease_tick(struct kvi_conn *h, uint64_t now)
 			h->renew_epoch = req.arg[0];
 		}
 	}
+}
+
+/* ---- Idle word -------------------------------------------------------------
+ *
+ * A word of our memory the server may RDMA-READ (rmem.h idle_word; its
+ * address goes with every renewal) when our lease ends (server/members.h
+ * "Idleness"): 0 says that nothing of ours is in flight and nothing will be
+ * posted before we have renewed, so the server keeps us connected instead of
+ * expelling us. It is set, with a full barrier, before an operation looks at
+ * the lease (ensure_joined), and cleared only when no operation is left and
+ * no batch is posted. So whenever the server reads 0 after our lease ended
+ * (it ended earlier for us than for the server), every later post is
+ * preceded by a lease check that finds the lease over, and a renewal. A
+ * thread stalled between its check and its doorbell holds the word at 1:
+ * the server expels it, as it must. */
+static void idle_busy(struct kvi_conn *h)
+{
+	if (h->rm->idle_word)
+		__atomic_store_n(h->rm->idle_word, 1, __ATOMIC_SEQ_CST);
+}
+
+static void idle_update(struct kvi_conn *h)
+{
+	if (h->rm->idle_word && h->inflight == 0 && h->rm->inflight == 0)
+		__atomic_store_n(h->rm->idle_word, 0, __ATOMIC_RELEASE);
 }
 
 /* ---- Lock reports ----------------------------------------------------------
@@ -403,6 +439,7 @@ static int ensure_joined(struct kvi_conn *h, uint64_t *nowp)
 	uint64_t now = *nowp;
 	int rc;
 
+	idle_busy(h); /* before the lease is looked at ("Idle word") */
 	if (!h->rm->broken && !lease_lapsed(h, now)) {
 		int fetches = h->index_stale;
 
@@ -413,12 +450,21 @@ static int ensure_joined(struct kvi_conn *h, uint64_t *nowp)
 	}
 	if (h->inflight) /* they fail first; the caller polls them, then we rejoin */
 		return h->rm->broken ? (lease_lapsed(h, now) ? KVC_EFENCED : KVC_ESERVERGONE) : 0;
-	if (!h->rm->broken && lease_renew_sync(h, (int)h->op_timeout_ms) == 0 && !lease_lapsed(h, kvi_now_ns()))
+	if (!h->rm->broken && lease_renew_sync(h, (int)h->op_timeout_ms) == 0 && !lease_lapsed(h, kvi_now_ns())) {
+		/* Readmitted after a lapse, or a resize meanwhile: learn the
+		 * index before anything is placed. */
 		rc = 0;
-	else {
+		if (h->index_stale) {
+			h->index_stale = 0;
+			rc = kvi_index_refresh(h);
+			if (rc)
+				kvi_rmem_shutdown(h->rm, rc == KVC_ETIMEDOUT ? KVC_ESERVERGONE : rc);
+		}
+	} else {
 		if (!h->rm->broken)
 			kvi_rmem_shutdown(h->rm, KVC_EFENCED);
 		rc = rejoin(h, now);
+		idle_busy(h); /* the new connection's word */
 	}
 	*nowp = kvi_now_ns();
 	return rc;
@@ -948,11 +994,13 @@ unsigned kvi_conn_submit_many(struct kvi_conn *h, struct kvc_op *const *ops, uns
 	}
 	if (rc) {
 		*why = rc;
+		idle_update(h);
 		return 0;
 	}
 	h->step_now = now;
 	started = submit_groups(h, ops, n, why);
 	h->step_now = 0;
+	idle_update(h);
 	return started;
 }
 
@@ -1098,8 +1146,10 @@ int kvi_conn_poll(struct kvi_conn *h, struct kvc_op **done, unsigned max, int ti
 			h->done_count--;
 		}
 		/* Even without time to wait, look at the transport once. */
-		if (n > 0 || h->inflight == 0 || (now >= deadline && polled))
+		if (n > 0 || h->inflight == 0 || (now >= deadline && polled)) {
+			idle_update(h);
 			return (int)n;
+		}
 		if (next_due > deadline)
 			next_due = deadline;
 		/* Rounded up: a wait that ends just before a timer is due would
@@ -1190,6 +1240,7 @@ int kvi_conn_server_stats(struct kvi_conn *h, struct kvc_server_stats *out)
 	/* As a data call does: a handle idle past its lease renews it (or,
 	 * expelled meanwhile, rejoins) before it asks anything. */
 	rc = ensure_joined(h, &now);
+	idle_update(h); /* nothing is posted for statistics */
 	if (rc)
 		return rc;
 	for (unsigned p = 0; p < KVI_STATS_PAGES; p++) {

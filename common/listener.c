@@ -25,10 +25,13 @@
 #define CTRL_MSG ((uint32_t)sizeof(struct kvi_wire_ctrl))
 #define SEND_SLOTS (KVI_CTRL_RECV_DEPTH + 1u)
 #define CTRL_SLOTS (KVI_CTRL_RECV_DEPTH + SEND_SLOTS)
+/* After them, the destination of kvi_listener_read_word (one at a time). */
+#define READ_SLOT CTRL_SLOTS
+#define BUF_SLOTS (CTRL_SLOTS + 1)
 /* Completions one peer can have outstanding in the shared CQ. The CQ is
  * sized for twice that per peer: completions flushed from a peer that was
  * just freed may still sit in it. */
-#define PEER_CQE (KVI_CTRL_RECV_DEPTH + SEND_SLOTS)
+#define PEER_CQE (KVI_CTRL_RECV_DEPTH + SEND_SLOTS + 1)
 #define CQ_INITIAL 128
 /* A device caps a CQ's size (rxe: 32 767 entries, 963 peers): past that the
  * listener opens another CQ on the same completion channel. 256 of them hold
@@ -45,7 +48,7 @@ struct ctrl_cq {
 /* wr_id = serial << 8 | slot: the serial tells a completion of this peer from
  * one of a freed peer whose QP number the device has since reused. */
 #define WR_SLOT_BITS 8
-_Static_assert(CTRL_SLOTS < (1u << WR_SLOT_BITS), "slot numbers fit wr_id");
+_Static_assert(BUF_SLOTS < (1u << WR_SLOT_BITS), "slot numbers fit wr_id");
 _Static_assert(CTRL_MSG == 64, "control messages are one wire size");
 
 struct kvi_listener {
@@ -452,11 +455,11 @@ static int cq_for_peer(struct kvi_listener *l, unsigned *cqi)
  * memory registered with LOCAL_WRITE only, so no peer can write it remotely. */
 static int ctrl_setup(struct kvi_listener *l, struct kvi_peer *p)
 {
-	p->ctrl_buf = aligned_alloc(64, CTRL_SLOTS * CTRL_MSG);
+	p->ctrl_buf = aligned_alloc(64, BUF_SLOTS * CTRL_MSG);
 	if (!p->ctrl_buf)
 		return KVC_ENOMEM;
-	memset(p->ctrl_buf, 0, CTRL_SLOTS * CTRL_MSG);
-	p->ctrl_mr = ibv_reg_mr(l->pd, p->ctrl_buf, CTRL_SLOTS * CTRL_MSG, IBV_ACCESS_LOCAL_WRITE);
+	memset(p->ctrl_buf, 0, BUF_SLOTS * CTRL_MSG);
+	p->ctrl_mr = ibv_reg_mr(l->pd, p->ctrl_buf, BUF_SLOTS * CTRL_MSG, IBV_ACCESS_LOCAL_WRITE);
 	if (!p->ctrl_mr)
 		return KVC_ESYS;
 	/* Before rdma_accept: a request sent right after the client's ESTABLISHED
@@ -608,7 +611,7 @@ static int admit(struct kvi_listener *l, struct rdma_cm_event *ev, const struct 
 	qa.cap.max_send_wr = 16;
 	qa.cap.max_recv_wr = 16;
 	qa.cap.max_send_sge = qa.cap.max_recv_sge = 1;
-	_Static_assert(KVI_CTRL_RECV_DEPTH <= 16 && SEND_SLOTS <= 16, "QP holds the control slots");
+	_Static_assert(KVI_CTRL_RECV_DEPTH <= 16 && SEND_SLOTS + 1 <= 16, "QP holds the control slots and a READ");
 	if (rdma_create_qp(id, l->pd, &qa)) {
 		kvi_ev_err("client_setup_failed", "client=%u call=rdma_create_qp reason=%s", w.client_id, strerror(errno));
 		reject(id, KVI_REJECT_FULL);
@@ -712,16 +715,25 @@ static void on_completion(struct kvi_listener *l, const struct kvi_listen_cb *cb
 	struct kvi_peer *p = peer_by_qpn(l, wc->qp_num);
 	unsigned slot = (unsigned)(wc->wr_id & ((1u << WR_SLOT_BITS) - 1));
 
-	if (!p || p->serial != wc->wr_id >> WR_SLOT_BITS || slot >= CTRL_SLOTS)
+	if (!p || p->serial != wc->wr_id >> WR_SLOT_BITS || slot >= BUF_SLOTS)
 		return; /* left over from a peer already freed */
-	if (slot >= KVI_CTRL_RECV_DEPTH)
+	if (slot == READ_SLOT) {
+		uint64_t v;
+
+		memcpy(&v, &p->ctrl_buf[READ_SLOT], sizeof(v));
+		p->reading = 0;
+		if (cb && cb->on_read)
+			cb->on_read(cb->arg, p, v, wc->status == IBV_WC_SUCCESS);
+	} else if (slot >= KVI_CTRL_RECV_DEPTH) {
 		p->sends_out--;
+	}
 	if (wc->status != IBV_WC_SUCCESS) {
 		/* A flush means the QP already failed or is being torn down; say
 		 * why only for the first real error. */
 		if (!p->dead && wc->status != IBV_WC_WR_FLUSH_ERR)
 			kvi_ev_info("client_dropped", "client=%u op=%s status=%s reason=%s", p->client_id,
-				    slot >= KVI_CTRL_RECV_DEPTH ? "send" : "receive", ibv_wc_status_str(wc->status),
+				    slot == READ_SLOT ? "read" : slot >= KVI_CTRL_RECV_DEPTH ? "send" : "receive",
+				    ibv_wc_status_str(wc->status),
 				    "control completion failed");
 		peer_kill(p);
 		return;
@@ -833,6 +845,26 @@ int kvi_listener_dispatch(struct kvi_listener *l, const struct kvi_listen_cb *cb
 	/* After the cm events: a peer's ESTABLISHED is reported before its first
 	 * request whenever both are pending. */
 	return cq_dispatch(l, cb);
+}
+
+int kvi_listener_read_word(struct kvi_listener *l, struct kvi_peer *p, uint64_t addr, uint32_t rkey)
+{
+	struct ibv_sge sge = { .addr = (uintptr_t)&p->ctrl_buf[READ_SLOT], .length = sizeof(uint64_t),
+			       .lkey = p->ctrl_mr->lkey };
+	struct ibv_send_wr wr = { .wr_id = wr_id(p, READ_SLOT), .sg_list = &sge, .num_sge = 1,
+				  .opcode = IBV_WR_RDMA_READ, .send_flags = IBV_SEND_SIGNALED,
+				  .wr.rdma = { .remote_addr = addr, .rkey = rkey } }, *bad;
+
+	(void)l;
+	if (p->reading)
+		return KVC_EAGAIN;
+	if (p->dead || !p->id->qp || !p->ctrl_mr)
+		return KVC_EIO;
+	memset(&p->ctrl_buf[READ_SLOT], 0xff, sizeof(uint64_t)); /* nothing read reads as busy */
+	if (ibv_post_send(p->id->qp, &wr, &bad))
+		return KVC_EIO;
+	p->reading = 1;
+	return 0;
 }
 
 #define FENCE_TRIES 3

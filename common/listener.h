@@ -63,6 +63,7 @@ struct kvi_peer {
 	struct ibv_mr *ctrl_mr;         /* LOCAL_WRITE only: peers cannot reach it */
 	unsigned sends_out;             /* SENDs posted and not completed */
 	unsigned send_next;             /* next send slot (a ring: RC completes in order) */
+	int reading;                    /* a kvi_listener_read_word is under way */
 	int dead; /* QP failed or disconnect started: ignore its traffic until DISCONNECTED */
 };
 
@@ -83,6 +84,10 @@ struct kvi_listen_cb {
 	 * KVI_CTRL_ERROR / KVC_EPROTO ("this peer serves no control requests"),
 	 * which tells a client why better than a dropped connection would. */
 	int (*on_ctrl)(void *arg, struct kvi_peer *p, const struct kvi_ctrl *req, struct kvi_ctrl *resp);
+	/* The word kvi_listener_read_word asked for: ok 1 with its value, or 0
+	 * when the READ failed (the peer is then disconnected as for any
+	 * failed work request). May be NULL. */
+	void (*on_read)(void *arg, struct kvi_peer *p, uint64_t value, int ok);
 };
 
 struct kvi_listener;
@@ -120,6 +125,12 @@ void kvi_listener_drop(struct kvi_listener *l, struct kvi_peer *p);
  * peer held. 0 when confirmed in error or without a QP, 1 when the QP had to
  * be destroyed. */
 int kvi_listener_fence_peer(struct kvi_listener *l, struct kvi_peer *p);
+
+/* Read 8 bytes of p's own memory (addr, rkey: what p told us) with one RDMA
+ * READ on its QP, into the listener's private buffer; the value reaches
+ * cb->on_read from kvi_listener_dispatch. One at a time per peer: 0,
+ * KVC_EAGAIN (one is under way), KVC_EIO (cannot post: p is failing). */
+int kvi_listener_read_word(struct kvi_listener *l, struct kvi_peer *p, uint64_t addr, uint32_t rkey);
 
 /* One descriptor to wait on (readable: call kvi_listener_dispatch). */
 int kvi_listener_fd(const struct kvi_listener *l);

@@ -133,6 +133,14 @@ struct kvi_rmem {
 	 * "Geometry"). geo.region_size == region_size. All zero (epoch 0) when
 	 * the transport was told none: a client refuses to open over it. */
 	struct kvi_geometry geo;
+	/* The idle word (client/engine.c "Idle word"; server/members.h
+	 * "Idleness"): where it is, and where the server's RDMA READ finds it
+	 * (idle_addr, idle_rkey; idle_addr 0: the transport offers none). The
+	 * local transport keeps it in idle_local. */
+	uint64_t *idle_word;
+	uint64_t idle_addr;
+	uint32_t idle_rkey;
+	uint64_t idle_local;
 	uint32_t ctrl_seq;  /* last control request number */
 	/* Responses to requests sent with kvi_rmem_ctrl_send, until taken. */
 	struct kvi_ctrl stash[KVI_CTRL_MAX_OUTSTANDING + 1];

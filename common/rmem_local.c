@@ -412,6 +412,9 @@ int kvi_rmem_local_create(struct kvi_local_region *reg, size_t lbuf_size,
 	}
 	l->rm.type = &local_type;
 	l->rm.region_size = reg->size;
+	/* In-process, the server reads the idle word where it lies. */
+	l->rm.idle_word = &l->rm.idle_local;
+	l->rm.idle_addr = (uintptr_t)&l->rm.idle_local;
 	l->reg = reg;
 	if (hooks)
 		l->hooks = *hooks;

@@ -629,13 +629,23 @@ static int create_resources(struct rmem_verbs *v, const struct kvi_verbs_opts *o
 			       "limit: ulimit -l unlimited)", o->lbuf_size, dev, strerror(errno));
 		return KVC_ENOMEM;
 	}
-	v->cbuf = aligned_alloc(64, (CTRL_RECVS + 1) * CTRL_MSG);
-	v->cmr = v->cbuf ? ibv_reg_mr(v->pd, v->cbuf, (CTRL_RECVS + 1) * CTRL_MSG, IBV_ACCESS_LOCAL_WRITE) : NULL;
+	/* Receives, the send, and the idle word (rmem.h), which the server may
+	 * READ: this registration is the only memory of ours it can reach,
+	 * and only over this connection (our PD). */
+	v->cbuf = aligned_alloc(64, (CTRL_RECVS + 2) * CTRL_MSG);
+	if (v->cbuf)
+		memset(v->cbuf, 0, (CTRL_RECVS + 2) * CTRL_MSG);
+	v->cmr = v->cbuf ? ibv_reg_mr(v->pd, v->cbuf, (CTRL_RECVS + 2) * CTRL_MSG,
+				      IBV_ACCESS_LOCAL_WRITE | IBV_ACCESS_REMOTE_READ)
+			 : NULL;
 	if (!v->cmr) {
 		kvi_errbuf_set(e, "cannot register control buffers with %s: %s (raise the locked-memory limit: "
 			       "ulimit -l unlimited)", dev, strerror(errno));
 		return KVC_ENOMEM;
 	}
+	v->rm.idle_word = (uint64_t *)(void *)&v->cbuf[CTRL_RECVS + 1];
+	v->rm.idle_addr = (uintptr_t)v->rm.idle_word;
+	v->rm.idle_rkey = v->cmr->rkey;
 	/* Receives must be posted before the server can send anything. */
 	for (unsigned i = 0; i < CTRL_RECVS; i++) {
 		if (post_ctrl_recv(v, i)) {

@@ -144,12 +144,14 @@ enum kvi_ctrl_type {
 	KVI_CTRL_SEG_RETURN = 7,   /* client -> server, when leaving: arg0 = bytes of my extent used */
 	KVI_CTRL_SEG_RETURNED = 8, /* server -> client: the extent's unused tail is the server's again */
 	/* client -> server: extend my lease (server/members.h "Leases"); arg0 = the
-	 * index epoch I use (my acknowledgement of it, layout.h "Resize") */
+	 * index epoch I use (my acknowledgement of it, layout.h "Resize"), arg1 =
+	 * address and arg2 = rkey of my idle word (members.h "Idleness"; 0, 0:
+	 * none) */
 	KVI_CTRL_LEASE_RENEW = 9,
 	/* server -> client: arg0 = lease ms, counted from when the server got the
 	 * renewal, arg1 = renewal interval ms, arg2 = the current index epoch,
 	 * arg3 = enum kvi_index_state: fetch the index (INDEX_REQ) when either
-	 * differs from what I have */
+	 * differs from what I have, arg4 = enum kvi_lease_flags */
 	KVI_CTRL_LEASE = 10,
 	/* client -> server: arg0 = bucket, arg1 = lock word I keep finding there,
 	 * arg2 = epoch of the index of that bucket */
@@ -174,6 +176,12 @@ enum kvi_ctrl_type {
 #define KVI_INDEX_CHUNKS_PER_MSG 4u
 
 /* LEASE arg3: where the server's resizing stands. */
+enum kvi_lease_flags {
+	/* The lease had lapsed while the client was idle: it is a member again
+	 * (same id), its extent was sealed meanwhile (members.h "Idleness"). */
+	KVI_LEASE_F_READMITTED = 1,
+};
+
 enum kvi_index_state {
 	KVI_INDEX_STABLE = 0,    /* one index */
 	KVI_INDEX_MIGRATING = 1, /* the current index is filling from the previous one */

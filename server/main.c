@@ -248,17 +248,25 @@ static int on_ctrl(void *arg, struct kvi_peer *p, const struct kvi_ctrl *req, st
 	enum kvi_index_state state;
 	uint64_t epoch;
 	uint32_t lease;
+	int readmitted;
 
 	switch (req->type) {
 	case KVI_CTRL_LEASE_RENEW:
+		/* arg1, arg2: where its idle word is (members.h "Idleness"); only
+		 * ever READ over its own connection, so a wrong one costs only it. */
+		kvs_members_set_probe(s->members, p->client_id, req->arg[1], (uint32_t)req->arg[2]);
+		readmitted = kvs_members_is_lapsed(s->members, p->client_id);
 		lease = kvs_members_renew(s->members, p->client_id, kvi_mono_ns());
 		kvs_core_index_status(s->core, &epoch, &state);
 		if (!lease) { /* expelled already, or a loopback */
 			*resp = (struct kvi_ctrl){ .type = KVI_CTRL_ERROR, .seq = req->seq, .status = KVC_EFENCED };
 			return 0;
 		}
+		if (readmitted)
+			kvi_ev_info("client_readmitted", "client=%u msg=%s", p->client_id, "renewed after an idle lapse");
 		*resp = (struct kvi_ctrl){ .type = KVI_CTRL_LEASE, .seq = req->seq,
-					   .arg = { lease, s->cfg.o.renew_ms, epoch, state } };
+					   .arg = { lease, s->cfg.o.renew_ms, epoch, state,
+						    readmitted ? KVI_LEASE_F_READMITTED : 0 } };
 		/* arg0: the epoch it uses, its acknowledgement of a resize. */
 		kvs_members_ack(s->members, p->client_id, req->arg[0], kvi_mono_ns());
 		update_acks(s);
@@ -270,7 +278,41 @@ static int on_ctrl(void *arg, struct kvi_peer *p, const struct kvi_ctrl *req, st
 	}
 }
 
-/* Expel every member whose lease ended; returns ms until the next one may. */
+/* A member whose lease ended (or a lapsed one due to be looked at again):
+ * read its idle word (members.h "Idleness"); without one, expel it. */
+static void lease_ended(struct kvs_server *s, uint32_t id)
+{
+	struct kvi_peer *p = kvi_listener_peer(s->l, id);
+	uint64_t addr;
+	uint32_t rkey;
+
+	if (p && !p->fenced && kvs_members_probe(s->members, id, &addr, &rkey) &&
+	    kvi_listener_read_word(s->l, p, addr, rkey) == 0)
+		return; /* on_read decides */
+	expel(s, id, "lease_expired", "let its lease run out: fencing it");
+}
+
+/* The idle word of a member whose lease ended. */
+static void on_read(void *arg, struct kvi_peer *p, uint64_t value, int ok)
+{
+	struct kvs_server *s = arg;
+
+	if (p->fenced || !kvs_members_is_member(s->members, p->client_id))
+		return; /* expelled meanwhile */
+	if (ok && value == 0 && kvs_members_lapse(s->members, p->client_id, kvi_mono_ns()) == 0) {
+		/* Idle: nothing of it in flight, nothing posted before it renews.
+		 * Its open extent is sealed (it gets a new one when it writes). */
+		kvs_core_client_left(s->core, p->client_id);
+		kvi_ev_info("lease_lapsed", "client=%u msg=%s", p->client_id,
+			    "idle when its lease ended: kept connected until it renews");
+		update_acks(s);
+		return;
+	}
+	expel(s, p->client_id, "lease_expired",
+	      ok ? "let its lease run out while busy: fencing it" : "let its lease run out and did not answer: fencing it");
+}
+
+/* Members whose lease ended: read or expel them; returns ms until the next one may. */
 static int expire_leases(struct kvs_server *s)
 {
 	uint32_t ids[64];
@@ -279,7 +321,7 @@ static int expire_leases(struct kvs_server *s)
 	do {
 		n = kvs_members_expired(s->members, kvi_mono_ns(), ids, 64);
 		for (unsigned i = 0; i < n; i++)
-			expel(s, ids[i], "lease_expired", "let its lease run out: fencing it");
+			lease_ended(s, ids[i]);
 	} while (n == 64);
 	/* Members that left, and those just expelled, count no more: an old
 	 * index waiting only for them may go now, not at the next turn of the
@@ -367,7 +409,7 @@ int main(int argc, char **argv)
 {
 	struct kvs_server s = { 0 };
 	struct kvi_listen_cb cb = { .arg = &s, .on_connect = on_connect, .on_established = on_established,
-				    .on_disconnect = on_disconnect, .on_ctrl = on_ctrl };
+				    .on_disconnect = on_disconnect, .on_ctrl = on_ctrl, .on_read = on_read };
 	const struct kvi_geometry *sb;
 	struct kvi_errbuf e = { { 0 } };
 	uint32_t max_op_ms, quarantine_ms;

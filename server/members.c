@@ -11,12 +11,15 @@ struct member {
 	uint32_t id; /* 0: empty slot */
 	uint8_t leased;
 	uint8_t expelled;
+	uint8_t lapsed;     /* its lease ended while it was idle (kvs_members_lapse) */
 	uint64_t lease_end; /* ns */
 	uint64_t epoch;     /* index epoch it last said it uses (0: none yet) */
 	uint64_t epoch_at;  /* ns: when it first said so */
 	uint8_t behind;     /* counted in kvs_members.behind */
 	uint16_t reports;   /* lock reports it made since report_win */
 	uint64_t report_win; /* ns: start of its current report window */
+	uint64_t probe_addr; /* its idle word (kvs_members_set_probe); probe_rkey 0: none */
+	uint32_t probe_rkey;
 };
 
 struct watch {
@@ -200,6 +203,14 @@ uint32_t kvs_members_renew(struct kvs_members *m, uint32_t id, uint64_t now)
 	 * comes first decides, and the client posted nothing meanwhile. */
 	if (!e || !e->leased || e->expelled)
 		return 0;
+	if (e->lapsed) { /* back from idleness: a member again, as if it had just joined */
+		e->lapsed = 0;
+		m->st.readmissions++;
+		if (m->target && e->epoch < m->target && !e->behind) {
+			e->behind = 1;
+			m->behind++;
+		}
+	}
 	e->lease_end = now + m->lease_ns;
 	if (e->lease_end < m->earliest) /* the first renewal may shorten the first lease */
 		m->earliest = e->lease_end;
@@ -238,8 +249,8 @@ int kvs_members_acked(struct kvs_members *m, uint64_t epoch, uint64_t now, uint6
 			struct member *e = &m->t[i];
 
 			e->behind = 0;
-			if (!e->id || !e->leased || e->expelled)
-				continue; /* no lease: a loopback, or one on its way out */
+			if (!e->id || !e->leased || e->expelled || e->lapsed)
+				continue; /* no lease: a loopback, one on its way out, or an idle one */
 			if (e->epoch < epoch) {
 				e->behind = 1;
 				m->behind++;
@@ -265,10 +276,14 @@ unsigned kvs_members_expired(struct kvs_members *m, uint64_t now, uint32_t *ids,
 		if (!e->id || !e->leased || e->expelled)
 			continue;
 		if (e->lease_end <= now && got < max) {
+			/* A lapsed member's time to be looked at again (is it still
+			 * there?) comes back the same way as a lease's end. */
 			e->expelled = 1;
 			not_behind(m, e);
 			ids[got++] = e->id;
-			m->st.lease_expiries++;
+			if (!e->lapsed)
+				m->st.lease_expiries++;
+			e->lapsed = 0;
 		} else if (e->lease_end < earliest) {
 			earliest = e->lease_end; /* includes ones left for the next call */
 		}
@@ -328,7 +343,7 @@ enum kvi_report_verdict kvs_members_report(struct kvs_members *m, uint32_t repor
 		return KVI_REPORT_CHANGED;
 	}
 	e = who ? find(m, who) : NULL;
-	if (!e) {
+	if (!e || e->lapsed) { /* an idle member holds no lock (kvs_members_lapse) */
 		if (w)
 			unwatch(m, w);
 		m->st.reports_cleared++;
@@ -382,6 +397,51 @@ void kvs_members_judge(struct kvs_members *m, uint32_t reporter, uint64_t bucket
 		a->set_from = current;
 		a->set_to = current & KVI_LOCK_MOVED;
 	}
+}
+
+void kvs_members_set_probe(struct kvs_members *m, uint32_t id, uint64_t addr, uint32_t rkey)
+{
+	struct member *e = id ? find(m, id) : NULL;
+
+	if (e) {
+		e->probe_addr = addr;
+		e->probe_rkey = rkey;
+	}
+}
+
+int kvs_members_probe(const struct kvs_members *m, uint32_t id, uint64_t *addr, uint32_t *rkey)
+{
+	const struct member *e = id ? find(m, id) : NULL;
+
+	if (!e || !e->leased || (!e->probe_rkey && !e->probe_addr))
+		return 0;
+	*addr = e->probe_addr;
+	*rkey = e->probe_rkey;
+	return 1;
+}
+
+int kvs_members_lapse(struct kvs_members *m, uint32_t id, uint64_t now)
+{
+	struct member *e = id ? find(m, id) : NULL;
+
+	if (!e || !e->leased || !e->expelled || e->lapsed)
+		return KVC_EINVAL;
+	e->expelled = 0;
+	e->lapsed = 1;
+	/* Looked at again later: a client that died without a word (its host
+	 * gone) is found out then, by a READ that fails. */
+	e->lease_end = now + m->lease_ns * KVS_LAPSED_RECHECK_LEASES;
+	if (e->lease_end < m->earliest)
+		m->earliest = e->lease_end;
+	m->st.lapses++;
+	return 0;
+}
+
+int kvs_members_is_lapsed(const struct kvs_members *m, uint32_t id)
+{
+	const struct member *e = id ? find(m, id) : NULL;
+
+	return e && e->lapsed;
 }
 
 void kvs_members_stats(const struct kvs_members *m, struct kvs_members_stats *out)

@@ -9,10 +9,20 @@
  * own lease from when it SENT the renewal, which is earlier, so it believes
  * in its lease no longer than the server does; it posts nothing once its
  * lease ended (client/engine.c "Lease"). Clients renew every renew_ms, a
- * fraction of the lease, while their application calls into the library; a
- * handle left alone for longer than the lease is expelled and rejoins,
- * with a new id, on its next call. The server's own loopback connections
- * (fencing, reclamation) are members without a lease: they never expire.
+ * fraction of the lease, while their application calls into the library.
+ * The server's own loopback connections (fencing, reclamation) are members
+ * without a lease: they never expire.
+ *
+ * Idleness. A handle its application leaves alone renews nothing (the library
+ * has no thread). When its lease ends the server reads the client's idle
+ * word (one RDMA READ of the client's memory: 0 means nothing in flight and
+ * nothing will be posted before the client has renewed, client/engine.c
+ * "Idle word"): 0 keeps it connected as a lapsed member -- its open extent
+ * is sealed, a resize does not wait for it, a lock word naming it is
+ * nobody's, and its next renewal readmits it with the same id and
+ * connection; anything else, a failed READ, or no idle word at all expels it
+ * as above. So an idle handle costs no rejoin, while a stalled writer is
+ * still fenced when its lease ends.
  *
  * Lock reports. A writer that keeps finding a bucket locked by the same word
  * reports (bucket, word). Nothing in a report is trusted beyond what the
@@ -83,8 +93,26 @@ void kvs_members_ack(struct kvs_members *m, uint32_t id, uint64_t epoch, uint64_
 int kvs_members_acked(struct kvs_members *m, uint64_t epoch, uint64_t now, uint64_t *last);
 
 /* Leased members whose lease ended by now, up to max, into ids; each is
- * returned once (it stays a member, marked expelled, until it leaves). */
+ * returned once (it stays a member, marked expelled, until it leaves -- or
+ * until kvs_members_lapse keeps it). */
 unsigned kvs_members_expired(struct kvs_members *m, uint64_t now, uint32_t *ids, unsigned max);
+/* Idle members ("Idleness" above). A member may name a word of its own
+ * memory that the server can RDMA-READ (its idle word: 0 while it has nothing
+ * in flight and posts nothing before renewing; kvs_members_set_probe, from
+ * its renewals); kvs_members_probe gives it (1) or says there is none (0).
+ * kvs_members_lapse keeps a member whose lease ended (one just returned by
+ * kvs_members_expired) whose idle word read 0: it is no longer counted for
+ * acknowledgements, names no lock (a report naming it clears the word), and
+ * its next renewal readmits it (kvs_members_is_lapsed says so before).
+ * KVS_LAPSED_RECHECK_LEASES leases later kvs_members_expired returns it
+ * again, to be read again (a dead host's READ fails: it is expelled then). 0,
+ * or KVC_EINVAL when id is not such a member. */
+#define KVS_LAPSED_RECHECK_LEASES 10u
+void kvs_members_set_probe(struct kvs_members *m, uint32_t id, uint64_t addr, uint32_t rkey);
+int kvs_members_probe(const struct kvs_members *m, uint32_t id, uint64_t *addr, uint32_t *rkey);
+int kvs_members_lapse(struct kvs_members *m, uint32_t id, uint64_t now);
+int kvs_members_is_lapsed(const struct kvs_members *m, uint32_t id);
+
 /* Milliseconds until the next lease ends (at most max_ms; 0 if one ended). */
 int kvs_members_next_due(const struct kvs_members *m, uint64_t now, int max_ms);
 
@@ -121,6 +149,8 @@ struct kvs_members_stats {
 	uint64_t reports_fenced;  /* ... whose owner was expelled */
 	uint64_t reports_limited; /* reports not judged: their reporter sent too many (KVS_REPORTS_PER_WINDOW) */
 	uint64_t reports_repaired; /* ... of junk, no lock word at all: repaired (kvs_members_judge) */
+	uint64_t lapses;          /* leases that ended on an idle member: kept, not expelled */
+	uint64_t readmissions;    /* ... of those, renewed again */
 };
 void kvs_members_stats(const struct kvs_members *m, struct kvs_members_stats *out);
 

@@ -78,6 +78,14 @@ static void wrap_established(void *arg, struct kvi_peer *p)
 	pthread_mutex_unlock(&m->mu);
 }
 
+static void wrap_read(void *arg, struct kvi_peer *p, uint64_t value, int ok)
+{
+	struct kvs_metrics *m = arg;
+
+	if (m->inner.on_read)
+		m->inner.on_read(m->inner.arg, p, value, ok);
+}
+
 static void wrap_disconnect(void *arg, struct kvi_peer *p)
 {
 	struct kvs_metrics *m = arg;
@@ -339,7 +347,7 @@ int kvs_metrics_start(struct kvs_metrics **out, const char *spec, struct kvs_cor
 	m->cb = cb;
 	m->inner = *cb;
 	*cb = (struct kvi_listen_cb){ .arg = m, .on_connect = wrap_connect, .on_established = wrap_established,
-				      .on_disconnect = wrap_disconnect, .on_ctrl = wrap_ctrl };
+				      .on_disconnect = wrap_disconnect, .on_ctrl = wrap_ctrl, .on_read = wrap_read };
 	kvi_info("metrics at http://%s/metrics", spec);
 	*out = m;
 	return 0;

@@ -10,16 +10,17 @@
  *
  * Membership: a handle holds a lease from the server, renewed from inside
  * kvc_submit and kvc_poll (the library has no thread of its own). A handle
- * whose lease ran out -- its thread stalled, or the application did not call
- * it for longer than the server's lease (kvserver --lease-ms, default 1 s) --
- * is fenced by the server; operations that would post after the lease fail
+ * the application leaves alone for longer than the server's lease (kvserver
+ * --lease-ms, default 1 s) with nothing in flight stays connected: the
+ * server checks that it is idle (one RDMA READ of a word of the handle's)
+ * and its next call renews the lease on the same connection. A handle whose
+ * lease ran out while it had operations in flight -- its thread stalled -- is
+ * fenced by the server; operations that would post after the lease fail
  * KVC_EFENCED. Whenever a handle's connection is broken (fenced, server
  * restarted, path lost), the operations in flight fail and the next call with
  * nothing in flight rejoins the server transparently (a new connection and
  * client id; attempts back off from 10 ms to 1 s, failing fast with
- * KVC_ESERVERGONE meanwhile). An idle handle thus costs one reconnection when
- * used again after its lease; call kvc_poll(h, ..., 0) now and then to keep
- * it alive instead. */
+ * KVC_ESERVERGONE meanwhile). */
 #ifndef KVCLIENT_H
 #define KVCLIENT_H
 
@@ -276,6 +277,7 @@ struct kvc_stats {
 	uint64_t grow_requests;    /* requests to grow the index (an insert found both buckets full) */
 	uint64_t lease_renewals;   /* leases the server renewed (client/engine.c "Lease") */
 	uint64_t junk_slots;       /* slots naming no valid object that a write replaced or cleared */
+	uint64_t readmissions;     /* renewals after the lease lapsed while idle (same connection, no rejoin) */
 };
 
 KVC_EXPORT void kvc_get_stats(const kvc_t *h, struct kvc_stats *out);

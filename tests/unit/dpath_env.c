@@ -29,10 +29,15 @@ static int members_ctrl(struct kvt_env *env, uint32_t client_id, const struct kv
 	if (req->type == KVI_CTRL_LEASE_RENEW) {
 		/* As kvserver's LEASE: the index epoch and state, which the
 		 * client compares with what it has (fetching on a difference). */
+		int readmitted;
+
+		kvs_members_set_probe(env->members, client_id, req->arg[1], (uint32_t)req->arg[2]);
+		readmitted = kvs_members_is_lapsed(env->members, client_id);
 		kvs_core_index_status(env->core, &epoch, &state);
 		lease = kvs_members_renew(env->members, client_id, mono_ns());
 		*resp = lease ? (struct kvi_ctrl){ .type = KVI_CTRL_LEASE, .seq = req->seq,
-						   .arg = { lease, env->renew_ms, epoch, state } }
+						   .arg = { lease, env->renew_ms, epoch, state,
+							    readmitted ? KVI_LEASE_F_READMITTED : 0 } }
 			      : (struct kvi_ctrl){ .type = KVI_CTRL_ERROR, .seq = req->seq, .status = KVC_EFENCED };
 		return 0;
 	}
@@ -66,6 +71,32 @@ static int locked_ctrl(void *arg, uint32_t client_id, const struct kvi_ctrl *req
 		rc = kvs_core_ctrl(env->core, client_id, req, resp);
 	pthread_mutex_unlock(&env->lock);
 	return rc;
+}
+
+unsigned kvt_env_expire(struct kvt_env *env, unsigned *lapsed)
+{
+	uint32_t ids[64];
+	unsigned n, expelled = 0;
+
+	*lapsed = 0;
+	pthread_mutex_lock(&env->lock);
+	n = kvs_members_expired(env->members, mono_ns(), ids, 64);
+	for (unsigned i = 0; i < n; i++) {
+		uint64_t addr;
+		uint32_t rkey;
+
+		/* In-process the idle word is read where it lies. */
+		if (kvs_members_probe(env->members, ids[i], &addr, &rkey) &&
+		    __atomic_load_n((const uint64_t *)(uintptr_t)addr, __ATOMIC_SEQ_CST) == 0 &&
+		    kvs_members_lapse(env->members, ids[i], mono_ns()) == 0) {
+			kvs_core_client_left(env->core, ids[i]);
+			(*lapsed)++;
+		} else {
+			expelled++;
+		}
+	}
+	pthread_mutex_unlock(&env->lock);
+	return expelled;
 }
 
 int kvt_env_leases(struct kvt_env *env, uint32_t lease_ms, uint32_t renew_ms)

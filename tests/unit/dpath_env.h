@@ -60,6 +60,10 @@ int kvt_env_client(struct kvt_env *env, const struct kvi_local_hooks *hooks, uns
  * as kvserver does: a report naming no member clears the word (with a CPU
  * CAS: the local transport's atomics are CPU atomics). */
 int kvt_env_leases(struct kvt_env *env, uint32_t lease_ms, uint32_t renew_ms);
+/* What kvserver does when leases end (server/members.h "Idleness"): each
+ * member whose lease ended is kept as lapsed if its idle word reads 0
+ * (counted in *lapsed), else expelled (returned). */
+unsigned kvt_env_expire(struct kvt_env *env, unsigned *lapsed);
 /* A client with these options (depth, cache, timeouts); it can rejoin (a new
  * local connection, a new client id) when its connection breaks. */
 int kvt_env_client_opts(struct kvt_env *env, const struct kvi_local_hooks *hooks, const struct kvc_opts *o,

@@ -193,6 +193,70 @@ Test(lease, junk_in_a_lock_word_is_reported_and_repaired_so_the_key_stays_writab
 	kvc_destroy(a);
 }
 
+/* Issue 18 defect 2: an idle handle must not cost a rejoin. Idle when its
+ * lease ends (its idle word reads 0), it stays a member; its next call
+ * renews on the same connection, with the same id, and writes into a new
+ * extent (the old one was sealed). */
+Test(lease, an_idle_handle_past_its_lease_is_kept_and_readmitted_without_a_rejoin)
+{
+	kvc_t *a = client(NULL);
+	uint32_t me = kvi_client_conn(a, 0)->rm->client_id;
+	struct kvs_members_stats ms;
+	struct kvc_stats st;
+	unsigned lapsed;
+	char v[16];
+
+	cr_assert_eq(kvt_put_s(a, "k", "before"), 0);
+	for (int round = 0; round < 3; round++) {
+		char val[16];
+
+		usleep(130 * 1000);
+		cr_expect_eq(kvt_env_expire(&env, &lapsed), 0, "round %d: nobody expelled", round);
+		cr_expect_eq(lapsed, 1, "round %d: kept, lapsed", round);
+		cr_expect_eq(kvt_get_s(a, "k", v, sizeof(v)), 0);
+		snprintf(val, sizeof(val), "after%d", round);
+		cr_expect_eq(kvt_put_s(a, "k", val), 0, "a PUT into a new extent");
+		cr_expect_eq(kvt_get_s(a, "k", v, sizeof(v)), 0);
+		cr_expect_str_eq(v, val);
+	}
+	kvc_get_stats(a, &st);
+	cr_expect_eq(st.rejoins, 0, "no rejoin");
+	cr_expect_eq(st.readmissions, 3);
+	cr_expect_eq(kvi_client_conn(a, 0)->rm->client_id, me, "the same id");
+	kvs_members_stats(env.members, &ms);
+	cr_expect_eq(ms.lapses, 3);
+	cr_expect_eq(ms.readmissions, 3);
+	kvc_destroy(a);
+}
+
+/* ... while a handle whose lease ends with an operation in flight is
+ * expelled, as before: its idle word reads busy. */
+static int expire_in_flight(void *arg, struct kvi_rmem *rm, const struct kvi_rop *op)
+{
+	unsigned *expelled = arg, lapsed;
+
+	(void)rm;
+	if (op->kind == KVI_ROP_CAS && op->compare_add == 0 && *expelled == 0) {
+		usleep(130 * 1000); /* past the lease */
+		*expelled = kvt_env_expire(&env, &lapsed) + 100 * lapsed;
+	}
+	return 0;
+}
+
+Test(lease, a_handle_whose_lease_ends_with_an_operation_in_flight_is_expelled)
+{
+	static unsigned expelled;
+	struct kvi_local_hooks hk = { .before_op = expire_in_flight, .arg = &expelled };
+	kvc_t *a = client(&hk);
+	int rc;
+
+	rc = kvt_put_s(a, "k", "v");
+	cr_expect_neq(rc, 0, "no commit after the lease");
+	cr_expect_eq(expelled, 1, "expelled, not kept (%u)", expelled);
+	*lock_of("k", 0) = *lock_of("k", 1) = 0;
+	kvc_destroy(a);
+}
+
 /* Stall a writer after it took its locks, past its lease. */
 static int stall_armed;
 static int stall_after_lock(void *arg, struct kvi_rmem *rm, const struct kvi_rop *op)
