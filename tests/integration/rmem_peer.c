@@ -15,6 +15,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "exec_bound.h"
 #include "listener.h"
 #include "log.h"
 
@@ -41,7 +42,8 @@ static int on_connect(void *arg, struct kvi_peer *p, const struct kvi_hello *h, 
 					.heap_size = s->size + s->extra - 2 * KVI_SUPERBLOCK_SIZE,
 					.segment_size = KVI_MIN_SEGMENT_SIZE };
 	w->max_op_ms = 1000;
-	w->quarantine_ms = 2500;
+	w->exec_ms = KVI_EXEC_BOUND_MS; /* what its QPs are set to (listener.c) */
+	w->quarantine_ms = 2 * w->max_op_ms + w->exec_ms + 10;
 	return 0;
 }
 
