@@ -5,6 +5,7 @@
 #include <criterion/criterion.h>
 #include <pthread.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 #include <time.h>
 #include <unistd.h>
@@ -1125,4 +1126,32 @@ Test(reclaim, a_sealed_segment_settles_only_after_the_execution_bound)
 		     (unsigned long)((kvi_mono_ns() - t0) / 1000000u));
 	usleep(exec_ms * 1000u);
 	cr_expect_eq(kvs_reclaim_one(rcl), 1, "settled after max_op + exec + margin");
+}
+
+/* ... and so does the quarantine: a GET's access mark (or any write) posted
+ * just before its deadline may execute exec_ms later, so reclaimed memory is
+ * reused only after 2 x max_op + exec + margin (segtab.h). */
+Test(reclaim, the_quarantine_covers_the_execution_bound)
+{
+	struct kvs_core_opts o = { .segment_size = 64u << 10, .max_op_ms = MAX_OP_MS, .exec_ms = 400,
+				   .quarantine_ms = QUARANTINE_MS };
+	struct kvi_errbuf e = { { 0 } };
+	struct kvs_core *c = NULL;
+	uint32_t max_op, quarantine;
+	uint16_t flags;
+	void *region;
+
+	teardown();
+	region = aligned_alloc(4096, 4u << 20);
+	cr_assert(region);
+	cr_expect_eq(kvs_core_create(region, 4u << 20, &o, &c, &e), KVC_EINVAL, "a %u ms quarantine accepted",
+		     QUARANTINE_MS);
+	cr_expect(strstr(e.msg, "execution bound") != NULL, "message: %s", e.msg);
+	o.quarantine_ms = 0; /* the least that is safe */
+	cr_assert_eq(kvs_core_create(region, 4u << 20, &o, &c, &e), 0, "%s", e.msg);
+	kvs_core_limits(c, &max_op, &quarantine, &flags);
+	cr_expect_eq(quarantine, 2 * MAX_OP_MS + 400 + KVS_QUARANTINE_MARGIN_MS);
+	cr_expect_eq(kvs_core_exec_ms(c), 400, "the welcome states it");
+	kvs_core_destroy(c);
+	free(region);
 }
