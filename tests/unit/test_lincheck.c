@@ -3,7 +3,9 @@
  * histories of real clients over the in-process transport, with TTLs of a
  * few milliseconds expiring mid-history, READs and WRITEs stretched at random
  * by hooks, and (every other seed) the server's reclaimer moving items
- * underneath. Every history must be linearizable (lincheck.h for the model). */
+ * underneath; then histories with two operations in flight per client and
+ * commits executing late while the reclaimer runs (issue 18). Every history
+ * must be linearizable (lincheck.h for the model). */
 #include <criterion/criterion.h>
 #include <inttypes.h>
 #include <pthread.h>
