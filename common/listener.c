@@ -554,6 +554,7 @@ static int admit(struct kvi_listener *l, struct rdma_cm_event *ev, const struct 
 	struct ibv_qp_init_attr qa;
 	struct rdma_conn_param cp;
 	struct kvi_peer *p;
+	struct kvi_errbuf ack_err;
 	uint16_t role = KVI_ROLE_CLIENT;
 	char addr[INET6_ADDRSTRLEN];
 	int why;
@@ -641,9 +642,13 @@ static int admit(struct kvi_listener *l, struct rdma_cm_event *ev, const struct 
 	cp.initiator_depth = kvi_depth(ev->param.conn.responder_resources < l->attr.max_qp_init_rd_atom
 					       ? ev->param.conn.responder_resources
 					       : l->attr.max_qp_init_rd_atom);
-	cp.retry_count = 7;
+	cp.retry_count = KVI_RETRY_COUNT;
 	cp.rnr_retry_count = 7;
-	kvi_set_ack_timeout(id);
+	if (kvi_set_ack_timeout(id, &ack_err)) {
+		kvi_ev_err("client_setup_failed", "client=%u call=rdma_set_option reason=%s", w.client_id, ack_err.msg);
+		reject(id, KVI_REJECT_FULL);
+		goto clean_qp;
+	}
 	if (rdma_accept(id, &cp)) {
 		kvi_ev_err("client_setup_failed", "client=%u call=rdma_accept reason=%s", w.client_id, strerror(errno));
 		goto clean_qp;

@@ -682,6 +682,28 @@ static int make_hello(const struct kvi_verbs_opts *o, struct rdma_cm_id *id, str
 	return 0;
 }
 
+/* The server reuses memory on the promise that what we post executes
+ * within the bound it stated (exec_bound.h): read back what the QP was
+ * really given, and refuse to run when it may retransmit for longer. */
+static int check_exec_bound(struct rmem_verbs *v, const struct kvi_verbs_opts *o, uint32_t server_ms,
+			    struct kvi_errbuf *e)
+{
+	unsigned timeout, retry;
+	uint32_t ours;
+	int rc = kvi_qp_exec_bound(v->id->qp, &ours, &timeout, &retry, e);
+
+	if (rc)
+		return rc;
+	if (ours > server_ms) {
+		kvi_errbuf_set(e, "server %s:%s reuses memory assuming a work request executes within %u ms of "
+			       "posting, but this QP (ACK timeout %u, retry count %u) may retransmit for %s%u ms: "
+			       "refusing to run", o->host, o->port, server_ms, timeout, retry,
+			       ours == UINT32_MAX ? "ever; bound " : "", ours);
+		return KVC_ENOTSUP;
+	}
+	return 0;
+}
+
 int kvi_rmem_verbs_connect(const struct kvi_verbs_opts *o, struct kvi_rmem **out,
 			   struct kvi_welcome *welcome, struct kvi_errbuf *e)
 {
@@ -747,7 +769,9 @@ int kvi_rmem_verbs_connect(const struct kvi_verbs_opts *o, struct kvi_rmem **out
 	rc = create_resources(v, o, &attr, e);
 	if (rc)
 		goto clean_ai;
-	kvi_set_ack_timeout(v->id);
+	rc = kvi_set_ack_timeout(v->id, e);
+	if (rc)
+		goto clean_ai;
 
 	rc = make_hello(o, v->id, &hello, e);
 	if (rc)
@@ -758,7 +782,7 @@ int kvi_rmem_verbs_connect(const struct kvi_verbs_opts *o, struct kvi_rmem **out
 	/* Zero here would forbid READ and atomics on this QP: ask for all the device allows. */
 	cp.initiator_depth = kvi_depth(attr.max_qp_init_rd_atom);
 	cp.responder_resources = kvi_depth(attr.max_qp_rd_atom);
-	cp.retry_count = 7;
+	cp.retry_count = KVI_RETRY_COUNT;
 	cp.rnr_retry_count = 7;
 	if (rdma_connect(v->id, &cp)) {
 		kvi_errbuf_set(e, "rdma_connect to %s:%s: %s", o->host, o->port, strerror(errno));
@@ -769,6 +793,9 @@ int kvi_rmem_verbs_connect(const struct kvi_verbs_opts *o, struct kvi_rmem **out
 	if (rc)
 		goto clean_ai;
 	v->connected = 1;
+	rc = check_exec_bound(v, o, welcome->exec_ms, e);
+	if (rc)
+		goto clean_ai;
 	/* From now on the channel is only looked at while idle, never blocked on. */
 	if (fcntl(v->ch->fd, F_SETFL, fcntl(v->ch->fd, F_GETFL) | O_NONBLOCK)) {
 		kvi_errbuf_set(e, "fcntl(O_NONBLOCK) on the rdma_cm channel: %s", strerror(errno));

@@ -104,11 +104,34 @@ int kvi_cm_wait(struct rdma_event_channel *ch, int timeout_ms, struct rdma_cm_ev
 	return 0;
 }
 
-void kvi_set_ack_timeout(struct rdma_cm_id *id)
+int kvi_set_ack_timeout(struct rdma_cm_id *id, struct kvi_errbuf *e)
 {
 	uint8_t t = KVI_ACK_TIMEOUT;
 
-	if (rdma_set_option(id, RDMA_OPTION_ID, RDMA_OPTION_ID_ACK_TIMEOUT, &t, sizeof(t)))
-		kvi_warn("cannot set the RDMA ACK timeout (%s): retransmissions wait the default ~1 s",
-			 strerror(errno));
+	if (rdma_set_option(id, RDMA_OPTION_ID, RDMA_OPTION_ID_ACK_TIMEOUT, &t, sizeof(t))) {
+		kvi_errbuf_set(e, "cannot set the RDMA ACK timeout (rdma_set_option: %s): without it a lost "
+			       "packet is retransmitted after ~1 s and a write could land after the server reused "
+			       "its memory; a kernel with RDMA_OPTION_ID_ACK_TIMEOUT (4.15+) is needed",
+			       strerror(errno));
+		return KVC_ENOTSUP;
+	}
+	return 0;
+}
+
+int kvi_qp_exec_bound(struct ibv_qp *qp, uint32_t *bound_ms, unsigned *timeout, unsigned *retry,
+		      struct kvi_errbuf *e)
+{
+	struct ibv_qp_attr a;
+	struct ibv_qp_init_attr ia;
+
+	memset(&a, 0, sizeof(a));
+	if (ibv_query_qp(qp, &a, IBV_QP_TIMEOUT | IBV_QP_RETRY_CNT, &ia)) {
+		kvi_errbuf_set(e, "cannot read back the QP's ACK timeout and retry count (ibv_query_qp: %s)",
+			       strerror(errno));
+		return KVC_ESYS;
+	}
+	*timeout = a.timeout;
+	*retry = a.retry_cnt;
+	*bound_ms = kvi_exec_bound_ms(a.timeout, a.retry_cnt);
+	return 0;
 }

@@ -5,8 +5,11 @@
 #define KVI_VERBS_UTIL_H
 
 #include <stddef.h>
+#include <stdint.h>
 #include <infiniband/verbs.h>
 #include <rdma/rdma_cma.h>
+
+#include "exec_bound.h"
 
 /* A fixed-size message buffer for "what failed, where, what to do". */
 struct kvi_errbuf {
@@ -24,18 +27,22 @@ int kvi_check_device(struct ibv_context *ctx, struct ibv_device_attr *attr, stru
 /* Map a completion status to a KVC_ code. */
 int kvi_wc_status_code(enum ibv_wc_status st);
 
+/* Set the QP's local ACK timeout (retransmission timer) on a CM id before it
+ * connects or accepts: 4.096 us x 2^KVI_ACK_TIMEOUT (exec_bound.h). rdma_cm's
+ * RoCE default is 2^18 (~1 s): one lost packet then stalls a QP for a second,
+ * and a work request may execute seconds after it was posted, past what the
+ * server's settle and quarantine allow. So failing to set it is fatal:
+ * KVC_ENOTSUP with a message (an old kernel without the option). */
+int kvi_set_ack_timeout(struct rdma_cm_id *id, struct kvi_errbuf *e);
+
+/* Read back the connected QP's local ACK timeout and retry count and the
+ * execution bound they give (exec_bound.h) into *bound_ms: 0, or KVC_ESYS
+ * (ibv_query_qp failed) with a message. */
+int kvi_qp_exec_bound(struct ibv_qp *qp, uint32_t *bound_ms, unsigned *timeout, unsigned *retry,
+		      struct kvi_errbuf *e);
+
 /* Wait up to timeout_ms (negative: forever) for the next event on ch.
  * 0 with *ev set, KVC_ETIMEDOUT, or KVC_ESYS. */
-/* Set the QP's local ACK timeout (retransmission timer) on a CM id before it
- * connects or accepts: 4.096 us x 2^KVI_ACK_TIMEOUT. rdma_cm's RoCE default
- * is 2^18 (~1 s): one lost packet (a loaded host, a dropping switch) then
- * stalls a QP for a second, longer than an operation's deadline, and the
- * connection is broken. 14 (~67 ms, perftest's default) retries in time;
- * with retry_count 7 a dead peer is still noticed within ~0.5 s. Failure to
- * set it (an old kernel) leaves the default: logged, not fatal. */
-#define KVI_ACK_TIMEOUT 14
-void kvi_set_ack_timeout(struct rdma_cm_id *id);
-
 int kvi_cm_wait(struct rdma_event_channel *ch, int timeout_ms, struct rdma_cm_event **ev);
 
 /* Largest value an rdma_conn_param depth field can carry. */

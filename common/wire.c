@@ -59,6 +59,7 @@ void kvi_wire_welcome_encode(struct kvi_wire_welcome *w, const struct kvi_welcom
 	w->max_op_ms = htole32(h->max_op_ms);
 	w->quarantine_ms = htole32(h->quarantine_ms);
 	w->lease_ms = htole32(h->lease_ms);
+	w->exec_ms = htole32(h->exec_ms);
 	w->flags = htole16(h->flags);
 	w->geo.layout_version = htole32(h->geo.layout_version);
 	w->geo.epoch = htole64(h->geo.epoch);
@@ -96,6 +97,7 @@ int kvi_wire_welcome_decode(const void *buf, size_t len, struct kvi_welcome *out
 	out->max_op_ms = le32toh(w.max_op_ms);
 	out->quarantine_ms = le32toh(w.quarantine_ms);
 	out->lease_ms = le32toh(w.lease_ms);
+	out->exec_ms = le32toh(w.exec_ms);
 	out->flags = le16toh(w.flags);
 	out->geo = (struct kvi_geometry){
 		.layout_version = le32toh(w.geo.layout_version),
@@ -110,8 +112,8 @@ int kvi_wire_welcome_decode(const void *buf, size_t len, struct kvi_welcome *out
 	};
 	/* A quarantine too short for the deadline is a lie (layout.h "Reuse");
 	 * so is a region the client could not address without wrapping. */
-	if (out->max_op_ms == 0 || (uint64_t)out->quarantine_ms < 2ull * out->max_op_ms)
-		return bad_welcome(why, "quarantine not above twice the operation deadline");
+	if (out->max_op_ms == 0 || (uint64_t)out->quarantine_ms < 2ull * out->max_op_ms + out->exec_ms)
+		return bad_welcome(why, "quarantine not above twice the operation deadline plus the execution bound");
 	if (out->client_id == 0)
 		return bad_welcome(why, "client id 0");
 	geo_bad = kvi_geometry_check(&out->geo);

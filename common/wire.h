@@ -17,8 +17,10 @@
 
 #define KVI_WIRE_MAGIC 0x3143564bu /* "KVC1" read as little-endian bytes */
 /* 2: the welcome carries the geometry; 3: indexes come in INDEX messages;
- * 4: the join proof's MAC covers the server's address and port */
-#define KVI_WIRE_VERSION 4u
+ * 4: the join proof's MAC covers the server's address and port; 5: the
+ * welcome states the execution bound, renewals name the idle word and
+ * LEASE carries flags */
+#define KVI_WIRE_VERSION 5u
 
 /* rdma_cm limits for RC over IB/RoCE (IB CM REQ/REP/REJ private data). */
 #define KVI_CM_CONNECT_PDATA_MAX 56u
@@ -96,9 +98,11 @@ struct kvi_wire_welcome {
 	uint32_t rkey;        /* of the one region MR */
 	uint64_t region_addr; /* remote virtual address of region offset 0 */
 	uint32_t max_op_ms;   /* longest operation deadline a client may use (>= 1) */
-	uint32_t quarantine_ms; /* reclaimed memory is reused after this (> 2 x max_op_ms) */
+	uint32_t quarantine_ms; /* reclaimed memory is reused after this (> 2 x max_op_ms + exec_ms) */
 	uint32_t lease_ms;    /* client lease length; 0 = no leases */
-	uint32_t reserved0;
+	/* The execution bound settle and quarantine assume (exec_bound.h): a
+	 * client whose QP may execute a work request later refuses to run. */
+	uint32_t exec_ms;
 	struct kvi_wire_geometry geo;
 	uint8_t reserved[24];
 };
@@ -277,6 +281,7 @@ struct kvi_welcome {
 	uint32_t max_op_ms;
 	uint32_t quarantine_ms;
 	uint32_t lease_ms;
+	uint32_t exec_ms;
 	uint16_t flags; /* enum kvi_welcome_flags */
 	struct kvi_geometry geo;
 };

@@ -15,6 +15,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "exec_bound.h"
 #include "log.h"
 #include "members.h"
 #include "migrate.h"
@@ -80,10 +81,10 @@ static const struct cfg_key keys[] = {
 	  .help = "... and stop when they reach PCT % (default: reclaim-low + 2)", AT(core.reclaim_high_pct) },
 	{ "max-op-ms", 0, T_U64, "Cache policy", 1, 600000, .def = "1000", .metavar = "MS", .kind = "milliseconds",
 	  .help = "longest operation deadline clients may use; they clamp\ntheirs to it", AT(core.max_op_ms) },
-	{ "quarantine-ms", 0, T_U64, "Cache policy", 1, 3600000, .def = "2500", .metavar = "MS",
+	{ "quarantine-ms", 0, T_U64, "Cache policy", 1, 3600000, .def = "3000", .metavar = "MS",
 	  .kind = "milliseconds",
 	  .help = "reclaimed memory is reused after this; at least\n"
-		  "2 x max-op-ms + 10 (default 2500, or that if max-op-ms is set)",
+		  "2 x max-op-ms + 597 (default 3000, or that if max-op-ms is set)",
 	  AT(core.quarantine_ms) },
 	{ "client-quota-pct", 0, T_U64, "Cache policy", 1, 100, .def = "25", .metavar = "PCT",
 	  .kind = "a percentage of the heap",
@@ -479,9 +480,12 @@ static void derive(struct kvs_config *c)
 		o->core.reclaim_high_pct = o->core.reclaim_low_pct + (KVS_DEFAULT_RECLAIM_HIGH_PCT - KVS_DEFAULT_RECLAIM_LOW_PCT);
 		c->from[i].derived = 1;
 	}
+	/* kvserver serves verbs: what its QPs may take to execute a work
+	 * request (exec_bound.h) is added to settle and quarantine. */
+	o->core.exec_ms = KVI_EXEC_BOUND_MS;
 	i = find_key("quarantine-ms");
 	if (c->from[i].src == KVS_SRC_DEFAULT && o->core.max_op_ms != KVS_DEFAULT_MAX_OP_MS) {
-		o->core.quarantine_ms = 2 * o->core.max_op_ms + KVS_QUARANTINE_MARGIN_MS;
+		o->core.quarantine_ms = 2 * o->core.max_op_ms + KVI_EXEC_BOUND_MS + KVS_QUARANTINE_MARGIN_MS;
 		c->from[i].derived = 1;
 	}
 	i = find_key("renew-ms");
@@ -508,12 +512,13 @@ static int cross_check(struct kvs_config *c, struct kvi_errbuf *e)
 		return -1;
 	}
 	ia = find_key("quarantine-ms"), ib = find_key("max-op-ms");
-	if ((uint64_t)o->core.quarantine_ms < 2ull * o->core.max_op_ms + KVS_QUARANTINE_MARGIN_MS) {
+	if ((uint64_t)o->core.quarantine_ms < 2ull * o->core.max_op_ms + KVI_EXEC_BOUND_MS + KVS_QUARANTINE_MARGIN_MS) {
 		where(c, (size_t)ia, a, sizeof(a));
 		where(c, (size_t)ib, b, sizeof(b));
 		kvi_errbuf_set(e, "quarantine-ms %u (%s) is unsafe with max-op-ms %u (%s): the quarantine must be "
-				  "at least twice the operation deadline plus %u ms", o->core.quarantine_ms, a,
-			       o->core.max_op_ms, b, KVS_QUARANTINE_MARGIN_MS);
+				  "at least twice the operation deadline plus %u ms (a late write's execution bound "
+				  "and a margin)", o->core.quarantine_ms, a,
+			       o->core.max_op_ms, b, KVI_EXEC_BOUND_MS + KVS_QUARANTINE_MARGIN_MS);
 		return -1;
 	}
 	ia = find_key("reclaim-low"), ib = find_key("reclaim-high");

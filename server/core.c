@@ -178,24 +178,31 @@ int kvs_core_plan(uintptr_t base, uint64_t region_size, const struct kvs_core_op
 static int policy_opts(const struct kvs_core_opts *in, struct kvs_core_opts *o, struct kvi_errbuf *e)
 {
 	uint32_t margin = in && in->in_process ? 0 : KVS_QUARANTINE_MARGIN_MS;
+	uint64_t least;
 
 	*o = in ? *in : (struct kvs_core_opts){ 0 };
 	if (!o->max_op_ms)
 		o->max_op_ms = KVS_DEFAULT_MAX_OP_MS;
+	if (o->max_op_ms > 600000u || o->exec_ms > 600000u) {
+		kvi_errbuf_set(e, "an operation deadline of %u ms or an execution bound of %u ms is too long: at "
+			       "most 600000", o->max_op_ms, o->exec_ms);
+		return KVC_EINVAL;
+	}
+	/* A write posted just before its deadline executes up to exec_ms later
+	 * (exec_bound.h); segtab.h says why twice the deadline. */
+	least = 2ull * o->max_op_ms + o->exec_ms + margin;
 	if (!o->quarantine_ms)
-		o->quarantine_ms = o->max_op_ms == KVS_DEFAULT_MAX_OP_MS ? KVS_DEFAULT_QUARANTINE_MS
-									 : 2 * o->max_op_ms + margin;
+		o->quarantine_ms = o->max_op_ms == KVS_DEFAULT_MAX_OP_MS && least <= KVS_DEFAULT_QUARANTINE_MS
+					   ? KVS_DEFAULT_QUARANTINE_MS
+					   : (uint32_t)least;
 	if (!o->reclaim_low_pct)
 		o->reclaim_low_pct = KVS_DEFAULT_RECLAIM_LOW_PCT;
 	if (!o->reclaim_high_pct)
 		o->reclaim_high_pct = o->reclaim_low_pct + (KVS_DEFAULT_RECLAIM_HIGH_PCT - KVS_DEFAULT_RECLAIM_LOW_PCT);
-	if (o->max_op_ms > 600000u) {
-		kvi_errbuf_set(e, "an operation deadline of %u ms is too long: at most 600000", o->max_op_ms);
-		return KVC_EINVAL;
-	}
-	if ((uint64_t)o->quarantine_ms < 2ull * o->max_op_ms + margin) {
+	if (o->quarantine_ms < least) {
 		kvi_errbuf_set(e, "a quarantine of %u ms is unsafe with operations of up to %u ms: it must be at "
-			       "least twice that plus %u ms", o->quarantine_ms, o->max_op_ms, margin);
+			       "least twice that plus the execution bound (%u ms) plus %u ms", o->quarantine_ms,
+			       o->max_op_ms, o->exec_ms, margin);
 		return KVC_EINVAL;
 	}
 	if (!o->client_quota_pct)
@@ -267,7 +274,10 @@ int kvs_core_create(void *region_base, uint64_t region_size, const struct kvs_co
 							  .heap_off = c->geo.heap_off,
 							  .segment_size = c->geo.segment_size, .stride = c->stride,
 							  .nsegs = c->nsegs,
-							  .settle_ns = ((uint64_t)c->o.max_op_ms +
+							  /* Every write into a segment sealed at s was
+							   * posted before s + max_op and executed
+							   * within exec_ms of that (segtab.h). */
+							  .settle_ns = ((uint64_t)c->o.max_op_ms + c->o.exec_ms +
 									(c->o.in_process ? 0 : KVS_QUARANTINE_MARGIN_MS)) *
 								       1000000u,
 							  .quarantine_ns = (uint64_t)c->o.quarantine_ms * 1000000u,
@@ -1029,6 +1039,11 @@ int kvs_core_acked(struct kvs_core *c, uint64_t epoch, uint64_t *at_ns)
 	*at_ns = c->acks_required ? c->acked_at : 0;
 	pthread_mutex_unlock(&c->mu);
 	return ok;
+}
+
+uint32_t kvs_core_exec_ms(const struct kvs_core *c)
+{
+	return c->o.exec_ms;
 }
 
 uint32_t kvs_core_quarantine_ms(const struct kvs_core *c)

@@ -45,9 +45,10 @@
  * take 160 bytes), so the index fills up around when the heap does. */
 #define KVS_BYTES_PER_BUCKET 4096u
 /* Operation deadline clients must keep (they clamp their own to it), and the
- * quarantine of reclaimed segments, which must exceed twice that (segtab.h). */
+ * quarantine of reclaimed segments, which must exceed twice that plus the
+ * transport's execution bound (segtab.h; kvserver's: 2 x 1000 + 587 + 10). */
 #define KVS_DEFAULT_MAX_OP_MS 1000u
-#define KVS_DEFAULT_QUARANTINE_MS 2500u
+#define KVS_DEFAULT_QUARANTINE_MS 3000u
 /* Slack for packets already on the wire when a deadline passes. */
 #define KVS_QUARANTINE_MARGIN_MS 10u
 /* Reclamation starts when free (plus quarantined) segments fall below
@@ -73,7 +74,12 @@ struct kvs_core_opts {
 	uint64_t buckets;      /* 0 = default: region_size / KVS_BYTES_PER_BUCKET, at least 64; else >= 2 */
 	uint64_t segment_size; /* bytes, 0 = default 1 MiB; power of two, 64 KiB .. 1 MiB */
 	uint32_t max_op_ms;    /* 0 = default */
-	uint32_t quarantine_ms; /* 0 = default (at least 2 x max_op_ms + margin) */
+	uint32_t quarantine_ms; /* 0 = default (at least 2 x max_op_ms + exec_ms + margin) */
+	/* The transport's execution bound (exec_bound.h): how long after it
+	 * was posted a client's work request may still execute. Settle and
+	 * quarantine add it; the welcome states it. kvserver: KVI_EXEC_BOUND_MS;
+	 * 0 for the in-process transport, which executes at once. */
+	uint32_t exec_ms;
 	unsigned reclaim_low_pct, reclaim_high_pct; /* 0 = defaults; 1..90, low < high */
 	int no_evict; /* keep every live item: reclamation only compacts garbage away */
 	unsigned client_quota_pct; /* 0 = default (KVS_DEFAULT_CLIENT_QUOTA_PCT); 1..100 of the heap */
@@ -198,6 +204,9 @@ int kvs_core_no_evict(const struct kvs_core *c);
 void kvs_core_attach_reclaimer(struct kvs_core *c);
 /* What clients are told at join (wire.h welcome). */
 void kvs_core_limits(const struct kvs_core *c, uint32_t *max_op_ms, uint32_t *quarantine_ms, uint16_t *flags);
+/* The execution bound settle and quarantine assume (opts.exec_ms): the
+ * welcome states it, and a client whose QP cannot meet it refuses to run. */
+uint32_t kvs_core_exec_ms(const struct kvs_core *c);
 /* The compaction (no-evict) reclaimer found nothing worth compacting: client
  * grants that find no room answer KVC_ENOMEM instead of KVC_EAGAIN for the
  * next 200 ms (then the reclaimer is asked to look again). */

@@ -115,6 +115,7 @@ static int on_connect(void *arg, struct kvi_peer *p, const struct kvi_hello *h, 
 	w->geo = *kvs_core_geometry(s->core); /* never read from the region (layout.h "Geometry") */
 	w->lease_ms = 0; /* no leases yet */
 	kvs_core_limits(s->core, &w->max_op_ms, &w->quarantine_ms, &w->flags);
+	w->exec_ms = kvs_core_exec_ms(s->core); /* the client checks its QP meets it */
 	kvi_ev_info("client_joined", "client=%u addr=%s role=%s", w->client_id, kvi_peer_addr(p, addr, sizeof(addr)),
 		    p->role == KVI_ROLE_LOOPBACK ? "loopback" : "client");
 	return 0;

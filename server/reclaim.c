@@ -60,6 +60,7 @@ struct kvs_reclaimer {
 			* buffer, because copies forward are RDMA WRITEs from it */
 	struct item *items;
 	uint32_t nitems, cap_items;
+	uint32_t pending; /* objects the walk left undecided (writer_holds) */
 	struct kvs_extent x; /* where live objects are copied to */
 	uint64_t x_used;
 	int no_evict;
@@ -137,12 +138,36 @@ static uint64_t held(const struct kvs_reclaimer *r)
 	return kvi_lock_held_by(r->rm->client_id);
 }
 
-/* Step 1 and 2: walk the snapshot, keep the objects some slot names. */
+/* An object no slot names may still be named: its writer's commit (slot
+ * WRITE + unlock) may be on its way, and only the lock it took before shows
+ * it. Settle covers the execution bound (segtab.h), so this is the second
+ * line: a key bucket locked by a writer that is still connected (the core
+ * has its record; a departed one's QP is gone and can land nothing) makes
+ * the object undecided. A lock read by the CPU, as the walk reads slots: an
+ * object of a writer's that holds the lock was written before it was taken
+ * (one QP, in order), so the walk saw it. */
+static int writer_holds(struct kvs_reclaimer *r, const struct kvi_keyhash *kh)
+{
+	for (unsigned w = 0; w < (kh->b[0] == kh->b[1] ? 1u : 2u); w++) {
+		const uint64_t *lock = (const void *)(r->base + kvi_index_bucket_off(&r->ix, kh->b[w]));
+		uint64_t word = __atomic_load_n(lock, __ATOMIC_RELAXED);
+		uint32_t owner = kvi_lock_owner(word);
+
+		if ((word & KVI_LOCK_LOCKED) && owner && owner != r->rm->client_id &&
+		    kvs_core_client_held(r->core, owner))
+			return 1;
+	}
+	return 0;
+}
+
+/* Step 1 and 2: walk the snapshot, keep the objects some slot names; count
+ * in r->pending those no slot names yet whose key a writer has locked. */
 static void walk(struct kvs_reclaimer *r, uint64_t off, uint64_t len, struct kvs_reclaim_stats *st)
 {
 	uint64_t p = 0;
 
 	r->nitems = 0;
+	r->pending = 0;
 	while (p + sizeof(struct kvi_obj_hdr) <= len) {
 		const struct kvi_obj_hdr *h = (const void *)(r->snap + p);
 		uint64_t olen = kvi_obj_len(h->key_len, kvi_obj_value_len(h));
@@ -173,7 +198,9 @@ static void walk(struct kvs_reclaimer *r, uint64_t off, uint64_t len, struct kvs
 				break;
 			}
 		}
-		if (!found)
+		if (!found && writer_holds(r, &kh))
+			r->pending++;
+		else if (!found)
 			st->dropped++;
 		p += kvi_obj_footprint(olen);
 	}
@@ -421,6 +448,28 @@ static int settle_items(struct kvs_reclaimer *r, uint64_t seg_bytes, struct kvs_
 	}
 }
 
+/* Walk until no object is undecided (writer_holds): a writer holds a lock
+ * for moments, so the walk is repeated after a backoff, up to the patience
+ * settle_items has. 0, or KVC_ETIMEDOUT: give the segment back (to the tail
+ * of its FIFO: the others go first). */
+static int walk_until_decided(struct kvs_reclaimer *r, uint64_t off, uint64_t len, struct kvs_reclaim_stats *st)
+{
+	uint64_t waited_us = 0, patience_us = 2000ull * r->rm->max_op_ms + 1000000u, dropped = st->dropped;
+	unsigned backoff = BACKOFF_MIN_US;
+
+	for (;;) {
+		st->dropped = dropped;
+		walk(r, off, len, st);
+		if (!r->pending)
+			return 0;
+		if (waited_us >= patience_us)
+			return KVC_ETIMEDOUT;
+		nanosleep(&(struct timespec){ .tv_nsec = (long)backoff * 1000 }, NULL);
+		waited_us += backoff;
+		backoff = backoff * 2 > BACKOFF_MAX_US ? BACKOFF_MAX_US : backoff * 2;
+	}
+}
+
 /* Reclaim [off, off + len). 1 done, 2 given back (not worth it, or
  * postponed), 3 given back for want of room to copy to (wait for the
  * quarantine), < 0 transport error. */
@@ -440,7 +489,15 @@ static int reclaim_segment(struct kvs_reclaimer *r, uint64_t off, uint64_t len)
 			return rc;
 		}
 	}
-	walk(r, off, len, &st);
+	rc = walk_until_decided(r, off, len, &st);
+	if (rc) {
+		st.cpu_ns = kvi_clock_ns(CLOCK_THREAD_CPUTIME_ID) - cpu0;
+		st.aborted++;
+		kvs_core_reclaim_end(r->core, off, 0, 1, &st);
+		kvi_ev_info("reclaim_postponed", "segment=%#" PRIx64 " reason=%s", off,
+			    "an object no slot names has its key locked by a live writer");
+		return 2;
+	}
 	if (r->no_evict) {
 		struct kvs_core_stats cs;
 

@@ -7,7 +7,11 @@
  *   1. copy the segment's carved bytes to private memory and walk the objects
  *      in it (each verified by its checksum; a bad header skips 16 bytes);
  *   2. for each object, hash its key and look at its two buckets: no slot
- *      names this exact object -> superseded or deleted: dropped for free;
+ *      names this exact object -> superseded or deleted: dropped for free --
+ *      unless a connected writer holds one of those buckets' locks: its
+ *      commit naming the object may still land (a work request that
+ *      executes late), so the walk is repeated after a moment, and the
+ *      segment given back for later when that does not settle it;
  *   3. the rest, a batch of buckets at a time: CAS-lock each bucket and READ
  *      it (one doorbell), and with the lock held decide per object:
  *        slot changed meanwhile      -> dropped (never resurrected);

@@ -26,16 +26,22 @@
  * room for an object when its PUT starts and publishes the object (slot WRITE)
  * up to one operation deadline later, possibly after it moved to its next
  * extent. Clients never post anything past an operation's deadline (the server
- * tells them the longest deadline allowed, max_op), so once a segment has been
- * sealed for settle_ns >= max_op no new slot can come to point into it, and a
- * walk over its objects sees every object that will ever be referenced.
+ * tells them the longest deadline allowed, max_op), and what they post
+ * executes within the transport's execution bound exec (exec_bound.h: a lost
+ * packet is retransmitted for up to that long; the welcome states it and a
+ * client whose QP cannot meet it refuses to run), so once a segment has been
+ * sealed for settle_ns >= max_op + exec no new slot can come to point into it,
+ * and a walk over its objects sees every object that will ever be referenced.
+ * (The reclaimer also waits for an object no slot names whose bucket a live
+ * writer has locked: reclaim.h.)
  *
  * Why quarantine (see also layout.h "Reuse"): a reader may have read a slot
  * pointing into a segment just before the reclaimer switched that slot away,
  * and read the object afterwards. Every read of an operation completes within
  * its deadline (max_op), so a segment is handed out again only after
- * quarantine_ns > 2 x max_op (the factor covers a write posted just before a
- * deadline: its completion is waited for up to another max_op).
+ * quarantine_ns > 2 x max_op + exec (the factor covers a write posted just
+ * before a deadline: its completion is waited for up to another max_op; exec
+ * covers a write, such as a GET's access mark, that executes late).
  *
  * Not thread-safe: the core serialises every call. */
 #ifndef KVS_SEGTAB_H

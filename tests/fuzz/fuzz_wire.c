@@ -94,7 +94,7 @@ static void welcome(const uint8_t *data, size_t size)
 		   "welcome heap past the region accepted");
 	kvi_wire_welcome_encode(&w, &h);
 	/* Everything but the reserved words means something and re-encodes the same. */
-	FUZZ_CHECK(memcmp(&w, data, offsetof(struct kvi_wire_welcome, reserved0)) == 0 &&
+	FUZZ_CHECK(memcmp(&w, data, offsetof(struct kvi_wire_welcome, geo.reserved)) == 0 &&
 			   memcmp(&w.geo.epoch, data + offsetof(struct kvi_wire_welcome, geo.epoch),
 				  sizeof(w.geo) - offsetof(struct kvi_wire_geometry, epoch)) == 0 &&
 			   memcmp(&w.geo, data + offsetof(struct kvi_wire_welcome, geo), 4) == 0,
@@ -102,7 +102,7 @@ static void welcome(const uint8_t *data, size_t size)
 	FUZZ_CHECK(kvi_wire_welcome_decode(&w, sizeof(w), &h2, NULL) == 0, "re-encoded welcome refused");
 	FUZZ_CHECK(h2.client_id == h.client_id && h2.rkey == h.rkey && h2.region_addr == h.region_addr &&
 			   h2.max_op_ms == h.max_op_ms && h2.quarantine_ms == h.quarantine_ms &&
-			   h2.lease_ms == h.lease_ms && h2.flags == h.flags &&
+			   h2.lease_ms == h.lease_ms && h2.exec_ms == h.exec_ms && h2.flags == h.flags &&
 			   kvi_geometry_equal(&h2.geo, &h.geo),
 		   "welcome round trip");
 }

@@ -31,7 +31,7 @@ static void wire(void)
 	struct kvi_wire_reject r;
 	struct kvi_wire_ctrl c;
 	struct kvi_welcome wv = { .client_id = 7, .rkey = 0x1234, .region_addr = 0x7f0000000000ull,
-				  .max_op_ms = 1000, .quarantine_ms = 2100, .lease_ms = 500, .flags = KVI_WELCOME_NO_EVICT,
+				  .max_op_ms = 1000, .quarantine_ms = 2600, .lease_ms = 500, .exec_ms = 587, .flags = KVI_WELCOME_NO_EVICT,
 				  .geo = { .layout_version = KVI_LAYOUT_VERSION, .epoch = 1, .region_size = 1ull << 30,
 					   .index_off = KVI_SUPERBLOCK_SIZE, .bucket_count = 16384,
 					   .heap_off = KVI_SUPERBLOCK_SIZE + 16384ull * KVI_BUCKET_SIZE,

@@ -15,6 +15,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "exec_bound.h"
 #include "listener.h"
 #include "log.h"
 
@@ -23,6 +24,7 @@ struct peer {
 	uint64_t *base;
 	uint64_t size, extra;
 	uint32_t next_id;
+	uint32_t exec_ms; /* the execution bound it states (--exec-ms; default ours) */
 };
 
 static int on_connect(void *arg, struct kvi_peer *p, const struct kvi_hello *h, struct kvi_welcome *w)
@@ -41,7 +43,8 @@ static int on_connect(void *arg, struct kvi_peer *p, const struct kvi_hello *h, 
 					.heap_size = s->size + s->extra - 2 * KVI_SUPERBLOCK_SIZE,
 					.segment_size = KVI_MIN_SEGMENT_SIZE };
 	w->max_op_ms = 1000;
-	w->quarantine_ms = 2500;
+	w->exec_ms = s->exec_ms;
+	w->quarantine_ms = 2 * w->max_op_ms + w->exec_ms + 10;
 	return 0;
 }
 
@@ -50,10 +53,12 @@ int main(int argc, char **argv)
 	static const struct option lo[] = {
 		{ "addr", required_argument, NULL, 'a' },   { "port", required_argument, NULL, 'p' },
 		{ "device", required_argument, NULL, 'd' }, { "size", required_argument, NULL, 's' },
-		{ "advertise-extra", required_argument, NULL, 'x' }, { 0 },
+		{ "advertise-extra", required_argument, NULL, 'x' }, { "exec-ms", required_argument, NULL, 'e' },
+		{ 0 },
 	};
 	struct kvi_listen_opts o = { .port = "0" };
-	struct peer s = { .size = 1 << 20, .next_id = 1 };
+	/* By default the bound its QPs meet (listener.c sets them as ours). */
+	struct peer s = { .size = 1 << 20, .next_id = 1, .exec_ms = KVI_EXEC_BOUND_MS };
 	struct kvi_listen_cb cb = { .arg = &s, .on_connect = on_connect };
 	struct kvi_errbuf e = { { 0 } };
 	struct kvi_listener *l;
@@ -75,6 +80,9 @@ int main(int argc, char **argv)
 			break;
 		case 'x':
 			s.extra = strtoull(optarg, NULL, 0);
+			break;
+		case 'e':
+			s.exec_ms = (uint32_t)strtoul(optarg, NULL, 0);
 			break;
 		default:
 			return 2;

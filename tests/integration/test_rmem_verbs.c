@@ -298,3 +298,24 @@ Test(verbs_setup, device_without_atomics_is_refused_up_front)
 	cr_expect_eq(try_connect(siw, "1", NULL, &r, &e), KVC_ENOTSUP, "%s", e.msg);
 	cr_expect(strstr(e.msg, "atomic") != NULL, "message: %s", e.msg);
 }
+
+/* Issue 18: the server reuses memory assuming what a client posts executes
+ * within the bound it states; a client whose QP (read back after
+ * connecting: ACK timeout 14, retry count 7, 587 ms) may retransmit for
+ * longer refuses to run, and says why. */
+Test(verbs_setup, a_qp_that_may_execute_later_than_the_server_allows_is_refused)
+{
+	static const char *const tight[] = { "--exec-ms", "100", NULL };
+	struct kvi_errbuf e = { { 0 } };
+	struct kvi_rmem *r = NULL;
+	char port[16];
+
+	snprintf(port, sizeof(port), "%u", kvt_start_peer(&peer, tight));
+	cr_expect_eq(try_connect(kvt_rdma_addr(), port, NULL, &r, &e), KVC_ENOTSUP, "%s", e.msg);
+	cr_expect_null(r);
+	cr_expect(strstr(e.msg, "100 ms") && strstr(e.msg, "ACK timeout 14") && strstr(e.msg, "retry count 7"),
+		  "message: %s", e.msg);
+	kvi_rmem_destroy(r);
+	kvt_kill(&peer, SIGTERM);
+	kvt_wait(&peer, 5000);
+}

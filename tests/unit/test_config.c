@@ -280,7 +280,7 @@ Test(config, derived_defaults_follow_their_setting_unless_set)
 	cr_assert_eq(parse("--lease-ms", "200", "--max-op-ms", "2000", "--reclaim-low", "10", NULL), KVS_CFG_RUN,
 		     "%s", err.msg);
 	cr_expect_eq(cfg.o.renew_ms, 50, "a quarter of the lease");
-	cr_expect_eq(cfg.o.core.quarantine_ms, 2 * 2000 + KVS_QUARANTINE_MARGIN_MS);
+	cr_expect_eq(cfg.o.core.quarantine_ms, 2 * 2000 + KVI_EXEC_BOUND_MS + KVS_QUARANTINE_MARGIN_MS);
 	cr_expect_eq(cfg.o.core.reclaim_high_pct, 12);
 }
 

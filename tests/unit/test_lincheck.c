@@ -3,7 +3,9 @@
  * histories of real clients over the in-process transport, with TTLs of a
  * few milliseconds expiring mid-history, READs and WRITEs stretched at random
  * by hooks, and (every other seed) the server's reclaimer moving items
- * underneath. Every history must be linearizable (lincheck.h for the model). */
+ * underneath; then histories with two operations in flight per client and
+ * commits executing late while the reclaimer runs (issue 18). Every history
+ * must be linearizable (lincheck.h for the model). */
 #include <criterion/criterion.h>
 #include <inttypes.h>
 #include <pthread.h>
@@ -140,75 +142,150 @@ static void hold_read(void *arg, const struct kvi_rop *op, void *dst, const void
 		usleep((useconds_t)(lc_rand(&hook_rng) % 2000));
 }
 
+/* Delayed commits (issue 18): about one slot WRITE in 6 -- a commit, and the
+ * access marks its doorbell carries -- executes up to delay_us late, as a
+ * work request retransmitted after lost packets does, while the reclaimer
+ * runs. 0: none. */
+static uint64_t g_delay_us, g_heap_off;
+static int delay_commit(void *arg, struct kvi_rmem *rm, const struct kvi_rop *op)
+{
+	if (g_delay_us && op->kind == KVI_ROP_WRITE && op->len == 8 && op->roff < g_heap_off &&
+	    lc_rand(&hook_rng) % 6 == 0)
+		usleep((useconds_t)(lc_rand(&hook_rng) % g_delay_us));
+	return stretch(arg, rm, op);
+}
+
 struct worker {
 	pthread_t t;
 	struct kvt_env *env;
 	unsigned id;
 	uint64_t seed;
 	int slow;
+	/* Two operations in flight at once on the handle: the second PUT
+	 * (often a large one) may take a new extent, sealing the one the first
+	 * reserved its object in before the first commits (issue 18). */
+	int pairs;
 	struct lc_op ops[OPS_PER_THREAD];
 	size_t n;
 	unsigned failed, unknown;
 	const char *why;
 };
 
+#define BIG_VALUE 16000
+
+/* One operation chosen at random, prepared in *op and *o (key, value and
+ * got are its buffers); big: a PUT's value may be up to BIG_VALUE bytes. */
+static void pick(struct worker *w, uint64_t *rng, unsigned i, int big, struct kvc_op *op, struct lc_op *o, char *k,
+		 char *v, char *got, size_t cap)
+{
+	unsigned key = (unsigned)(lc_rand(rng) % KEYS), dice = (unsigned)(lc_rand(rng) % 100);
+
+	*o = (struct lc_op){ .key = key, .client = (uint16_t)w->id };
+	snprintf(k, 16, "key-%u", key);
+	if (dice < 40) {
+		o->kind = LC_GET;
+		*op = (struct kvc_op){ .type = KVC_OP_GET, .key = k, .key_len = strlen(k), .buf = got,
+				       .buf_len = cap - 1 };
+	} else if (dice < 85) {
+		uint64_t ttl = lc_rand(rng) % 2 ? 1 + lc_rand(rng) % 12 : 0;
+		unsigned len = (unsigned)(lc_rand(rng) % (big ? BIG_VALUE : 3000));
+
+		o->kind = LC_PUT;
+		o->value = ((uint64_t)w->id << 32) | i;
+		o->ttl_ns = ttl * MSN;
+		/* values of varied length: objects of several sizes in the segments */
+		snprintf(v, cap, "v%" PRIu64 ":%0*u", o->value, (int)len, 0);
+		*op = (struct kvc_op){ .type = KVC_OP_PUT, .key = k, .key_len = strlen(k), .value = v,
+				       .value_len = strlen(v), .ttl_ms = ttl };
+	} else {
+		o->kind = LC_DELETE;
+		*op = (struct kvc_op){ .type = KVC_OP_DELETE, .key = k, .key_len = strlen(k) };
+	}
+}
+
+/* The outcome rc of o (got[0..len): a GET's value) into the history.
+ * Returns 1 when it failed cleanly: left out, and the handle is replaced. */
+static int record(struct worker *w, struct lc_op *o, int rc, char *got, size_t len)
+{
+	if (o->kind == LC_GET) {
+		got[rc == 0 ? len : 0] = '\0';
+		if (rc == 0 && sscanf(got, "v%" SCNu64 ":", &o->value) != 1)
+			w->why = "a GET returned bytes no client wrote";
+	}
+	if (o->kind != LC_PUT)
+		o->result = rc == 0 ? LC_OK : LC_ABSENT;
+	if (rc == KVC_ECORRUPT) {
+		/* a slot naming memory that was zeroed or reused (issue 18) */
+		w->why = "KVC_ECORRUPT: a slot names an object that is not there";
+		return 0;
+	}
+	if (rc == KVC_EUNKNOWN) {
+		o->cmp = LC_NEVER;
+		w->unknown++;
+	} else if (rc && rc != KVC_ENOTFOUND) {
+		w->failed++; /* changed nothing: left out of the history */
+		return 1;
+	} else if (rc == KVC_ENOTFOUND && o->kind == LC_PUT) {
+		w->why = "PUT answered KVC_ENOTFOUND";
+	}
+	w->ops[w->n++] = *o;
+	return 0;
+}
+
 static void *worker_main(void *arg)
 {
 	struct worker *w = arg;
-	struct kvi_local_hooks hk = { .before_op = stretch, .after_read = hold_read };
+	struct kvi_local_hooks hk = { .before_op = delay_commit, .after_read = hold_read };
 	uint64_t rng = w->seed * 0x9e3779b97f4a7c15ull + w->id;
+	unsigned nop = w->pairs ? 2 : 1;
 	kvc_t *h = NULL;
-	char k[16], v[3100], got[3100];
+	char k[2][16];
+	static __thread char v[2][BIG_VALUE + 100], got[2][BIG_VALUE + 100];
 
 	hook_rng = rng ^ 0x5555;
-	for (unsigned i = 0; i < OPS_PER_THREAD && !w->why; i++) {
-		unsigned key = (unsigned)(lc_rand(&rng) % KEYS), dice = (unsigned)(lc_rand(&rng) % 100);
-		struct lc_op o = { .key = key, .client = (uint16_t)w->id };
-		size_t len = 0;
-		int rc;
+	for (unsigned i = 0; i + nop <= OPS_PER_THREAD && !w->why; i += nop) {
+		struct kvc_op op[2];
+		struct lc_op o[2];
+		unsigned pending = 0, replace = 0;
 
-		if (!h && kvt_env_client(w->env, &hk, lc_rand(&rng) % 2 ? 64 : 0, 1, &h)) {
+		if (!h && kvt_env_client(w->env, &hk, lc_rand(&rng) % 2 ? 64 : 0, nop, &h)) {
 			w->why = "cannot open a client";
 			break;
 		}
-		snprintf(k, sizeof(k), "key-%u", key);
-		o.inv = lc_now_ns();
-		if (dice < 40) {
-			o.kind = LC_GET;
-			rc = kvc_get(h, k, strlen(k), got, sizeof(got) - 1, &len);
-			got[rc == 0 ? len : 0] = '\0';
-			if (rc == 0 && sscanf(got, "v%" SCNu64 ":", &o.value) != 1)
-				w->why = "a GET returned bytes no client wrote";
-			o.result = rc == 0 ? LC_OK : LC_ABSENT;
-		} else if (dice < 85) {
-			uint64_t ttl = lc_rand(&rng) % 2 ? 1 + lc_rand(&rng) % 12 : 0;
-
-			o.kind = LC_PUT;
-			o.value = ((uint64_t)w->id << 32) | i;
-			o.ttl_ns = ttl * MSN;
-			/* values of varied length: objects of several sizes in the segments */
-			snprintf(v, sizeof(v), "v%" PRIu64 ":%0*u", o.value, (int)(lc_rand(&rng) % 3000), 0);
-			rc = kvc_put(h, k, strlen(k), v, strlen(v), ttl);
-		} else {
-			o.kind = LC_DELETE;
-			rc = kvc_delete(h, k, strlen(k));
-			o.result = rc == 0 ? LC_OK : LC_ABSENT;
+		for (unsigned j = 0; j < nop; j++) {
+			pick(w, &rng, i + j, j == 1, &op[j], &o[j], k[j], v[j], got[j], sizeof(got[j]));
+			o[j].inv = lc_now_ns();
+			op[j].status = kvc_submit(h, &op[j]);
+			if (op[j].status) /* not started */
+				o[j].cmp = lc_now_ns();
+			else
+				pending |= 1u << j;
 		}
-		o.cmp = lc_now_ns();
-		if (rc == KVC_EUNKNOWN) {
-			o.cmp = LC_NEVER;
-			w->unknown++;
-		} else if (rc && rc != KVC_ENOTFOUND) {
-			/* failed cleanly: changed nothing, left out of the history; a
-			 * broken handle is replaced */
-			w->failed++;
+		while (pending) {
+			struct kvc_op *done[2];
+			int n = kvc_poll(h, done, 2, -1);
+			uint64_t now = lc_now_ns();
+
+			for (int d = 0; d < n; d++) {
+				unsigned j = done[d] == &op[0] ? 0 : 1;
+
+				o[j].cmp = now;
+				pending &= ~(1u << j);
+			}
+		}
+		for (unsigned j = 0; j < nop; j++)
+			replace |= record(w, &o[j], op[j].status, got[j], op[j].value_len);
+		if (replace) {
+			/* a failure may have broken the handle: a new one, and its
+			 * locks released as kvserver does when a connection breaks
+			 * (one it abandoned would stop its keys for good) */
+			uint32_t id = kvi_client_conn(h, 0)->rm->client_id;
+
 			kvc_destroy(h);
 			h = NULL;
+			kvt_env_fence_locks(w->env, id);
 			continue;
-		} else if (rc == KVC_ENOTFOUND && o.kind == LC_PUT) {
-			w->why = "PUT answered KVC_ENOTFOUND";
 		}
-		w->ops[w->n++] = o;
 		/* let TTLs run out mid-history; with the reclaimer, let segments
 		 * settle (max-op + 10 ms after sealing) while the clients run */
 		if (w->slow || lc_rand(&rng) % 3 == 0)
@@ -233,17 +310,20 @@ static void *reclaimer_main(void *arg)
 	return NULL;
 }
 
-Test(lincheck, concurrent_histories_of_real_clients_are_linearizable, .timeout = 300)
+/* seeds histories; every odd one (or, with delays, every one) with the
+ * reclaimer running. exec_ms: the execution bound the core assumes;
+ * delay_ms: how late a commit may execute. */
+static void histories(uint64_t seeds, uint32_t exec_ms, uint32_t delay_ms)
 {
 	uint64_t ops = 0, states = 0, unknown = 0, failed = 0, reclaimed = 0;
 	struct lc_op *all = malloc(sizeof(struct lc_op) * THREADS * OPS_PER_THREAD);
 
 	cr_assert(all);
-	for (uint64_t seed = 1; seed <= SEEDS; seed++) {
+	for (uint64_t seed = 1; seed <= seeds; seed++) {
 		/* small segments in a small heap, no eviction: the reclaimer (odd
 		 * seeds) moves live items while clients read and write them */
-		struct kvs_core_opts o = { .segment_size = 64u << 10, .max_op_ms = 50, .quarantine_ms = 110,
-					   .no_evict = 1 };
+		struct kvs_core_opts o = { .segment_size = 64u << 10, .max_op_ms = 50, .exec_ms = exec_ms,
+					   .quarantine_ms = 110 + exec_ms, .no_evict = 1 };
 		static struct worker w[THREADS];
 		struct kvs_reclaimer *rcl = NULL;
 		struct kvs_core_stats cs;
@@ -254,13 +334,16 @@ Test(lincheck, concurrent_histories_of_real_clients_are_linearizable, .timeout =
 
 		cr_assert_eq(kvt_env_init_opts(&env, 2, &o), 0);
 		g_stop = 0;
-		if (seed % 2) {
+		g_delay_us = (uint64_t)delay_ms * 1000u;
+		g_heap_off = kvs_core_geometry(env.core)->heap_off;
+		if (seed % 2 || delay_ms) {
 			cr_assert_eq(kvt_env_reclaimer(&env, NULL, &rcl), 0);
 			cr_assert_eq(pthread_create(&rt, NULL, reclaimer_main, rcl), 0);
 		}
 		for (unsigned i = 0; i < THREADS; i++) {
 			memset(&w[i], 0, sizeof(w[i]));
-			w[i] = (struct worker){ .env = &env, .id = i + 1, .seed = seed, .slow = rcl != NULL };
+			w[i] = (struct worker){ .env = &env, .id = i + 1, .seed = seed, .slow = rcl != NULL,
+						.pairs = delay_ms != 0 };
 			cr_assert_eq(pthread_create(&w[i].t, NULL, worker_main, &w[i]), 0);
 		}
 		for (unsigned i = 0; i < THREADS; i++)
@@ -287,8 +370,24 @@ Test(lincheck, concurrent_histories_of_real_clients_are_linearizable, .timeout =
 		kvs_reclaimer_destroy(rcl);
 		kvt_env_fini(&env);
 	}
-	printf("lincheck: %d histories, %" PRIu64 " operations (%" PRIu64 " unknown outcomes, %" PRIu64
-	       " failed and left out), %" PRIu64 " search states, %" PRIu64 " segments reclaimed meanwhile: 0 violations\n",
-	       SEEDS, ops, unknown, failed, states, reclaimed);
+	g_delay_us = 0;
+	printf("lincheck: %" PRIu64 " histories, %" PRIu64 " operations (%" PRIu64 " unknown outcomes, %" PRIu64
+	       " failed and left out), %" PRIu64 " search states, %" PRIu64 " segments reclaimed meanwhile, "
+	       "commits up to %u ms late: 0 violations\n",
+	       seeds, ops, unknown, failed, states, reclaimed, delay_ms);
 	free(all);
+}
+
+Test(lincheck, concurrent_histories_of_real_clients_are_linearizable, .timeout = 300)
+{
+	histories(SEEDS, 0, 0);
+}
+
+/* Issue 18: commits execute up to 100 ms late (an execution bound of 110 ms:
+ * settle 50 + 110 + 10 ms) while the reclaimer runs. Before settle covered
+ * the bound, a late commit named a reclaimed, zeroed segment: the PUT was
+ * acknowledged and the key then failed KVC_ECORRUPT. */
+Test(lincheck, histories_with_commits_landing_late_while_the_reclaimer_runs, .timeout = 300)
+{
+	histories(8, 110, 100);
 }

@@ -5,10 +5,12 @@
 #include <criterion/criterion.h>
 #include <pthread.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 #include <time.h>
 #include <unistd.h>
 
+#include "clock.h"
 #include "dpath_env.h"
 #include "hash.h"
 #include "kvclient_errors.h"
@@ -980,4 +982,176 @@ Test(reclaim_steps, a_reclaim_broken_after_any_of_its_operations_loses_no_item, 
 	cr_assert_lt(step, MAX_STEPS, "the reclaim kept posting");
 	cr_assert_gt(step, 10, "reclaiming takes more than 10 operations");
 	printf("reclaim broken after each of its %u operations in turn: no item lost, no lock left\n", step - 1);
+}
+
+/* Issue 18: a work request that executes late. A PUT's commit (slot WRITE +
+ * unlock) is held in the transport (a before_op hook, which runs other steps
+ * before letting it execute) while its extent is sealed and the reclaimer
+ * runs; then it lands and the client is told OK. */
+struct held_commit {
+	int armed, fired;
+	uint64_t bucket[2]; /* region offsets of the key's buckets */
+	uint32_t owner;     /* the writer, from the lock it holds */
+	int (*fn)(void);    /* the reclaimer's runs meanwhile; returns what they reclaimed */
+	int reclaimed;
+};
+static struct held_commit hc;
+
+static void buckets_of(const char *key, uint64_t off[2])
+{
+	const struct kvi_geometry *g = kvs_core_geometry(env.core);
+	struct kvi_keyhash kh;
+
+	kvi_key_hash(key, strlen(key), g->hash_seed, g->bucket_count, &kh);
+	off[0] = kvi_home_bucket_off(g, kh.b[0]);
+	off[1] = kvi_home_bucket_off(g, kh.b[1]);
+}
+
+/* What the writer's next request for memory does: seal its open extent. */
+static void seal_extent_of(uint32_t owner)
+{
+	struct kvi_ctrl req = { .type = KVI_CTRL_SEG_REQ, .seq = 1, .arg = { 1024, 1u << 20 } }, resp;
+
+	pthread_mutex_lock(&env.lock);
+	cr_assert_eq(kvs_core_ctrl(env.core, owner, &req, &resp), 0);
+	pthread_mutex_unlock(&env.lock);
+	cr_assert_eq(resp.type, KVI_CTRL_SEG_GRANT);
+}
+
+static int hold_commit(void *arg, struct kvi_rmem *rm, const struct kvi_rop *op)
+{
+	(void)arg;
+	(void)rm;
+	if (!hc.armed || op->kind != KVI_ROP_WRITE || op->len != 8)
+		return 0;
+	for (int w = 0; w < 2; w++) {
+		if (op->roff <= hc.bucket[w] || op->roff >= hc.bucket[w] + KVI_BUCKET_SIZE)
+			continue;
+		hc.armed = 0;
+		hc.fired++;
+		hc.owner = kvi_lock_owner(*(const uint64_t *)(const void *)(kvs_core_region(env.core) + hc.bucket[w]));
+		seal_extent_of(hc.owner);
+		hc.reclaimed = hc.fn();
+		return 0;
+	}
+	return 0;
+}
+
+/* Past settle (as if the WR had been retransmitted for that long): reclaim
+ * whatever is ready, a few times (a postponed segment comes back). */
+static int reclaim_past_settle(void)
+{
+	int n = 0, rc;
+
+	usleep(SETTLE_US);
+	for (int i = 0; i < 3 && (rc = kvs_reclaim_one(rcl)) != 0; i++) {
+		cr_assert_geq(rc, 0, "reclaimer failed: %s", kvc_err_name(rc));
+		n += rc == 1;
+	}
+	return n;
+}
+
+/* A writer whose extents have grown to whole segments: "w" written over and
+ * over, so the next object goes into a segment of its own that sealing the
+ * extent seals at once. Returns a key whose buckets are not w's (the
+ * reclaimer then never waits for the held lock over w). */
+static kvc_t *whole_segment_writer(const struct kvi_local_hooks *hk, char *key, size_t cap)
+{
+	kvc_t *a = client(hk, 0);
+	uint64_t wb[2];
+	char v[200];
+
+	for (unsigned i = 0; i < 400; i++) {
+		value_of(v, sizeof(v), "w", i);
+		cr_assert_eq(kvt_put_s(a, "w", v), 0);
+	}
+	buckets_of("w", wb);
+	for (unsigned n = 0;; n++) {
+		snprintf(key, cap, "late-%u", n);
+		buckets_of(key, hc.bucket);
+		if (hc.bucket[0] != wb[0] && hc.bucket[0] != wb[1] && hc.bucket[1] != wb[0] && hc.bucket[1] != wb[1])
+			return a;
+	}
+}
+
+Test(reclaim, a_commit_held_past_settle_keeps_its_object_while_the_writer_holds_the_lock)
+{
+	struct kvi_local_hooks hk = { .before_op = hold_commit };
+	char key[32], got[256];
+	kvc_t *a = whole_segment_writer(&hk, key, sizeof(key)), *b = client(NULL, 0);
+	int rc;
+
+	hc.fn = reclaim_past_settle;
+	hc.armed = 1;
+	cr_assert_eq(kvt_put_s(a, key, "acknowledged"), 0);
+	cr_assert_eq(hc.fired, 1);
+	/* Its object's segment was sealed and settled, and no slot named the
+	 * object yet: only the held lock said a commit may still land. */
+	cr_expect_eq(hc.reclaimed, 0, "the segment was reclaimed under a commit still to land");
+	cr_expect_geq(stats().rc.aborted, 1, "the reclaimer gave the segment back");
+	rc = kvt_get_s(b, key, got, sizeof(got));
+	cr_expect_eq(rc, 0, "the acknowledged PUT is lost: %s", kvc_err_name(rc));
+	cr_expect_str_eq(got, "acknowledged");
+	/* Once the commit landed the segment is reclaimed like any other. */
+	kvc_destroy(a);
+	reclaim_all();
+	cr_expect_eq(kvt_get_s(b, key, got, sizeof(got)), 0);
+	cr_expect_str_eq(got, "acknowledged");
+	cr_expect_eq(slots_of(key), 1);
+	cr_expect_eq(kvt_get_s(b, "w", got, sizeof(got)), 0);
+	kvc_destroy(b);
+}
+
+/* Settle covers the execution bound (segtab.h): a segment sealed for
+ * max_op + margin, but not yet for max_op + exec + margin, is not reclaimed:
+ * a write its writer posted before its deadline may still execute. */
+Test(reclaim, a_sealed_segment_settles_only_after_the_execution_bound)
+{
+	const uint32_t exec_ms = 400;
+	struct kvs_core_opts o = { .segment_size = 64u << 10, .max_op_ms = MAX_OP_MS, .exec_ms = exec_ms,
+				   .quarantine_ms = 2 * MAX_OP_MS + exec_ms + KVS_QUARANTINE_MARGIN_MS };
+	char key[32];
+	kvc_t *a;
+	uint64_t t0;
+
+	teardown(); /* the suite's setup has no execution bound */
+	cr_assert_eq(kvt_env_init_opts(&env, 4, &o), 0);
+	cr_assert_eq(kvt_env_reclaimer(&env, &rhooks, &rcl), 0);
+	a = whole_segment_writer(NULL, key, sizeof(key));
+	cr_assert_eq(kvt_put_s(a, key, "v"), 0);
+	t0 = kvi_mono_ns();
+	kvc_destroy(a); /* seals its extent, a whole segment */
+	usleep(SETTLE_US);
+	cr_expect_eq(kvs_reclaim_one(rcl), 0, "reclaimed %lu ms after sealing, inside the execution bound",
+		     (unsigned long)((kvi_mono_ns() - t0) / 1000000u));
+	usleep(exec_ms * 1000u);
+	cr_expect_eq(kvs_reclaim_one(rcl), 1, "settled after max_op + exec + margin");
+}
+
+/* ... and so does the quarantine: a GET's access mark (or any write) posted
+ * just before its deadline may execute exec_ms later, so reclaimed memory is
+ * reused only after 2 x max_op + exec + margin (segtab.h). */
+Test(reclaim, the_quarantine_covers_the_execution_bound)
+{
+	struct kvs_core_opts o = { .segment_size = 64u << 10, .max_op_ms = MAX_OP_MS, .exec_ms = 400,
+				   .quarantine_ms = QUARANTINE_MS };
+	struct kvi_errbuf e = { { 0 } };
+	struct kvs_core *c = NULL;
+	uint32_t max_op, quarantine;
+	uint16_t flags;
+	void *region;
+
+	teardown();
+	region = aligned_alloc(4096, 4u << 20);
+	cr_assert(region);
+	cr_expect_eq(kvs_core_create(region, 4u << 20, &o, &c, &e), KVC_EINVAL, "a %u ms quarantine accepted",
+		     QUARANTINE_MS);
+	cr_expect(strstr(e.msg, "execution bound") != NULL, "message: %s", e.msg);
+	o.quarantine_ms = 0; /* the least that is safe */
+	cr_assert_eq(kvs_core_create(region, 4u << 20, &o, &c, &e), 0, "%s", e.msg);
+	kvs_core_limits(c, &max_op, &quarantine, &flags);
+	cr_expect_eq(quarantine, 2 * MAX_OP_MS + 400 + KVS_QUARANTINE_MARGIN_MS);
+	cr_expect_eq(kvs_core_exec_ms(c), 400, "the welcome states it");
+	kvs_core_destroy(c);
+	free(region);
 }

@@ -90,7 +90,7 @@ Test(wire, welcome_round_trip_with_padding_from_cm)
 	unsigned char buf[KVI_CM_ACCEPT_PDATA_MAX] = { 0 };
 	struct kvi_wire_welcome w;
 	struct kvi_welcome in = { .client_id = 7, .rkey = 0xabcdef01u, .region_addr = 0x7f0000001000ull,
-				  .max_op_ms = 1000, .quarantine_ms = 2500, .lease_ms = 300,
+				  .max_op_ms = 1000, .quarantine_ms = 2600, .lease_ms = 300, .exec_ms = 587,
 				  .flags = KVI_WELCOME_NO_EVICT, .geo = good_geo };
 	struct kvi_welcome out;
 
@@ -101,8 +101,9 @@ Test(wire, welcome_round_trip_with_padding_from_cm)
 	cr_expect_eq(out.rkey, 0xabcdef01u);
 	cr_expect_eq(out.region_addr, 0x7f0000001000ull);
 	cr_expect_eq(out.max_op_ms, 1000);
-	cr_expect_eq(out.quarantine_ms, 2500);
+	cr_expect_eq(out.quarantine_ms, 2600);
 	cr_expect_eq(out.lease_ms, 300);
+	cr_expect_eq(out.exec_ms, 587);
 	cr_expect_eq(out.flags, KVI_WELCOME_NO_EVICT);
 	cr_expect(kvi_geometry_equal(&out.geo, &good_geo), "geometry round trip");
 	/* Fixed little-endian layout: the seed's first byte on the wire. */
@@ -141,6 +142,13 @@ Test(wire, welcome_rejects_impossible_values)
 	bad = base;
 	bad.max_op_ms = 0;
 	expect_refused(&bad, "deadline 0", "quarantine");
+	bad = base;
+	bad.exec_ms = 1; /* a late write could land in reused memory */
+	expect_refused(&bad, "quarantine short of the execution bound", "execution bound");
+	bad.quarantine_ms = 21;
+	kvi_wire_welcome_encode(&w, &bad);
+	cr_expect_eq(kvi_wire_welcome_decode(&w, sizeof(w), &out, NULL), 0);
+	cr_expect_eq(out.exec_ms, 1);
 	kvi_wire_welcome_encode(&w, &base);
 	cr_expect_eq(kvi_wire_welcome_decode(&w, sizeof(w), &out, NULL), 0);
 	w.flags = 0x8000; /* an unknown flag */
