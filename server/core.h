@@ -178,6 +178,7 @@ struct kvs_reclaim_stats {
 	uint64_t expired;           /* expired items whose slot was cleared */
 	uint64_t expired_unfetched; /* of those, never read */
 	uint64_t lock_retries;      /* bucket locks found held by a client */
+	uint64_t junk_repaired;     /* lock words holding junk (no lock word at all), repaired */
 	uint64_t cpu_ns;            /* reclaimer thread CPU time */
 };
 

@@ -192,6 +192,8 @@ size_t kvs_metrics_render(const struct kvs_metrics_snapshot *s, char *buf, size_
 	counter(&o, "kvcache_reclaim_aborts_total", "Segment walks given up and retried later.", c->rc.aborted);
 	counter(&o, "kvcache_reclaim_lock_retries_total", "Reclaimer bucket locks found held by a client.",
 		c->rc.lock_retries);
+	counter(&o, "kvcache_lock_words_repaired_by_server_total",
+		"Lock words holding junk that the reclaimer repaired.", c->rc.junk_repaired);
 	seconds(&o, "kvcache_reclaim_cpu_seconds_total", "counter", "CPU time of the reclaimer thread.",
 		ns_to_s(c->rc.cpu_ns));
 	/* Segment grants. */

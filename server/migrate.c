@@ -367,6 +367,21 @@ static int do_batch(struct kvs_migrator *m, struct kvi_rmem *rm, struct work *w,
 	rc = kvi_rmem_exec(rm, ops, nb, MIG_RDMA_MS);
 	if (rc)
 		return rc;
+	/* An old bucket not migrated yet is free or held by a writer: anything
+	 * else in its lock word is junk (a stray WRITE), which would keep the
+	 * resize from ever finishing. It must be 0: repaired here (the fin
+	 * words are free for these buckets this pass), taken next pass. */
+	for (unsigned i = 0; i < nb; i++) {
+		if (kvi_lock_legal(w->lock[i]))
+			continue;
+		kvi_ev_warn("resize_lock_repaired", "bucket=%" PRIu64 " word=%#" PRIx64 " msg=%s", bk[i], w->lock[i],
+			    "junk in an old bucket's lock word: repaired");
+		ops[nops++] = kvi_rop_cas(kvi_index_bucket_off(&m->old, bk[i]), &w->fin[3 * i], w->lock[i], 0);
+		m->st.repaired++;
+	}
+	if (nops && (rc = kvi_rmem_exec(rm, ops, nops, MIG_RDMA_MS)))
+		return rc;
+	nops = 0;
 	for (unsigned i = 0; i < nb; i++) {
 		if (w->lock[i] == 0)
 			copy_bucket(m, bk[i]);

@@ -106,6 +106,7 @@ struct kvs_migrate_stats {
 	uint64_t passes;   /* passes over the old index */
 	uint64_t urgent;   /* buckets migrated first because an insert waited for them */
 	uint64_t samples;  /* load samples taken */
+	uint64_t repaired; /* junk lock words of old buckets repaired (no lock word at all) */
 };
 
 struct kvs_migrator;

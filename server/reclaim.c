@@ -317,6 +317,38 @@ static int push(struct kvs_reclaimer *r, struct kvi_rop *ops, unsigned *n, struc
 	return 0;
 }
 
+/* Lock words of the batch that are no lock word at all (a stray WRITE's
+ * junk) would hold the segment up for good: while our index is the only one
+ * (no resize: its buckets are then free or held), they must be 0 and are
+ * repaired here, for the next try to take. 0 or a transport code. */
+static int repair_junk(struct kvs_reclaimer *r, const struct batch *b, struct kvs_reclaim_stats *st)
+{
+	struct lbuf *lb = kvi_rmem_lbuf(r->rm, NULL);
+	struct kvi_rop ops[KVI_RMEM_MAX_BATCH];
+	enum kvi_index_state state;
+	uint64_t epoch, seen[KVI_RMEM_MAX_BATCH];
+	unsigned n = 0, junk = 0;
+
+	for (unsigned i = 0; i < b->nb; i++)
+		junk += !kvi_lock_legal(lb->cas[i]);
+	if (!junk)
+		return 0;
+	kvs_core_index_status(r->core, &epoch, &state);
+	if (state != KVI_INDEX_STABLE || epoch != r->ix.epoch)
+		return 0; /* a resize's migrator repairs old buckets (migrate.c) */
+	for (unsigned i = 0; i < b->nb && n < KVI_RMEM_MAX_BATCH; i++) {
+		if (kvi_lock_legal(lb->cas[i]))
+			continue;
+		kvi_ev_warn("reclaim_lock_repaired", "bucket=%" PRIu64 " word=%#" PRIx64 " msg=%s", b->bucket[i],
+			    lb->cas[i], "junk in a lock word: repaired");
+		seen[n] = lb->cas[i];
+		ops[n] = kvi_rop_cas(kvi_index_bucket_off(&r->ix, b->bucket[i]), &lb->cas[i], seen[n], 0);
+		n++;
+		st->junk_repaired++;
+	}
+	return n ? kvi_rmem_exec(r->rm, ops, n, RECLAIM_RDMA_MS) : 0;
+}
+
 /* Lock a batch of buckets, decide for every pending item in them, switch the
  * slots and unlock. Returns 0, KVC_EAGAIN (no-evict: out of room), or a
  * transport error. Items in buckets found held stay pending. */
@@ -336,6 +368,8 @@ static int do_batch(struct kvs_reclaimer *r, struct batch *b, uint64_t *copied, 
 	}
 	rc = kvi_rmem_exec(r->rm, ops, n, RECLAIM_RDMA_MS);
 	if (rc)
+		return rc;
+	if ((rc = repair_junk(r, b, st)) != 0)
 		return rc;
 	for (unsigned i = 0; i < b->nb; i++) {
 		if (lb->cas[i] != 0) {
@@ -525,7 +559,10 @@ static int reclaim_segment(struct kvs_reclaimer *r, uint64_t off, uint64_t len)
 	if (rc) {
 		/* Try it again later; what was already switched stays switched. */
 		st.aborted++;
-		rotate = rc == KVC_EAGAIN;
+		/* Out of room, or a bucket held for longer than any writer may
+		 * hold it: to the back of the line, so that one stuck segment
+		 * does not stop reclamation of all the others. */
+		rotate = rc == KVC_EAGAIN || rc == KVC_ETIMEDOUT;
 		kvs_core_reclaim_end(r->core, off, 0, rotate, &st);
 		if (rc != KVC_EAGAIN && rc != KVC_ETIMEDOUT)
 			return rc;

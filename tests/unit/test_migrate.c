@@ -333,6 +333,29 @@ Test(migrate, a_held_bucket_delays_only_itself)
 	check_keys(300);
 }
 
+/* Issue 18 defect 3: junk in an old bucket's lock word (a stray WRITE) kept
+ * the next resize from ever finishing: the migrator retried it for good. It
+ * is repaired (the bucket, not migrated yet, is free) and migrated. */
+Test(migrate, junk_in_an_old_lock_word_does_not_stop_the_resize)
+{
+	const uint64_t junked = 5, junk = KVI_LOCK_MOVED | 0x77;
+	struct kvi_index old, nw;
+	struct kvs_migrate_stats ms;
+
+	put_keys(300);
+	cr_assert_eq(kvs_core_index(env.core, 0, &old, chunks_old, 64), 0);
+	__atomic_store_n(&bk(&old, junked)->lock, junk, __ATOMIC_SEQ_CST);
+	cr_assert_eq(kvs_core_grow(env.core, 1), KVI_GROW_STARTED);
+	run_until_phase(KVS_RESIZE_RUNNING, 20);
+	cr_assert_eq(kvs_core_index(env.core, 0, &nw, chunks_new, 64), 0);
+	cr_expect_eq(bk(&old, junked)->lock, KVI_LOCK_MOVED);
+	cr_expect_eq(bk(&nw, junked)->lock, 0);
+	cr_expect_eq(bk(&nw, junked + old.bucket_count)->lock, 0);
+	kvs_migrate_stats(mig, &ms);
+	cr_expect_eq(ms.repaired, 1);
+	check_keys(300);
+}
+
 Test(migrate, garbage_slots_are_dropped_not_copied)
 {
 	const struct kvi_geometry *g = kvs_core_geometry(env.core);

@@ -1155,3 +1155,42 @@ Test(reclaim, the_quarantine_covers_the_execution_bound)
 	kvs_core_destroy(c);
 	free(region);
 }
+
+/* Issue 18 defect 3: junk in the lock word of a bucket naming an item of the
+ * oldest segment (a stray WRITE's) stopped reclamation for good: the
+ * reclaimer retried the word forever, and every PUT then failed KVC_ENOMEM.
+ * The reclaimer repairs it (its index being the only one) and goes on. */
+Test(reclaim, junk_in_a_lock_word_does_not_stop_reclamation)
+{
+	const struct kvi_geometry *sb = kvs_core_geometry(env.core);
+	kvc_t *a = client(NULL, 0), *b = client(NULL, 0);
+	char v[200], got[256];
+	struct kvi_keyhash kh;
+	unsigned n = 0, tries = 0;
+	int rc;
+
+	for (unsigned i = 0; i < 1000; i++) {
+		value_of(v, sizeof(v), "k", i);
+		cr_assert_eq(kvt_put_s(a, "k", v), 0);
+	}
+	cr_assert_eq(kvt_get_s(b, "k", got, sizeof(got)), 0);
+	kvc_destroy(a);
+	kvi_key_hash("k", 1, sb->hash_seed, sb->bucket_count, &kh);
+	for (int w = 0; w < 2; w++)
+		*(uint64_t *)(void *)(kvs_core_region(env.core) + kvi_home_bucket_off(sb, kh.b[w])) =
+			KVI_LOCK_MOVED | 0xbad;
+	for (int round = 0; round < 2; round++) {
+		usleep(SETTLE_US);
+		while ((rc = kvs_reclaim_one(rcl)) != 0 && tries++ < 40) {
+			cr_assert_geq(rc, 0, "reclaimer failed: %s", kvc_err_name(rc));
+			n += rc == 1;
+		}
+	}
+	cr_expect_lt(tries, 40, "reclamation kept failing on the junk word");
+	cr_expect_gt(n, 3, "segments reclaimed: %u", n);
+	cr_expect_geq(stats().rc.junk_repaired, 1);
+	cr_assert_eq(kvt_get_s(b, "k", got, sizeof(got)), 0);
+	value_of(v, sizeof(v), "k", 999);
+	cr_expect_str_eq(got, v);
+	kvc_destroy(b);
+}
