@@ -1,0 +1,232 @@
+/* Refusals stay refusals (issue 18): a full index that cannot grow answers
+ * every insert KVC_EINDEXFULL promptly and never costs the writer its lease;
+ * the server grows an index only when a GROW's claim holds; a host's
+ * connections share one quota. Over the local transport, with the real
+ * core, reclaimer, migrator and leases. */
+#include <criterion/criterion.h>
+#include <pthread.h>
+#include <stdio.h>
+#include <string.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "dpath_env.h"
+#include "kvclient_errors.h"
+#include "migrate.h"
+
+static uint64_t mono_ms(void)
+{
+	struct timespec ts;
+
+	clock_gettime(CLOCK_MONOTONIC, &ts);
+	return (uint64_t)ts.tv_sec * 1000u + (uint64_t)ts.tv_nsec / 1000000u;
+}
+
+static uint64_t mono_ns(void)
+{
+	struct timespec ts;
+
+	clock_gettime(CLOCK_MONOTONIC, &ts);
+	return (uint64_t)ts.tv_sec * 1000000000u + (uint64_t)ts.tv_nsec;
+}
+
+static struct kvc_stats cstats(kvc_t *c)
+{
+	struct kvc_stats s;
+
+	kvc_get_stats(c, &s);
+	return s;
+}
+
+/* kvserver's other thread and event loop, as far as this test needs them:
+ * the reclaimer (the migrator and its load sampler first) and lease expiry
+ * (an expired member is counted: kvserver would fence it). */
+struct server {
+	struct kvt_env *env;
+	struct kvs_reclaimer *rcl;
+	struct kvs_migrator *mig;
+	pthread_t t;
+	int stop;
+	unsigned expired;
+	int failed;
+};
+
+static void *server_loop(void *arg)
+{
+	struct server *s = arg;
+
+	while (!__atomic_load_n(&s->stop, __ATOMIC_ACQUIRE)) {
+		uint32_t ids[16];
+		unsigned n;
+
+		if (kvs_reclaim_run(s->rcl) < 0)
+			s->failed = 1;
+		pthread_mutex_lock(&s->env->lock);
+		n = kvs_members_expired(s->env->members, mono_ns(), ids, 16);
+		pthread_mutex_unlock(&s->env->lock);
+		__atomic_add_fetch(&s->expired, n, __ATOMIC_RELAXED);
+		usleep(1000);
+	}
+	return NULL;
+}
+
+static void server_start(struct server *s, struct kvt_env *env)
+{
+	memset(s, 0, sizeof(*s));
+	s->env = env;
+	cr_assert_eq(kvt_env_reclaimer(env, NULL, &s->rcl), 0);
+	cr_assert_eq(kvs_migrator_create(env->core, &(struct kvs_migrate_opts){ .load_pct = KVS_DEFAULT_RESIZE_LOAD_PCT },
+					 &s->mig), 0);
+	kvs_reclaimer_set_migrator(s->rcl, s->mig);
+	cr_assert_eq(pthread_create(&s->t, NULL, server_loop, s), 0);
+}
+
+static void server_stop(struct server *s)
+{
+	__atomic_store_n(&s->stop, 1, __ATOMIC_RELEASE);
+	pthread_join(s->t, NULL);
+	kvs_reclaimer_destroy(s->rcl);
+	kvs_migrator_destroy(s->mig);
+}
+
+/* Defect 6: kvserver -m 2 --buckets 4 --no-evict (one 1 MiB segment: the
+ * index cannot grow), default deadline (1 s) and lease (1 s, renewed every
+ * 250 ms). A client fills the index until KVC_EINDEXFULL, deletes one item
+ * and tries 200 more inserts: the first that find room succeed, every other
+ * one fails KVC_EINDEXFULL well before its deadline, and the handle is never
+ * fenced, broken or expelled; its lease is renewed meanwhile. */
+Test(refusals, a_full_index_that_cannot_grow_refuses_every_insert_promptly, .timeout = 120)
+{
+	struct kvs_core_opts o = { .buckets = 4, .no_evict = 1 };
+	struct kvs_members_stats ms0, ms1;
+	struct kvt_env env;
+	struct server srv;
+	struct kvc_opts co;
+	kvc_t *c;
+	unsigned next = 0, filled = 0, ok = 0, full = 0;
+	uint64_t slowest = 0, t0;
+	char k[32];
+	int rc;
+
+	cr_assert_eq(kvt_env_init_opts(&env, 2, &o), 0);
+	cr_assert_eq(kvt_env_leases(&env, KVS_DEFAULT_LEASE_MS, KVS_DEFAULT_RENEW_MS), 0);
+	server_start(&srv, &env);
+	kvc_opts_init(&co);
+	co.depth = 4;
+	cr_assert_eq(kvt_env_client_opts(&env, NULL, &co, &c), 0);
+	for (;;) {
+		snprintf(k, sizeof(k), "fill-%u", next++);
+		rc = kvt_put_s(c, k, "value");
+		if (rc == KVC_EINDEXFULL)
+			break;
+		cr_assert_eq(rc, 0, "PUT %s: %s", k, kvc_err_name(rc));
+		filled++;
+		cr_assert_leq(filled, 4 * KVI_SLOTS_PER_BUCKET);
+	}
+	cr_assert_eq(kvc_delete(c, "fill-0", 6), 0);
+	pthread_mutex_lock(&env.lock);
+	kvs_members_stats(env.members, &ms0);
+	pthread_mutex_unlock(&env.lock);
+	t0 = mono_ms();
+	for (unsigned i = 0; i < 200; i++) {
+		uint64_t t;
+
+		usleep(20000); /* as over Soft-RoCE: 200 inserts take seconds, several deadlines */
+		t = mono_ms();
+		snprintf(k, sizeof(k), "more-%u", i);
+		rc = kvt_put_s(c, k, "value");
+		t = mono_ms() - t;
+		if (t > slowest)
+			slowest = t;
+		cr_assert(rc == 0 || rc == KVC_EINDEXFULL, "PUT %u (%s): %s after %u refusals, %llu ms", i, k,
+			  kvc_err_name(rc), full, (unsigned long long)t);
+		ok += rc == 0;
+		full += rc == KVC_EINDEXFULL;
+	}
+	pthread_mutex_lock(&env.lock);
+	kvs_members_stats(env.members, &ms1);
+	pthread_mutex_unlock(&env.lock);
+	printf("full index: %u items, then %u inserts succeeded, %u refused in %llu ms (slowest %llu ms), "
+	       "%llu GROW requests, %llu renewals\n",
+	       filled, ok, full, (unsigned long long)(mono_ms() - t0), (unsigned long long)slowest,
+	       (unsigned long long)cstats(c).grow_requests, (unsigned long long)(ms1.renewals - ms0.renewals));
+	cr_expect_leq(ok, 5, "only the deleted item's room and the slots left free");
+	cr_expect_geq(full, 195);
+	cr_expect_lt(slowest, 500, "a refusal comes well before the deadline (1 s)");
+	cr_expect_eq(cstats(c).rejoins, 0, "the handle never broke");
+	cr_expect_eq(__atomic_load_n(&srv.expired, __ATOMIC_RELAXED), 0, "no lease ran out");
+	cr_expect_eq(srv.failed, 0);
+	cr_expect_eq(kvs_core_resize_phase(env.core), KVS_RESIZE_IDLE);
+	/* Still usable: a read and a delete answer. */
+	cr_expect_eq(kvc_delete(c, "fill-1", 6), 0);
+	kvc_destroy(c);
+	server_stop(&srv);
+	kvt_env_fini(&env);
+}
+
+/* Fill a fresh index of `c` until an insert fails KVC_EINDEXFULL (or every
+ * slot is taken); returns the items inserted. */
+static unsigned fill(kvc_t *c)
+{
+	unsigned n = 0;
+	char k[32];
+
+	for (;;) {
+		int rc;
+
+		snprintf(k, sizeof(k), "fill-%u", n);
+		rc = kvt_put_s(c, k, "value");
+		if (rc == KVC_EINDEXFULL)
+			return n;
+		cr_assert_eq(rc, 0, "PUT %s: %s", k, kvc_err_name(rc));
+		if (++n == 4 * KVI_SLOTS_PER_BUCKET)
+			return n;
+	}
+}
+
+/* The wait for a GROW answered STARTED (a resize wanted, its migrator not
+ * getting to it: here it never runs) lasts three quarters of the deadline,
+ * 1.5 s with max-op-ms 2000 -- longer than a lease of 1 s. Before, kvc_poll
+ * slept through it in one nanosleep (nothing posted, only that insert
+ * waiting) and woke with its lease lapsed: the insert failed KVC_EFENCED and
+ * the handle broke. The lease must be renewed meanwhile and the insert must
+ * end as an insert into a full index does: KVC_EINDEXFULL. */
+Test(refusals, an_insert_waiting_for_a_resize_keeps_its_lease, .timeout = 60)
+{
+	struct kvs_core_opts o = { .buckets = 4, .segment_size = 64u << 10, .no_evict = 1, .max_op_ms = 2000 };
+	struct kvs_members_stats ms0, ms1;
+	struct kvt_env env;
+	struct kvc_opts co;
+	kvc_t *c;
+	char k[32];
+
+	cr_assert_eq(kvt_env_init_opts(&env, 2, &o), 0);
+	cr_assert_eq(kvt_env_leases(&env, KVS_DEFAULT_LEASE_MS, KVS_DEFAULT_RENEW_MS), 0);
+	kvs_core_attach_migrator(env.core); /* GROW may be answered STARTED; nothing migrates */
+	kvc_opts_init(&co);
+	co.depth = 4;
+	co.op_timeout_ms = 2000;
+	cr_assert_eq(kvt_env_client_opts(&env, NULL, &co, &c), 0);
+	fill(c);
+	for (unsigned i = 0; i < 3; i++) {
+		uint64_t t = mono_ms();
+		int rc;
+
+		pthread_mutex_lock(&env.lock);
+		kvs_members_stats(env.members, &ms0);
+		pthread_mutex_unlock(&env.lock);
+		snprintf(k, sizeof(k), "more-%u", i);
+		rc = kvt_put_s(c, k, "value");
+		t = mono_ms() - t;
+		pthread_mutex_lock(&env.lock);
+		kvs_members_stats(env.members, &ms1);
+		pthread_mutex_unlock(&env.lock);
+		cr_assert_eq(rc, KVC_EINDEXFULL, "PUT %u: %s after %llu ms", i, kvc_err_name(rc), (unsigned long long)t);
+		cr_expect_geq(ms1.renewals - ms0.renewals, 3, "PUT %u: renewed every 250 ms of its %llu ms", i,
+			      (unsigned long long)t);
+	}
+	cr_expect_eq(cstats(c).rejoins, 0, "the handle never broke");
+	cr_expect_eq(kvs_core_resize_phase(env.core), KVS_RESIZE_WANTED);
+	kvc_destroy(c);
+	kvt_env_fini(&env);
+}
