@@ -114,7 +114,8 @@ static int report_slot_free(struct kvi_conn *h, uint64_t now)
 
 static void grow_send(struct kvi_conn *h, struct kvi_opst *st, uint64_t now)
 {
-	struct kvi_ctrl req = { .type = KVI_CTRL_GROW, .arg = { st->grow_epoch, st->grow_bucket } };
+	struct kvi_ctrl req = { .type = KVI_CTRL_GROW,
+				.arg = { st->grow_epoch, st->grow_bucket, st->grow_pair[0], st->grow_pair[1] } };
 
 	if (h->grow_seq) {
 		/* One outstanding per handle: another insert's, for this index,
@@ -150,6 +151,7 @@ void kvi_wait_grow(struct kvi_conn *h, struct kvi_opst *st)
 		st->grow_sent = 0;
 		st->grow_epoch = st->oepoch;
 		st->grow_bucket = st->obk[j] + 1;
+		st->grow_pair[0] = st->grow_pair[1] = 0;
 		st->state = KVI_ST_GROW;
 		if (st->stale_pause_us == 0)
 			st->stale_pause_us = STALE_PAUSE_MIN_US;
@@ -159,7 +161,11 @@ void kvi_wait_grow(struct kvi_conn *h, struct kvi_opst *st)
 		grow_send(h, st, now);
 		return;
 	}
+	/* The pair found full (+ 1), which the server checks before growing
+	 * (server core.h "GROW"). */
 	st->grow_bucket = 0;
+	st->grow_pair[0] = st->b[0] + 1;
+	st->grow_pair[1] = st->nb > 1 ? st->b[1] + 1 : 0;
 	st->grow_asked = 1;
 	st->grow_sent = 0;
 	st->grow_epoch = st->epoch;

@@ -62,6 +62,8 @@ struct kvs_core {
 	enum kvs_resize_phase resize;
 	uint64_t resize_need; /* chunks the wanted resize waits for (reclamation makes room) */
 	int grow_pending;     /* a GROW came while one ran: the next begins at its retirement */
+	uint64_t grow_rng;    /* picks the buckets a GROW's load check reads (grow_claim_holds) */
+	uint64_t grow_refused; /* GROWs whose claim did not hold */
 	/* Home area pieces free for index chunks (after the home index retired). */
 	uint64_t *pool;
 	uint32_t npool, pool_cap;
@@ -251,6 +253,7 @@ int kvs_core_create(void *region_base, uint64_t region_size, const struct kvs_co
 		c->quota = 2 * c->geo.segment_size;
 	c->starving_ns = (uint64_t)(c->o.max_op_ms > KVS_STARVING_MIN_MS ? c->o.max_op_ms : KVS_STARVING_MIN_MS) *
 			 1000000u;
+	c->grow_rng = c->geo.hash_seed | 1;
 	rc = kvs_heap_create(c->base + c->geo.heap_off, c->geo.heap_size, c->geo.segment_size, &c->heap, e);
 	if (rc)
 		goto clean_core;
@@ -556,12 +559,13 @@ static uint64_t grow_locked(struct kvs_core *c)
 	if (c->resize != KVS_RESIZE_IDLE) {
 		/* One at a time; one asked for meanwhile begins as soon as
 		 * this one's old index is unpublished (kvs_core_resize_done):
-		 * while a small index doubles, inserts outrun it. */
-		if (c->resize == KVS_RESIZE_RUNNING) {
-			if (!can_grow(c))
-				return KVI_GROW_NO;
+		 * while a small index doubles, inserts outrun it. A refusal
+		 * stays a refusal: a resize that cannot get its memory is no
+		 * reason for an insert to wait (it would wait for nothing). */
+		if (!can_grow(c))
+			return KVI_GROW_NO;
+		if (c->resize == KVS_RESIZE_RUNNING)
 			c->grow_pending = 1;
-		}
 		return KVI_GROW_STARTED;
 	}
 	if (!c->has_migrator || !can_grow(c))
@@ -571,6 +575,73 @@ static uint64_t grow_locked(struct kvs_core *c)
 	if (c->o.wake)
 		c->o.wake(c->o.wake_arg);
 	return KVI_GROW_STARTED;
+}
+
+/* Is bucket b of index x full (every slot names something)? A CPU read of
+ * the region: the bytes are only counted, never followed. */
+static int bucket_full(const struct kvs_core *c, const struct kvi_index *x, uint64_t b)
+{
+	const struct kvi_bucket *bk = (const void *)(c->base + kvi_index_bucket_off(x, b));
+
+	for (unsigned i = 0; i < KVI_SLOTS_PER_BUCKET; i++)
+		if (__atomic_load_n(&bk->slot[i], __ATOMIC_RELAXED) == 0)
+			return 0;
+	return 1;
+}
+
+/* Slots in use, in %, of KVS_GROW_SAMPLE_BUCKETS random buckets of the
+ * current index (a smaller index whole): bounded work per GROW. */
+static uint64_t sampled_load_pct(struct kvs_core *c)
+{
+	const struct kvi_index *x = &c->ix.cur;
+	int whole = x->bucket_count <= KVS_GROW_SAMPLE_BUCKETS;
+	uint64_t n = whole ? x->bucket_count : KVS_GROW_SAMPLE_BUCKETS, used = 0;
+
+	for (uint64_t k = 0; k < n; k++) {
+		uint64_t b = k;
+		const struct kvi_bucket *bk;
+
+		if (!whole) {
+			c->grow_rng ^= c->grow_rng << 13; /* xorshift64 */
+			c->grow_rng ^= c->grow_rng >> 7;
+			c->grow_rng ^= c->grow_rng << 17;
+			b = c->grow_rng % x->bucket_count;
+		}
+		bk = (const void *)(c->base + kvi_index_bucket_off(x, b));
+		for (unsigned i = 0; i < KVI_SLOTS_PER_BUCKET; i++)
+			used += __atomic_load_n(&bk->slot[i], __ATOMIC_RELAXED) != 0;
+	}
+	return used * 100 / (n * KVI_SLOTS_PER_BUCKET);
+}
+
+/* core.h "GROW": does a GROW of the current index claim what justifies a
+ * resize -- the pair it names (arg2, arg3: bucket + 1) really full, and the
+ * index loaded enough that a full pair is not an accident of a few keys? */
+static int grow_claim_holds(struct kvs_core *c, const struct kvi_ctrl *req)
+{
+	unsigned named = 0;
+
+	for (unsigned j = 2; j <= 3; j++) {
+		if (!req->arg[j])
+			continue;
+		if (req->arg[j] > c->ix.cur.bucket_count || !bucket_full(c, &c->ix.cur, req->arg[j] - 1))
+			return 0;
+		named++;
+	}
+	return named && sampled_load_pct(c) >= KVS_GROW_MIN_LOAD_PCT;
+}
+
+static uint64_t grow_request(struct kvs_core *c, uint32_t id, const struct kvi_ctrl *req)
+{
+	if (req->arg[0] != c->ix.cur.epoch)
+		return KVI_GROW_STALE;
+	if (!grow_claim_holds(c, req)) {
+		c->grow_refused++;
+		kvi_ev_dbg("grow_refused", "client=%u epoch=%" PRIu64 " reason=%s", id, req->arg[0],
+			   "the buckets it names are not full, or the index is not loaded enough");
+		return KVI_GROW_NO;
+	}
+	return grow_locked(c);
 }
 
 int kvs_core_ctrl(void *core, uint32_t client_id, const struct kvi_ctrl *req, struct kvi_ctrl *resp)
@@ -601,7 +672,7 @@ int kvs_core_ctrl(void *core, uint32_t client_id, const struct kvi_ctrl *req, st
 		break;
 	case KVI_CTRL_GROW:
 		*resp = (struct kvi_ctrl){ .type = KVI_CTRL_GROWING, .seq = req->seq,
-					   .arg = { req->arg[0] == c->ix.cur.epoch ? grow_locked(c) : KVI_GROW_STALE } };
+					   .arg = { grow_request(c, client_id, req) } };
 		/* arg1 = an old bucket + 1 that is full while it waits for its
 		 * migration: split it next (that is what makes room for it). */
 		if (req->arg[0] && req->arg[0] == c->ix.prev.epoch && c->ix.state == KVI_INDEX_MIGRATING &&

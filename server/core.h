@@ -236,6 +236,19 @@ enum kvs_resize_phase {
 /* A migrator exists (kvs_migrator_create says so): until then GROW answers
  * KVI_GROW_NO. */
 void kvs_core_attach_migrator(struct kvs_core *c);
+/* GROW (kvs_core_ctrl) from a client: arg0 = the epoch of the index it
+ * found full, arg2 and arg3 = the full pair's buckets + 1 (0: none; wire.h).
+ * Nothing it claims is believed: the index grows only when every bucket it
+ * names is full now (read with the CPU) and a sample of
+ * KVS_GROW_SAMPLE_BUCKETS buckets (a smaller index whole) has at least
+ * KVS_GROW_MIN_LOAD_PCT % of its slots in use -- two-choice hashing fills
+ * ~90 % of them before a pair overflows, so a real need is never refused,
+ * while GROWs against an index that is not full double nothing. A refused
+ * GROW is answered KVI_GROW_NO, which the client takes as "cannot grow"
+ * (evict, or KVC_EINDEXFULL). The load sampler (migrate.h) asks with
+ * kvs_core_grow, which checks only memory. */
+#define KVS_GROW_SAMPLE_BUCKETS 64u
+#define KVS_GROW_MIN_LOAD_PCT 50u
 /* Ask for a resize of the index of `epoch` (what GROW does): enum
  * kvi_grow_verdict. STARTED also while one is under way; NO when memory
  * cannot hold the next index even by eviction (see can_grow in core.c), or

@@ -62,7 +62,7 @@ static void *server_loop(void *arg)
 		if (kvs_reclaim_run(s->rcl) < 0)
 			s->failed = 1;
 		pthread_mutex_lock(&s->env->lock);
-		n = kvs_members_expired(s->env->members, mono_ns(), ids, 16);
+		n = s->env->members ? kvs_members_expired(s->env->members, mono_ns(), ids, 16) : 0;
 		pthread_mutex_unlock(&s->env->lock);
 		__atomic_add_fetch(&s->expired, n, __ATOMIC_RELAXED);
 		usleep(1000);
@@ -228,5 +228,81 @@ Test(refusals, an_insert_waiting_for_a_resize_keeps_its_lease, .timeout = 60)
 	cr_expect_eq(cstats(c).rejoins, 0, "the handle never broke");
 	cr_expect_eq(kvs_core_resize_phase(env.core), KVS_RESIZE_WANTED);
 	kvc_destroy(c);
+	kvt_env_fini(&env);
+}
+
+/* Defect 5 (part): GROW for 20 s with no bucket full doubled a 256-bucket
+ * index 7 times. A raw client's GROWs -- naming no bucket, naming buckets
+ * that are not full, naming buckets outside the index -- against an empty
+ * index are all answered NO, and the migrator, run all along, resizes
+ * nothing. */
+Test(refusals, grow_against_an_empty_index_resizes_nothing, .timeout = 60)
+{
+	struct kvs_core_opts o = { .buckets = 256, .segment_size = 64u << 10, .max_op_ms = 50,
+				   .quarantine_ms = 100, .in_process = 1 };
+	const uint64_t claims[][2] = { { 0, 0 }, { 1, 2 }, { 256, 255 }, { 257, 0 }, { UINT64_MAX, 1 } };
+	struct kvs_reclaimer *rcl;
+	struct kvs_migrator *mig;
+	struct kvs_core_stats st;
+	struct kvt_env env;
+
+	cr_assert_eq(kvt_env_init_opts(&env, 16, &o), 0);
+	cr_assert_eq(kvt_env_reclaimer(&env, NULL, &rcl), 0);
+	cr_assert_eq(kvs_migrator_create(env.core, &(struct kvs_migrate_opts){ .load_pct = KVS_DEFAULT_RESIZE_LOAD_PCT },
+					 &mig), 0);
+	kvs_reclaimer_set_migrator(rcl, mig);
+	for (unsigned i = 0; i < 500; i++) {
+		const uint64_t *cl = claims[i % (sizeof(claims) / sizeof(claims[0]))];
+		struct kvi_ctrl req = { .type = KVI_CTRL_GROW, .seq = i + 1, .arg = { 1, 0, cl[0], cl[1] } }, resp;
+
+		cr_assert_eq(kvs_core_ctrl(env.core, 5, &req, &resp), 0);
+		cr_assert_eq(resp.type, KVI_CTRL_GROWING);
+		cr_assert_eq(resp.arg[0], KVI_GROW_NO, "GROW %u claiming %llu, %llu", i, (unsigned long long)cl[0],
+			     (unsigned long long)cl[1]);
+		cr_assert_eq(kvs_core_resize_phase(env.core), KVS_RESIZE_IDLE);
+		cr_assert_geq(kvs_reclaim_run(rcl), 0);
+	}
+	kvs_core_stats(env.core, &st);
+	cr_expect_eq(st.index_epoch, 1);
+	cr_expect_eq(st.index_buckets, 256);
+	cr_expect_eq(st.resizes, 0);
+	kvs_reclaimer_destroy(rcl);
+	kvs_migrator_destroy(mig);
+	kvt_env_fini(&env);
+}
+
+/* ... while a real need is never refused: a client inserting 1000 keys into
+ * a 4-bucket index (with the reclaimer and migrator running) has every one
+ * inserted, the index grown by its GROWs (and the sampler's), no item
+ * evicted. */
+Test(refusals, a_client_that_fills_its_index_still_grows_it, .timeout = 120)
+{
+	struct kvs_core_opts o = { .buckets = 4, .segment_size = 64u << 10, .max_op_ms = 1000 };
+	struct kvs_core_stats st;
+	struct kvt_env env;
+	struct server srv;
+	struct kvc_opts co;
+	kvc_t *c;
+	char k[32];
+
+	cr_assert_eq(kvt_env_init_opts(&env, 16, &o), 0);
+	server_start(&srv, &env);
+	kvc_opts_init(&co);
+	co.depth = 4;
+	co.op_timeout_ms = 1000;
+	cr_assert_eq(kvt_env_client_opts(&env, NULL, &co, &c), 0);
+	for (unsigned i = 0; i < 1000; i++) {
+		snprintf(k, sizeof(k), "key-%u", i);
+		cr_assert_eq(kvt_put_s(c, k, "value"), 0, "PUT %s", k);
+	}
+	kvs_core_stats(env.core, &st);
+	printf("1000 keys into 4 buckets: %llu buckets now, %llu GROW requests, %llu evictions\n",
+	       (unsigned long long)st.index_buckets, (unsigned long long)cstats(c).grow_requests,
+	       (unsigned long long)cstats(c).index_evictions);
+	cr_expect_geq(st.index_buckets, 64);
+	cr_expect_gt(cstats(c).grow_requests, 0);
+	cr_expect_eq(cstats(c).index_evictions, 0);
+	kvc_destroy(c);
+	server_stop(&srv);
 	kvt_env_fini(&env);
 }
