@@ -14,13 +14,24 @@
 #include "kvclient_errors.h"
 #include "log.h"
 
-/* A client holding an open extent. Created on its first grant, freed when it
- * leaves. */
+/* The clients connected from one source host (kvs_core_client_host): the
+ * quota binds what they hold together. Freed with its last client. */
+struct kvs_host {
+	struct kvs_host *next;
+	uint64_t key;
+	uint64_t held;     /* the sum of its clients' held */
+	uint32_t nclients; /* clients that name it */
+};
+
+/* A client holding an open extent. Created on its first grant (or when its
+ * host is told), freed when it leaves. */
 struct kvs_client {
 	struct kvs_client *next;
 	uint32_t id;
 	struct kvs_extent x; /* x.owner = id */
 	uint64_t held; /* bytes granted and not back (core.h "Quota") */
+	struct kvs_host *host; /* NULL: none known (the quota binds the client alone) */
+	int counted;           /* in nclients (it asked for memory) */
 };
 
 #define KVS_CLIENT_BUCKETS 256u
@@ -52,6 +63,7 @@ struct kvs_core {
 	struct kvs_reclaim_stats rc;
 	uint64_t fencings, fence_released, fence_cpu_ns; /* the fencer's (kvs_core_add_fence) */
 	struct kvs_client *clients[KVS_CLIENT_BUCKETS];
+	struct kvs_host *hosts[KVS_CLIENT_BUCKETS];
 	struct kvs_indexes ix; /* index.h */
 	/* Old buckets an insert found full during a migration (GROW naming the
 	 * previous index): the migrator splits them first (migrate.h). */
@@ -81,11 +93,22 @@ static struct kvs_client **client_slot(struct kvs_core *c, uint32_t id);
 static void charge_client(void *arg, uint32_t id, int64_t bytes)
 {
 	struct kvs_client *cl = *client_slot(arg, id);
+	uint64_t was;
 
+	if (!cl)
+		return;
 	/* A negative delta larger than held can only be an earlier client's
 	 * charge under a reused id (kvserver never reuses ids; tests may). */
-	if (cl)
-		cl->held = bytes < 0 && (uint64_t)-bytes > cl->held ? 0 : cl->held + (uint64_t)bytes;
+	was = cl->held;
+	cl->held = bytes < 0 && (uint64_t)-bytes > cl->held ? 0 : cl->held + (uint64_t)bytes;
+	if (cl->host)
+		cl->host->held = cl->host->held - was + cl->held; /* it includes was */
+}
+
+/* What the quota compares: the client's host's holdings, or its own. */
+static uint64_t quota_held(const struct kvs_client *cl)
+{
+	return cl->host ? cl->host->held : cl->held;
 }
 static int policy_opts(const struct kvs_core_opts *in, struct kvs_core_opts *o, struct kvi_errbuf *e);
 
@@ -310,6 +333,12 @@ void kvs_core_destroy(struct kvs_core *c)
 			c->clients[i] = cl->next;
 			free(cl);
 		}
+		while (c->hosts[i]) {
+			struct kvs_host *ho = c->hosts[i];
+
+			c->hosts[i] = ho->next;
+			free(ho);
+		}
 	}
 	kvs_indexes_fini(&c->ix);
 	free(c->pool);
@@ -326,6 +355,46 @@ static struct kvs_client **client_slot(struct kvs_core *c, uint32_t id)
 	while (*pp && (*pp)->id != id)
 		pp = &(*pp)->next;
 	return pp;
+}
+
+/* client_id's record, made if it has none (NULL: out of memory). */
+static struct kvs_client *client_get(struct kvs_core *c, uint32_t id)
+{
+	struct kvs_client **pp = client_slot(c, id);
+
+	if (!*pp) {
+		*pp = calloc(1, sizeof(**pp));
+		if (*pp) {
+			(*pp)->id = id;
+			(*pp)->x.owner = id;
+		}
+	}
+	return *pp;
+}
+
+static struct kvs_host **host_slot(struct kvs_core *c, uint64_t key)
+{
+	struct kvs_host **pp = &c->hosts[key % KVS_CLIENT_BUCKETS];
+
+	while (*pp && (*pp)->key != key)
+		pp = &(*pp)->next;
+	return pp;
+}
+
+/* cl no longer counts for its host; the host goes with its last client. */
+static void host_drop(struct kvs_core *c, struct kvs_client *cl)
+{
+	struct kvs_host *ho = cl->host, **pp;
+
+	if (!ho)
+		return;
+	cl->host = NULL;
+	ho->held = ho->held > cl->held ? ho->held - cl->held : 0;
+	if (--ho->nclients)
+		return;
+	pp = host_slot(c, ho->key);
+	*pp = ho->next;
+	free(ho);
 }
 
 static void reply_error(const struct kvi_ctrl *req, struct kvi_ctrl *resp, int status)
@@ -390,7 +459,7 @@ static void poke(struct kvs_core *c)
 
 static int seg_request(struct kvs_core *c, uint32_t id, const struct kvi_ctrl *req, struct kvi_ctrl *resp)
 {
-	struct kvs_client **pp = client_slot(c, id), *cl = *pp;
+	struct kvs_client *cl;
 	uint64_t now = kvi_mono_ns();
 	int rc, over;
 
@@ -398,19 +467,17 @@ static int seg_request(struct kvs_core *c, uint32_t id, const struct kvi_ctrl *r
 		reply_error(req, resp, KVC_EINVAL);
 		return 0;
 	}
+	cl = client_get(c, id);
 	if (!cl) {
-		cl = calloc(1, sizeof(*cl));
-		if (!cl) {
-			reply_error(req, resp, KVC_ENOMEM);
-			return 0;
-		}
-		cl->id = id;
-		cl->x.owner = id;
-		*pp = cl;
+		reply_error(req, resp, KVC_ENOMEM);
+		return 0;
+	}
+	if (!cl->counted) {
+		cl->counted = 1;
 		c->nclients++;
 	}
 	/* core.h "Quota". */
-	over = cl->held + req->arg[0] > c->quota;
+	over = quota_held(cl) + req->arg[0] > c->quota;
 	if (over && c->starving_at && now - c->starving_at < c->starving_ns && c->starving_id != id) {
 		uint64_t used = req->arg[1] < cl->x.len ? req->arg[1] : cl->x.len;
 
@@ -422,7 +489,7 @@ static int seg_request(struct kvs_core *c, uint32_t id, const struct kvi_ctrl *r
 			c->over_quota++;
 			reply_error(req, resp, KVC_EQUOTA);
 			kvi_ev_dbg("grant_refused", "client=%u reason=quota held=%" PRIu64 " quota=%" PRIu64, id,
-				   cl->held, c->quota);
+				   quota_held(cl), c->quota);
 			return 0;
 		}
 		/* A writer that fills what it gets waits its turn. */
@@ -434,7 +501,7 @@ static int seg_request(struct kvs_core *c, uint32_t id, const struct kvi_ctrl *r
 	kvs_segtab_tick(c->segs, now);
 	rc = kvs_segtab_grant(c->segs, &cl->x, req->arg[0], req->arg[1],
 			      over ? KVS_GRANT_OVER_QUOTA : KVS_GRANT_CLIENT, now);
-	if (rc == KVC_EAGAIN && cl->held < c->quota / 2) {
+	if (rc == KVC_EAGAIN && quota_held(cl) < c->quota / 2) {
 		c->starving_at = now;
 		c->starving_id = id;
 	}
@@ -725,6 +792,57 @@ uint64_t kvs_core_client_held(struct kvs_core *c, uint32_t client_id)
 	return held;
 }
 
+int kvs_core_client_host(struct kvs_core *c, uint32_t client_id, const char *host)
+{
+	struct kvs_client *cl;
+	struct kvs_host **hp;
+	uint64_t key = 0xcbf29ce484222325ull; /* FNV-1a: the table is per server, its keys are no secret */
+	int rc = 0;
+
+	if (!host || !*host || strcmp(host, "?") == 0)
+		return 0; /* no address: the client alone */
+	for (const char *p = host; *p; p++)
+		key = (key ^ (unsigned char)*p) * 0x100000001b3ull;
+	pthread_mutex_lock(&c->mu);
+	cl = client_get(c, client_id);
+	if (!cl) {
+		rc = KVC_ENOMEM;
+		goto out;
+	}
+	if (cl->host) {
+		if (cl->host->key == key)
+			goto out;
+		host_drop(c, cl);
+	}
+	hp = host_slot(c, key);
+	if (!*hp) {
+		*hp = calloc(1, sizeof(**hp));
+		if (!*hp) {
+			rc = KVC_ENOMEM;
+			goto out;
+		}
+		(*hp)->key = key;
+	}
+	cl->host = *hp;
+	cl->host->nclients++;
+	cl->host->held += cl->held;
+out:
+	pthread_mutex_unlock(&c->mu);
+	return rc;
+}
+
+uint64_t kvs_core_host_held(struct kvs_core *c, uint32_t client_id)
+{
+	struct kvs_client *cl;
+	uint64_t held;
+
+	pthread_mutex_lock(&c->mu);
+	cl = *client_slot(c, client_id);
+	held = cl ? quota_held(cl) : 0;
+	pthread_mutex_unlock(&c->mu);
+	return held;
+}
+
 void kvs_core_client_left(struct kvs_core *c, uint32_t client_id)
 {
 	struct kvs_client **pp, *cl;
@@ -736,8 +854,10 @@ void kvs_core_client_left(struct kvs_core *c, uint32_t client_id)
 		/* Whatever it used is unknown: keep the whole extent. */
 		kvs_segtab_release(c->segs, &cl->x, cl->x.len, kvi_mono_ns());
 		*pp = cl->next;
+		host_drop(c, cl);
+		if (cl->counted)
+			c->nclients--;
 		free(cl);
-		c->nclients--;
 		c->full_at = 0;
 		poke(c);
 	}

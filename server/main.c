@@ -101,6 +101,10 @@ static int on_connect(void *arg, struct kvi_peer *p, const struct kvi_hello *h, 
 		return KVI_REJECT_FULL;
 	}
 	w->client_id = s->next_client_id++;
+	/* Connections from one host share one quota (core.h "Quota"); the
+	 * server's own loopbacks take none. */
+	if (p->role != KVI_ROLE_LOOPBACK)
+		kvs_core_client_host(s->core, w->client_id, kvi_peer_addr(p, addr, sizeof(addr)));
 	w->rkey = s->region.mr->rkey;
 	w->region_addr = (uintptr_t)s->region.base;
 	w->geo = *kvs_core_geometry(s->core); /* never read from the region (layout.h "Geometry") */

@@ -306,3 +306,64 @@ Test(refusals, a_client_that_fills_its_index_still_grows_it, .timeout = 120)
 	server_stop(&srv);
 	kvt_env_fini(&env);
 }
+
+/* Defect 5 (part): one process with 9 connections took 7 of 7 segments, each
+ * connection within its quota, and another client's PUT failed. Seven 128
+ * KiB segments (no reserve in so small a heap), a quota of 2 segments: nine
+ * clients of host A each ask for a whole segment, then one client of host B.
+ * Host A's connections share one quota, so once over it they never take the
+ * last free segment: B gets it. Returns how many A got and whether B got one. */
+static void nine_and_one(const char *host_a, const char *host_b, unsigned *a_got, int *b_got)
+{
+	struct kvs_core_opts o = { .buckets = 2, .segment_size = 128u << 10 };
+	struct kvs_core_stats st;
+	struct kvt_env env;
+	uint32_t seq = 1;
+
+	cr_assert_eq(kvt_env_init_opts(&env, 1, &o), 0);
+	kvs_core_stats(env.core, &st);
+	cr_assert_eq(st.segments_total, 7);
+	cr_assert_eq(st.quota_bytes, 2 * (128u << 10));
+	for (uint32_t id = 1; id <= 10; id++)
+		cr_assert_eq(kvs_core_client_host(env.core, id, id <= 9 ? host_a : host_b), 0);
+	*a_got = 0;
+	for (uint32_t id = 1; id <= 10; id++) {
+		struct kvi_ctrl req = { .type = KVI_CTRL_SEG_REQ, .seq = seq++, .arg = { 128u << 10, 0 } }, resp;
+
+		cr_assert_eq(kvs_core_ctrl(env.core, id, &req, &resp), 0);
+		if (id <= 9)
+			*a_got += resp.type == KVI_CTRL_SEG_GRANT;
+		else
+			*b_got = resp.type == KVI_CTRL_SEG_GRANT;
+	}
+	if (host_a)
+		cr_expect_eq(kvs_core_host_held(env.core, 1), (uint64_t)*a_got * (128u << 10),
+			     "host A's holdings are its clients' together");
+	/* A client leaving takes its holdings out of its host's. */
+	kvs_core_client_left(env.core, 1);
+	if (host_a)
+		cr_expect_eq(kvs_core_host_held(env.core, 2), (uint64_t)(*a_got - 1) * (128u << 10));
+	kvt_env_fini(&env);
+}
+
+Test(refusals, connections_from_one_host_share_one_quota)
+{
+	unsigned a;
+	int b = 0;
+
+	nine_and_one("192.0.2.1", "192.0.2.2", &a, &b);
+	cr_expect_eq(a, 6, "host A: within its quota twice, then over it until one segment is left");
+	cr_expect(b, "host B's first grant finds the segment host A had to leave");
+}
+
+/* Without an address (the in-process transport; also "?") each connection
+ * has its own quota, as before. */
+Test(refusals, connections_without_an_address_keep_their_own_quota)
+{
+	unsigned a;
+	int b = 1;
+
+	nine_and_one(NULL, "?", &a, &b);
+	cr_expect_eq(a, 7, "each within its own quota: all seven");
+	cr_expect_not(b);
+}
