@@ -89,13 +89,15 @@ static void server_stop(struct server *s)
 	kvs_migrator_destroy(s->mig);
 }
 
+TestSuite(refusals, .timeout = 120);
+
 /* Defect 6: kvserver -m 2 --buckets 4 --no-evict (one 1 MiB segment: the
  * index cannot grow), default deadline (1 s) and lease (1 s, renewed every
  * 250 ms). A client fills the index until KVC_EINDEXFULL, deletes one item
  * and tries 200 more inserts: the first that find room succeed, every other
  * one fails KVC_EINDEXFULL well before its deadline, and the handle is never
  * fenced, broken or expelled; its lease is renewed meanwhile. */
-Test(refusals, a_full_index_that_cannot_grow_refuses_every_insert_promptly, .timeout = 120)
+Test(refusals, a_full_index_that_cannot_grow_refuses_every_insert_promptly)
 {
 	struct kvs_core_opts o = { .buckets = 4, .no_evict = 1 };
 	struct kvs_members_stats ms0, ms1;
@@ -191,7 +193,7 @@ static unsigned fill(kvc_t *c)
  * waiting) and woke with its lease lapsed: the insert failed KVC_EFENCED and
  * the handle broke. The lease must be renewed meanwhile and the insert must
  * end as an insert into a full index does: KVC_EINDEXFULL. */
-Test(refusals, an_insert_waiting_for_a_resize_keeps_its_lease, .timeout = 60)
+Test(refusals, an_insert_waiting_for_a_resize_keeps_its_lease)
 {
 	struct kvs_core_opts o = { .buckets = 4, .segment_size = 64u << 10, .no_evict = 1, .max_op_ms = 2000 };
 	struct kvs_members_stats ms0, ms1;
@@ -236,7 +238,7 @@ Test(refusals, an_insert_waiting_for_a_resize_keeps_its_lease, .timeout = 60)
  * that are not full, naming buckets outside the index -- against an empty
  * index are all answered NO, and the migrator, run all along, resizes
  * nothing. */
-Test(refusals, grow_against_an_empty_index_resizes_nothing, .timeout = 60)
+Test(refusals, grow_against_an_empty_index_resizes_nothing)
 {
 	struct kvs_core_opts o = { .buckets = 256, .segment_size = 64u << 10, .max_op_ms = 50,
 				   .quarantine_ms = 100, .in_process = 1 };
@@ -275,7 +277,7 @@ Test(refusals, grow_against_an_empty_index_resizes_nothing, .timeout = 60)
  * a 4-bucket index (with the reclaimer and migrator running) has every one
  * inserted, the index grown by its GROWs (and the sampler's), no item
  * evicted. */
-Test(refusals, a_client_that_fills_its_index_still_grows_it, .timeout = 120)
+Test(refusals, a_client_that_fills_its_index_still_grows_it)
 {
 	struct kvs_core_opts o = { .buckets = 4, .segment_size = 64u << 10, .max_op_ms = 1000 };
 	struct kvs_core_stats st;
