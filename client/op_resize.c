@@ -99,6 +99,15 @@ void kvi_wait_stale(struct kvi_conn *h, struct kvi_opst *st)
 	st->state = KVI_ST_STALE;
 }
 
+/* How long ago `since` was, by a clock read at `now` -- which may be the
+ * earlier of the two: kvc_poll's `now` is read before the completions it
+ * handles, and what they send is stamped later (kvi_wait_grow). Such an
+ * age is 0, never a wrapped-around eternity. */
+static uint64_t age_ns(uint64_t now, uint64_t since)
+{
+	return now > since ? now - since : 0;
+}
+
 /* The report slot is free (its answer came, or it is lost): GROW may use it
  * (wire.h KVI_CTRL_MAX_OUTSTANDING counts one for both). */
 static int report_slot_free(struct kvi_conn *h, uint64_t now)
@@ -106,7 +115,7 @@ static int report_slot_free(struct kvi_conn *h, uint64_t now)
 	struct kvi_ctrl r;
 
 	if (h->report_seq && !kvi_rmem_ctrl_take(h->rm, h->report_seq, &r) &&
-	    now - h->report_sent < h->report_after_ns)
+	    age_ns(now, h->report_sent) < h->report_after_ns)
 		return 0;
 	h->report_seq = 0;
 	return 1;
@@ -190,7 +199,11 @@ void kvi_grow_collect(struct kvi_conn *h, uint64_t now)
 	if (!h->grow_seq)
 		return;
 	if (!kvi_rmem_ctrl_take(h->rm, h->grow_seq, &r)) {
-		if (now - h->grow_sent > (uint64_t)h->op_timeout_ms * 1000000u)
+		/* Lost only after a deadline: taken as lost at once (a stale
+		 * `now` made its age wrap around), a GROW whose NO was on its
+		 * way left every insert of a full index waiting three quarters
+		 * of its deadline, and asking again (issue 18). */
+		if (age_ns(now, h->grow_sent) > (uint64_t)h->op_timeout_ms * 1000000u)
 			h->grow_seq = 0; /* lost: whoever still waits asks again */
 		return;
 	}

@@ -233,6 +233,79 @@ Test(refusals, an_insert_waiting_for_a_resize_keeps_its_lease)
 	kvt_env_fini(&env);
 }
 
+/* A GROW whose answer is still on its way when kvc_poll first looks for it
+ * (on a NIC, always: the answer takes a round trip through the server's
+ * event loop). The answer is held back here -- the handler keeps it and
+ * reports it lost, as a send whose answer has not come -- and delivered a
+ * few milliseconds later. kvc_poll's clock was read before the completion
+ * that sent the GROW, so the first look computed a negative age that
+ * wrapped around: the GROW was taken as lost at once, its NO never
+ * collected, and the insert waited three quarters of its deadline (750 ms of
+ * every 1 s; with the uncapped sleep, long enough to lose its lease) and
+ * asked again on the next insert. Here it must end KVC_EINDEXFULL as soon as
+ * the NO arrives. */
+static struct kvt_env late_env;
+static struct kvi_ctrl late_answer;
+static int late_held;
+
+static int late_grow_answer(void *arg, uint32_t id, const struct kvi_ctrl *req, struct kvi_ctrl *resp)
+{
+	int rc;
+
+	(void)arg;
+	pthread_mutex_lock(&late_env.lock);
+	rc = kvs_core_ctrl(late_env.core, id, req, resp);
+	pthread_mutex_unlock(&late_env.lock);
+	if (rc || req->type != KVI_CTRL_GROW)
+		return rc;
+	late_answer = *resp;
+	late_held = 1;
+	return KVC_ETIMEDOUT; /* "sent; its answer never comes" -- until the test delivers it */
+}
+
+Test(refusals, a_grow_answer_that_comes_after_the_first_look_is_still_taken)
+{
+	struct kvs_core_opts o = { .buckets = 4, .segment_size = 64u << 10, .no_evict = 1, .max_op_ms = 2000 };
+	struct kvc_op op = { .type = KVC_OP_PUT, .key = "late", .key_len = 4, .value = "v", .value_len = 1 }, *done;
+	struct kvi_rmem *rm;
+	struct kvc_opts co;
+	uint64_t t0, took;
+	kvc_t *c;
+
+	cr_assert_eq(kvt_env_init_opts(&late_env, 2, &o), 0);
+	kvc_opts_init(&co);
+	co.depth = 4;
+	co.op_timeout_ms = 2000;
+	cr_assert_eq(kvt_env_client_opts(&late_env, NULL, &co, &c), 0);
+	fill(c);
+	rm = kvi_client_conn(c, 0)->rm;
+	kvi_rmem_local_set_ctrl(rm, late_grow_answer, NULL, rm->client_id);
+	late_held = 0;
+	t0 = mono_ms();
+	cr_assert_eq(kvc_submit(c, &op), 0);
+	for (;;) {
+		int n = kvc_poll(c, &done, 1, 1);
+
+		cr_assert_geq(n, 0);
+		if (n == 1)
+			break;
+		if (late_held && mono_ms() - t0 >= 5) {
+			kvi_rmem_ctrl_stash(rm, &late_answer); /* the answer arrives */
+			late_held = 0;
+		}
+		cr_assert_lt(mono_ms() - t0, 10000);
+	}
+	took = mono_ms() - t0;
+	printf("an insert into a full index whose GROW was answered 5 ms late: %s after %llu ms\n",
+	       kvc_err_name(op.status), (unsigned long long)took);
+	cr_expect_eq(op.status, KVC_EINDEXFULL);
+	cr_expect_eq(late_answer.arg[0], KVI_GROW_NO);
+	cr_expect_lt(took, 500, "the NO is taken when it comes, not at three quarters of the deadline (1500 ms)");
+	cr_expect_eq(cstats(c).grow_requests, 1);
+	kvc_destroy(c);
+	kvt_env_fini(&late_env);
+}
+
 /* Defect 5 (part): GROW for 20 s with no bucket full doubled a 256-bucket
  * index 7 times. A raw client's GROWs -- naming no bucket, naming buckets
  * that are not full, naming buckets outside the index -- against an empty
