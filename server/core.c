@@ -75,7 +75,6 @@ struct kvs_core {
 	uint64_t resize_need; /* chunks the wanted resize waits for (reclamation makes room) */
 	int grow_pending;     /* a GROW came while one ran: the next begins at its retirement */
 	uint64_t grow_rng;    /* picks the buckets a GROW's load check reads (grow_claim_holds) */
-	uint64_t grow_refused; /* GROWs whose claim did not hold */
 	/* Home area pieces free for index chunks (after the home index retired). */
 	uint64_t *pool;
 	uint32_t npool, pool_cap;
@@ -703,7 +702,6 @@ static uint64_t grow_request(struct kvs_core *c, uint32_t id, const struct kvi_c
 	if (req->arg[0] != c->ix.cur.epoch)
 		return KVI_GROW_STALE;
 	if (!grow_claim_holds(c, req)) {
-		c->grow_refused++;
 		kvi_ev_dbg("grow_refused", "client=%u epoch=%" PRIu64 " reason=%s", id, req->arg[0],
 			   "the buckets it names are not full, or the index is not loaded enough");
 		return KVI_GROW_NO;
