@@ -149,6 +149,7 @@ struct kvi_opst {
 	uint64_t obk[2], ooff[2], oepoch;
 	uint64_t grow_epoch;  /* KVI_ST_GROW: the index epoch it asked to grow */
 	uint64_t grow_bucket; /* ... or, in the index being emptied, the full bucket + 1 to split first */
+	uint64_t grow_pair[2]; /* the full pair's buckets + 1 (0: none), which the server checks */
 	int grow_asked;       /* asked already: a full pair now evicts or fails */
 	int grow_sent;        /* its GROW went out (or another insert's for the same index) */
 	uint32_t stale_pause_us; /* KVI_ST_STALE: look again this long after without a new view */

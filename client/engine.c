@@ -1160,8 +1160,15 @@ int kvi_conn_poll(struct kvi_conn *h, struct kvc_op **done, unsigned max, int ti
 		if (h->lease_ns && wait_ms > (int)(h->renew_ns / 4000000u))
 			wait_ms = (int)(h->renew_ns / 4000000u) + 1;
 		if (h->rm->inflight == 0 && next_due != UINT64_MAX && now < next_due) {
-			/* Only PUTs waiting for memory: nothing to poll until one is due. */
+			/* Only operations waiting (for memory, a new index, a
+			 * backoff): nothing to poll until one is due -- but no
+			 * longer than wait_ms, so that lease_tick still runs a few
+			 * times per renewal interval: a GROW's wait lasts three
+			 * quarters of a deadline, which may outlast the lease. */
 			uint64_t ns = next_due - now;
+
+			if (ns > (uint64_t)wait_ms * 1000000u)
+				ns = (uint64_t)wait_ms * 1000000u;
 
 			nanosleep(&(struct timespec){ .tv_sec = (time_t)(ns / 1000000000u),
 						      .tv_nsec = (long)(ns % 1000000000u) }, NULL);

@@ -99,6 +99,15 @@ void kvi_wait_stale(struct kvi_conn *h, struct kvi_opst *st)
 	st->state = KVI_ST_STALE;
 }
 
+/* How long ago `since` was, by a clock read at `now` -- which may be the
+ * earlier of the two: kvc_poll's `now` is read before the completions it
+ * handles, and what they send is stamped later (kvi_wait_grow). Such an
+ * age is 0, never a wrapped-around eternity. */
+static uint64_t age_ns(uint64_t now, uint64_t since)
+{
+	return now > since ? now - since : 0;
+}
+
 /* The report slot is free (its answer came, or it is lost): GROW may use it
  * (wire.h KVI_CTRL_MAX_OUTSTANDING counts one for both). */
 static int report_slot_free(struct kvi_conn *h, uint64_t now)
@@ -106,7 +115,7 @@ static int report_slot_free(struct kvi_conn *h, uint64_t now)
 	struct kvi_ctrl r;
 
 	if (h->report_seq && !kvi_rmem_ctrl_take(h->rm, h->report_seq, &r) &&
-	    now - h->report_sent < h->report_after_ns)
+	    age_ns(now, h->report_sent) < h->report_after_ns)
 		return 0;
 	h->report_seq = 0;
 	return 1;
@@ -114,7 +123,8 @@ static int report_slot_free(struct kvi_conn *h, uint64_t now)
 
 static void grow_send(struct kvi_conn *h, struct kvi_opst *st, uint64_t now)
 {
-	struct kvi_ctrl req = { .type = KVI_CTRL_GROW, .arg = { st->grow_epoch, st->grow_bucket } };
+	struct kvi_ctrl req = { .type = KVI_CTRL_GROW,
+				.arg = { st->grow_epoch, st->grow_bucket, st->grow_pair[0], st->grow_pair[1] } };
 
 	if (h->grow_seq) {
 		/* One outstanding per handle: another insert's, for this index,
@@ -150,6 +160,7 @@ void kvi_wait_grow(struct kvi_conn *h, struct kvi_opst *st)
 		st->grow_sent = 0;
 		st->grow_epoch = st->oepoch;
 		st->grow_bucket = st->obk[j] + 1;
+		st->grow_pair[0] = st->grow_pair[1] = 0;
 		st->state = KVI_ST_GROW;
 		if (st->stale_pause_us == 0)
 			st->stale_pause_us = STALE_PAUSE_MIN_US;
@@ -159,7 +170,11 @@ void kvi_wait_grow(struct kvi_conn *h, struct kvi_opst *st)
 		grow_send(h, st, now);
 		return;
 	}
+	/* The pair found full (+ 1), which the server checks before growing
+	 * (server core.h "GROW"). */
 	st->grow_bucket = 0;
+	st->grow_pair[0] = st->b[0] + 1;
+	st->grow_pair[1] = st->nb > 1 ? st->b[1] + 1 : 0;
 	st->grow_asked = 1;
 	st->grow_sent = 0;
 	st->grow_epoch = st->epoch;
@@ -184,7 +199,11 @@ void kvi_grow_collect(struct kvi_conn *h, uint64_t now)
 	if (!h->grow_seq)
 		return;
 	if (!kvi_rmem_ctrl_take(h->rm, h->grow_seq, &r)) {
-		if (now - h->grow_sent > (uint64_t)h->op_timeout_ms * 1000000u)
+		/* Lost only after a deadline: taken as lost at once (a stale
+		 * `now` made its age wrap around), a GROW whose NO was on its
+		 * way left every insert of a full index waiting three quarters
+		 * of its deadline, and asking again (issue 18). */
+		if (age_ns(now, h->grow_sent) > (uint64_t)h->op_timeout_ms * 1000000u)
 			h->grow_seq = 0; /* lost: whoever still waits asks again */
 		return;
 	}

@@ -171,7 +171,9 @@ enum kvi_ctrl_type {
 	KVI_CTRL_INDEX = 14,
 	/* client -> server: an insert found both its buckets full of live items;
 	 * arg0 = epoch of that index; arg1 = 0, or (during a migration, arg0 the
-	 * previous epoch) a full old bucket + 1 that the migrator should split next */
+	 * previous epoch) a full old bucket + 1 that the migrator should split next;
+	 * arg2, arg3 = with arg1 0, the full pair's buckets + 1 in that index
+	 * (the server checks them: core.h "GROW") */
 	KVI_CTRL_GROW = 15,
 	KVI_CTRL_GROWING = 16, /* server -> client: arg0 = enum kvi_grow_verdict */
 	KVI_CTRL_TYPE_MAX = 16,

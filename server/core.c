@@ -14,13 +14,24 @@
 #include "kvclient_errors.h"
 #include "log.h"
 
-/* A client holding an open extent. Created on its first grant, freed when it
- * leaves. */
+/* The clients connected from one source host (kvs_core_client_host): the
+ * quota binds what they hold together. Freed with its last client. */
+struct kvs_host {
+	struct kvs_host *next;
+	uint64_t key;
+	uint64_t held;     /* the sum of its clients' held */
+	uint32_t nclients; /* clients that name it */
+};
+
+/* A client holding an open extent. Created on its first grant (or when its
+ * host is told), freed when it leaves. */
 struct kvs_client {
 	struct kvs_client *next;
 	uint32_t id;
 	struct kvs_extent x; /* x.owner: its account (account_of) */
 	uint64_t held; /* bytes granted and not back (core.h "Quota") */
+	struct kvs_host *host; /* NULL: none known (the quota binds the client alone) */
+	int counted;           /* in nclients (it asked for memory) */
 };
 
 #define KVS_CLIENT_BUCKETS 256u
@@ -53,6 +64,7 @@ struct kvs_core {
 	struct kvs_reclaim_stats rc;
 	uint64_t fencings, fence_released, fence_cpu_ns; /* the fencer's (kvs_core_add_fence) */
 	struct kvs_client *clients[KVS_CLIENT_BUCKETS];
+	struct kvs_host *hosts[KVS_CLIENT_BUCKETS];
 	struct kvs_indexes ix; /* index.h */
 	/* Old buckets an insert found full during a migration (GROW naming the
 	 * previous index): the migrator splits them first (migrate.h). */
@@ -63,6 +75,7 @@ struct kvs_core {
 	enum kvs_resize_phase resize;
 	uint64_t resize_need; /* chunks the wanted resize waits for (reclamation makes room) */
 	int grow_pending;     /* a GROW came while one ran: the next begins at its retirement */
+	uint64_t grow_rng;    /* picks the buckets a GROW's load check reads (grow_claim_holds) */
 	/* Home area pieces free for index chunks (after the home index retired). */
 	uint64_t *pool;
 	uint32_t npool, pool_cap;
@@ -90,9 +103,20 @@ static uint64_t account_of(struct kvs_core *c, uint32_t id)
 static void charge_client(void *arg, uint64_t owner, int64_t bytes)
 {
 	struct kvs_client *cl = *client_slot(arg, (uint32_t)owner);
+	uint64_t was;
 
-	if (cl && cl->x.owner == owner)
-		cl->held = bytes < 0 && (uint64_t)-bytes > cl->held ? 0 : cl->held + (uint64_t)bytes;
+	if (!cl || cl->x.owner != owner)
+		return;
+	was = cl->held;
+	cl->held = bytes < 0 && (uint64_t)-bytes > cl->held ? 0 : cl->held + (uint64_t)bytes;
+	if (cl->host)
+		cl->host->held = cl->host->held - was + cl->held; /* it includes was */
+}
+
+/* What the quota compares: the client's host's holdings, or its own. */
+static uint64_t quota_held(const struct kvs_client *cl)
+{
+	return cl->host ? cl->host->held : cl->held;
 }
 static int policy_opts(const struct kvs_core_opts *in, struct kvs_core_opts *o, struct kvi_errbuf *e);
 
@@ -267,6 +291,7 @@ int kvs_core_create(void *region_base, uint64_t region_size, const struct kvs_co
 		c->quota = 2 * c->geo.segment_size;
 	c->starving_ns = (uint64_t)(c->o.max_op_ms > KVS_STARVING_MIN_MS ? c->o.max_op_ms : KVS_STARVING_MIN_MS) *
 			 1000000u;
+	c->grow_rng = c->geo.hash_seed | 1;
 	rc = kvs_heap_create(c->base + c->geo.heap_off, c->geo.heap_size, c->geo.segment_size, &c->heap, e);
 	if (rc)
 		goto clean_core;
@@ -326,6 +351,12 @@ void kvs_core_destroy(struct kvs_core *c)
 			c->clients[i] = cl->next;
 			free(cl);
 		}
+		while (c->hosts[i]) {
+			struct kvs_host *ho = c->hosts[i];
+
+			c->hosts[i] = ho->next;
+			free(ho);
+		}
 	}
 	kvs_indexes_fini(&c->ix);
 	free(c->pool);
@@ -342,6 +373,46 @@ static struct kvs_client **client_slot(struct kvs_core *c, uint32_t id)
 	while (*pp && (*pp)->id != id)
 		pp = &(*pp)->next;
 	return pp;
+}
+
+/* client_id's record, made if it has none (NULL: out of memory). */
+static struct kvs_client *client_get(struct kvs_core *c, uint32_t id)
+{
+	struct kvs_client **pp = client_slot(c, id);
+
+	if (!*pp) {
+		*pp = calloc(1, sizeof(**pp));
+		if (*pp) {
+			(*pp)->id = id;
+			(*pp)->x.owner = account_of(c, id);
+		}
+	}
+	return *pp;
+}
+
+static struct kvs_host **host_slot(struct kvs_core *c, uint64_t key)
+{
+	struct kvs_host **pp = &c->hosts[key % KVS_CLIENT_BUCKETS];
+
+	while (*pp && (*pp)->key != key)
+		pp = &(*pp)->next;
+	return pp;
+}
+
+/* cl no longer counts for its host; the host goes with its last client. */
+static void host_drop(struct kvs_core *c, struct kvs_client *cl)
+{
+	struct kvs_host *ho = cl->host, **pp;
+
+	if (!ho)
+		return;
+	cl->host = NULL;
+	ho->held = ho->held > cl->held ? ho->held - cl->held : 0;
+	if (--ho->nclients)
+		return;
+	pp = host_slot(c, ho->key);
+	*pp = ho->next;
+	free(ho);
 }
 
 static void reply_error(const struct kvi_ctrl *req, struct kvi_ctrl *resp, int status)
@@ -406,7 +477,7 @@ static void poke(struct kvs_core *c)
 
 static int seg_request(struct kvs_core *c, uint32_t id, const struct kvi_ctrl *req, struct kvi_ctrl *resp)
 {
-	struct kvs_client **pp = client_slot(c, id), *cl = *pp;
+	struct kvs_client *cl;
 	uint64_t now = kvi_mono_ns();
 	int rc, over;
 
@@ -414,19 +485,17 @@ static int seg_request(struct kvs_core *c, uint32_t id, const struct kvi_ctrl *r
 		reply_error(req, resp, KVC_EINVAL);
 		return 0;
 	}
+	cl = client_get(c, id);
 	if (!cl) {
-		cl = calloc(1, sizeof(*cl));
-		if (!cl) {
-			reply_error(req, resp, KVC_ENOMEM);
-			return 0;
-		}
-		cl->id = id;
-		cl->x.owner = account_of(c, id);
-		*pp = cl;
+		reply_error(req, resp, KVC_ENOMEM);
+		return 0;
+	}
+	if (!cl->counted) {
+		cl->counted = 1;
 		c->nclients++;
 	}
 	/* core.h "Quota". */
-	over = cl->held + req->arg[0] > c->quota;
+	over = quota_held(cl) + req->arg[0] > c->quota;
 	if (over && c->starving_at && now - c->starving_at < c->starving_ns && c->starving_id != id) {
 		uint64_t used = req->arg[1] < cl->x.len ? req->arg[1] : cl->x.len;
 
@@ -438,7 +507,7 @@ static int seg_request(struct kvs_core *c, uint32_t id, const struct kvi_ctrl *r
 			c->over_quota++;
 			reply_error(req, resp, KVC_EQUOTA);
 			kvi_ev_dbg("grant_refused", "client=%u reason=quota held=%" PRIu64 " quota=%" PRIu64, id,
-				   cl->held, c->quota);
+				   quota_held(cl), c->quota);
 			return 0;
 		}
 		/* A writer that fills what it gets waits its turn. */
@@ -450,7 +519,7 @@ static int seg_request(struct kvs_core *c, uint32_t id, const struct kvi_ctrl *r
 	kvs_segtab_tick(c->segs, now);
 	rc = kvs_segtab_grant(c->segs, &cl->x, req->arg[0], req->arg[1],
 			      over ? KVS_GRANT_OVER_QUOTA : KVS_GRANT_CLIENT, now);
-	if (rc == KVC_EAGAIN && cl->held < c->quota / 2) {
+	if (rc == KVC_EAGAIN && quota_held(cl) < c->quota / 2) {
 		c->starving_at = now;
 		c->starving_id = id;
 	}
@@ -575,12 +644,13 @@ static uint64_t grow_locked(struct kvs_core *c)
 	if (c->resize != KVS_RESIZE_IDLE) {
 		/* One at a time; one asked for meanwhile begins as soon as
 		 * this one's old index is unpublished (kvs_core_resize_done):
-		 * while a small index doubles, inserts outrun it. */
-		if (c->resize == KVS_RESIZE_RUNNING) {
-			if (!can_grow(c))
-				return KVI_GROW_NO;
+		 * while a small index doubles, inserts outrun it. A refusal
+		 * stays a refusal: a resize that cannot get its memory is no
+		 * reason for an insert to wait (it would wait for nothing). */
+		if (!can_grow(c))
+			return KVI_GROW_NO;
+		if (c->resize == KVS_RESIZE_RUNNING)
 			c->grow_pending = 1;
-		}
 		return KVI_GROW_STARTED;
 	}
 	if (!c->has_migrator || !can_grow(c))
@@ -590,6 +660,72 @@ static uint64_t grow_locked(struct kvs_core *c)
 	if (c->o.wake)
 		c->o.wake(c->o.wake_arg);
 	return KVI_GROW_STARTED;
+}
+
+/* Is bucket b of index x full (every slot names something)? A CPU read of
+ * the region: the bytes are only counted, never followed. */
+static int bucket_full(const struct kvs_core *c, const struct kvi_index *x, uint64_t b)
+{
+	const struct kvi_bucket *bk = (const void *)(c->base + kvi_index_bucket_off(x, b));
+
+	for (unsigned i = 0; i < KVI_SLOTS_PER_BUCKET; i++)
+		if (__atomic_load_n(&bk->slot[i], __ATOMIC_RELAXED) == 0)
+			return 0;
+	return 1;
+}
+
+/* Slots in use, in %, of KVS_GROW_SAMPLE_BUCKETS random buckets of the
+ * current index (a smaller index whole): bounded work per GROW. */
+static uint64_t sampled_load_pct(struct kvs_core *c)
+{
+	const struct kvi_index *x = &c->ix.cur;
+	int whole = x->bucket_count <= KVS_GROW_SAMPLE_BUCKETS;
+	uint64_t n = whole ? x->bucket_count : KVS_GROW_SAMPLE_BUCKETS, used = 0;
+
+	for (uint64_t k = 0; k < n; k++) {
+		uint64_t b = k;
+		const struct kvi_bucket *bk;
+
+		if (!whole) {
+			c->grow_rng ^= c->grow_rng << 13; /* xorshift64 */
+			c->grow_rng ^= c->grow_rng >> 7;
+			c->grow_rng ^= c->grow_rng << 17;
+			b = c->grow_rng % x->bucket_count;
+		}
+		bk = (const void *)(c->base + kvi_index_bucket_off(x, b));
+		for (unsigned i = 0; i < KVI_SLOTS_PER_BUCKET; i++)
+			used += __atomic_load_n(&bk->slot[i], __ATOMIC_RELAXED) != 0;
+	}
+	return used * 100 / (n * KVI_SLOTS_PER_BUCKET);
+}
+
+/* core.h "GROW": does a GROW of the current index claim what justifies a
+ * resize -- the pair it names (arg2, arg3: bucket + 1) really full, and the
+ * index loaded enough that a full pair is not an accident of a few keys? */
+static int grow_claim_holds(struct kvs_core *c, const struct kvi_ctrl *req)
+{
+	unsigned named = 0;
+
+	for (unsigned j = 2; j <= 3; j++) {
+		if (!req->arg[j])
+			continue;
+		if (req->arg[j] > c->ix.cur.bucket_count || !bucket_full(c, &c->ix.cur, req->arg[j] - 1))
+			return 0;
+		named++;
+	}
+	return named && sampled_load_pct(c) >= KVS_GROW_MIN_LOAD_PCT;
+}
+
+static uint64_t grow_request(struct kvs_core *c, uint32_t id, const struct kvi_ctrl *req)
+{
+	if (req->arg[0] != c->ix.cur.epoch)
+		return KVI_GROW_STALE;
+	if (!grow_claim_holds(c, req)) {
+		kvi_ev_dbg("grow_refused", "client=%u epoch=%" PRIu64 " reason=%s", id, req->arg[0],
+			   "the buckets it names are not full, or the index is not loaded enough");
+		return KVI_GROW_NO;
+	}
+	return grow_locked(c);
 }
 
 int kvs_core_ctrl(void *core, uint32_t client_id, const struct kvi_ctrl *req, struct kvi_ctrl *resp)
@@ -620,7 +756,7 @@ int kvs_core_ctrl(void *core, uint32_t client_id, const struct kvi_ctrl *req, st
 		break;
 	case KVI_CTRL_GROW:
 		*resp = (struct kvi_ctrl){ .type = KVI_CTRL_GROWING, .seq = req->seq,
-					   .arg = { req->arg[0] == c->ix.cur.epoch ? grow_locked(c) : KVI_GROW_STALE } };
+					   .arg = { grow_request(c, client_id, req) } };
 		/* arg1 = an old bucket + 1 that is full while it waits for its
 		 * migration: split it next (that is what makes room for it). */
 		if (req->arg[0] && req->arg[0] == c->ix.prev.epoch && c->ix.state == KVI_INDEX_MIGRATING &&
@@ -673,6 +809,57 @@ uint64_t kvs_core_client_held(struct kvs_core *c, uint32_t client_id)
 	return held;
 }
 
+int kvs_core_client_host(struct kvs_core *c, uint32_t client_id, const char *host)
+{
+	struct kvs_client *cl;
+	struct kvs_host **hp;
+	uint64_t key = 0xcbf29ce484222325ull; /* FNV-1a: the table is per server, its keys are no secret */
+	int rc = 0;
+
+	if (!host || !*host || strcmp(host, "?") == 0)
+		return 0; /* no address: the client alone */
+	for (const char *p = host; *p; p++)
+		key = (key ^ (unsigned char)*p) * 0x100000001b3ull;
+	pthread_mutex_lock(&c->mu);
+	cl = client_get(c, client_id);
+	if (!cl) {
+		rc = KVC_ENOMEM;
+		goto out;
+	}
+	if (cl->host) {
+		if (cl->host->key == key)
+			goto out;
+		host_drop(c, cl);
+	}
+	hp = host_slot(c, key);
+	if (!*hp) {
+		*hp = calloc(1, sizeof(**hp));
+		if (!*hp) {
+			rc = KVC_ENOMEM;
+			goto out;
+		}
+		(*hp)->key = key;
+	}
+	cl->host = *hp;
+	cl->host->nclients++;
+	cl->host->held += cl->held;
+out:
+	pthread_mutex_unlock(&c->mu);
+	return rc;
+}
+
+uint64_t kvs_core_host_held(struct kvs_core *c, uint32_t client_id)
+{
+	struct kvs_client *cl;
+	uint64_t held;
+
+	pthread_mutex_lock(&c->mu);
+	cl = *client_slot(c, client_id);
+	held = cl ? quota_held(cl) : 0;
+	pthread_mutex_unlock(&c->mu);
+	return held;
+}
+
 void kvs_core_client_left(struct kvs_core *c, uint32_t client_id)
 {
 	struct kvs_client **pp, *cl;
@@ -684,8 +871,10 @@ void kvs_core_client_left(struct kvs_core *c, uint32_t client_id)
 		/* Whatever it used is unknown: keep the whole extent. */
 		kvs_segtab_release(c->segs, &cl->x, cl->x.len, kvi_mono_ns());
 		*pp = cl->next;
+		host_drop(c, cl);
+		if (cl->counted)
+			c->nclients--;
 		free(cl);
-		c->nclients--;
 		c->full_at = 0;
 		poke(c);
 	}

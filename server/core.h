@@ -156,12 +156,24 @@ void kvs_core_destroy(struct kvs_core *c);
  *    writers in a small heap hold unequal shares for moments, and that must
  *    not fail their PUTs).
  * A grant may take a client past its quota by one extent (at most a segment).
- * A client that reconnects is a new client (ids are never reused): the quota
- * bounds a connection, not a host. */
+ * A client that reconnects is a new client (ids are never reused). With one
+ * shared secret there is no identity beyond the peer's address, so where the
+ * transport knows it (kvs_core_client_host) "what a client holds" is what
+ * every connection from that host holds together: N connections of one
+ * process share one quota. Without an address (the in-process transport)
+ * the quota bounds the connection alone. The server's own loopbacks
+ * (reclaimer, fencer) take no client grants and name no host. */
 int kvs_core_ctrl(void *core, uint32_t client_id, const struct kvi_ctrl *req, struct kvi_ctrl *resp);
 
 /* Bytes client_id holds (core.h "Quota"); 0 for an unknown client. */
 uint64_t kvs_core_client_held(struct kvs_core *c, uint32_t client_id);
+
+/* client_id connected from `host` (its IP address as text; NULL, "" or "?":
+ * unknown): from now on its holdings count toward that host's (core.h
+ * "Quota"). 0, or KVC_ENOMEM (then it stays alone). */
+int kvs_core_client_host(struct kvs_core *c, uint32_t client_id, const char *host);
+/* What the quota compares for client_id: its host's holdings, or its own. */
+uint64_t kvs_core_host_held(struct kvs_core *c, uint32_t client_id);
 
 /* client_id is gone: seal its open extent (objects stay readable until their
  * segment is reclaimed). */
@@ -246,6 +258,19 @@ enum kvs_resize_phase {
 /* A migrator exists (kvs_migrator_create says so): until then GROW answers
  * KVI_GROW_NO. */
 void kvs_core_attach_migrator(struct kvs_core *c);
+/* GROW (kvs_core_ctrl) from a client: arg0 = the epoch of the index it
+ * found full, arg2 and arg3 = the full pair's buckets + 1 (0: none; wire.h).
+ * Nothing it claims is believed: the index grows only when every bucket it
+ * names is full now (read with the CPU) and a sample of
+ * KVS_GROW_SAMPLE_BUCKETS buckets (a smaller index whole) has at least
+ * KVS_GROW_MIN_LOAD_PCT % of its slots in use -- two-choice hashing fills
+ * ~90 % of them before a pair overflows, so a real need is never refused,
+ * while GROWs against an index that is not full double nothing. A refused
+ * GROW is answered KVI_GROW_NO, which the client takes as "cannot grow"
+ * (evict, or KVC_EINDEXFULL). The load sampler (migrate.h) asks with
+ * kvs_core_grow, which checks only memory. */
+#define KVS_GROW_SAMPLE_BUCKETS 64u
+#define KVS_GROW_MIN_LOAD_PCT 50u
 /* Ask for a resize of the index of `epoch` (what GROW does): enum
  * kvi_grow_verdict. STARTED also while one is under way; NO when memory
  * cannot hold the next index even by eviction (see can_grow in core.c), or

@@ -110,6 +110,10 @@ static int on_connect(void *arg, struct kvi_peer *p, const struct kvi_hello *h, 
 		kvs_ids_put(s->ids, w->client_id, kvi_mono_ns(), 0);
 		return KVI_REJECT_FULL;
 	}
+	/* Connections from one host share one quota (core.h "Quota"); the
+	 * server's own loopbacks take none. */
+	if (p->role != KVI_ROLE_LOOPBACK)
+		kvs_core_client_host(s->core, w->client_id, kvi_peer_addr(p, addr, sizeof(addr)));
 	w->rkey = s->region.mr->rkey;
 	w->region_addr = (uintptr_t)s->region.base;
 	w->geo = *kvs_core_geometry(s->core); /* never read from the region (layout.h "Geometry") */
@@ -263,8 +267,13 @@ static int on_ctrl(void *arg, struct kvi_peer *p, const struct kvi_ctrl *req, st
 			*resp = (struct kvi_ctrl){ .type = KVI_CTRL_ERROR, .seq = req->seq, .status = KVC_EFENCED };
 			return 0;
 		}
-		if (readmitted)
+		if (readmitted) {
+			char addr[64];
+
+			/* Its core record went with its extent at the lapse. */
+			kvs_core_client_host(s->core, p->client_id, kvi_peer_addr(p, addr, sizeof(addr)));
 			kvi_ev_info("client_readmitted", "client=%u msg=%s", p->client_id, "renewed after an idle lapse");
+		}
 		*resp = (struct kvi_ctrl){ .type = KVI_CTRL_LEASE, .seq = req->seq,
 					   .arg = { lease, s->cfg.o.renew_ms, epoch, state,
 						    readmitted ? KVI_LEASE_F_READMITTED : 0 } };

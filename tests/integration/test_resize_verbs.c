@@ -183,3 +183,58 @@ Test(resize, a_client_asleep_during_two_resizes_rejoins_and_stays_correct)
 	kvc_destroy(h);
 	stop_server(&srv);
 }
+
+/* Issue 18 defect 6, as filed: kvserver -m 2 --buckets 4 --no-evict (one
+ * segment: the index cannot grow). A client fills it until KVC_EINDEXFULL,
+ * deletes one item and tries 200 more inserts: each answers 0 (the room the
+ * delete made) or KVC_EINDEXFULL, well within its deadline; the client is
+ * never fenced (it was after 5, KVC_EFENCED, server fencings=1). */
+Test(resize, a_full_index_that_cannot_grow_refuses_and_never_fences)
+{
+	const char *extra[] = { "-m", "2", "--buckets", "4", "--no-evict", NULL };
+	struct kvt_proc srv;
+	struct kvc_server_stats s;
+	unsigned filled = 0, ok = 0, full = 0;
+	double worst = 0;
+	char k[32];
+	kvc_t *h;
+	int rc;
+
+	kvt_start_server(&srv, "7683", extra);
+	h = kvt_kv_connect("7683", 1, 1024);
+	for (;;) {
+		snprintf(k, sizeof(k), "full-%u", filled);
+		rc = kvc_put(h, k, strlen(k), "value", 5, 0);
+		if (rc == KVC_EINDEXFULL)
+			break;
+		cr_assert_eq(rc, 0, "PUT %s: %s", k, kvc_err_name(rc));
+		cr_assert_leq(++filled, 124u);
+	}
+	cr_assert_eq(kvc_delete(h, "full-0", 6), 0);
+	for (unsigned i = 0; i < 200; i++) {
+		double t0 = now_s();
+
+		snprintf(k, sizeof(k), "more-%u", i);
+		rc = kvc_put(h, k, strlen(k), "value", 5, 0);
+		if (now_s() - t0 > worst)
+			worst = now_s() - t0;
+		cr_assert(rc == 0 || rc == KVC_EINDEXFULL, "PUT %u (%s): %s after %u refusals", i, k, kvc_err_name(rc),
+			  full);
+		ok += rc == 0;
+		full += rc == KVC_EINDEXFULL;
+	}
+	s = stats_of(h);
+	{
+		struct kvc_stats cs;
+
+		kvc_get_stats(h, &cs);
+		printf("full index (%u items): %u more inserted, %u refused, slowest %.0f ms, fencings %llu, "
+		       "%llu GROW requests, %llu stale waits\n", filled, ok, full, worst * 1000,
+		       (unsigned long long)s.fencings, (unsigned long long)cs.grow_requests,
+		       (unsigned long long)cs.index_stale);
+	}
+	cr_expect_eq(s.fencings, 0);
+	cr_expect_lt(worst, 0.5, "a refusal comes well before the deadline (1 s)");
+	kvc_destroy(h);
+	stop_server(&srv);
+}
