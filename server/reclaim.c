@@ -164,7 +164,7 @@ static int writer_holds(struct kvs_reclaimer *r, const struct kvi_keyhash *kh)
  * in r->pending those no slot names yet whose key a writer has locked. */
 static void walk(struct kvs_reclaimer *r, uint64_t off, uint64_t len, struct kvs_reclaim_stats *st)
 {
-	uint64_t p = 0;
+	uint64_t p = 0, unnamed_end = 0;
 
 	r->nitems = 0;
 	r->pending = 0;
@@ -175,34 +175,53 @@ static void walk(struct kvs_reclaimer *r, uint64_t off, uint64_t len, struct kvs
 		uint64_t slot;
 		int found = 0;
 
-		if (h->version != KVI_LAYOUT_VERSION || h->key_len == 0 || h->key_len > KVI_MAX_KEY ||
-		    olen > len - p || kvi_obj_verify(h, len - p)) {
+		if (h->version != KVI_LAYOUT_VERSION || h->key_len == 0 || h->key_len > KVI_MAX_KEY || olen > len - p) {
 			p += KVI_OBJ_ALIGN;
 			continue;
 		}
+		/* Which slot would name it: looked for before the checksum, so
+		 * that a header-like run of bytes costs a key hash, not a hash of
+		 * up to a whole segment. */
 		kvi_key_hash(r->snap + p + sizeof(*h), h->key_len, r->geo.hash_seed, r->ix.bucket_count, &kh);
 		slot = kvi_slot_make(kh.fp, off + p, olen);
 		for (unsigned w = 0; w < 2 && !found; w++) {
+			const struct kvi_bucket *b = (const void *)(r->base + kvi_index_bucket_off(&r->ix, kh.b[w]));
+
 			for (unsigned i = 0; i < KVI_SLOTS_PER_BUCKET; i++) {
 				/* A hint only: the decision is taken again under the lock. */
-				const struct kvi_bucket *b = (const void *)(r->base + kvi_index_bucket_off(&r->ix, kh.b[w]));
-
 				if (__atomic_load_n(&b->slot[i], __ATOMIC_RELAXED) != slot)
 					continue;
+				found = 1;
+				if (kvi_obj_verify(h, len - p))
+					break; /* named, but not an object: nothing to keep */
 				if (r->nitems < r->cap_items)
 					r->items[r->nitems++] = (struct item){ .pos = (uint32_t)p,
 									       .len = (uint32_t)olen,
 									       .slot = slot, .bucket = kh.b[w],
 									       .idx = i };
-				found = 1;
+				found = 2;
 				break;
 			}
 		}
-		if (!found && writer_holds(r, &kh))
-			r->pending++;
-		else if (!found)
-			st->dropped++;
-		p += kvi_obj_footprint(olen);
+		/* Only an object a slot names is stepped over whole: a writer
+		 * wrote it as one, so no other live object starts inside it. An
+		 * unnamed one may be anything -- the value of a torn object, or a
+		 * value that embeds a checksum-valid header whose length covers
+		 * live objects after it -- so the walk goes on 16 bytes further,
+		 * and what starts inside its span counts for nothing (but a slot
+		 * naming it). */
+		if (found == 2) {
+			p += kvi_obj_footprint(olen);
+			continue;
+		}
+		if (!found && p >= unnamed_end && kvi_obj_verify(h, len - p) == 0) {
+			if (writer_holds(r, &kh))
+				r->pending++;
+			else
+				st->dropped++;
+			unnamed_end = p + kvi_obj_footprint(olen);
+		}
+		p += KVI_OBJ_ALIGN;
 	}
 }
 

@@ -1194,3 +1194,36 @@ Test(reclaim, junk_in_a_lock_word_does_not_stop_reclamation)
 	cr_expect_str_eq(got, v);
 	kvc_destroy(b);
 }
+
+/* Issue 18 defect 7: after a failed parse the walk goes on 16 bytes at a
+ * time; it must not then accept an object that lies over live ones. Here a
+ * torn object's value embeds a checksum-valid header whose length covers
+ * the live object after it: the walk keeps the live one. */
+Test(reclaim, a_value_embedding_a_valid_header_does_not_hide_the_live_object_after_it)
+{
+	const struct kvi_geometry *sb = kvs_core_geometry(env.core);
+	static uint8_t seg[4096] __attribute__((aligned(16)));
+	uint64_t off = sb->heap_off, olen_b = kvi_obj_len(4, 8);
+	char fake_val[600];
+	uint32_t pos[8], olen[8], n;
+	struct kvi_keyhash kh;
+
+	memset(seg, 0, sizeof(seg));
+	/* B: live, at 256, named by a slot (below). */
+	kvi_obj_build(seg + 256, "live", 4, "value-Bx", 8, 0);
+	/* A: a torn object at 0 (its header never arrived) whose value bytes,
+	 * at 16, hold a header that makes the next 20 + 3 + 600 bytes -- B
+	 * included -- one checksum-valid object. */
+	memset(seg + 39, 'x', 256 - 39);
+	memcpy(fake_val, seg + 39, sizeof(fake_val));
+	kvi_obj_build(seg + 16, "bad", 3, fake_val, sizeof(fake_val), 0);
+	cr_assert_eq(kvi_obj_verify(seg + 16, sizeof(seg) - 16), 0, "the fake verifies");
+	cr_assert_eq(memcmp(seg + 256 + 9, &(uint8_t){ KVI_LAYOUT_VERSION }, 1), 0, "B is intact");
+	kvi_key_hash("live", 4, sb->hash_seed, sb->bucket_count, &kh);
+	((struct kvi_bucket *)(void *)(kvs_core_region(env.core) + kvi_home_bucket_off(sb, kh.b[0])))->slot[0] =
+		kvi_slot_make(kh.fp, off + 256, olen_b);
+	n = kvs_reclaim_walk_for_test(rcl, seg, off, sizeof(seg), pos, olen, 8);
+	cr_expect_eq(n, 1, "the live object was hidden");
+	cr_expect_eq(pos[0], 256);
+	cr_expect_eq(olen[0], olen_b);
+}
