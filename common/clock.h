@@ -1,7 +1,11 @@
 /* Clocks as one 64-bit count of nanoseconds, and the small conversions every
- * timer needs; defined once so that no file rounds its own way. Deadlines
- * and timers use CLOCK_MONOTONIC; expiries CLOCK_REALTIME (layout.h
- * "Expiry"); CPU accounting a thread's CPU clock. */
+ * timer needs; defined once so that no file rounds its own way. Deadlines,
+ * leases and timers use CLOCK_BOOTTIME, which counts a system suspend (a
+ * client machine that sleeps through its operation's deadline or its lease
+ * must find them over when it wakes, not go on posting into memory the
+ * server has reused meanwhile); expiries CLOCK_REALTIME (layout.h
+ * "Expiry"); CPU accounting a thread's CPU clock. Waits on condition
+ * variables are relative (kvi_abstime_in names its own clock). */
 #ifndef KVI_CLOCK_H
 #define KVI_CLOCK_H
 
@@ -19,9 +23,11 @@ static inline uint64_t kvi_clock_ns(clockid_t id)
 	return (uint64_t)ts.tv_sec * 1000000000u + (uint64_t)ts.tv_nsec;
 }
 
+#define KVI_CLOCK_DEADLINE CLOCK_BOOTTIME
+
 static inline uint64_t kvi_mono_ns(void)
 {
-	return kvi_clock_ns(CLOCK_MONOTONIC);
+	return kvi_clock_ns(KVI_CLOCK_DEADLINE);
 }
 
 /* The same, in seconds (the benches' rates and durations). */

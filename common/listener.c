@@ -369,9 +369,12 @@ static void peer_free(struct kvi_listener *l, struct kvi_peer *p)
  * and rdma_cm reports DISCONNECTED, where p is freed. */
 static void peer_kill(struct kvi_peer *p)
 {
-	if (p->dead)
-		return;
 	p->dead = 1;
+	if (p->disconnecting)
+		return;
+	/* Also after a fence destroyed its QP: the DREQ is what gets it a
+	 * DISCONNECTED event, and freed, even when the peer never answers. */
+	p->disconnecting = 1;
 	rdma_disconnect(p->id);
 }
 
@@ -876,26 +879,33 @@ int kvi_listener_read_word(struct kvi_listener *l, struct kvi_peer *p, uint64_t 
 
 int kvi_listener_fence_peer(struct kvi_listener *l, struct kvi_peer *p)
 {
-	for (int i = 0; i < FENCE_TRIES && p->id->qp; i++) {
+	int confirmed = 0;
+
+	for (int i = 0; i < FENCE_TRIES && p->id->qp && !confirmed; i++) {
 		struct ibv_qp_attr a = { .qp_state = IBV_QPS_ERR };
 		struct ibv_qp_init_attr ia;
 		int rc = ibv_modify_qp(p->id->qp, &a, IBV_QP_STATE);
 
 		memset(&a, 0, sizeof(a));
-		if (ibv_query_qp(p->id->qp, &a, IBV_QP_STATE, &ia) == 0 && a.qp_state == IBV_QPS_ERR)
-			return 0;
-		kvi_ev_warn("fence_qp_pending", "client=%u modify=%s state=%d msg=%s", p->client_id,
-			    rc ? strerror(rc) : "ok", (int)a.qp_state, "queue pair not in the error state yet: trying again");
+		confirmed = ibv_query_qp(p->id->qp, &a, IBV_QP_STATE, &ia) == 0 && a.qp_state == IBV_QPS_ERR;
+		if (!confirmed)
+			kvi_ev_warn("fence_qp_pending", "client=%u modify=%s state=%d msg=%s", p->client_id,
+				    rc ? strerror(rc) : "ok", (int)a.qp_state,
+				    "queue pair not in the error state yet: trying again");
 	}
 	if (!p->id->qp)
 		return 0;
-	/* Destroyed, it executes nothing more: as good a fence, at the price of
-	 * the control path's last completions (the peer is dead to us anyway). */
-	kvi_ev_err("fence_qp_destroyed", "client=%u msg=%s", p->client_id,
-		   "queue pair not confirmed in the error state: destroying it");
+	if (!confirmed)
+		kvi_ev_err("fence_qp_destroyed", "client=%u msg=%s", p->client_id,
+			   "queue pair not confirmed in the error state: destroying it");
+	/* In the error state a QP takes no new request, but a software device
+	 * (rxe) may still be executing ones it took before, on its own tasks:
+	 * destroying the QP waits for those to stop. Only then may the caller
+	 * release what the peer held. The peer is dead to us anyway; its
+	 * control path's last completions are dropped with it. */
 	p->dead = 1;
 	peer_drop_qp(l, p);
-	return 1;
+	return confirmed ? 0 : 1;
 }
 
 int kvi_listener_notify_all(struct kvi_listener *l, const struct kvi_ctrl *notice)

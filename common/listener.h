@@ -65,6 +65,7 @@ struct kvi_peer {
 	unsigned send_next;             /* next send slot (a ring: RC completes in order) */
 	int reading;                    /* a kvi_listener_read_word is under way */
 	int dead; /* QP failed or disconnect started: ignore its traffic until DISCONNECTED */
+	int disconnecting; /* rdma_disconnect was called */
 };
 
 /* The peer's IP address as text ("?" if unknown), in buf. */
@@ -119,11 +120,11 @@ struct kvi_peer *kvi_listener_peer(struct kvi_listener *l, uint32_t client_id);
 void kvi_listener_drop(struct kvi_listener *l, struct kvi_peer *p);
 
 /* Fence p: no operation of its may reach our memory from now on. Its QP is
- * moved to the error state and the state confirmed with ibv_query_qp (a few
- * tries); if that cannot be confirmed, the QP is destroyed (the peer is then
- * freed as usual when it disconnects). Call before releasing anything the
- * peer held. 0 when confirmed in error or without a QP, 1 when the QP had to
- * be destroyed. */
+ * moved to the error state (the state confirmed with ibv_query_qp, a few
+ * tries), then destroyed, which drains what a software device was still
+ * executing for it (the peer is then freed as usual when it disconnects).
+ * Call before releasing anything the peer held. 0 when the error state was
+ * confirmed (or there was no QP), 1 when the QP was destroyed without. */
 int kvi_listener_fence_peer(struct kvi_listener *l, struct kvi_peer *p);
 
 /* Read 8 bytes of p's own memory (addr, rkey: what p told us) with one RDMA
