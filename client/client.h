@@ -238,6 +238,10 @@ struct kvi_conn {
 	uint32_t grow_seq;
 	uint64_t grow_sent, grow_sent_epoch;
 	uint64_t grow_no_epoch, grow_no_until;
+	/* A segment request sent without waiting (engine.c reserve: while other
+	 * operations may hold locks), its answer not yet taken (0: none). */
+	uint32_t grant_seq;
+	uint64_t grant_sent;
 
 	/* Rejoining (engine.c "Rejoin"). */
 	kvi_dial_fn dial;

@@ -331,7 +331,7 @@ static int attach(struct kvi_conn *h, struct kvi_rmem *rm)
 	h->lease_ns = h->renew_ns = h->lease_end = 0;
 	/* Requests of an earlier connection have no answer on this one (its
 	 * sequence numbers start again: a stale one could take another's). */
-	h->renew_seq = h->report_seq = h->grow_seq = 0;
+	h->renew_seq = h->report_seq = h->grow_seq = h->grant_seq = 0;
 	h->grow_no_epoch = h->grow_no_until = 0;
 	rc = kvi_index_alloc(h);
 	if (rc)
@@ -752,52 +752,101 @@ static void forget_extent(struct kvi_conn *h)
  * server has no memory free right now (reclamation is making room: ask again
  * shortly), or another code. Asking waits for the answer: then *nowp (if
  * not NULL) is read again, as ensure_joined does. */
+/* Take a segment request's answer (sent at `sent`; rc: how the call went). 0
+ * with a new extent, or a code; see reserve. */
+static int grant_taken(struct kvi_conn *h, int rc, const struct kvi_ctrl *resp, uint64_t bytes)
+{
+	/* Not sent (the send failed at once): nothing changed; ask again. */
+	if (rc == KVC_EAGAIN)
+		return rc;
+	if (rc) {
+		/* No answer: the server may have sealed our extent at seg_used
+		 * and carved its tail for others, or never seen the request.
+		 * Writing on in it, or reporting less of it used, could
+		 * overwrite another writer's objects: break the connection, so
+		 * that the server keeps all of it (core.c kvs_core_client_left)
+		 * and we rejoin with none. */
+		if (!h->rm->broken)
+			kvi_rmem_shutdown(h->rm, KVC_ESERVERGONE);
+		forget_extent(h);
+		return rc;
+	}
+	if (resp->type == KVI_CTRL_ERROR && resp->status == KVC_EAGAIN) {
+		forget_extent(h); /* sealed either way */
+		h->stats.grants_deferred++;
+		return KVC_EAGAIN;
+	}
+	if (resp->type == KVI_CTRL_ERROR) {
+		/* Only a quota refusal leaves our extent open (server core.h
+		 * "Quota"); after any other answer the server may have sealed
+		 * it, and a sealed segment can be reclaimed under our writes. */
+		if (resp->status != KVC_EQUOTA)
+			forget_extent(h);
+		return resp->status < 0 ? resp->status : KVC_EPROTO;
+	}
+	if (!grant_ok(h, resp, bytes)) {
+		forget_extent(h);
+		return KVC_EPROTO;
+	}
+	h->seg_off = resp->arg[0];
+	h->seg_size = resp->arg[1];
+	h->seg_used = 0;
+	h->stats.segments_granted++;
+	return 0;
+}
+
+/* Does any operation in flight hold (or take) bucket locks? */
+static int locks_in_flight(const struct kvi_conn *h)
+{
+	for (unsigned i = 0; i < h->o.depth; i++)
+		if (h->st[i].op && may_hold_locks(&h->st[i]))
+			return 1;
+	return 0;
+}
+
+/* `bytes` of our extent for an object: its region offset, or KVC_EAGAIN
+ * (no room yet: the caller waits and asks again), or another code. A new
+ * extent comes from the server. With no operation holding locks, the call
+ * waits for the answer (one round trip). Otherwise it must not: those
+ * operations' commits are due before their deadlines, and a server slow to
+ * answer would hold them up. The request then goes out without waiting, the
+ * extent is given up at once (the server seals it at what we said we used),
+ * and the answer is taken by a later call (KVC_EAGAIN meanwhile). */
 static int64_t reserve(struct kvi_conn *h, uint64_t bytes, uint64_t *nowp)
 {
 	struct kvi_ctrl req = { .type = KVI_CTRL_SEG_REQ, .arg = { bytes, h->seg_used } }, resp;
 	uint64_t off;
 	int rc;
 
+	if (h->grant_seq) {
+		if (kvi_rmem_ctrl_take(h->rm, h->grant_seq, &resp)) {
+			h->grant_seq = 0;
+			rc = grant_taken(h, 0, &resp, bytes);
+		} else if (kvi_now_ns() - h->grant_sent > (uint64_t)CTRL_TIMEOUT_MS * 1000000u || h->rm->broken) {
+			h->grant_seq = 0;
+			rc = grant_taken(h, KVC_ETIMEDOUT, NULL, bytes);
+		} else {
+			return KVC_EAGAIN; /* on its way */
+		}
+		if (rc)
+			return rc;
+	}
 	if (h->seg_size - h->seg_used < bytes) {
+		if (locks_in_flight(h)) {
+			rc = kvi_rmem_ctrl_send(h->rm, &req);
+			if (rc)
+				return rc == KVC_EAGAIN ? KVC_EAGAIN : grant_taken(h, rc, NULL, bytes);
+			h->grant_seq = req.seq;
+			h->grant_sent = kvi_now_ns();
+			forget_extent(h);
+			return KVC_EAGAIN;
+		}
 		rc = kvi_rmem_ctrl_call(h->rm, &req, &resp, CTRL_TIMEOUT_MS);
 		if (nowp)
 			*nowp = kvi_now_ns();
-		/* Not sent (the send failed at once): nothing changed; ask again. */
-		if (rc == KVC_EAGAIN)
+		rc = grant_taken(h, rc, &resp, bytes);
+		if (rc)
 			return rc;
-		if (rc) {
-			/* No answer: the server may have sealed our extent at
-			 * seg_used and carved its tail for others, or never seen the
-			 * request. Writing on in it, or reporting less of it used,
-			 * could overwrite another writer's objects: break the
-			 * connection, so that the server keeps all of it (core.c
-			 * kvs_core_client_left) and we rejoin with none. */
-			if (!h->rm->broken)
-				kvi_rmem_shutdown(h->rm, KVC_ESERVERGONE);
-			forget_extent(h);
-			return rc;
-		}
-		if (resp.type == KVI_CTRL_ERROR && resp.status == KVC_EAGAIN) {
-			forget_extent(h); /* sealed either way */
-			h->stats.grants_deferred++;
-			return KVC_EAGAIN;
-		}
-		if (resp.type == KVI_CTRL_ERROR) {
-			/* Only a quota refusal leaves our extent open (server core.h
-			 * "Quota"); after any other answer the server may have sealed
-			 * it, and a sealed segment can be reclaimed under our writes. */
-			if (resp.status != KVC_EQUOTA)
-				forget_extent(h);
-			return resp.status < 0 ? resp.status : KVC_EPROTO;
-		}
-		if (!grant_ok(h, &resp, bytes)) {
-			forget_extent(h);
-			return KVC_EPROTO;
-		}
-		h->seg_off = resp.arg[0];
-		h->seg_size = resp.arg[1];
-		h->seg_used = 0;
-		h->stats.segments_granted++;
 	}
 	off = h->seg_off + h->seg_used;
 	h->seg_used += bytes;

@@ -25,8 +25,9 @@ struct vslot {
 };
 
 /* Control-path buffers live in their own small registration: CTRL_RECVS
- * receive slots (server responses and notices) and one send slot. */
-#define CTRL_RECVS 4u
+ * receive slots (a response to each request we may have outstanding, and a
+ * notice) and one send slot. */
+#define CTRL_RECVS (KVI_CTRL_MAX_OUTSTANDING + 1u)
 #define CTRL_MSG ((uint32_t)sizeof(struct kvi_wire_ctrl))
 /* wr_id tags for control work requests; batch slots use 0..MAX_INFLIGHT-1. */
 #define WR_CTRL_RECV (1ull << 32)

@@ -134,9 +134,10 @@ _Static_assert(sizeof(struct kvi_wire_reject) <= KVI_CM_REJECT_PDATA_MAX, "rejec
  * the same seq; the server may also send unsolicited notices (seq 0). The
  * server keeps KVI_CTRL_RECV_DEPTH receives posted per client; a client has at
  * most KVI_CTRL_MAX_OUTSTANDING requests outstanding (one call it waits for,
- * plus a lease renewal and a lock report or GROW sent without waiting: they share one place). */
+ * plus, sent without waiting, a lease renewal, a lock report or GROW (they
+ * share one place), and a segment request). */
 #define KVI_CTRL_RECV_DEPTH 8u
-#define KVI_CTRL_MAX_OUTSTANDING 3u
+#define KVI_CTRL_MAX_OUTSTANDING 4u
 
 enum kvi_ctrl_type {
 	KVI_CTRL_SEG_REQ = 1,   /* client -> server: arg0 = bytes needed, arg1 = bytes of my extent used */

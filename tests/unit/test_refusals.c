@@ -442,3 +442,78 @@ Test(refusals, connections_without_an_address_keep_their_own_quota)
 	cr_expect_eq(a, 7, "each within its own quota: all seven");
 	cr_expect_not(b);
 }
+
+/* Issue 18 defect 7: a grant request never blocks kvc_submit while other
+ * operations hold locks. A PUT holds its bucket locks (posted, not yet
+ * polled); a second PUT needs a new extent, and the server is slow to
+ * answer. Before, kvc_submit waited for the answer (up to 5 s) while the
+ * first PUT's commit waited behind it; now the request goes out without
+ * waiting, kvc_submit returns at once, and both PUTs complete. */
+static struct kvt_env slow_env;
+static struct kvi_ctrl slow_answer;
+static int slow_armed, slow_held;
+
+static int slow_grant_answer(void *arg, uint32_t id, const struct kvi_ctrl *req, struct kvi_ctrl *resp)
+{
+	int rc;
+
+	(void)arg;
+	pthread_mutex_lock(&slow_env.lock);
+	rc = kvs_core_ctrl(slow_env.core, id, req, resp);
+	pthread_mutex_unlock(&slow_env.lock);
+	if (rc || req->type != KVI_CTRL_SEG_REQ || !slow_armed)
+		return rc;
+	slow_answer = *resp;
+	slow_held = 1;
+	slow_armed = 0;
+	return KVC_ETIMEDOUT; /* on its way: delivered by the test later */
+}
+
+Test(refusals, a_grant_request_does_not_hold_up_operations_that_hold_locks)
+{
+	struct kvs_core_opts o = { .segment_size = 64u << 10, .max_op_ms = 2000, .in_process = 1 };
+	static char big[30000];
+	struct kvc_op a = { .type = KVC_OP_PUT, .key = "holder", .key_len = 6, .value = "v", .value_len = 1 };
+	struct kvc_op b = { .type = KVC_OP_PUT, .key = "large", .key_len = 5, .value = big, .value_len = sizeof(big) };
+	struct kvc_op *done[2];
+	struct kvi_rmem *rm;
+	struct kvc_opts co;
+	uint64_t t0, took;
+	unsigned got = 0;
+	kvc_t *c;
+	char v[8];
+
+	memset(big, 'b', sizeof(big));
+	cr_assert_eq(kvt_env_init_opts(&slow_env, 8, &o), 0);
+	kvc_opts_init(&co);
+	co.depth = 4;
+	co.op_timeout_ms = 2000;
+	cr_assert_eq(kvt_env_client_opts(&slow_env, NULL, &co, &c), 0);
+	cr_assert_eq(kvt_put_s(c, "first", "x"), 0); /* an extent, with room for a small PUT */
+	rm = kvi_client_conn(c, 0)->rm;
+	kvi_rmem_local_set_ctrl(rm, slow_grant_answer, NULL, rm->client_id);
+	slow_armed = 1;
+	cr_assert_eq(kvc_submit(c, &a), 0); /* posts its lock doorbell */
+	t0 = mono_ms();
+	cr_assert_eq(kvc_submit(c, &b), 0);
+	took = mono_ms() - t0;
+	cr_expect_lt(took, 100, "kvc_submit waited %llu ms for a segment", (unsigned long long)took);
+	cr_expect(slow_held, "the segment request went out");
+	while (got < 2) {
+		int n = kvc_poll(c, done, 2, 1);
+
+		cr_assert_geq(n, 0);
+		got += (unsigned)n;
+		if (slow_held && mono_ms() - t0 >= 300) {
+			kvi_rmem_ctrl_stash(rm, &slow_answer); /* the answer arrives */
+			slow_held = 0;
+		}
+		cr_assert_lt(mono_ms() - t0, 10000);
+	}
+	cr_expect_eq(a.status, 0, "the lock holder: %s", kvc_err_name(a.status));
+	cr_expect_eq(b.status, 0, "the large PUT: %s", kvc_err_name(b.status));
+	cr_expect_eq(kvt_get_s(c, "holder", v, sizeof(v)), 0);
+	cr_expect_eq(cstats(c).rejoins, 0);
+	kvc_destroy(c);
+	kvt_env_fini(&slow_env);
+}
