@@ -797,16 +797,22 @@ int kvs_core_ctrl(void *core, uint32_t client_id, const struct kvi_ctrl *req, st
 	return rc;
 }
 
-uint64_t kvs_core_client_held(struct kvs_core *c, uint32_t client_id)
+/* What client_id holds, alone (host 0) or with its host's other clients. */
+static uint64_t held_of(struct kvs_core *c, uint32_t client_id, int host)
 {
 	struct kvs_client *cl;
 	uint64_t held;
 
 	pthread_mutex_lock(&c->mu);
 	cl = *client_slot(c, client_id);
-	held = cl ? cl->held : 0;
+	held = !cl ? 0 : host ? quota_held(cl) : cl->held;
 	pthread_mutex_unlock(&c->mu);
 	return held;
+}
+
+uint64_t kvs_core_client_held(struct kvs_core *c, uint32_t client_id)
+{
+	return held_of(c, client_id, 0);
 }
 
 int kvs_core_client_host(struct kvs_core *c, uint32_t client_id, const char *host)
@@ -850,14 +856,7 @@ out:
 
 uint64_t kvs_core_host_held(struct kvs_core *c, uint32_t client_id)
 {
-	struct kvs_client *cl;
-	uint64_t held;
-
-	pthread_mutex_lock(&c->mu);
-	cl = *client_slot(c, client_id);
-	held = cl ? quota_held(cl) : 0;
-	pthread_mutex_unlock(&c->mu);
-	return held;
+	return held_of(c, client_id, 1);
 }
 
 void kvs_core_client_left(struct kvs_core *c, uint32_t client_id)

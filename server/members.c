@@ -6,6 +6,7 @@
 #include "clock.h"
 #include "kvclient_errors.h"
 #include "layout.h"
+#include "u32map.h"
 
 struct member {
 	uint32_t id; /* 0: empty slot */
@@ -28,8 +29,7 @@ struct watch {
 };
 
 struct kvs_members {
-	struct member *t; /* open addressing, linear probing; cap is a power of two */
-	unsigned cap, n;
+	struct kvi_u32map by_id; /* id -> struct member (malloc'd) */
 	uint64_t lease_ns, watch_ns;
 	/* No lease ends before this: kept a lower bound (joins and renewals
 	 * lower it when they set an earlier end; renewals that move an end
@@ -59,19 +59,16 @@ static void not_behind(struct kvs_members *m, struct member *e)
 	}
 }
 
-static unsigned home(const struct kvs_members *m, uint32_t id)
-{
-	return (unsigned)((id * 2654435761u) & (m->cap - 1));
-}
-
 static struct member *find(const struct kvs_members *m, uint32_t id)
 {
-	for (unsigned i = home(m, id);; i = (i + 1) & (m->cap - 1)) {
-		if (m->t[i].id == id)
-			return &m->t[i];
-		if (m->t[i].id == 0)
-			return NULL;
-	}
+	return kvi_u32map_get(&m->by_id, id);
+}
+
+/* The member in slot i of the table, or NULL: for the rare passes over all
+ * of them (once per resize, and when the earliest lease may have ended). */
+static struct member *member_at(const struct kvs_members *m, uint32_t i)
+{
+	return m->by_id.t[i].key ? m->by_id.t[i].val : NULL;
 }
 
 int kvs_members_create(struct kvs_members **out, uint32_t lease_ms, uint32_t max_op_ms)
@@ -81,12 +78,6 @@ int kvs_members_create(struct kvs_members **out, uint32_t lease_ms, uint32_t max
 	*out = NULL;
 	if (!m)
 		return KVC_ENOMEM;
-	m->cap = 64;
-	m->t = calloc(m->cap, sizeof(*m->t));
-	if (!m->t) {
-		free(m);
-		return KVC_ENOMEM;
-	}
 	m->lease_ns = (uint64_t)lease_ms * 1000000u;
 	m->watch_ns = ((uint64_t)max_op_ms + KVS_WATCH_MARGIN_MS) * 1000000u;
 	m->earliest = UINT64_MAX;
@@ -98,55 +89,35 @@ void kvs_members_destroy(struct kvs_members *m)
 {
 	if (!m)
 		return;
-	free(m->t);
+	for (uint32_t i = 0; i < m->by_id.cap; i++)
+		free(member_at(m, i));
+	kvi_u32map_free(&m->by_id);
 	free(m);
-}
-
-static int grow(struct kvs_members *m)
-{
-	struct member *old = m->t;
-	unsigned oldcap = m->cap;
-
-	m->t = calloc((size_t)oldcap * 2, sizeof(*m->t));
-	if (!m->t) {
-		m->t = old;
-		return KVC_ENOMEM;
-	}
-	m->cap = oldcap * 2;
-	for (unsigned i = 0; i < oldcap; i++) {
-		unsigned j;
-
-		if (!old[i].id)
-			continue;
-		for (j = home(m, old[i].id); m->t[j].id; j = (j + 1) & (m->cap - 1))
-			;
-		m->t[j] = old[i];
-	}
-	free(old);
-	return 0;
 }
 
 int kvs_members_join(struct kvs_members *m, uint32_t id, int leased, uint64_t now)
 {
-	unsigned i;
+	struct member *e;
 
 	if (id == 0 || find(m, id))
 		return 0;
-	if ((m->n + 1) * 2 > m->cap && grow(m))
+	e = malloc(sizeof(*e));
+	if (!e)
 		return KVC_ENOMEM;
-	for (i = home(m, id); m->t[i].id; i = (i + 1) & (m->cap - 1))
-		;
-	m->t[i] = (struct member){ .id = id, .leased = leased != 0,
-				   .lease_end = now + (m->lease_ns > KVS_FIRST_LEASE_MS * 1000000ull
-							   ? m->lease_ns : KVS_FIRST_LEASE_MS * 1000000ull) };
-	m->n++;
+	*e = (struct member){ .id = id, .leased = leased != 0,
+			      .lease_end = now + (m->lease_ns > KVS_FIRST_LEASE_MS * 1000000ull
+							  ? m->lease_ns : KVS_FIRST_LEASE_MS * 1000000ull) };
+	if (kvi_u32map_put(&m->by_id, id, e)) {
+		free(e);
+		return KVC_ENOMEM;
+	}
 	/* A newcomer counts until its first renewal names the epoch it uses. */
 	if (leased && m->target) {
-		m->t[i].behind = 1;
+		e->behind = 1;
 		m->behind++;
 	}
-	if (leased && m->t[i].lease_end < m->earliest)
-		m->earliest = m->t[i].lease_end;
+	if (leased && e->lease_end < m->earliest)
+		m->earliest = e->lease_end;
 	return 0;
 }
 
@@ -155,7 +126,7 @@ static void unwatch(struct kvs_members *m, struct watch *w);
 void kvs_members_leave(struct kvs_members *m, uint32_t id)
 {
 	struct member *e = id ? find(m, id) : NULL;
-	unsigned i, j;
+	unsigned i;
 
 	if (!e)
 		return;
@@ -168,20 +139,8 @@ void kvs_members_leave(struct kvs_members *m, uint32_t id)
 		else
 			i++;
 	}
-	/* Backward-shift deletion keeps every probe chain unbroken. */
-	i = (unsigned)(e - m->t);
-	m->t[i].id = 0;
-	for (j = (i + 1) & (m->cap - 1); m->t[j].id; j = (j + 1) & (m->cap - 1)) {
-		unsigned h = home(m, m->t[j].id);
-
-		/* Move t[j] into the hole at i unless its home lies in (i, j]. */
-		if ((j > i && (h <= i || h > j)) || (j < i && h <= i && h > j)) {
-			m->t[i] = m->t[j];
-			m->t[j].id = 0;
-			i = j;
-		}
-	}
-	m->n--;
+	kvi_u32map_del(&m->by_id, id);
+	free(e);
 }
 
 int kvs_members_is_member(const struct kvs_members *m, uint32_t id)
@@ -191,7 +150,7 @@ int kvs_members_is_member(const struct kvs_members *m, uint32_t id)
 
 unsigned kvs_members_count(const struct kvs_members *m)
 {
-	return m->n;
+	return m->by_id.n;
 }
 
 uint32_t kvs_members_renew(struct kvs_members *m, uint32_t id, uint64_t now)
@@ -245,11 +204,13 @@ int kvs_members_acked(struct kvs_members *m, uint64_t epoch, uint64_t now, uint6
 		m->target = epoch;
 		m->behind = 0;
 		m->last_ack = 0;
-		for (unsigned i = 0; i < m->cap; i++) {
-			struct member *e = &m->t[i];
+		for (uint32_t i = 0; i < m->by_id.cap; i++) {
+			struct member *e = member_at(m, i);
 
+			if (!e)
+				continue;
 			e->behind = 0;
-			if (!e->id || !e->leased || e->expelled || e->lapsed)
+			if (!e->leased || e->expelled || e->lapsed)
 				continue; /* no lease: a loopback, one on its way out, or an idle one */
 			if (e->epoch < epoch) {
 				e->behind = 1;
@@ -270,10 +231,10 @@ unsigned kvs_members_expired(struct kvs_members *m, uint64_t now, uint32_t *ids,
 
 	if (now < m->earliest || max == 0)
 		return 0;
-	for (unsigned i = 0; i < m->cap; i++) {
-		struct member *e = &m->t[i];
+	for (uint32_t i = 0; i < m->by_id.cap; i++) {
+		struct member *e = member_at(m, i);
 
-		if (!e->id || !e->leased || e->expelled)
+		if (!e || !e->leased || e->expelled)
 			continue;
 		if (e->lease_end <= now && got < max) {
 			/* A lapsed member's time to be looked at again (is it still

@@ -457,6 +457,15 @@ static int do_batch(struct kvs_reclaimer *r, struct batch *b, uint64_t *copied, 
 	return abort ? KVC_EAGAIN : 0;
 }
 
+/* Sleep `*backoff` us (counted in *waited_us), doubling it for the next
+ * time up to BACKOFF_MAX_US: how the walk and the switch wait for writers. */
+static void pause_backoff(uint64_t *waited_us, unsigned *backoff)
+{
+	nanosleep(&(struct timespec){ .tv_nsec = (long)*backoff * 1000 }, NULL);
+	*waited_us += *backoff;
+	*backoff = *backoff * 2 > BACKOFF_MAX_US ? BACKOFF_MAX_US : *backoff * 2;
+}
+
 /* Step 3 over every item, retrying buckets found locked (a writer holds a
  * lock for at most one operation deadline; a dead one is fenced) until
  * `patience` runs out. 0 when every item is settled. */
@@ -495,9 +504,7 @@ static int settle_items(struct kvs_reclaimer *r, uint64_t seg_bytes, struct kvs_
 			return 0;
 		if (waited_us >= patience_us)
 			return KVC_ETIMEDOUT;
-		nanosleep(&(struct timespec){ .tv_nsec = (long)backoff * 1000 }, NULL);
-		waited_us += backoff;
-		backoff = backoff * 2 > BACKOFF_MAX_US ? BACKOFF_MAX_US : backoff * 2;
+		pause_backoff(&waited_us, &backoff);
 	}
 }
 
@@ -517,9 +524,7 @@ static int walk_until_decided(struct kvs_reclaimer *r, uint64_t off, uint64_t le
 			return 0;
 		if (waited_us >= patience_us)
 			return KVC_ETIMEDOUT;
-		nanosleep(&(struct timespec){ .tv_nsec = (long)backoff * 1000 }, NULL);
-		waited_us += backoff;
-		backoff = backoff * 2 > BACKOFF_MAX_US ? BACKOFF_MAX_US : backoff * 2;
+		pause_backoff(&waited_us, &backoff);
 	}
 }
 
