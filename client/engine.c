@@ -810,8 +810,8 @@ static int locks_in_flight(const struct kvi_conn *h)
  * waits for the answer (one round trip). Otherwise it must not: those
  * operations' commits are due before their deadlines, and a server slow to
  * answer would hold them up. The request then goes out without waiting, the
- * extent is given up at once (the server seals it at what we said we used),
- * and the answer is taken by a later call (KVC_EAGAIN meanwhile). */
+ * extent takes no more appends (the server seals it at what we said we
+ * used), and the answer is taken by a later call (KVC_EAGAIN meanwhile). */
 static int64_t reserve(struct kvi_conn *h, uint64_t bytes, uint64_t *nowp)
 {
 	struct kvi_ctrl req = { .type = KVI_CTRL_SEG_REQ, .arg = { bytes, h->seg_used } }, resp;
@@ -838,7 +838,11 @@ static int64_t reserve(struct kvi_conn *h, uint64_t bytes, uint64_t *nowp)
 				return rc == KVC_EAGAIN ? KVC_EAGAIN : grant_taken(h, rc, NULL, bytes);
 			h->grant_seq = req.seq;
 			h->grant_sent = kvi_now_ns();
-			forget_extent(h);
+			/* No more appends into it: the server seals it at what we
+			 * said we used (its offset and use stay known: a quota
+			 * refusal leaves it open, and the next request says
+			 * the same). */
+			h->seg_size = h->seg_used;
 			return KVC_EAGAIN;
 		}
 		rc = kvi_rmem_ctrl_call(h->rm, &req, &resp, CTRL_TIMEOUT_MS);

@@ -297,8 +297,10 @@ static void lease_ended(struct kvs_server *s, uint32_t id)
 	uint32_t rkey;
 
 	if (p && !p->fenced && kvs_members_probe(s->members, id, &addr, &rkey) &&
-	    kvi_listener_read_word(s->l, p, addr, rkey) == 0)
-		return; /* on_read decides */
+	    kvi_listener_read_word(s->l, p, addr, rkey) == 0) {
+		kvs_members_probe_start(s->members, id);
+		return; /* on_read decides, unless it renews first */
+	}
 	expel(s, id, "lease_expired", "let its lease run out: fencing it");
 }
 
@@ -307,17 +309,20 @@ static void on_read(void *arg, struct kvi_peer *p, uint64_t value, int ok)
 {
 	struct kvs_server *s = arg;
 
-	if (p->fenced || !kvs_members_is_member(s->members, p->client_id))
-		return; /* expelled meanwhile */
-	if (ok && value == 0 && kvs_members_lapse(s->members, p->client_id, kvi_mono_ns()) == 0) {
+	if (p->fenced || !kvs_members_is_probing(s->members, p->client_id))
+		return; /* renewed or expelled meanwhile */
+	if (ok && value == 0) {
 		/* Idle: nothing of it in flight, nothing posted before it renews.
 		 * Its open extent is sealed (it gets a new one when it writes). */
-		kvs_core_client_left(s->core, p->client_id);
-		kvi_ev_info("lease_lapsed", "client=%u msg=%s", p->client_id,
-			    "idle when its lease ended: kept connected until it renews");
+		if (kvs_members_lapse(s->members, p->client_id, kvi_mono_ns()) == 1) {
+			kvs_core_client_left(s->core, p->client_id);
+			kvi_ev_info("lease_lapsed", "client=%u msg=%s", p->client_id,
+				    "idle when its lease ended: kept connected until it renews");
+		}
 		update_acks(s);
 		return;
 	}
+	kvs_members_expel(s->members, p->client_id);
 	expel(s, p->client_id, "lease_expired",
 	      ok ? "let its lease run out while busy: fencing it" : "let its lease run out and did not answer: fencing it");
 }

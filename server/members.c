@@ -13,6 +13,7 @@ struct member {
 	uint8_t leased;
 	uint8_t expelled;
 	uint8_t lapsed;     /* its lease ended while it was idle (kvs_members_lapse) */
+	uint8_t probing;    /* its idle word is being read (kvs_members_probe_start) */
 	uint64_t lease_end; /* ns */
 	uint64_t epoch;     /* index epoch it last said it uses (0: none yet) */
 	uint64_t epoch_at;  /* ns: when it first said so */
@@ -162,9 +163,13 @@ uint32_t kvs_members_renew(struct kvs_members *m, uint32_t id, uint64_t now)
 	 * comes first decides, and the client posted nothing meanwhile. */
 	if (!e || !e->leased || e->expelled)
 		return 0;
-	if (e->lapsed) { /* back from idleness: a member again, as if it had just joined */
-		e->lapsed = 0;
-		m->st.readmissions++;
+	/* Back from idleness (a member again, as if it had just joined), or
+	 * renewing while its idle word is read: nothing was done to it yet,
+	 * and it posts nothing before this answer; the read's result is then
+	 * ignored. Either way it counts for acknowledgements again. */
+	if (e->lapsed || e->probing) {
+		m->st.readmissions += e->lapsed;
+		e->lapsed = e->probing = 0;
 		if (m->target && e->epoch < m->target && !e->behind) {
 			e->behind = 1;
 			m->behind++;
@@ -210,7 +215,7 @@ int kvs_members_acked(struct kvs_members *m, uint64_t epoch, uint64_t now, uint6
 			if (!e)
 				continue;
 			e->behind = 0;
-			if (!e->leased || e->expelled || e->lapsed)
+			if (!e->leased || e->expelled || e->lapsed || e->probing)
 				continue; /* no lease: a loopback, one on its way out, or an idle one */
 			if (e->epoch < epoch) {
 				e->behind = 1;
@@ -234,7 +239,7 @@ unsigned kvs_members_expired(struct kvs_members *m, uint64_t now, uint32_t *ids,
 	for (uint32_t i = 0; i < m->by_id.cap; i++) {
 		struct member *e = member_at(m, i);
 
-		if (!e || !e->leased || e->expelled)
+		if (!e || !e->leased || e->expelled || e->probing)
 			continue;
 		if (e->lease_end <= now && got < max) {
 			/* A lapsed member's time to be looked at again (is it still
@@ -244,7 +249,6 @@ unsigned kvs_members_expired(struct kvs_members *m, uint64_t now, uint32_t *ids,
 			ids[got++] = e->id;
 			if (!e->lapsed)
 				m->st.lease_expiries++;
-			e->lapsed = 0;
 		} else if (e->lease_end < earliest) {
 			earliest = e->lease_end; /* includes ones left for the next call */
 		}
@@ -381,20 +385,52 @@ int kvs_members_probe(const struct kvs_members *m, uint32_t id, uint64_t *addr, 
 	return 1;
 }
 
-int kvs_members_lapse(struct kvs_members *m, uint32_t id, uint64_t now)
+int kvs_members_probe_start(struct kvs_members *m, uint32_t id)
 {
 	struct member *e = id ? find(m, id) : NULL;
 
-	if (!e || !e->leased || !e->expelled || e->lapsed)
+	if (!e || !e->leased || !e->expelled)
 		return KVC_EINVAL;
 	e->expelled = 0;
+	e->probing = 1;
+	return 0;
+}
+
+int kvs_members_is_probing(const struct kvs_members *m, uint32_t id)
+{
+	const struct member *e = id ? find(m, id) : NULL;
+
+	return e && e->probing;
+}
+
+int kvs_members_lapse(struct kvs_members *m, uint32_t id, uint64_t now)
+{
+	struct member *e = id ? find(m, id) : NULL;
+	int was;
+
+	if (!e || !e->leased || !e->probing)
+		return KVC_EINVAL;
+	was = e->lapsed;
+	e->probing = 0;
 	e->lapsed = 1;
 	/* Looked at again later: a client that died without a word (its host
 	 * gone) is found out then, by a READ that fails. */
 	e->lease_end = now + m->lease_ns * KVS_LAPSED_RECHECK_LEASES;
 	if (e->lease_end < m->earliest)
 		m->earliest = e->lease_end;
-	m->st.lapses++;
+	m->st.lapses += !was;
+	return !was;
+}
+
+int kvs_members_expel(struct kvs_members *m, uint32_t id)
+{
+	struct member *e = id ? find(m, id) : NULL;
+
+	if (!e)
+		return KVC_EINVAL;
+	e->probing = 0;
+	e->expelled = 1;
+	not_behind(m, e);
 	return 0;
 }
 

@@ -100,8 +100,8 @@ unsigned kvs_members_expired(struct kvs_members *m, uint64_t now, uint32_t *ids,
  * memory that the server can RDMA-READ (its idle word: 0 while it has nothing
  * in flight and posts nothing before renewing; kvs_members_set_probe, from
  * its renewals); kvs_members_probe gives it (1) or says there is none (0).
- * kvs_members_lapse keeps a member whose lease ended (one just returned by
- * kvs_members_expired) whose idle word read 0: it is no longer counted for
+ * kvs_members_lapse keeps a member whose lease ended (one being probed,
+ * below) whose idle word read 0: it is no longer counted for
  * acknowledgements, names no lock (a report naming it clears the word), and
  * its next renewal readmits it (kvs_members_is_lapsed says so before).
  * KVS_LAPSED_RECHECK_LEASES leases later kvs_members_expired returns it
@@ -112,6 +112,17 @@ void kvs_members_set_probe(struct kvs_members *m, uint32_t id, uint64_t addr, ui
 int kvs_members_probe(const struct kvs_members *m, uint32_t id, uint64_t *addr, uint32_t *rkey);
 int kvs_members_lapse(struct kvs_members *m, uint32_t id, uint64_t now);
 int kvs_members_is_lapsed(const struct kvs_members *m, uint32_t id);
+/* Reading a member's idle word takes a round trip: kvs_members_probe_start
+ * (on a member kvs_members_expired just returned) keeps it undecided -- a
+ * renewal arriving meanwhile simply renews it (nothing was done to it yet,
+ * and it posts nothing before that answer), and kvs_members_is_probing then
+ * says 0, so the read's result is ignored. Then kvs_members_lapse (the word
+ * read 0; it returns 1 the first time, 0 when a lapsed member is confirmed
+ * idle again) or kvs_members_expel (renewals refused from now on). 0 or
+ * KVC_EINVAL. */
+int kvs_members_probe_start(struct kvs_members *m, uint32_t id);
+int kvs_members_is_probing(const struct kvs_members *m, uint32_t id);
+int kvs_members_expel(struct kvs_members *m, uint32_t id);
 
 /* Milliseconds until the next lease ends (at most max_ms; 0 if one ended). */
 int kvs_members_next_due(const struct kvs_members *m, uint64_t now, int max_ms);

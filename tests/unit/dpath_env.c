@@ -87,11 +87,13 @@ unsigned kvt_env_expire(struct kvt_env *env, unsigned *lapsed)
 
 		/* In-process the idle word is read where it lies. */
 		if (kvs_members_probe(env->members, ids[i], &addr, &rkey) &&
-		    __atomic_load_n((const uint64_t *)(uintptr_t)addr, __ATOMIC_SEQ_CST) == 0 &&
-		    kvs_members_lapse(env->members, ids[i], mono_ns()) == 0) {
-			kvs_core_client_left(env->core, ids[i]);
+		    kvs_members_probe_start(env->members, ids[i]) == 0 &&
+		    __atomic_load_n((const uint64_t *)(uintptr_t)addr, __ATOMIC_SEQ_CST) == 0) {
+			if (kvs_members_lapse(env->members, ids[i], mono_ns()) == 1)
+				kvs_core_client_left(env->core, ids[i]);
 			(*lapsed)++;
 		} else {
+			kvs_members_expel(env->members, ids[i]);
 			expelled++;
 		}
 	}

@@ -232,3 +232,47 @@ Test(members, a_report_flood_is_answered_unjudged_and_others_still_count)
 	/* A window later reporter 1 is judged again. */
 	cr_expect_eq(kvs_members_report(m, 1, 7, w3, w3, 260 * MS, &owner), KVI_REPORT_WATCHING);
 }
+
+/* Idleness (members.h): a member whose lease ended is probed; a renewal
+ * during the probe renews it and makes the probe's answer moot; an idle one
+ * lapses, keeps its lapsed mark through its later re-checks (its extent was
+ * sealed: its renewal must say so), and a busy one is expelled. */
+Test(members, a_probe_is_overtaken_by_a_renewal_and_a_lapse_lasts_until_the_member_renews)
+{
+	uint32_t ids[4];
+	uint64_t addr;
+	uint32_t rkey;
+
+	kvs_members_join(m, 1, 1, 0);
+	kvs_members_set_probe(m, 1, 0x1000, 7);
+	cr_assert(kvs_members_probe(m, 1, &addr, &rkey));
+	cr_expect_eq(addr, 0x1000);
+	cr_expect_eq(rkey, 7);
+	cr_assert_eq(kvs_members_renew(m, 1, 0), 100);
+	/* Lease over: probed; it renews before the answer. */
+	cr_assert_eq(kvs_members_expired(m, 150 * MS, ids, 4), 1);
+	cr_assert_eq(kvs_members_probe_start(m, 1), 0);
+	cr_expect(kvs_members_is_probing(m, 1));
+	cr_expect_eq(kvs_members_expired(m, 160 * MS, ids, 4), 0, "not returned twice while probed");
+	cr_expect_eq(kvs_members_renew(m, 1, 170 * MS), 100, "a renewal during the probe renews");
+	cr_expect(!kvs_members_is_probing(m, 1), "the probe's answer is ignored now");
+	cr_expect(!kvs_members_is_lapsed(m, 1));
+	/* Lease over again: idle this time. */
+	cr_assert_eq(kvs_members_expired(m, 300 * MS, ids, 4), 1);
+	cr_assert_eq(kvs_members_probe_start(m, 1), 0);
+	cr_expect_eq(kvs_members_lapse(m, 1, 300 * MS), 1, "lapsed");
+	cr_expect(kvs_members_is_lapsed(m, 1));
+	/* Re-checked ten leases later: still idle, still lapsed. */
+	cr_expect_eq(kvs_members_expired(m, 1200 * MS, ids, 4), 0);
+	cr_assert_eq(kvs_members_expired(m, 1301 * MS, ids, 4), 1);
+	cr_assert_eq(kvs_members_probe_start(m, 1), 0);
+	cr_expect(kvs_members_is_lapsed(m, 1), "a re-check keeps the lapse");
+	cr_expect_eq(kvs_members_lapse(m, 1, 1301 * MS), 0, "confirmed, not lapsed anew");
+	cr_expect_eq(kvs_members_renew(m, 1, 1400 * MS), 100, "readmitted");
+	cr_expect(!kvs_members_is_lapsed(m, 1));
+	/* Busy when its lease ends: expelled, renewals refused. */
+	cr_assert_eq(kvs_members_expired(m, 1600 * MS, ids, 4), 1);
+	cr_assert_eq(kvs_members_probe_start(m, 1), 0);
+	cr_assert_eq(kvs_members_expel(m, 1), 0);
+	cr_expect_eq(kvs_members_renew(m, 1, 1610 * MS), 0);
+}
