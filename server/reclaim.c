@@ -17,6 +17,7 @@
 #define RECLAIM_RDMA_MS 5000   /* one loopback doorbell; past it the loopback is broken */
 #define BACKOFF_MIN_US 100u
 #define BACKOFF_MAX_US 10000u
+#define PEND_MAX 256u          /* undecided objects looked at again one by one (walk_until_decided) */
 /* Evict mode: copy forward at most this share of a segment (eighths), so that
  * every reclaimed segment frees at least an eighth of itself even when every
  * object in it was read. */
@@ -61,6 +62,11 @@ struct kvs_reclaimer {
 	struct item *items;
 	uint32_t nitems, cap_items;
 	uint32_t pending; /* objects the walk left undecided (writer_holds) */
+	/* The first PEND_MAX of them: where, and the key's hash (its buckets). */
+	struct pend {
+		uint64_t slot; /* the slot word that would name it */
+		struct kvi_keyhash kh;
+	} pend[PEND_MAX];
 	struct kvs_extent x; /* where live objects are copied to */
 	uint64_t x_used;
 	int no_evict;
@@ -146,7 +152,20 @@ static uint64_t held(const struct kvs_reclaimer *r)
  * the object undecided. A lock read by the CPU, as the walk reads slots: an
  * object of a writer's that holds the lock was written before it was taken
  * (one QP, in order), so the walk saw it. */
-static int writer_holds(struct kvs_reclaimer *r, const struct kvi_keyhash *kh)
+/* Does a slot of the key's buckets hold `slot` (name the object)? */
+static int slot_names(const struct kvs_reclaimer *r, const struct kvi_keyhash *kh, uint64_t slot)
+{
+	for (unsigned w = 0; w < 2; w++) {
+		const struct kvi_bucket *b = (const void *)(r->base + kvi_index_bucket_off(&r->ix, kh->b[w]));
+
+		for (unsigned i = 0; i < KVI_SLOTS_PER_BUCKET; i++)
+			if (__atomic_load_n(&b->slot[i], __ATOMIC_RELAXED) == slot)
+				return 1;
+	}
+	return 0;
+}
+
+static int writer_holds(const struct kvs_reclaimer *r, const struct kvi_keyhash *kh)
 {
 	for (unsigned w = 0; w < (kh->b[0] == kh->b[1] ? 1u : 2u); w++) {
 		const uint64_t *lock = (const void *)(r->base + kvi_index_bucket_off(&r->ix, kh->b[w]));
@@ -215,9 +234,11 @@ static void walk(struct kvs_reclaimer *r, uint64_t off, uint64_t len, struct kvs
 			continue;
 		}
 		if (!found && p >= unnamed_end && kvi_obj_verify(h, len - p) == 0) {
-			if (writer_holds(r, &kh))
+			if (writer_holds(r, &kh)) {
+				if (r->pending < PEND_MAX)
+					r->pend[r->pending] = (struct pend){ .slot = slot, .kh = kh };
 				r->pending++;
-			else
+			} else
 				st->dropped++;
 			unnamed_end = p + kvi_obj_footprint(olen);
 		}
@@ -522,9 +543,35 @@ static int walk_until_decided(struct kvs_reclaimer *r, uint64_t off, uint64_t le
 		walk(r, off, len, st);
 		if (!r->pending)
 			return 0;
-		if (waited_us >= patience_us)
+		/* Only the undecided objects are looked at again (a segment of
+		 * a hot key's old versions finds one of its buckets locked at
+		 * almost every walk): each is decided once its buckets were seen
+		 * free of a writer's lock -- its commit, if any, has landed --
+		 * and then either a slot names it (walk again: it is live) or
+		 * none does (garbage). */
+		while (r->pending <= PEND_MAX) {
+			uint32_t left = 0;
+			int named = 0;
+
+			for (uint32_t k = 0; k < r->pending; k++) {
+				if (writer_holds(r, &r->pend[k].kh))
+					r->pend[left++] = r->pend[k];
+				else
+					named |= slot_names(r, &r->pend[k].kh, r->pend[k].slot);
+			}
+			r->pending = left;
+			if (named)
+				break; /* walk again */
+			if (!left)
+				return 0;
+			if (waited_us >= patience_us)
+				return KVC_ETIMEDOUT;
+			pause_backoff(&waited_us, &backoff);
+		}
+		if (r->pending && waited_us >= patience_us)
 			return KVC_ETIMEDOUT;
-		pause_backoff(&waited_us, &backoff);
+		if (r->pending)
+			pause_backoff(&waited_us, &backoff);
 	}
 }
 

@@ -72,6 +72,8 @@ cleanup() {
   ip link delete kvnA 2>/dev/null
   for p in 5 6 7 8; do ip rule del pref $p 2>/dev/null; done
   if [ -n "${rules_moved:-}" ]; then ip rule add pref 0 lookup local; ip rule del pref 100 lookup local; fi
+  # KV_NETEM_KEEP=DIR keeps the server's and the checker's logs there (debugging).
+  [ -z "${KV_NETEM_KEEP:-}" ] || cp "$work"/*.log "$work"/check.* "$KV_NETEM_KEEP"/ 2>/dev/null
   rm -rf "$work"
 }
 trap cleanup EXIT
