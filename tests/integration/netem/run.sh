@@ -20,6 +20,10 @@
 # Phases (KV_NETEM_SECS seconds each, default 3): base, then per fault the fault, and
 # after-<fault> and later-<fault> with the fault removed. Faults: loss 1 %, loss 5 %, delay 5 ms +- 2 ms,
 # duplicate 1 %, reorder 25 % (of packets sent at once, the others 5 ms late).
+# Round 2 (issue 18 defect 1): a second kvserver with a small heap and a 4-bucket index that
+# must grow while a checker inserts 256 keys under 5 % loss, so that inserts wait for resizes and
+# their commits go out late and retransmitted; it must lose no acknowledged write, fail only with
+# the codes a fault explains, and grow at least once.
 # Passes when: the checker saw no wrong data and only the failures a fault explains
 # (KVC_ETIMEDOUT, KVC_ESERVERGONE, KVC_EUNKNOWN; see netem_check.c), and after every fault
 # one healed phase after it (after-, later-, and up to two retry- phases that run only when
@@ -73,7 +77,7 @@ cleanup() {
   for p in 5 6 7 8; do ip rule del pref $p 2>/dev/null; done
   if [ -n "${rules_moved:-}" ]; then ip rule add pref 0 lookup local; ip rule del pref 100 lookup local; fi
   # KV_NETEM_KEEP=DIR keeps the server's and the checker's logs there (debugging).
-  [ -z "${KV_NETEM_KEEP:-}" ] || cp "$work"/*.log "$work"/check.* "$KV_NETEM_KEEP"/ 2>/dev/null
+  [ -z "${KV_NETEM_KEEP:-}" ] || cp "$work"/*.log "$work"/*.out "$work"/*.err "$KV_NETEM_KEEP"/ 2>/dev/null
   rm -rf "$work"
 }
 trap cleanup EXIT
@@ -135,27 +139,37 @@ diag() {
 sent_pkts() { tc -s qdisc show dev "$1" | awk '/Sent/ {print $4; exit}'; }
 
 # --- server and checker -----------------------------------------------------------------------
-"$server_bin" -l $B -p "$port" -m 64 -v > "$work/server.log" 2>&1 &
-srv_pid=$!
-for _ in $(seq 600); do
-  grep -q "listening on" "$work/server.log" && break
-  kill -0 "$srv_pid" 2>/dev/null || break
-  sleep 0.1
-done
-grep -q "listening on" "$work/server.log" || { cat "$work/server.log" >&2; fail "kvserver did not start on $B"; }
-
-mkfifo "$work/phases"
-# The shim comes before ASan's runtime in the library list of an ASan build: allow that.
-KV_NETEM_SRC=$A LD_PRELOAD=$shim ASAN_OPTIONS=${ASAN_OPTIONS:+$ASAN_OPTIONS:}verify_asan_link_order=0 \
-  "$check_bin" -s "$B:$port" < "$work/phases" > "$work/check.out" 2> "$work/check.err" &
-chk_pid=$!
-exec 7> "$work/phases"
-for _ in $(seq 600); do
-  grep -q READY "$work/check.out" && break
-  kill -0 "$chk_pid" 2>/dev/null || break
-  sleep 0.1
-done
-grep -q READY "$work/check.out" || { cat "$work/check.err" >&2; diag >&2; fail "netem_check could not connect to $B:$port"; }
+# start_server LOG PORT ARGS...: kvserver on B, waited for.
+start_server() {
+  local log=$1 p=$2; shift 2
+  "$server_bin" -l $B -p "$p" "$@" -v > "$work/$log" 2>&1 &
+  srv_pid=$!
+  for _ in $(seq 600); do
+    grep -q "listening on" "$work/$log" && break
+    kill -0 "$srv_pid" 2>/dev/null || break
+    sleep 0.1
+  done
+  grep -q "listening on" "$work/$log" || { cat "$work/$log" >&2; fail "kvserver did not start on $B"; }
+}
+# start_checker NAME PORT ARGS...: netem_check reading phase names from fd 7, output in NAME.out/.err.
+start_checker() {
+  local name=$1 p=$2; shift 2
+  rm -f "$work/phases"
+  mkfifo "$work/phases"
+  # The shim comes before ASan's runtime in the library list of an ASan build: allow that.
+  KV_NETEM_SRC=$A LD_PRELOAD=$shim ASAN_OPTIONS=${ASAN_OPTIONS:+$ASAN_OPTIONS:}verify_asan_link_order=0 \
+    "$check_bin" -s "$B:$p" "$@" < "$work/phases" > "$work/$name.out" 2> "$work/$name.err" &
+  chk_pid=$!
+  exec 7> "$work/phases"
+  for _ in $(seq 600); do
+    grep -q READY "$work/$name.out" && break
+    kill -0 "$chk_pid" 2>/dev/null || break
+    sleep 0.1
+  done
+  grep -q READY "$work/$name.out" || { cat "$work/$name.err" >&2; diag >&2; fail "netem_check could not connect to $B:$p"; }
+}
+start_server server.log "$port" -m 64
+start_checker check "$port"
 
 # Prove the path: with a pass-through netem on the client's side, the traffic must show there.
 fault_on delay 0ms || fail "tc netem refused a qdisc on kvnA/kvnB"
@@ -237,10 +251,40 @@ else
     ref=$r what="after '${f#*:}'"
   done
 fi
+# --- round 2: loss while inserts wait for resizes (issue 18 defect 1) -------------------------
+# A PUT that waited (for a new index, or for memory) posts its commit late in its deadline,
+# and lost packets delay it by retransmissions: an acknowledged PUT must still never be lost
+# nor its key left unreadable. A small heap of small segments, an index of 4 buckets that
+# must grow while 256 keys go in, and 5 % loss from the start.
+start_server server2.log $(( port + 1 )) -m 8 --buckets 4 --segment-size 64
+start_checker grow $(( port + 1 )) --keys 256
+fault_on loss 5% || fail "tc netem loss 5% failed"
+echo loss5-grow >&7; sleep $(( 2 * secs ))
+fault_off
+echo after-grow >&7; sleep "$secs"
+echo end >&7
+exec 7>&-
+wait "$chk_pid"; st=$?
+chk_pid=""
+kill "$srv_pid" 2>/dev/null; wait "$srv_pid" 2>/dev/null; srv_pid=""
+cat "$work/grow.out"
+resizes=$(grep -c "event=resize_end" "$work/server2.log")
+[ -s "$work/grow.err" ] && { echo "$prog: round 2 checker messages (first 30):"; head -n 30 "$work/grow.err"; }
+case $st in
+  0) echo "$prog: round 2: $resizes resizes under 5 % loss, no acknowledged write lost";;
+  3) echo "$prog: FAIL: round 2 (resizes under loss): wrong data (see VIOLATION lines)" >&2; bad=1;;
+  4) echo "$prog: FAIL: round 2 (resizes under loss): a failure no network fault explains" >&2; bad=1;;
+  *) echo "$prog: FAIL: round 2: netem_check exited with status $st" >&2; bad=1;;
+esac
+if [ "$resizes" -lt 1 ]; then
+  echo "$prog: FAIL: round 2: the index never grew, so no insert waited for a resize" >&2; bad=1
+fi
+
 echo "$prog: rxe counters at the end:"; diag
 if [ "$bad" = 0 ]; then
   echo "$prog: passed"
 else
   echo "$prog: kvserver's log (last 40 lines):"; tail -n 40 "$work/server.log"
+  [ ! -f "$work/server2.log" ] || { echo "$prog: round 2 kvserver's log (last 40 lines):"; tail -n 40 "$work/server2.log"; }
 fi
 exit "$bad"
