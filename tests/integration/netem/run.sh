@@ -168,6 +168,16 @@ start_checker() {
   done
   grep -q READY "$work/$name.out" || { cat "$work/$name.err" >&2; diag >&2; fail "netem_check could not connect to $B:$p"; }
 }
+# stop_pair: end the checker (its exit status is returned) and the server.
+stop_pair() {
+  local rc
+  echo end >&7
+  exec 7>&-
+  wait "$chk_pid"; rc=$?
+  chk_pid=""
+  kill "$srv_pid" 2>/dev/null; wait "$srv_pid" 2>/dev/null; srv_pid=""
+  return $rc
+}
 start_server server.log "$port" -m 64
 start_checker check "$port"
 
@@ -210,11 +220,7 @@ for f in "${faults[@]}"; do
   done
   ref=$(best "$r" "$(rate "retry1-$name")" "$(rate "retry2-$name")")
 done
-echo end >&7
-exec 7>&-
-wait "$chk_pid"; st=$?
-chk_pid=""
-kill "$srv_pid" 2>/dev/null; wait "$srv_pid" 2>/dev/null; srv_pid=""
+stop_pair; st=$?
 
 # --- verdict ----------------------------------------------------------------------------------
 cat "$work/check.out"
@@ -262,11 +268,7 @@ fault_on loss 5% || fail "tc netem loss 5% failed"
 echo loss5-grow >&7; sleep $(( 2 * secs ))
 fault_off
 echo after-grow >&7; sleep "$secs"
-echo end >&7
-exec 7>&-
-wait "$chk_pid"; st=$?
-chk_pid=""
-kill "$srv_pid" 2>/dev/null; wait "$srv_pid" 2>/dev/null; srv_pid=""
+stop_pair; st=$?
 cat "$work/grow.out"
 resizes=$(grep -c "event=resize_end" "$work/server2.log")
 [ -s "$work/grow.err" ] && { echo "$prog: round 2 checker messages (first 30):"; head -n 30 "$work/grow.err"; }
