@@ -146,10 +146,17 @@ static int lease_granted(struct kvi_conn *h, const struct kvi_ctrl *r, uint64_t 
 
 /* Renew now, waiting for the answer: at join, and when an idle handle comes
  * back after its lease ran out (the server may not have expelled it yet). */
+/* A renewal: arg0 the epoch we use, which the server counts as our
+ * acknowledgement of it (index.c); arg1, arg2 where our idle word is. */
+static struct kvi_ctrl renew_request(const struct kvi_conn *h)
+{
+	return (struct kvi_ctrl){ .type = KVI_CTRL_LEASE_RENEW,
+				  .arg = { h->cur.ix.epoch, h->rm->idle_addr, h->rm->idle_rkey } };
+}
+
 static int lease_renew_sync(struct kvi_conn *h, int timeout_ms)
 {
-	struct kvi_ctrl req = { .type = KVI_CTRL_LEASE_RENEW,
-				.arg = { h->cur.ix.epoch, h->rm->idle_addr, h->rm->idle_rkey } }, resp;
+	struct kvi_ctrl req = renew_request(h), resp;
 	uint64_t sent = kvi_now_ns();
 	int rc = kvi_rmem_ctrl_call(h->rm, &req, &resp, timeout_ms);
 
@@ -162,26 +169,30 @@ static int lease_lapsed(const struct kvi_conn *h, uint64_t now)
 	return h->lease_ns && now >= h->lease_end;
 }
 
+/* The server's index changed (a LEASE said so, or an operation met a MOVED
+ * bucket): fetch it now, before anything else is placed. A client that
+ * cannot learn where the buckets are cannot go on: 0, or the code the
+ * connection was broken with. */
+static int refresh_if_stale(struct kvi_conn *h)
+{
+	int rc;
+
+	if (!h->index_stale)
+		return 0;
+	h->index_stale = 0;
+	rc = kvi_index_refresh(h);
+	if (rc)
+		kvi_rmem_shutdown(h->rm, rc == KVC_ETIMEDOUT ? KVC_ESERVERGONE : rc);
+	return rc;
+}
+
 /* Collect a renewal's answer; send the next one when due. */
 static void lease_tick(struct kvi_conn *h, uint64_t now)
 {
 	struct kvi_ctrl r;
 
-	if (h->rm->broken)
+	if (h->rm->broken || refresh_if_stale(h))
 		return;
-	/* The server's index changed (a LEASE said so, or an operation met a
-	 * MOVED bucket): fetch it now, before anything else is placed. A
-	 * client that cannot learn where the buckets are cannot go on. */
-	if (h->index_stale) {
-		int rc;
-
-		h->index_stale = 0;
-		rc = kvi_index_refresh(h);
-		if (rc) {
-			kvi_rmem_shutdown(h->rm, rc == KVC_ETIMEDOUT ? KVC_ESERVERGONE : rc);
-			return;
-		}
-	}
 	/* Lapsed: the next post breaks the connection, or kvc_submit renews. */
 	if (!h->lease_ns || lease_lapsed(h, now))
 		return;
@@ -202,10 +213,7 @@ static void lease_tick(struct kvi_conn *h, uint64_t now)
 	 * retires the old index (and may begin the next resize) only once
 	 * every client acknowledged the new one. */
 	if (now + h->lease_ns >= h->lease_end + h->renew_ns || h->renew_epoch != h->cur.ix.epoch) {
-		/* arg0: the epoch we use, which the server counts as our
-		 * acknowledgement of it (index.c). */
-		struct kvi_ctrl req = { .type = KVI_CTRL_LEASE_RENEW,
-					.arg = { h->cur.ix.epoch, h->rm->idle_addr, h->rm->idle_rkey } };
+		struct kvi_ctrl req = renew_request(h);
 
 		if (kvi_rmem_ctrl_send(h->rm, &req) == 0) {
 			h->renew_seq = req.seq;
@@ -453,13 +461,7 @@ static int ensure_joined(struct kvi_conn *h, uint64_t *nowp)
 	if (!h->rm->broken && lease_renew_sync(h, (int)h->op_timeout_ms) == 0 && !lease_lapsed(h, kvi_now_ns())) {
 		/* Readmitted after a lapse, or a resize meanwhile: learn the
 		 * index before anything is placed. */
-		rc = 0;
-		if (h->index_stale) {
-			h->index_stale = 0;
-			rc = kvi_index_refresh(h);
-			if (rc)
-				kvi_rmem_shutdown(h->rm, rc == KVC_ETIMEDOUT ? KVC_ESERVERGONE : rc);
-		}
+		rc = refresh_if_stale(h);
 	} else {
 		if (!h->rm->broken)
 			kvi_rmem_shutdown(h->rm, KVC_EFENCED);
@@ -747,13 +749,8 @@ static void forget_extent(struct kvi_conn *h)
 	h->seg_off = h->seg_size = h->seg_used = 0;
 }
 
-/* Room for `bytes` in our extent, asking the server for a new one when the
- * current one is full: the region offset to write at, KVC_EAGAIN when the
- * server has no memory free right now (reclamation is making room: ask again
- * shortly), or another code. Asking waits for the answer: then *nowp (if
- * not NULL) is read again, as ensure_joined does. */
-/* Take a segment request's answer (sent at `sent`; rc: how the call went). 0
- * with a new extent, or a code; see reserve. */
+/* Take a segment request's answer (rc: how the call or the wait for it
+ * went). 0 with a new extent, or a code; see reserve. */
 static int grant_taken(struct kvi_conn *h, int rc, const struct kvi_ctrl *resp, uint64_t bytes)
 {
 	/* Not sent (the send failed at once): nothing changed; ask again. */
@@ -805,9 +802,11 @@ static int locks_in_flight(const struct kvi_conn *h)
 }
 
 /* `bytes` of our extent for an object: its region offset, or KVC_EAGAIN
- * (no room yet: the caller waits and asks again), or another code. A new
- * extent comes from the server. With no operation holding locks, the call
- * waits for the answer (one round trip). Otherwise it must not: those
+ * (the server has no memory free right now -- reclamation is making room --
+ * or its answer is on its way: the caller waits and asks again), or another
+ * code. A new extent comes from the server. With no operation holding locks,
+ * the call waits for the answer (one round trip; then *nowp, if not NULL, is
+ * read again, as ensure_joined does). Otherwise it must not: those
  * operations' commits are due before their deadlines, and a server slow to
  * answer would hold them up. The request then goes out without waiting, the
  * extent takes no more appends (the server seals it at what we said we

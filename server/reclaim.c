@@ -568,10 +568,11 @@ static int walk_until_decided(struct kvs_reclaimer *r, uint64_t off, uint64_t le
 				return KVC_ETIMEDOUT;
 			pause_backoff(&waited_us, &backoff);
 		}
-		if (r->pending && waited_us >= patience_us)
-			return KVC_ETIMEDOUT;
-		if (r->pending)
+		if (r->pending) { /* more than PEND_MAX, or some still held when one turned out named */
+			if (waited_us >= patience_us)
+				return KVC_ETIMEDOUT;
 			pause_backoff(&waited_us, &backoff);
+		}
 	}
 }
 
