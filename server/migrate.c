@@ -9,6 +9,7 @@
 #include "hash.h"
 #include "kvclient_errors.h"
 #include "layout.h"
+#include "lockwatch.h"
 #include "log.h"
 
 #define MIG_BATCH 5u     /* old buckets per doorbell: 3 CAS each at the end, <= 16 ops */
@@ -66,6 +67,7 @@ struct kvs_migrator {
 	uint64_t last_used, last_at; /* the previous sample (of win_epoch): used slots, when */
 	double rise;                 /* the load's rise between the last two samples: fraction of the index per ms */
 	uint8_t *obj; /* private copy of one object (KVI_MAX_OBJECT bytes) */
+	struct kvs_lockwatch lw; /* old buckets we keep finding held (lockwatch.h) */
 	struct kvs_migrate_stats st;
 };
 
@@ -405,6 +407,7 @@ static int do_batch(struct kvs_migrator *m, struct kvi_rmem *rm, struct work *w,
 		if (w->lock[i] != 0 && w->lock[i] != KVI_LOCK_MOVED) {
 			m->st.held++;
 			m->pass_held++;
+			kvs_lockwatch_seen(&m->lw, rm, bk[i], m->old.epoch, w->lock[i], kvi_mono_ns());
 			continue;
 		}
 		/* Only a writer that ignores the protocol can change words we

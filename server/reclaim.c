@@ -10,6 +10,7 @@
 #include "hash.h"
 #include "kvclient_errors.h"
 #include "layout.h"
+#include "lockwatch.h"
 #include "log.h"
 #include "migrate.h"
 
@@ -75,6 +76,7 @@ struct kvs_reclaimer {
 	 * live objects are copied too. Eviction is for segments full of live
 	 * data, where copying would free nothing. */
 	int keep_cold;
+	struct kvs_lockwatch lw; /* locks we keep finding held (lockwatch.h) */
 };
 
 static uint64_t now_ms(void)
@@ -165,7 +167,7 @@ static int slot_names(const struct kvs_reclaimer *r, const struct kvi_keyhash *k
 	return 0;
 }
 
-static int writer_holds(const struct kvs_reclaimer *r, const struct kvi_keyhash *kh)
+static int writer_holds(struct kvs_reclaimer *r, const struct kvi_keyhash *kh)
 {
 	for (unsigned w = 0; w < (kh->b[0] == kh->b[1] ? 1u : 2u); w++) {
 		const uint64_t *lock = (const void *)(r->base + kvi_index_bucket_off(&r->ix, kh->b[w]));
@@ -173,8 +175,10 @@ static int writer_holds(const struct kvs_reclaimer *r, const struct kvi_keyhash 
 		uint32_t owner = kvi_lock_owner(word);
 
 		if ((word & KVI_LOCK_LOCKED) && owner && owner != r->rm->client_id &&
-		    kvs_core_client_held(r->core, owner))
+		    kvs_core_client_held(r->core, owner)) {
+			kvs_lockwatch_seen(&r->lw, r->rm, kh->b[w], r->ix.epoch, word, kvi_mono_ns());
 			return 1;
+		}
 	}
 	return 0;
 }
@@ -414,6 +418,7 @@ static int do_batch(struct kvs_reclaimer *r, struct batch *b, uint64_t *copied, 
 	for (unsigned i = 0; i < b->nb; i++) {
 		if (lb->cas[i] != 0) {
 			st->lock_retries++;
+			kvs_lockwatch_seen(&r->lw, r->rm, b->bucket[i], r->ix.epoch, lb->cas[i], kvi_mono_ns());
 			continue;
 		}
 		for (uint32_t k = 0; k < r->nitems; k++) {

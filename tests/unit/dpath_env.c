@@ -20,10 +20,9 @@ static uint64_t mono_ns(void)
 /* kvserver's on_ctrl for membership (server/main.c), over the local region. */
 static int members_ctrl(struct kvt_env *env, uint32_t client_id, const struct kvi_ctrl *req, struct kvi_ctrl *resp)
 {
-	const struct kvi_geometry *sb = kvs_core_geometry(env->core);
 	struct kvs_report_action a;
 	enum kvi_index_state state;
-	uint64_t *word, current, epoch;
+	uint64_t *word, current, epoch, off;
 	uint32_t lease;
 
 	if (req->type == KVI_CTRL_LEASE_RENEW) {
@@ -41,11 +40,13 @@ static int members_ctrl(struct kvt_env *env, uint32_t client_id, const struct kv
 			      : (struct kvi_ctrl){ .type = KVI_CTRL_ERROR, .seq = req->seq, .status = KVC_EFENCED };
 		return 0;
 	}
-	if (req->arg[0] >= sb->bucket_count) {
-		*resp = (struct kvi_ctrl){ .type = KVI_CTRL_ERROR, .seq = req->seq, .status = KVC_EINVAL };
+	/* As kvserver's lock_report: the bucket of the index the report names. */
+	if (kvs_core_bucket_of_epoch(env->core, req->arg[2], req->arg[0], &off)) {
+		*resp = (struct kvi_ctrl){ .type = KVI_CTRL_LOCK_REPORTED, .seq = req->seq,
+					   .arg = { KVI_REPORT_CHANGED } };
 		return 0;
 	}
-	word = (uint64_t *)(void *)(kvi_local_region_base(env->reg) + kvi_home_bucket_off(sb, req->arg[0]));
+	word = (uint64_t *)(void *)(kvi_local_region_base(env->reg) + off);
 	current = __atomic_load_n(word, __ATOMIC_SEQ_CST);
 	kvs_core_index_status(env->core, &epoch, &state);
 	kvs_members_judge(env->members, client_id, req->arg[0], req->arg[1], current,

@@ -8,6 +8,7 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "clock.h"
 #include "dpath_env.h"
 #include "hash.h"
 #include "kvclient_errors.h"
@@ -330,6 +331,35 @@ Test(migrate, a_held_bucket_delays_only_itself)
 	cr_assert_eq(bk(&old, held)->lock, KVI_LOCK_MOVED);
 	cr_assert_eq(bk(&nw, held)->lock, 0);
 	cr_assert_eq(bk(&nw, held + old.bucket_count)->lock, 0);
+	check_keys(300);
+}
+
+/* A live client keeps an old bucket's lock: the migrator reports it as a
+ * writer does (server/lockwatch.h); past the watch window its owner is
+ * condemned, and once fenced the resize finishes. */
+Test(migrate, a_bucket_kept_locked_by_a_live_client_is_reported_by_the_migrator)
+{
+	struct kvi_index old;
+	kvc_t *holder;
+	uint64_t held = 7, t0;
+	uint32_t id;
+
+	cr_assert_eq(kvt_env_leases(&env, 60000, 15000), 0);
+	put_keys(300);
+	holder = client();
+	id = kvi_client_conn(holder, 0)->rm->client_id;
+	cr_assert_eq(kvs_core_index(env.core, 0, &old, chunks_old, 64), 0);
+	__atomic_store_n(&bk(&old, held)->lock, kvi_lock_held_by(id), __ATOMIC_SEQ_CST);
+	cr_assert_eq(kvs_core_grow(env.core, 1), KVI_GROW_STARTED);
+	t0 = kvi_mono_ns();
+	while (env.fenced_owner != id && kvi_mono_ns() - t0 < 5000000000ull) {
+		cr_assert_geq(kvs_reclaim_run(rcl), 0);
+		usleep(1000);
+	}
+	cr_assert_eq(env.fenced_owner, id, "the holder was never condemned");
+	kvt_env_fence_locks(&env, id);
+	kvc_destroy(holder);
+	run_until_phase(KVS_RESIZE_IDLE, 20);
 	check_keys(300);
 }
 

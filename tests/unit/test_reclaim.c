@@ -1227,3 +1227,53 @@ Test(reclaim, a_value_embedding_a_valid_header_does_not_hide_the_live_object_aft
 	cr_expect_eq(pos[0], 256);
 	cr_expect_eq(olen[0], olen_b);
 }
+
+/* A live client keeps a bucket lock (a bug, or on purpose) on a key nobody
+ * else writes, whose old versions fill the oldest segments: only the
+ * reclaimer ever waits for it. It reports the lock as a writer does
+ * (server/lockwatch.h), so the owner is condemned past the watch window
+ * and fenced; then reclamation goes on. */
+Test(reclaim, a_lock_kept_by_a_live_client_is_reported_by_the_reclaimer)
+{
+	const struct kvi_geometry *sb = kvs_core_geometry(env.core);
+	kvc_t *a, *holder;
+	char v[200];
+	struct kvi_keyhash kh;
+	uint32_t id;
+	unsigned n = 0, tries = 0;
+	uint64_t *lock;
+	int rc;
+
+	cr_assert_eq(kvt_env_leases(&env, 60000, 15000), 0);
+	a = client(NULL, 0);
+	holder = client(NULL, 0);
+	id = kvi_client_conn(holder, 0)->rm->client_id;
+	for (unsigned i = 0; i < 1000; i++) {
+		value_of(v, sizeof(v), "k", i);
+		cr_assert_eq(kvt_put_s(a, "k", v), 0);
+	}
+	kvc_destroy(a);
+	kvi_key_hash("k", 1, sb->hash_seed, sb->bucket_count, &kh);
+	lock = (uint64_t *)(void *)(kvs_core_region(env.core) + kvi_home_bucket_off(sb, kh.b[0]));
+	*lock = kvi_lock_held_by(id);
+	usleep(SETTLE_US);
+	while (env.fenced_owner != id && tries++ < 10) {
+		rc = kvs_reclaim_one(rcl);
+		cr_assert_geq(rc, 0, "reclaimer failed: %s", kvc_err_name(rc));
+		n += rc == 1;
+	}
+	cr_assert_eq(env.fenced_owner, id, "the lock's owner was never condemned (%u reports judged)",
+		     (unsigned)(env.verdicts[KVI_REPORT_WATCHING] + env.verdicts[KVI_REPORT_FENCING]));
+	/* What kvserver does with a condemned owner: fence it, releasing its locks. */
+	kvt_env_fence_locks(&env, id);
+	kvc_destroy(holder);
+	tries = 0;
+	for (int round = 0; round < 2; round++) {
+		usleep(SETTLE_US);
+		while ((rc = kvs_reclaim_one(rcl)) != 0 && tries++ < 40) {
+			cr_assert_geq(rc, 0, "reclaimer failed: %s", kvc_err_name(rc));
+			n += rc == 1;
+		}
+	}
+	cr_expect_gt(n, 3, "segments reclaimed: %u", n);
+}
