@@ -7,7 +7,7 @@
 #   lib/cmake/kvclient/       kvclientConfig.cmake, kvclientConfigVersion.cmake, kvclientTargets*.cmake
 #   share/man/man1/           kvserver.1.gz, kvcli.1.gz, kvbench.1.gz
 #   lib/systemd/system/       kvserver.service
-#   share/doc/kvcache/        README.md, kvserver.service (a copy to adapt), kvserver.conf.example
+#   share/doc/kvcache/        README.md, docs/*.md, kvserver.service (a copy to adapt), kvserver.conf.example
 # The library directory is plain "lib" (not Debian's multiarch one) because
 # kvclient.pc finds its prefix from its own location (${pcfiledir}/../..).
 include(GNUInstallDirs)
@@ -47,3 +47,6 @@ if(EXISTS ${PROJECT_SOURCE_DIR}/deploy/kvserver.conf.example)
   list(APPEND kv_docs ${PROJECT_SOURCE_DIR}/deploy/kvserver.conf.example)
 endif()
 install(FILES ${kv_docs} DESTINATION ${CMAKE_INSTALL_DOCDIR})
+# README's links point into docs/: the pages go with it, same relative paths.
+install(DIRECTORY ${PROJECT_SOURCE_DIR}/docs/ DESTINATION ${CMAKE_INSTALL_DOCDIR}/docs
+        FILES_MATCHING PATTERN "*.md" PATTERN "man" EXCLUDE)
