@@ -19,7 +19,9 @@
 #include <string.h>
 #include <unistd.h>
 
-#include "client.h"
+#include "cluster.h"
+#include "conn.h"
+#include "engine.h"
 #include "core.h"
 #include "driver.h"
 #include "heap.h"

@@ -4,7 +4,7 @@
  *
  * Ownership: the handle owns its members; a member owns its dial (where the
  * server is) and its connection, which rejoins through that dial by itself
- * (engine.c "Rejoin"). A member that left the list (kvc_set_servers, the
+ * (lease.c "Rejoin"). A member that left the list (kvc_set_servers, the
  * list file) takes no new operation and is closed once the operations it
  * has in flight are returned ("draining").
  *
@@ -22,10 +22,13 @@
 #include <time.h>
 
 #include "clock.h"
-#include "client.h"
+#include "cluster.h"
+#include "conn.h"
 #include "dial.h"
+#include "engine.h"
 #include "log.h"
 #include "ring.h"
+#include "stats.h"
 
 #define REDIAL_CAP_MS 250u   /* a join attempt, with several servers: it holds the caller */
 #define JOIN_MIN_MS 10u      /* back-off of the joins of a member that has no connection */

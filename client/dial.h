@@ -5,7 +5,7 @@
 
 #include <stddef.h>
 
-#include "client.h"
+#include "conn.h"
 
 /* Copies of what kvc_create was given for one server, since the caller's
  * strings need not outlive the call. The secret file is read at every dial

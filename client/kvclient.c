@@ -2,8 +2,8 @@
  * information, options and the blocking calls (connecting is cluster.c's). */
 #include "kvclient.h"
 
-#include "client.h"
 #include "log.h"
+#include "rmem.h"
 
 #define KVC_STR_(x) #x
 #define KVC_STR(x) KVC_STR_(x)

@@ -21,8 +21,11 @@
  * found in an old bucket are not cached (the cache names current buckets). */
 #include <string.h>
 
-#include "client.h"
+#include "conn.h"
+#include "engine.h"
 #include "kvclient_errors.h"
+#include "op.h"
+#include "post.h"
 
 /* READ the buckets of the placement st has (kvi_place). */
 static void post_buckets(struct kvi_conn *h, struct kvi_opst *st)

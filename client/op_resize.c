@@ -13,7 +13,7 @@
  * Stale view: a mark the client's view of the indexes cannot explain (MOVED
  * in an index it thinks current, UNMIGRATED while it thinks the server is
  * STABLE) means a resize it has not heard of. The operation lets go of its
- * locks, asks for the indexes (h->index_stale: lease_tick fetches them) and
+ * locks, asks for the indexes (h->index_stale: kvi_lease_tick fetches them) and
  * waits, posting nothing, until its view changed, then starts over; at its
  * deadline it fails KVC_ETIMEDOUT. If a fetch brings nothing new (a resize
  * between two INDEX answers), it looks again after a pause that doubles.
@@ -28,8 +28,11 @@
  * a migration is emptying is different: GROW names it (arg1), the migrator
  * splits it next, and the insert looks again after a short pause; so an
  * insert waits for about one bucket's migration, not for the whole pass. */
-#include "client.h"
+#include "conn.h"
+#include "engine.h"
 #include "kvclient_errors.h"
+#include "op.h"
+#include "post.h"
 
 #define STALE_PAUSE_MIN_US 1000u
 #define STALE_PAUSE_MAX_US 64000u

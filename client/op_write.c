@@ -33,8 +33,12 @@
  * its buckets full of live items asks the server to grow first (KVI_ST_GROW). */
 #include <string.h>
 
-#include "client.h"
+#include "conn.h"
+#include "engine.h"
 #include "kvclient_errors.h"
+#include "lock_report.h"
+#include "op.h"
+#include "post.h"
 
 #define BACKOFF_MIN_NS 2000ull
 #define BACKOFF_MAX_NS 1000000ull

@@ -5,22 +5,24 @@
  * constructors hand objects back through an out-parameter; destroy functions
  * accept NULL. The library never prints, never exits, and starts no threads.
  *
- * Threads: a kvc_t is one connection with its own queue pair, like a verbs QP;
- * use one per thread. Nothing on the data path takes a lock.
+ * Threads: a kvc_t holds one connection, with its own queue pair, per server
+ * of its list ("Several servers" at kvc_create); like a verbs QP, use one
+ * handle per thread. Nothing on the data path takes a lock.
  *
- * Membership: a handle holds a lease from the server, renewed from inside
- * kvc_submit and kvc_poll (the library has no thread of its own). A handle
- * the application leaves alone for longer than the server's lease (kvserver
- * --lease-ms, default 1 s) with nothing in flight stays connected: the
- * server checks that it is idle (one RDMA READ of a word of the handle's)
- * and its next call renews the lease on the same connection. A handle whose
- * lease ran out while it had operations in flight -- its thread stalled -- is
- * fenced by the server; operations that would post after the lease fail
- * KVC_EFENCED. Whenever a handle's connection is broken (fenced, server
- * restarted, path lost), the operations in flight fail and the next call with
- * nothing in flight rejoins the server transparently (a new connection and
- * client id; attempts back off from 10 ms to 1 s, failing fast with
- * KVC_ESERVERGONE meanwhile). */
+ * Membership: each of a handle's connections holds a lease from its server,
+ * renewed from inside kvc_submit and kvc_poll (the library has no thread of
+ * its own). A handle the application leaves alone for longer than the
+ * server's lease (kvserver --lease-ms, default 1 s) with nothing in flight
+ * stays connected: the server checks that it is idle (one RDMA READ of a
+ * word of the handle's) and its next call renews the lease on the same
+ * connection. A connection whose lease ran out while it had operations in
+ * flight -- its thread stalled -- is fenced by the server; operations that
+ * would post after the lease fail KVC_EFENCED. Whenever a connection is
+ * broken (fenced, server restarted, path lost), the operations in flight on
+ * it fail and the next call to that server with nothing in flight on it
+ * rejoins the server transparently (a new connection and client id; attempts
+ * back off from 10 ms to 1 s, failing fast meanwhile with KVC_ESERVERGONE, or
+ * KVC_EFENCED after a fencing). */
 #ifndef KVCLIENT_H
 #define KVCLIENT_H
 
@@ -66,16 +68,17 @@ struct kvc_opts {
 	 * The server states the longest deadline it allows (kvserver
 	 * --max-op-ms, default 1000) and this is capped to it. A write that
 	 * passes its deadline while it may hold bucket locks, or a batch
-	 * unanswered for this long (server or path gone), breaks the handle's
+	 * unanswered for this long (server or path gone), breaks that server's
 	 * connection on purpose (the server then releases its locks): every
-	 * operation in flight fails KVC_ETIMEDOUT, and the next call rejoins
-	 * (see "Membership" above). Default 2000. */
+	 * operation in flight on it fails (KVC_ETIMEDOUT; KVC_EUNKNOWN for a
+	 * write whose commit was sent), and the next call rejoins (see
+	 * "Membership" above). Default 2000. */
 	int op_timeout_ms;
 	unsigned depth;         /* asynchronous operations in flight, 1..64; default 16 */
-	unsigned cache_entries; /* client-side location cache entries (32 B each, rounded down
-				  * to a power of two; two-way, least recently used out);
-				  * 0 = off; default 4096 */
-	/* Tell the server which items are read (an 8-byte WRITE riding in a later
+	unsigned cache_entries; /* client-side location cache entries per server (32 B each,
+				  * rounded down to a power of two; two-way, least recently
+				  * used out); 0 = off; default 4096 */
+	/* Tell the server which items are read (a 1-byte WRITE riding in a later
 	 * doorbell, once per item until the server copies it forward), so that
 	 * its reclaimer keeps them rather than evicting them. Default 1; 0 only
 	 * to measure what tracking costs. */
@@ -181,9 +184,11 @@ KVC_EXPORT int kvc_get(kvc_t *h, const void *key, size_t key_len, void *buf, siz
  * states the guarantee, layout.h "Expiry" the mechanism).
  * Too long a key (KVC_EKEYSIZE) or value (KVC_EVALSIZE, see kvc_max_value)
  * changes nothing. When both of the key's buckets are full, the insert takes
- * the slot of an expired item, or (unless the server runs with --no-evict)
- * evicts an item that was not read since it was written, else any item of
- * the two; KVC_EINDEXFULL only with --no-evict. */
+ * the slot of an expired item; else it asks the server to grow its index
+ * (once) and waits for the larger one; when the server cannot grow it (or
+ * not in time), the insert (unless the server runs with --no-evict) evicts
+ * an item that was not read since it was written, else any item of the two;
+ * KVC_EINDEXFULL only with --no-evict. */
 KVC_EXPORT int kvc_put(kvc_t *h, const void *key, size_t key_len, const void *value, size_t value_len,
 		       uint64_t ttl_ms);
 /* Outcomes of a write (PUT or DELETE). 0: it took effect. A failure code
@@ -222,10 +227,13 @@ struct kvc_op {
  * not yet returned by kvc_poll; a bad key or value fails at once (nothing was
  * sent). A PUT that needs memory asks the server for it here (one control-path
  * round trip, rarely: an extent holds many objects) and may fail at once with
- * KVC_ENOMEM (eviction off and live data fills the server), KVC_ETIMEDOUT or
- * KVC_ESERVERGONE. While the server has no memory free yet (its reclaimer is
- * making room) the PUT waits without blocking, asking again from kvc_poll,
- * for up to op_timeout_ms; then it fails KVC_ENOMEM. */
+ * KVC_ENOMEM (eviction off and live data fills the server), KVC_EQUOTA (this
+ * client holds its share of the server's memory), KVC_ETIMEDOUT or
+ * KVC_ESERVERGONE. When other operations of the handle may hold bucket locks
+ * it does not wait for the answer; then, as while the server has no memory
+ * free yet (its reclaimer is making room), the PUT waits without blocking,
+ * asking again from kvc_poll, for up to op_timeout_ms, and then fails
+ * KVC_ENOMEM (a refusal above arrives as its status). */
 KVC_EXPORT int kvc_submit(kvc_t *h, struct kvc_op *op);
 /* kvc_submit of ops[0], ops[1], ... in order, stopping at the first that is
  * not started: returns how many were (0..n), and when fewer than n,
@@ -235,8 +243,9 @@ KVC_EXPORT int kvc_submit(kvc_t *h, struct kvc_op *op);
  * started, when h or ops is NULL or an entry of ops is. With one server it
  * costs less per operation than as many kvc_submit calls: the keys are
  * hashed and their cached locations fetched from memory together, and the
- * clock is read once (again only after a memory grant or megabytes of
- * values); with several, it is kvc_submit of each. */
+ * clock is read once (again only after a memory grant, a larger object
+ * area, or more than 64 KiB of values); with several, it is kvc_submit of
+ * each. */
 KVC_EXPORT int kvc_submit_many(kvc_t *h, struct kvc_op *const *ops, unsigned n);
 /* Wait up to timeout_ms (0: do not wait; negative: until one completes) and
  * return up to max finished ops in done[]; returns their number, or KVC_EINVAL
@@ -275,7 +284,7 @@ struct kvc_stats {
 	uint64_t resize_follows;   /* old-index buckets read or locked while the server resized its index */
 	uint64_t index_stale;      /* operations that met a resize this handle had not heard of, and waited */
 	uint64_t grow_requests;    /* requests to grow the index (an insert found both buckets full) */
-	uint64_t lease_renewals;   /* leases the server renewed (client/engine.c "Lease") */
+	uint64_t lease_renewals;   /* leases the server renewed (client/lease.c "Lease") */
 	uint64_t junk_slots;       /* slots naming no valid object that a write replaced or cleared */
 	uint64_t readmissions;     /* renewals after the lease lapsed while idle (same connection, no rejoin) */
 };
@@ -320,8 +329,9 @@ struct kvc_server_stats {
  * kvc_server_stats_at: server i alone. */
 KVC_EXPORT int kvc_server_stats(kvc_t *h, struct kvc_server_stats *out);
 KVC_EXPORT int kvc_server_stats_at(kvc_t *h, unsigned i, struct kvc_server_stats *out);
-/* The statistics above as (name, value) pairs, in struct order: for printing
- * (kvcli stats). n receives the count; the names are static strings. */
+/* The names of the statistics above, in struct order (a struct
+ * kvc_server_stats read as an array of uint64_t gives their values): for
+ * printing (kvcli stats). n receives the count; the names are static strings. */
 KVC_EXPORT const char *const *kvc_server_stat_names(size_t *n);
 KVC_EXPORT void kvc_reset_stats(kvc_t *h);
 /* "get_hit", "put_insert", ... for a kind; "unknown" otherwise. */

@@ -7,9 +7,13 @@
 #include <pthread.h>
 #include <stdint.h>
 
-#include "client.h"
+#include "cluster.h"
+#include "conn.h"
 #include "core.h"
+#include "engine.h"
+#include "hash.h"
 #include "members.h"
+#include "op.h"
 #include "reclaim.h"
 #include "rmem_local.h"
 

@@ -1,5 +1,5 @@
-/* The client's side of membership (client/engine.c "Lease", "Lock reports",
- * "Rejoin") against the real server core and membership table over the local
+/* The client's side of membership (client/lease.c "Lease", "Rejoin";
+ * client/lock_report.c) against the real server core and membership table over the local
  * transport: leases taken and renewed while the handle is used; nothing
  * posted past the lease; expelled handles rejoin on their next call; lock
  * words naming nobody are cleared on report, and a member that keeps a lock

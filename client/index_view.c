@@ -1,4 +1,5 @@
-/* Indexes: where the buckets are (layout.h "Resize", wire.h INDEX).
+/* A connection's view of the server's indexes: where the buckets are
+ * (layout.h "Resize", wire.h INDEX). The server's side is server/index.c.
  *
  * The server states its current index -- and, while a resize migrates, the
  * previous one -- in INDEX answers, a few chunks per message; the client
@@ -12,9 +13,11 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "client.h"
+#include "conn.h"
+#include "index_view.h"
 #include "kvclient_errors.h"
 #include "log.h"
+#include "op.h"
 
 #define INDEX_TIMEOUT_MS 5000
 #define INDEX_TRIES 4 /* a resize may finish while we read an index: start over */

@@ -1,0 +1,17 @@
+/* libkvclient internals: the extent a connection appends its PUTs' objects
+ * to, and the grants it comes from (extent.c). Nothing here is exported. */
+#ifndef KVI_EXTENT_H
+#define KVI_EXTENT_H
+
+#include <stdint.h>
+
+struct kvi_conn;
+
+/* `bytes` of our extent for an object: its region offset, KVC_EAGAIN (ask
+ * again later), or another code (extent.c says when it waits). *nowp, if
+ * not NULL, is read again after a wait. */
+int64_t kvi_reserve(struct kvi_conn *h, uint64_t bytes, uint64_t *nowp);
+/* Tell the server how much of our extent we used (at close). */
+void kvi_return_extent(struct kvi_conn *h);
+
+#endif

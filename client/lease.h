@@ -1,0 +1,32 @@
+/* libkvclient internals: keeping a connection joined (lease.c) -- its lease,
+ * the idle word, and rejoining once it broke. Nothing here is exported. */
+#ifndef KVI_LEASE_H
+#define KVI_LEASE_H
+
+#include <stdint.h>
+
+#include "conn.h"
+
+/* Has our lease run out at now (never, when the server grants none)? Every
+ * post asks (post.c): inline. */
+static inline int kvi_lease_lapsed(const struct kvi_conn *h, uint64_t now)
+{
+	return h->lease_ns && now >= h->lease_end;
+}
+
+/* Renew now, waiting for the answer up to timeout_ms: 0, or a code
+ * (KVC_EFENCED: the server had ended our lease already). */
+int kvi_lease_renew_sync(struct kvi_conn *h, int timeout_ms);
+/* Collect a renewal's answer; send the next one when due (kvc_poll, and
+ * kvi_ensure_joined). Fetches the indexes first when a LEASE said they
+ * changed. */
+void kvi_lease_tick(struct kvi_conn *h, uint64_t now);
+/* Before admitting an operation (or asking for statistics): a usable
+ * connection with a live lease, renewing or rejoining as needed. 0 or a
+ * code; *nowp is read again after anything slow. */
+int kvi_ensure_joined(struct kvi_conn *h, uint64_t *nowp);
+/* Nothing in flight and nothing posted: tell the server we are idle (lease.c
+ * "Idle word"). */
+void kvi_idle_update(struct kvi_conn *h);
+
+#endif
