@@ -17,7 +17,7 @@
 #include <stdint.h>
 #include <sys/socket.h>
 
-#include "verbs_util.h"
+#include "errbuf.h"
 #include "wire.h"
 
 #define KVI_AUTH_WINDOW_MS 30000u   /* +- this much clock skew is accepted */
