@@ -29,7 +29,7 @@
 
 #include <stdint.h>
 
-#include "auth.h"
+#include "auth_admit.h"
 #include "verbs_util.h"
 #include "wire.h"
 

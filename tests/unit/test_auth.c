@@ -20,6 +20,7 @@
 #include <unistd.h>
 
 #include "auth.h"
+#include "auth_admit.h"
 #include "kvclient_errors.h"
 
 static unsigned memcmp_calls;
