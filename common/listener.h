@@ -29,7 +29,7 @@
 
 #include <stdint.h>
 
-#include "auth.h"
+#include "auth_admit.h"
 #include "verbs_util.h"
 #include "wire.h"
 
@@ -38,7 +38,7 @@ struct kvi_listen_opts {
 	const char *port;   /* decimal port */
 	const char *device; /* required device name, or NULL */
 	int backlog;
-	/* Who may join and as what (auth.h), decided before rdma_accept, so a
+	/* Who may join and as what (auth_admit.h), decided before rdma_accept, so a
 	 * refused peer never has a usable QP. NULL: no proof is asked and every
 	 * peer is a client (test peers). Must outlive the listener. */
 	struct kvi_auth_gate *auth;

@@ -12,6 +12,7 @@
 #include "clock.h"
 #include "kvclient_errors.h"
 #include "log.h"
+#include "verbs_util.h"
 
 /* One entry per batch in flight, in posting order. RC completes work requests
  * in order, so only the last request of a batch is signaled: its completion

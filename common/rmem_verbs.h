@@ -11,8 +11,8 @@
 
 #include <stddef.h>
 
+#include "errbuf.h"
 #include "rmem.h"
-#include "verbs_util.h"
 #include "wire.h"
 
 struct kvi_verbs_opts {

@@ -2,23 +2,11 @@
 
 #include <errno.h>
 #include <poll.h>
-#include <stdarg.h>
 #include <stdio.h>
 #include <string.h>
 
 #include "kvclient_errors.h"
 #include "log.h"
-
-void kvi_errbuf_set(struct kvi_errbuf *e, const char *fmt, ...)
-{
-	va_list ap;
-
-	if (!e)
-		return;
-	va_start(ap, fmt);
-	vsnprintf(e->msg, sizeof(e->msg), fmt, ap);
-	va_end(ap);
-}
 
 void kvi_device_names(char *buf, size_t len)
 {

@@ -9,13 +9,8 @@
 #include <infiniband/verbs.h>
 #include <rdma/rdma_cma.h>
 
+#include "errbuf.h"
 #include "exec_bound.h"
-
-/* A fixed-size message buffer for "what failed, where, what to do". */
-struct kvi_errbuf {
-	char msg[320];
-};
-void kvi_errbuf_set(struct kvi_errbuf *e, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
 
 /* Comma-separated names of the RDMA devices librdmacm sees ("none" if empty). */
 void kvi_device_names(char *buf, size_t len);

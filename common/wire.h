@@ -32,7 +32,7 @@ enum kvi_role {
 	KVI_ROLE_LOOPBACK = 2, /* the server's own QP to its region (locks through the NIC) */
 };
 
-/* The join proof in the hello (common/auth.h makes and checks it): who holds
+/* The join proof in the hello (common/auth.h makes it, auth_admit.h checks it): who holds
  * the shared secret (or, for the server's own loopback connections, the
  * server's per-process loopback key) proves it without sending it.
  *   mac = HMAC-SHA256(key, magic | version | role | timestamp_ms | nonce |

@@ -17,7 +17,7 @@
 #include <stdio.h>
 
 #include "core.h"
-#include "verbs_util.h"
+#include "errbuf.h"
 
 #define KVS_VERSION "0.1.0"
 

@@ -28,11 +28,11 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "errbuf.h"
 #include "heap.h"
 #include "index.h"
 #include "segtab.h"
 #include "layout.h"
-#include "verbs_util.h" /* struct kvi_errbuf */
 #include "wire.h"
 
 #define KVS_DEFAULT_SEGMENT_SIZE (1u << 20)

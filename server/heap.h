@@ -28,7 +28,7 @@
 
 #include <stdint.h>
 
-#include "verbs_util.h" /* struct kvi_errbuf */
+#include "errbuf.h"
 
 struct kvs_heap;
 

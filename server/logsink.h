@@ -9,7 +9,7 @@
 #ifndef KVS_LOGSINK_H
 #define KVS_LOGSINK_H
 
-#include "verbs_util.h"
+#include "errbuf.h"
 
 struct kvs_logsink {
 	int fd;           /* stderr, or a descriptor of path */

@@ -20,6 +20,7 @@
 #include <unistd.h>
 
 #include "auth.h"
+#include "auth_admit.h"
 #include "clock.h"
 #include "config.h"
 #include "core.h"

@@ -30,9 +30,9 @@
 #include <stdint.h>
 
 #include "core.h"
+#include "errbuf.h"
 #include "listener.h"
 #include "members.h"
-#include "verbs_util.h" /* struct kvi_errbuf */
 #include "wire.h"
 
 /* Control message types counted: KVI_CTRL_* 1..KVI_CTRL_TYPE_MAX; 0 is any

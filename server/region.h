@@ -8,7 +8,7 @@
 #include <stddef.h>
 #include <infiniband/verbs.h>
 
-#include "verbs_util.h"
+#include "errbuf.h"
 
 enum kvs_hugepages { KVS_HUGE_AUTO, KVS_HUGE_ON, KVS_HUGE_OFF };
 

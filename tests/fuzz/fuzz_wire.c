@@ -12,7 +12,7 @@
 #include <stdint.h>
 #include <string.h>
 
-#include "auth.h"
+#include "auth_admit.h"
 #include "fuzz_check.h"
 #include "kvclient_errors.h"
 #include "wire.h"

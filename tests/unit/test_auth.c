@@ -1,5 +1,5 @@
 #define _GNU_SOURCE /* memmem */
-/* The join proof and the admission decision (common/auth.h), without RDMA:
+/* The join proof and the admission decision (common/auth.h, auth_admit.h), without RDMA:
  * a proof round-trips; a wrong secret, a missing proof, a stale timestamp
  * (either way) and a replayed nonce are each refused with their own reason; a
  * proof is good for the one server it was made for; a failing HMAC() or an
@@ -20,6 +20,7 @@
 #include <unistd.h>
 
 #include "auth.h"
+#include "auth_admit.h"
 #include "kvclient_errors.h"
 
 static unsigned memcmp_calls;

@@ -10,6 +10,7 @@
 #include <unistd.h>
 
 #include "config.h"
+#include "exec_bound.h"
 #include "log.h"
 #include "members.h"
 #include "migrate.h"
