@@ -65,7 +65,7 @@ struct kvs_core {
 	uint64_t fencings, fence_released, fence_cpu_ns; /* the fencer's (kvs_core_add_fence) */
 	struct kvs_client *clients[KVS_CLIENT_BUCKETS];
 	struct kvs_host *hosts[KVS_CLIENT_BUCKETS];
-	struct kvs_indexes ix; /* index.h */
+	struct kvs_indexes ix; /* indexes.h */
 	/* Old buckets an insert found full during a migration (GROW naming the
 	 * previous index): the migrator splits them first (migrate.h). */
 	uint64_t urgent[KVS_URGENT_MAX];

@@ -29,7 +29,7 @@
 #include <stdint.h>
 
 #include "heap.h"
-#include "index.h"
+#include "indexes.h"
 #include "segtab.h"
 #include "layout.h"
 #include "verbs_util.h" /* struct kvi_errbuf */
@@ -212,7 +212,7 @@ void kvs_core_server_release(struct kvs_core *c, struct kvs_extent *x, uint64_t 
  * oldest sealed segment settles), at most max_ms. */
 int kvs_core_tick(struct kvs_core *c, int max_ms);
 int kvs_core_no_evict(const struct kvs_core *c);
-/* A reclaimer exists (kvs_reclaimer_create says so): until then a heap with
+/* A reclaimer exists (kvs_reclaim_create says so): until then a heap with
  * no free segment answers grants KVC_ENOMEM, since nothing would make room. */
 void kvs_core_attach_reclaimer(struct kvs_core *c);
 /* What clients are told at join (wire.h welcome). */
@@ -232,7 +232,7 @@ uint8_t *kvs_core_region(const struct kvs_core *c);
 /* The layout as the core formatted it (its private copy, never the region's). */
 const struct kvi_geometry *kvs_core_geometry(const struct kvs_core *c);
 
-/* The indexes (index.h): the most chunks any index of this region can have
+/* The indexes (indexes.h): the most chunks any index of this region can have
  * (room to give kvs_core_index); a copy of index `which` (0 current, 1
  * previous; KVC_ENOTFOUND when there is none); the current epoch and state
  * (what a LEASE states); byte offset of a bucket of the current index. */
@@ -255,7 +255,7 @@ enum kvs_resize_phase {
 	KVS_RESIZE_WANTED,  /* the migrator starts it once its memory is there */
 	KVS_RESIZE_RUNNING, /* migrating, or the old index not yet retired */
 };
-/* A migrator exists (kvs_migrator_create says so): until then GROW answers
+/* A migrator exists (kvs_migrate_create says so): until then GROW answers
  * KVI_GROW_NO. */
 void kvs_core_attach_migrator(struct kvs_core *c);
 /* GROW (kvs_core_ctrl) from a client: arg0 = the epoch of the index it

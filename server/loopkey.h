@@ -11,6 +11,6 @@
 
 /* KVI_AUTH_LOOPBACK_KEY_LEN bytes, the same for every caller in this process;
  * NULL if the kernel gave no random bytes (then no loopback can join). */
-const uint8_t *kvs_loopback_key(void);
+const uint8_t *kvs_loopkey(void);
 
 #endif

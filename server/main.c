@@ -68,7 +68,7 @@ static int auth_setup(struct kvs_server *s)
 {
 	struct kvi_errbuf e = { { 0 } };
 
-	s->gate.loopback_key = kvs_loopback_key();
+	s->gate.loopback_key = kvs_loopkey();
 	s->gate.replay = kvi_auth_replay_create(0);
 	s->gate.loop_replay = kvi_auth_replay_create(0);
 	if (!s->gate.loopback_key || !s->gate.replay || !s->gate.loop_replay) {

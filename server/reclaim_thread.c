@@ -86,18 +86,18 @@ static struct kvs_reclaimer *connect_reclaimer(struct kvs_reclaim_thread *rt)
 								 .device = rt->device[0] ? rt->device : NULL,
 								 .lbuf_size = 4096, .timeout_ms = CONNECT_TIMEOUT_MS,
 								 .role = KVI_ROLE_LOOPBACK,
-								 .secret = kvs_loopback_key(),
+								 .secret = kvs_loopkey(),
 								 .secret_len = KVI_AUTH_LOOPBACK_KEY_LEN },
 				    &rm, &w, &e);
 	if (rc) {
 		kvi_ev_warn("reclaimer_connect_failed", "reason=%s msg=%s", e.msg, "no loopback connection yet: retrying");
 		return NULL;
 	}
-	if (kvs_reclaimer_create(rt->core, rm, NULL, &r)) {
+	if (kvs_reclaim_create(rt->core, rm, NULL, &r)) {
 		kvi_ev_err("reclaimer_failed", "reason=%s", "out of memory");
 		return NULL;
 	}
-	kvs_reclaimer_set_migrator(r, rt->mig);
+	kvs_reclaim_set_migrator(r, rt->mig);
 	kvi_ev_info("reclaimer_connected", "client=%u", w.client_id);
 	return r;
 }
@@ -120,7 +120,7 @@ static void *thread_main(void *arg)
 		rc = kvs_reclaim_run(r);
 		if (rc < 0) {
 			kvi_ev_err("reclaimer_loopback_failed", "reason=%s msg=%s", kvc_strerror(rc), "reconnecting");
-			kvs_reclaimer_destroy(r);
+			kvs_reclaim_destroy(r);
 			r = NULL;
 			ms = RECONNECT_MS;
 			continue;
@@ -132,7 +132,7 @@ static void *thread_main(void *arg)
 			ms = 1;
 		ms = kvs_migrate_next_ms(rt->mig, ms);
 	}
-	kvs_reclaimer_destroy(r);
+	kvs_reclaim_destroy(r);
 	return NULL;
 }
 
@@ -145,7 +145,7 @@ int kvs_reclaim_thread_start(struct kvs_reclaim_thread *rt, struct kvs_core *cor
 			     const char *port, const char *device)
 {
 	rt->core = core;
-	if (kvs_migrator_create(core, &rt->mo, &rt->mig))
+	if (kvs_migrate_create(core, &rt->mo, &rt->mig))
 		return KVC_ENOMEM;
 	snprintf(rt->host, sizeof(rt->host), "%s", host);
 	snprintf(rt->port, sizeof(rt->port), "%s", port);
@@ -167,7 +167,7 @@ void kvs_reclaim_thread_destroy(struct kvs_reclaim_thread *rt)
 		pthread_mutex_unlock(&rt->mu);
 		pthread_join(rt->t, NULL);
 	}
-	kvs_migrator_destroy(rt->mig);
+	kvs_migrate_destroy(rt->mig);
 	pthread_cond_destroy(&rt->cv);
 	pthread_mutex_destroy(&rt->mu);
 	free(rt);
