@@ -21,7 +21,14 @@
  *
  * Threading: every function may be called from any thread; one mutex inside
  * serialises them (the control loop and the reclaimer thread share the core;
- * neither holds it across an RDMA operation). */
+ * neither holds it across an RDMA operation).
+ *
+ * Code: core.c (create, layout, control-request dispatch), core_grants.c
+ * (accounts, hosts, quotas, client grants), core_reclaim.c (watermarks, the
+ * reclaimer's side), core_resize.c (the published indexes, GROW, resize
+ * phases, the chunk pool, acks), core_stats.c (counters, STATS); core_impl.h
+ * is what they share. This one header declares them all: they are one object
+ * under one mutex, and every caller takes it whole. */
 #ifndef KVS_CORE_H
 #define KVS_CORE_H
 
@@ -273,7 +280,7 @@ void kvs_core_attach_migrator(struct kvs_core *c);
 #define KVS_GROW_MIN_LOAD_PCT 50u
 /* Ask for a resize of the index of `epoch` (what GROW does): enum
  * kvi_grow_verdict. STARTED also while one is under way; NO when memory
- * cannot hold the next index even by eviction (see can_grow in core.c), or
+ * cannot hold the next index even by eviction (see can_grow in core_resize.c), or
  * with no migrator; STALE when epoch is not the current one. */
 uint64_t kvs_core_grow(struct kvs_core *c, uint64_t epoch);
 enum kvs_resize_phase kvs_core_resize_phase(struct kvs_core *c);
