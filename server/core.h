@@ -336,6 +336,10 @@ struct kvs_core_stats {
 	uint64_t index_epoch;
 };
 void kvs_core_stats(struct kvs_core *c, struct kvs_core_stats *out);
+/* The wire's statistics (server_stats.h) from st, as STATS reports them and
+ * the metrics endpoint shows them; all but KVI_STAT_CPU_NS (0 here), which
+ * STATS takes from the process. */
+void kvs_core_stat_values(const struct kvs_core_stats *st, uint64_t v[KVI_STAT_COUNT]);
 
 /* Log fields (logfmt): "segments_open=3 segments_sealed=1 ... evictions=0". */
 void kvs_core_summary(struct kvs_core *c, char *buf, size_t len);

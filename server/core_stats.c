@@ -62,47 +62,54 @@ void kvs_core_summary(struct kvs_core *c, char *buf, size_t len)
 		 c->geo.segment_size >> 10, st.rc.segments, st.rc.evictions);
 }
 
+/* core.h; fill_stats adds the process's CPU time. */
+void kvs_core_stat_values(const struct kvs_core_stats *st, uint64_t v[KVI_STAT_COUNT])
+{
+	v[KVI_STAT_CPU_NS] = 0;
+	v[KVI_STAT_SEGMENTS_USED] = st->segments_total - st->segments_free;
+	v[KVI_STAT_SEGMENTS_TOTAL] = st->segments_total;
+	v[KVI_STAT_CLIENTS] = st->clients;
+	/* Memory holding items: the index and every byte handed to writers that
+	 * has not been reclaimed (live items and garbage alike). */
+	v[KVI_STAT_BYTES_USED] = st->index_bytes + st->carved_bytes;
+	v[KVI_STAT_BYTES] = st->carved_bytes;
+	v[KVI_STAT_LIMIT_MAXBYTES] = st->heap_bytes;
+	v[KVI_STAT_EVICTIONS] = st->rc.evictions;
+	v[KVI_STAT_RECLAIMED] = st->rc.segments;
+	v[KVI_STAT_EXPIRED_UNFETCHED] = st->rc.expired_unfetched;
+	v[KVI_STAT_EVICTED_UNFETCHED] = st->rc.evicted_unfetched;
+	v[KVI_STAT_MOVED] = st->rc.moved;
+	v[KVI_STAT_EXPIRED] = st->rc.expired;
+	v[KVI_STAT_DROPPED] = st->rc.dropped;
+	v[KVI_STAT_SEGMENTS_FREE] = st->segments_free;
+	v[KVI_STAT_SEGMENTS_OPEN] = st->segments_open;
+	v[KVI_STAT_SEGMENTS_SEALED] = st->segments_sealed;
+	v[KVI_STAT_SEGMENTS_QUARANTINED] = st->segments_quarantined;
+	v[KVI_STAT_RECLAIM_CPU_NS] = st->rc.cpu_ns;
+	v[KVI_STAT_GRANTS] = st->grants;
+	v[KVI_STAT_GRANTS_DEFERRED] = st->grants_deferred;
+	v[KVI_STAT_GRANTS_REFUSED] = st->grants_refused;
+	v[KVI_STAT_RECLAIM_ABORTS] = st->rc.aborted;
+	v[KVI_STAT_LOCK_RETRIES] = st->rc.lock_retries;
+	v[KVI_STAT_FENCINGS] = st->fencings;
+	v[KVI_STAT_FENCE_RELEASED] = st->fence_released;
+	v[KVI_STAT_FENCE_CPU_NS] = st->fence_cpu_ns;
+	v[KVI_STAT_RESIZES] = st->resizes;
+	v[KVI_STAT_INDEX_BUCKETS] = st->index_buckets;
+	v[KVI_STAT_INDEX_EPOCH] = st->index_epoch;
+}
+
 static void fill_stats(struct kvs_core *c, uint64_t *v)
 {
 	struct kvs_core_stats st;
 	struct rusage ru;
 
 	kvs_core_stats_locked(c, &st);
+	kvs_core_stat_values(&st, v);
 	if (getrusage(RUSAGE_SELF, &ru) == 0)
 		v[KVI_STAT_CPU_NS] =
 			((uint64_t)ru.ru_utime.tv_sec + (uint64_t)ru.ru_stime.tv_sec) * 1000000000u +
 			((uint64_t)ru.ru_utime.tv_usec + (uint64_t)ru.ru_stime.tv_usec) * 1000u;
-	v[KVI_STAT_SEGMENTS_USED] = st.segments_total - st.segments_free;
-	v[KVI_STAT_SEGMENTS_TOTAL] = st.segments_total;
-	v[KVI_STAT_CLIENTS] = st.clients;
-	/* Memory holding items: the index and every byte handed to writers that
-	 * has not been reclaimed (live items and garbage alike). */
-	v[KVI_STAT_BYTES_USED] = st.index_bytes + st.carved_bytes;
-	v[KVI_STAT_BYTES] = st.carved_bytes;
-	v[KVI_STAT_LIMIT_MAXBYTES] = st.heap_bytes;
-	v[KVI_STAT_EVICTIONS] = st.rc.evictions;
-	v[KVI_STAT_RECLAIMED] = st.rc.segments;
-	v[KVI_STAT_EXPIRED_UNFETCHED] = st.rc.expired_unfetched;
-	v[KVI_STAT_EVICTED_UNFETCHED] = st.rc.evicted_unfetched;
-	v[KVI_STAT_MOVED] = st.rc.moved;
-	v[KVI_STAT_EXPIRED] = st.rc.expired;
-	v[KVI_STAT_DROPPED] = st.rc.dropped;
-	v[KVI_STAT_SEGMENTS_FREE] = st.segments_free;
-	v[KVI_STAT_SEGMENTS_OPEN] = st.segments_open;
-	v[KVI_STAT_SEGMENTS_SEALED] = st.segments_sealed;
-	v[KVI_STAT_SEGMENTS_QUARANTINED] = st.segments_quarantined;
-	v[KVI_STAT_RECLAIM_CPU_NS] = st.rc.cpu_ns;
-	v[KVI_STAT_GRANTS] = st.grants;
-	v[KVI_STAT_GRANTS_DEFERRED] = st.grants_deferred;
-	v[KVI_STAT_GRANTS_REFUSED] = st.grants_refused;
-	v[KVI_STAT_RECLAIM_ABORTS] = st.rc.aborted;
-	v[KVI_STAT_LOCK_RETRIES] = st.rc.lock_retries;
-	v[KVI_STAT_FENCINGS] = st.fencings;
-	v[KVI_STAT_FENCE_RELEASED] = st.fence_released;
-	v[KVI_STAT_FENCE_CPU_NS] = st.fence_cpu_ns;
-	v[KVI_STAT_RESIZES] = st.resizes;
-	v[KVI_STAT_INDEX_BUCKETS] = st.index_buckets;
-	v[KVI_STAT_INDEX_EPOCH] = st.index_epoch;
 }
 
 /* The process's CPU time lets a benchmark on another machine show that the
