@@ -106,14 +106,14 @@ static int start_server(uint64_t mib, char *err, size_t len)
 		goto fail;
 	}
 	rm = local_conn(4096);
-	if (!rm || kvs_reclaimer_create(srv.core, rm, NULL, &srv.rcl) ||
+	if (!rm || kvs_reclaim_create(srv.core, rm, NULL, &srv.rcl) ||
 	    pthread_create(&srv.t, NULL, reclaimer_main, NULL)) {
 		snprintf(err, len, "cannot start the in-process reclaimer");
 		goto fail;
 	}
 	return 0;
 fail:
-	kvs_reclaimer_destroy(srv.rcl);
+	kvs_reclaim_destroy(srv.rcl);
 	kvs_core_destroy(srv.core);
 	kvi_local_region_destroy(srv.reg);
 	srv.rcl = NULL, srv.core = NULL, srv.reg = NULL;
@@ -175,7 +175,7 @@ static void local_close(void *conn)
 	if (conn && --srv.users == 0) {
 		__atomic_store_n(&srv.stop, 1, __ATOMIC_RELEASE);
 		pthread_join(srv.t, NULL);
-		kvs_reclaimer_destroy(srv.rcl);
+		kvs_reclaim_destroy(srv.rcl);
 		kvs_core_destroy(srv.core);
 		kvi_local_region_destroy(srv.reg);
 		srv.rcl = NULL, srv.core = NULL, srv.reg = NULL, srv.stop = 0;

@@ -47,36 +47,9 @@ int kvi_conn_server_stats(struct kvi_conn *h, struct kvc_server_stats *out)
 const char *const *kvc_server_stat_names(size_t *n)
 {
 	static const char *const names[KVI_STAT_COUNT] = {
-		[KVI_STAT_CPU_NS] = "cpu_ns",
-		[KVI_STAT_SEGMENTS_USED] = "segments_used",
-		[KVI_STAT_SEGMENTS_TOTAL] = "segments_total",
-		[KVI_STAT_CLIENTS] = "clients",
-		[KVI_STAT_BYTES_USED] = "bytes_used",
-		[KVI_STAT_BYTES] = "bytes",
-		[KVI_STAT_LIMIT_MAXBYTES] = "limit_maxbytes",
-		[KVI_STAT_EVICTIONS] = "evictions",
-		[KVI_STAT_RECLAIMED] = "reclaimed",
-		[KVI_STAT_EXPIRED_UNFETCHED] = "expired_unfetched",
-		[KVI_STAT_EVICTED_UNFETCHED] = "evicted_unfetched",
-		[KVI_STAT_MOVED] = "moved",
-		[KVI_STAT_EXPIRED] = "expired",
-		[KVI_STAT_DROPPED] = "dropped",
-		[KVI_STAT_SEGMENTS_FREE] = "segments_free",
-		[KVI_STAT_SEGMENTS_OPEN] = "segments_open",
-		[KVI_STAT_SEGMENTS_SEALED] = "segments_sealed",
-		[KVI_STAT_SEGMENTS_QUARANTINED] = "segments_quarantined",
-		[KVI_STAT_RECLAIM_CPU_NS] = "reclaim_cpu_ns",
-		[KVI_STAT_GRANTS] = "grants",
-		[KVI_STAT_GRANTS_DEFERRED] = "grants_deferred",
-		[KVI_STAT_GRANTS_REFUSED] = "grants_refused",
-		[KVI_STAT_RECLAIM_ABORTS] = "reclaim_aborts",
-		[KVI_STAT_LOCK_RETRIES] = "reclaim_lock_retries",
-		[KVI_STAT_FENCINGS] = "fencings",
-		[KVI_STAT_FENCE_RELEASED] = "fence_released",
-		[KVI_STAT_FENCE_CPU_NS] = "fence_cpu_ns",
-		[KVI_STAT_RESIZES] = "resizes",
-		[KVI_STAT_INDEX_BUCKETS] = "index_buckets",
-		[KVI_STAT_INDEX_EPOCH] = "index_epoch",
+#define KVI_STAT_NAME(id, name, ...) [KVI_STAT_##id] = name,
+		KVI_SERVER_STATS(KVI_STAT_NAME)
+#undef KVI_STAT_NAME
 	};
 
 	if (n)

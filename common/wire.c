@@ -3,7 +3,18 @@
 #include <endian.h>
 #include <string.h>
 
+#include "kvclient.h" /* struct kvc_server_stats */
 #include "kvclient_errors.h"
+
+/* struct kvc_server_stats is the statistics in wire order: each field where
+ * its KVI_STAT_ id says (server_stats.h pairs them). */
+#define KVI_STAT_AT(id, name, field, ...)                                                            \
+	_Static_assert(offsetof(struct kvc_server_stats, field) == KVI_STAT_##id * sizeof(uint64_t), \
+		       "kvc_server_stats." #field " is not at KVI_STAT_" #id);
+KVI_SERVER_STATS(KVI_STAT_AT)
+#undef KVI_STAT_AT
+_Static_assert(sizeof(struct kvc_server_stats) == KVI_STAT_COUNT * sizeof(uint64_t),
+	       "kvc_server_stats has a field for every statistic and no other");
 
 static int check_header(uint32_t magic_le, uint16_t version_le)
 {

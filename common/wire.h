@@ -14,6 +14,7 @@
 #include <stdint.h>
 
 #include "layout.h" /* struct kvi_geometry */
+#include "server_stats.h"
 
 #define KVI_WIRE_MAGIC 0x3143564bu /* "KVC1" read as little-endian bytes */
 /* 2: the welcome carries the geometry; 3: indexes come in INDEX messages;
@@ -209,39 +210,12 @@ enum kvi_report_verdict {
 	KVI_REPORT_FENCING = 3,  /* the owner kept it past every deadline: it is being fenced */
 };
 
-/* Server statistics, five to a STATS page. Names follow memcached's "stats"
- * where the quantity is the same thing. */
+/* Server statistics, five to a STATS page, in the order server_stats.h
+ * lists them (the list says what each is). */
 enum kvi_stat_id {
-	KVI_STAT_CPU_NS,           /* server process CPU time, user + system */
-	KVI_STAT_SEGMENTS_USED,    /* segments not free (open, sealed, quarantined) */
-	KVI_STAT_SEGMENTS_TOTAL,
-	KVI_STAT_CLIENTS,          /* clients holding an open extent */
-	KVI_STAT_BYTES_USED,       /* index + bytes handed to writers, not yet reclaimed */
-	KVI_STAT_BYTES,            /* bytes handed to writers, not yet reclaimed (items and garbage) */
-	KVI_STAT_LIMIT_MAXBYTES,   /* heap size */
-	KVI_STAT_EVICTIONS,        /* live items dropped to make room */
-	KVI_STAT_RECLAIMED,        /* segments reclaimed */
-	KVI_STAT_EXPIRED_UNFETCHED, /* expired items reclaimed that were never read */
-	KVI_STAT_EVICTED_UNFETCHED, /* evicted items that were never read */
-	KVI_STAT_MOVED,            /* live items copied forward by the reclaimer */
-	KVI_STAT_EXPIRED,          /* expired items whose slot the reclaimer cleared */
-	KVI_STAT_DROPPED,          /* superseded or deleted objects freed with their segment */
-	KVI_STAT_SEGMENTS_FREE,
-	KVI_STAT_SEGMENTS_OPEN,
-	KVI_STAT_SEGMENTS_SEALED,
-	KVI_STAT_SEGMENTS_QUARANTINED,
-	KVI_STAT_RECLAIM_CPU_NS,   /* CPU time of the reclaimer thread */
-	KVI_STAT_GRANTS,           /* extents granted */
-	KVI_STAT_GRANTS_DEFERRED,  /* grants answered KVC_EAGAIN (no free segment yet) */
-	KVI_STAT_GRANTS_REFUSED,   /* grants answered KVC_ENOMEM (live data fills the heap) */
-	KVI_STAT_RECLAIM_ABORTS,   /* segment walks given up and retried later */
-	KVI_STAT_LOCK_RETRIES,     /* reclaimer lock attempts that found a bucket held */
-	KVI_STAT_FENCINGS,         /* clients fenced (gone: their locks released) */
-	KVI_STAT_FENCE_RELEASED,   /* bucket locks released by fencing */
-	KVI_STAT_FENCE_CPU_NS,     /* CPU time of the fence thread */
-	KVI_STAT_RESIZES,          /* index resizes completed */
-	KVI_STAT_INDEX_BUCKETS,    /* buckets of the current index */
-	KVI_STAT_INDEX_EPOCH,      /* epoch of the current index */
+#define KVI_STAT_ID(id, ...) KVI_STAT_##id,
+	KVI_SERVER_STATS(KVI_STAT_ID)
+#undef KVI_STAT_ID
 	KVI_STAT_COUNT
 };
 #define KVI_STATS_PAGES ((KVI_STAT_COUNT + 4) / 5)

@@ -21,7 +21,14 @@
  *
  * Threading: every function may be called from any thread; one mutex inside
  * serialises them (the control loop and the reclaimer thread share the core;
- * neither holds it across an RDMA operation). */
+ * neither holds it across an RDMA operation).
+ *
+ * Code: core.c (create, layout, control-request dispatch), core_grants.c
+ * (accounts, hosts, quotas, client grants), core_reclaim.c (watermarks, the
+ * reclaimer's side), core_resize.c (the published indexes, GROW, resize
+ * phases, the chunk pool, acks), core_stats.c (counters, STATS); core_impl.h
+ * is what they share. This one header declares them all: they are one object
+ * under one mutex, and every caller takes it whole. */
 #ifndef KVS_CORE_H
 #define KVS_CORE_H
 
@@ -30,7 +37,7 @@
 
 #include "errbuf.h"
 #include "heap.h"
-#include "index.h"
+#include "indexes.h"
 #include "segtab.h"
 #include "layout.h"
 #include "wire.h"
@@ -212,7 +219,7 @@ void kvs_core_server_release(struct kvs_core *c, struct kvs_extent *x, uint64_t 
  * oldest sealed segment settles), at most max_ms. */
 int kvs_core_tick(struct kvs_core *c, int max_ms);
 int kvs_core_no_evict(const struct kvs_core *c);
-/* A reclaimer exists (kvs_reclaimer_create says so): until then a heap with
+/* A reclaimer exists (kvs_reclaim_create says so): until then a heap with
  * no free segment answers grants KVC_ENOMEM, since nothing would make room. */
 void kvs_core_attach_reclaimer(struct kvs_core *c);
 /* What clients are told at join (wire.h welcome). */
@@ -232,7 +239,7 @@ uint8_t *kvs_core_region(const struct kvs_core *c);
 /* The layout as the core formatted it (its private copy, never the region's). */
 const struct kvi_geometry *kvs_core_geometry(const struct kvs_core *c);
 
-/* The indexes (index.h): the most chunks any index of this region can have
+/* The indexes (indexes.h): the most chunks any index of this region can have
  * (room to give kvs_core_index); a copy of index `which` (0 current, 1
  * previous; KVC_ENOTFOUND when there is none); the current epoch and state
  * (what a LEASE states); byte offset of a bucket of the current index. */
@@ -255,7 +262,7 @@ enum kvs_resize_phase {
 	KVS_RESIZE_WANTED,  /* the migrator starts it once its memory is there */
 	KVS_RESIZE_RUNNING, /* migrating, or the old index not yet retired */
 };
-/* A migrator exists (kvs_migrator_create says so): until then GROW answers
+/* A migrator exists (kvs_migrate_create says so): until then GROW answers
  * KVI_GROW_NO. */
 void kvs_core_attach_migrator(struct kvs_core *c);
 /* GROW (kvs_core_ctrl) from a client: arg0 = the epoch of the index it
@@ -273,7 +280,7 @@ void kvs_core_attach_migrator(struct kvs_core *c);
 #define KVS_GROW_MIN_LOAD_PCT 50u
 /* Ask for a resize of the index of `epoch` (what GROW does): enum
  * kvi_grow_verdict. STARTED also while one is under way; NO when memory
- * cannot hold the next index even by eviction (see can_grow in core.c), or
+ * cannot hold the next index even by eviction (see can_grow in core_resize.c), or
  * with no migrator; STALE when epoch is not the current one. */
 uint64_t kvs_core_grow(struct kvs_core *c, uint64_t epoch);
 enum kvs_resize_phase kvs_core_resize_phase(struct kvs_core *c);
@@ -329,6 +336,10 @@ struct kvs_core_stats {
 	uint64_t index_epoch;
 };
 void kvs_core_stats(struct kvs_core *c, struct kvs_core_stats *out);
+/* The wire's statistics (server_stats.h) from st, as STATS reports them and
+ * the metrics endpoint shows them; all but KVI_STAT_CPU_NS (0 here), which
+ * STATS takes from the process. */
+void kvs_core_stat_values(const struct kvs_core_stats *st, uint64_t v[KVI_STAT_COUNT]);
 
 /* Log fields (logfmt): "segments_open=3 segments_sealed=1 ... evictions=0". */
 void kvs_core_summary(struct kvs_core *c, char *buf, size_t len);

@@ -598,7 +598,7 @@ static int verbs_connect(void *arg, struct kvi_rmem **out)
 								 .device = v->device[0] ? v->device : NULL,
 								 .lbuf_size = 4096, .timeout_ms = FENCE_TIMEOUT_MS,
 								 .role = KVI_ROLE_LOOPBACK,
-								 .secret = kvs_loopback_key(),
+								 .secret = kvs_loopkey(),
 								 .secret_len = KVI_AUTH_LOOPBACK_KEY_LEN },
 				    out, &w, &e);
 	if (rc)

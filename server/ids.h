@@ -11,7 +11,7 @@
  *    operation or control request of the old holder can still be under way,
  *    and what a lock report about it can refer to).
  * The membership table (members.h) forgets the id, and the core charges
- * memory to an account that is not the bare id (core.c), at the holder's
+ * memory to an account that is not the bare id (core_grants.c), at the holder's
  * leave; so a recycled id inherits nothing.
  *
  * Order: a recycled id whose hold is over is preferred to one never used, so

@@ -11,7 +11,7 @@ static void make_key(void)
 	have_key = kvi_auth_random(key, sizeof(key)) == 0;
 }
 
-const uint8_t *kvs_loopback_key(void)
+const uint8_t *kvs_loopkey(void)
 {
 	/* Once: the main thread (the gate) and the connect threads must agree. */
 	pthread_once(&once, make_key);

@@ -27,7 +27,7 @@
 #include "kvclient_errors.h"
 #include "listener.h"
 #include "log.h"
-#include "evictor.h"
+#include "reclaim_thread.h"
 #include "fence.h"
 #include "ids.h"
 #include "members.h"
@@ -53,7 +53,7 @@ struct kvs_server {
 	struct kvs_region region;
 	struct kvs_core *core;
 	struct kvs_fence *fence; /* releases dead clients' locks; NULL if unavailable */
-	struct kvs_evictor *evictor; /* reclaims sealed segments */
+	struct kvs_reclaim_thread *reclaim; /* reclaims sealed segments, runs the migrator */
 	struct kvs_members *members; /* who is alive (leases); lock reports */
 	struct kvs_ids *ids;         /* client ids: handed out, and recycled once nothing names them */
 	int stopping;            /* shutting down: clients leave by our doing */
@@ -69,7 +69,7 @@ static int auth_setup(struct kvs_server *s)
 {
 	struct kvi_errbuf e = { { 0 } };
 
-	s->gate.loopback_key = kvs_loopback_key();
+	s->gate.loopback_key = kvs_loopkey();
 	s->gate.replay = kvi_auth_replay_create(0);
 	s->gate.loop_replay = kvi_auth_replay_create(0);
 	if (!s->gate.loopback_key || !s->gate.replay || !s->gate.loop_replay) {
@@ -492,13 +492,13 @@ int main(int argc, char **argv)
 		fprintf(stderr, "kvserver: %s\n", e.msg);
 		goto clean_listener;
 	}
-	if (kvs_evictor_create(&s.evictor)) {
+	if (kvs_reclaim_thread_create(&s.reclaim)) {
 		fprintf(stderr, "kvserver: out of memory\n");
 		rc = 1;
 		goto clean_region;
 	}
-	s.cfg.o.core.wake = kvs_evictor_wake;
-	s.cfg.o.core.wake_arg = s.evictor;
+	s.cfg.o.core.wake = kvs_reclaim_thread_wake;
+	s.cfg.o.core.wake_arg = s.reclaim;
 	rc = kvs_core_create(s.region.base, s.region.size, &s.cfg.o.core, &s.core, &e);
 	if (rc) {
 		fprintf(stderr, "kvserver: %s\n", e.msg);
@@ -557,10 +557,10 @@ int main(int argc, char **argv)
 		if (kvs_fence_start(&s.fence, s.core, self, port, kvi_listener_device(s.l)))
 			kvi_ev_warn("fencer_unavailable", "msg=%s",
 				    "cannot start the loopback connection: locks of clients that die are not released");
-		kvs_evictor_set_migrate(s.evictor, &(struct kvs_migrate_opts){
+		kvs_reclaim_thread_set_migrate(s.reclaim, &(struct kvs_migrate_opts){
 							   .load_pct = s.cfg.o.resize_load_pct,
 							   .fence_idle = s.fence ? fence_idle : NULL, .fence_arg = s.fence });
-		if (kvs_evictor_start(s.evictor, s.core, self, port, kvi_listener_device(s.l)))
+		if (kvs_reclaim_thread_start(s.reclaim, s.core, self, port, kvi_listener_device(s.l)))
 			kvi_ev_warn("reclaimer_unavailable", "msg=%s", "cannot start the reclaimer thread: memory is never reclaimed");
 	} else {
 		kvi_ev_warn("no_loopback_address", "device=%s msg=%s", kvi_listener_device(s.l),
@@ -583,8 +583,8 @@ int main(int argc, char **argv)
 	if (kvi_listener_notify_all(s.l, &(struct kvi_ctrl){ .type = KVI_CTRL_SHUTDOWN }) > 0 &&
 	    kvi_listener_flush_sends(s.l, 500))
 		kvi_ev_info("shutdown_notice_late", "msg=%s", "some clients did not take the shutdown notice in time");
-	kvs_evictor_destroy(s.evictor);
-	s.evictor = NULL;
+	kvs_reclaim_thread_destroy(s.reclaim);
+	s.reclaim = NULL;
 	kvi_listener_disconnect_all(s.l, &cb);
 	kvs_fence_destroy(s.fence);
 	kvs_members_destroy(s.members);
@@ -592,7 +592,7 @@ int main(int argc, char **argv)
 clean_core:
 	kvs_core_destroy(s.core);
 clean_region:
-	kvs_evictor_destroy(s.evictor);
+	kvs_reclaim_thread_destroy(s.reclaim);
 	kvs_region_destroy(&s.region);
 clean_listener:
 	kvi_listener_destroy(s.l, NULL);

@@ -1,11 +1,14 @@
 /* The Prometheus text exposition (format 0.0.4) of a metrics snapshot
  * (metrics.h). Names: prefix kvcache_, and memcached_exporter's names where
  * the quantity is the same thing (current_bytes, limit_bytes,
- * items_evicted_total, ...); process_ for the process's own. Label values
- * are fixed identifiers from tables here: nothing needs escaping. */
+ * items_evicted_total, ...); process_ for the process's own. The server
+ * statistics that STATS reports too are shown as common/server_stats.h lists
+ * them. Label values are fixed identifiers from tables here and there:
+ * nothing needs escaping. */
 #include <inttypes.h>
 #include <stdarg.h>
 #include <stdio.h>
+#include <string.h>
 
 #include "kvclient_errors.h"
 #include "metrics.h"
@@ -132,21 +135,62 @@ static void connections(struct out *o, const struct kvs_metrics_events *ev)
 		"Joins refused after authentication (client ids used up, out of memory).", ev->conn_refused);
 }
 
-static void segments(struct out *o, const struct kvs_metrics_snapshot *s)
-{
-	const struct kvs_core_stats *c = &s->core;
+/* One row of server_stats.h, as the endpoint shows it. */
+struct stat_row {
+	enum kvi_stat_kind kind;
+	const char *family, *label, *help;
+};
 
-	family(o, "kvcache_segments", "gauge",
-	       "Heap segments by state: free, open (a writer appends), sealed (holding items), "
-	       "quarantined (reclaimed, reused after the quarantine), index (holding index chunks).");
-	put(o, "kvcache_segments{state=\"free\"} %" PRIu64 "\n", c->segments_free);
-	put(o, "kvcache_segments{state=\"open\"} %" PRIu64 "\n", c->segments_open);
-	put(o, "kvcache_segments{state=\"sealed\"} %" PRIu64 "\n", c->segments_sealed);
-	put(o, "kvcache_segments{state=\"quarantined\"} %" PRIu64 "\n", c->segments_quarantined);
-	put(o, "kvcache_segments{state=\"index\"} %" PRIu64 "\n", c->segments_index);
-	gauge(o, "kvcache_limit_segments", "Heap segments in all.", c->segments_total);
-	gauge(o, "kvcache_segment_size_bytes", "Bytes of one heap segment (the largest item fits in one).",
-	      s->segment_size);
+static const struct stat_row stat_rows[KVI_STAT_COUNT] = {
+#define KVI_STAT_ROW(id, name, field, kind, family, label, help) \
+	[KVI_STAT_##id] = { KVI_STAT_KIND_##kind, family, label, help },
+	KVI_SERVER_STATS(KVI_STAT_ROW)
+#undef KVI_STAT_ROW
+};
+
+/* Rows i and j are samples of one labelled family. */
+static int same_family(unsigned i, unsigned j)
+{
+	const struct stat_row *a = &stat_rows[i], *b = &stat_rows[j];
+
+	return j < KVI_STAT_COUNT && a->label && b->label && strcmp(a->family, b->family) == 0;
+}
+
+/* Samples of a labelled family that are not server statistics: they follow
+ * the family's rows. */
+static void family_rest(struct out *o, const char *family, const struct kvs_metrics_snapshot *s)
+{
+	if (strcmp(family, "kvcache_segments") == 0)
+		put(o, "kvcache_segments{state=\"index\"} %" PRIu64 "\n", s->core.segments_index);
+}
+
+/* The server statistics (server_stats.h), with the values STATS reports. */
+static void server_stats(struct out *o, const struct kvs_metrics_snapshot *s)
+{
+	uint64_t v[KVI_STAT_COUNT];
+
+	kvs_core_stat_values(&s->core, v);
+	for (unsigned i = 0; i < KVI_STAT_COUNT; i++) {
+		const struct stat_row *r = &stat_rows[i];
+		const char *type = r->kind == KVI_STAT_KIND_GAUGE ? "gauge" : "counter";
+
+		if (r->kind == KVI_STAT_KIND_NONE)
+			continue;
+		if (r->kind == KVI_STAT_KIND_SECONDS) {
+			seconds(o, r->family, type, r->help, ns_to_s(v[i]));
+			continue;
+		}
+		if (!r->label) {
+			family(o, r->family, type, r->help);
+			put(o, "%s %" PRIu64 "\n", r->family, v[i]);
+			continue;
+		}
+		if (i == 0 || !same_family(i - 1, i))
+			family(o, r->family, type, r->help);
+		put(o, "%s{%s} %" PRIu64 "\n", r->family, r->label, v[i]);
+		if (!same_family(i, i + 1))
+			family_rest(o, r->family, s);
+	}
 }
 
 size_t kvs_metrics_render(const struct kvs_metrics_snapshot *s, char *buf, size_t cap)
@@ -164,62 +208,29 @@ size_t kvs_metrics_render(const struct kvs_metrics_snapshot *s, char *buf, size_
 		"Start time of the process since unix epoch in seconds.", s->start_time_seconds);
 	/* Clients. */
 	connections(&o, &s->ev);
-	gauge(&o, "kvcache_writing_clients", "Clients holding an open extent (writers).", c->clients);
-	/* Memory. */
-	gauge(&o, "kvcache_limit_bytes", "Bytes of the heap: what items may use.", c->heap_bytes);
-	gauge(&o, "kvcache_current_bytes",
-	      "Bytes handed to writers and not yet reclaimed: items, and garbage until reclaimed.",
-	      c->carved_bytes);
+	/* What STATS reports. */
+	server_stats(&o, s);
+	/* Memory, beyond what STATS reports. */
 	gauge(&o, "kvcache_index_bytes", "Bytes of the index (current and, while resizing, previous).",
 	      c->index_bytes);
 	gauge(&o, "kvcache_client_quota_bytes", "Bytes one client may hold while another waits for memory.",
 	      c->quota_bytes);
-	segments(&o, s);
-	/* Items, as the reclaimer meets them. */
-	counter(&o, "kvcache_items_evicted_total", "Live items removed to free memory for new items.",
-		c->rc.evictions);
-	counter(&o, "kvcache_items_evicted_unfetched_total", "Items evicted that were never read.",
-		c->rc.evicted_unfetched);
-	counter(&o, "kvcache_items_expired_total", "Expired items whose index slot the reclaimer cleared.",
-		c->rc.expired);
-	counter(&o, "kvcache_items_expired_unfetched_total", "Expired items reclaimed that were never read.",
-		c->rc.expired_unfetched);
-	counter(&o, "kvcache_items_moved_total", "Live items the reclaimer copied forward.", c->rc.moved);
-	counter(&o, "kvcache_items_dropped_total",
-		"Superseded or deleted items freed with their segment.", c->rc.dropped);
+	gauge(&o, "kvcache_segment_size_bytes", "Bytes of one heap segment (the largest item fits in one).",
+	      s->segment_size);
 	/* Reclamation. */
-	counter(&o, "kvcache_segments_reclaimed_total", "Segments reclaimed (and quarantined).", c->rc.segments);
-	counter(&o, "kvcache_reclaim_aborts_total", "Segment walks given up and retried later.", c->rc.aborted);
-	counter(&o, "kvcache_reclaim_lock_retries_total", "Reclaimer bucket locks found held by a client.",
-		c->rc.lock_retries);
 	counter(&o, "kvcache_lock_words_repaired_by_server_total",
 		"Lock words holding junk that the reclaimer repaired.", c->rc.junk_repaired);
-	seconds(&o, "kvcache_reclaim_cpu_seconds_total", "counter", "CPU time of the reclaimer thread.",
-		ns_to_s(c->rc.cpu_ns));
 	/* Segment grants. */
-	counter(&o, "kvcache_segment_grants_total", "Extents granted to writers.", c->grants);
-	counter(&o, "kvcache_segment_grants_deferred_total",
-		"Grants answered 'again shortly' (no free segment yet, or throttled).", c->grants_deferred);
 	counter(&o, "kvcache_segment_grants_throttled_total",
 		"Of the deferred: the client was over its quota while another starved.", c->grants_throttled);
-	counter(&o, "kvcache_segment_grants_refused_total",
-		"Grants refused: live data fills the heap (eviction off), or over quota.", c->grants_refused);
 	counter(&o, "kvcache_segment_grants_over_quota_total", "Of the refused: over quota (KVC_EQUOTA).",
 		c->grants_over_quota);
 	counter(&o, "kvcache_segment_tails_returned_total", "Unused extent tails writers gave back.",
 		c->tails_returned);
 	/* Index. */
-	gauge(&o, "kvcache_index_buckets", "Buckets of the current index (31 slots each).", c->index_buckets);
-	gauge(&o, "kvcache_index_epoch", "Epoch of the current index (one more per resize).", c->index_epoch);
 	gauge(&o, "kvcache_index_migrating", "1 while the index is being resized (migrating), else 0.",
 	      s->index_migrating ? 1 : 0);
-	counter(&o, "kvcache_index_resizes_total", "Index resizes completed.", c->resizes);
-	/* Fencing and membership. */
-	counter(&o, "kvcache_fencings_total", "Clients fenced (left, died or expelled): their locks released.",
-		c->fencings);
-	counter(&o, "kvcache_fence_locks_released_total", "Bucket locks released by fencing.", c->fence_released);
-	seconds(&o, "kvcache_fence_cpu_seconds_total", "counter", "CPU time of the fence thread.",
-		ns_to_s(c->fence_cpu_ns));
+	/* Membership. */
 	counter(&o, "kvcache_lease_expiries_total", "Clients expelled because their lease ran out.",
 		m->lease_expiries);
 	counter(&o, "kvcache_lease_renewals_total", "Lease renewals.", m->renewals);

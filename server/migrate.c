@@ -71,7 +71,7 @@ struct kvs_migrator {
 	struct kvs_migrate_stats st;
 };
 
-int kvs_migrator_create(struct kvs_core *core, const struct kvs_migrate_opts *o, struct kvs_migrator **out)
+int kvs_migrate_create(struct kvs_core *core, const struct kvs_migrate_opts *o, struct kvs_migrator **out)
 {
 	struct kvs_migrator *m = calloc(1, sizeof(*m));
 	int fail;
@@ -92,7 +92,7 @@ int kvs_migrator_create(struct kvs_core *core, const struct kvs_migrate_opts *o,
 	for (unsigned i = 0; i < KVS_MIGRATE_RETIRED_MAX; i++)
 		fail |= !(m->ret[i].chunks = calloc(m->cap, sizeof(uint64_t)));
 	if (fail) {
-		kvs_migrator_destroy(m);
+		kvs_migrate_destroy(m);
 		return KVC_ENOMEM;
 	}
 	m->rng = m->geo.hash_seed ^ 0x9e3779b97f4a7c15ull;
@@ -101,7 +101,7 @@ int kvs_migrator_create(struct kvs_core *core, const struct kvs_migrate_opts *o,
 	return 0;
 }
 
-void kvs_migrator_destroy(struct kvs_migrator *m)
+void kvs_migrate_destroy(struct kvs_migrator *m)
 {
 	if (!m)
 		return;

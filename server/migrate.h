@@ -112,10 +112,10 @@ struct kvs_migrate_stats {
 struct kvs_migrator;
 
 /* Also tells the core that GROW can be answered STARTED. 0 or KVC_ENOMEM. */
-int kvs_migrator_create(struct kvs_core *core, const struct kvs_migrate_opts *o, struct kvs_migrator **out);
+int kvs_migrate_create(struct kvs_core *core, const struct kvs_migrate_opts *o, struct kvs_migrator **out);
 /* Accepts NULL. A migration under way stays published as it is (the server
  * is going away). */
-void kvs_migrator_destroy(struct kvs_migrator *m);
+void kvs_migrate_destroy(struct kvs_migrator *m);
 
 /* Do a bounded slice of work through rm (a loopback connection to the core's
  * region; work[0 .. work_len) a part of its local buffer, at least

@@ -84,8 +84,8 @@ static uint64_t now_ms(void)
 	return kvi_clock_ns(CLOCK_REALTIME) / 1000000u; /* the clock of expiries */
 }
 
-int kvs_reclaimer_create(struct kvs_core *core, struct kvi_rmem *rm, const struct kvs_reclaim_hooks *hooks,
-			 struct kvs_reclaimer **out)
+int kvs_reclaim_create(struct kvs_core *core, struct kvi_rmem *rm, const struct kvs_reclaim_hooks *hooks,
+		       struct kvs_reclaimer **out)
 {
 	struct kvs_reclaimer *r = calloc(1, sizeof(*r));
 	int rc = KVC_ENOMEM;
@@ -118,18 +118,18 @@ int kvs_reclaimer_create(struct kvs_core *core, struct kvi_rmem *rm, const struc
 fail:
 	if (r) {
 		r->rm = NULL;
-		kvs_reclaimer_destroy(r);
+		kvs_reclaim_destroy(r);
 	}
 	kvi_rmem_destroy(rm);
 	return rc;
 }
 
-void kvs_reclaimer_set_migrator(struct kvs_reclaimer *r, struct kvs_migrator *m)
+void kvs_reclaim_set_migrator(struct kvs_reclaimer *r, struct kvs_migrator *m)
 {
 	r->mig = m;
 }
 
-void kvs_reclaimer_destroy(struct kvs_reclaimer *r)
+void kvs_reclaim_destroy(struct kvs_reclaimer *r)
 {
 	if (!r)
 		return;

@@ -56,15 +56,15 @@ struct kvs_reclaimer;
 
 /* rm: a connection to the core's own region (the loopback; owned from now
  * on, also on failure). hooks may be NULL. 0 or KVC_ENOMEM. */
-int kvs_reclaimer_create(struct kvs_core *core, struct kvi_rmem *rm, const struct kvs_reclaim_hooks *hooks,
-			 struct kvs_reclaimer **out);
+int kvs_reclaim_create(struct kvs_core *core, struct kvi_rmem *rm, const struct kvs_reclaim_hooks *hooks,
+		       struct kvs_reclaimer **out);
 /* Seals the reclaimer's own open segment; accepts NULL. */
-void kvs_reclaimer_destroy(struct kvs_reclaimer *r);
+void kvs_reclaim_destroy(struct kvs_reclaimer *r);
 
 /* The migrator (migrate.h) that kvs_reclaim_run runs first, through this
  * reclaimer's loopback; not owned (it outlives reconnections); NULL: none. */
 struct kvs_migrator;
-void kvs_reclaimer_set_migrator(struct kvs_reclaimer *r, struct kvs_migrator *m);
+void kvs_reclaim_set_migrator(struct kvs_reclaimer *r, struct kvs_migrator *m);
 
 /* Run the migrator's next slice, if any (while it migrates, nothing else);
  * then reclaim while the core wants memory (its watermarks, or a resize's

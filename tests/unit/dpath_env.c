@@ -185,7 +185,7 @@ int kvt_env_reclaimer_on(struct kvt_env *env, const struct kvi_local_hooks *loop
 		return rc;
 	kvi_rmem_local_set_ctrl(rm, locked_ctrl, env, id);
 	set_limits(env, rm);
-	return kvs_reclaimer_create(env->core, rm, hooks, out);
+	return kvs_reclaim_create(env->core, rm, hooks, out);
 }
 
 int kvt_fail_at;

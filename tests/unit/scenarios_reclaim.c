@@ -206,7 +206,7 @@ const char *reclaim_races_readers_and_writers(void)
 		why = "the heap was written several times over but hardly anything was reclaimed";
 	if (!why && rd.hits == 0)
 		why = "the reader never found anything";
-	kvs_reclaimer_destroy(g_rcl);
+	kvs_reclaim_destroy(g_rcl);
 	kvt_env_fini(&env);
 	return why;
 }

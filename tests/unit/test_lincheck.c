@@ -367,7 +367,7 @@ static void histories(uint64_t seeds, uint32_t exec_ms, uint32_t delay_ms)
 		cr_assert_eq(lc_check(all, n, 2000000, &rep), 1, "seed %" PRIu64 ": %s", seed, rep.why);
 		ops += n;
 		states += rep.states;
-		kvs_reclaimer_destroy(rcl);
+		kvs_reclaim_destroy(rcl);
 		kvt_env_fini(&env);
 	}
 	g_delay_us = 0;

@@ -139,6 +139,44 @@ Test(metrics, a_busy_server_renders_its_numbers_under_the_documented_names)
 	free(text);
 }
 
+/* Every statistic server_stats.h shows appears under its family with the
+ * value STATS reports for the same counters. */
+Test(metrics, every_server_statistic_shows_what_stats_reports)
+{
+	static const struct {
+		enum kvi_stat_kind kind;
+		const char *family, *label;
+	} rows[KVI_STAT_COUNT] = {
+#define ROW(id, name, field, kind, family, label, help) [KVI_STAT_##id] = { KVI_STAT_KIND_##kind, family, label },
+		KVI_SERVER_STATS(ROW)
+#undef ROW
+	};
+	struct kvs_metrics_snapshot s;
+	uint64_t v[KVI_STAT_COUNT];
+	char *text, series[160];
+	unsigned shown = 0;
+
+	busy_snapshot(&s);
+	kvs_core_stat_values(&s.core, v);
+	text = render(&s);
+	assert_valid(text);
+	for (unsigned i = 0; i < KVI_STAT_COUNT; i++) {
+		if (rows[i].kind == KVI_STAT_KIND_NONE)
+			continue;
+		if (rows[i].label)
+			snprintf(series, sizeof(series), "%s{%s}", rows[i].family, rows[i].label);
+		else
+			snprintf(series, sizeof(series), "%s", rows[i].family);
+		if (rows[i].kind == KVI_STAT_KIND_SECONDS)
+			cr_expect_float_eq(value(text, series), (double)v[i] / 1e9, 1e-6, "%s", series);
+		else
+			cr_expect_eq(value(text, series), (double)v[i], "%s", series);
+		shown++;
+	}
+	cr_expect_eq(shown, KVI_STAT_COUNT - 3, "all but cpu_ns, segments_used and bytes_used");
+	free(text);
+}
+
 Test(metrics, a_short_buffer_gets_a_terminated_prefix_and_the_full_length)
 {
 	struct kvs_metrics_snapshot s;

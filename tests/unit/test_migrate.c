@@ -30,8 +30,8 @@ static void setup_opts(uint64_t mib, uint64_t buckets, int no_evict, unsigned lo
 
 	cr_assert_eq(kvt_env_init_opts(&env, mib, &o), 0);
 	cr_assert_eq(kvt_env_reclaimer(&env, NULL, &rcl), 0);
-	cr_assert_eq(kvs_migrator_create(env.core, &(struct kvs_migrate_opts){ .load_pct = load_pct }, &mig), 0);
-	kvs_reclaimer_set_migrator(rcl, mig);
+	cr_assert_eq(kvs_migrate_create(env.core, &(struct kvs_migrate_opts){ .load_pct = load_pct }, &mig), 0);
+	kvs_reclaim_set_migrator(rcl, mig);
 }
 
 static void setup(void)
@@ -41,8 +41,8 @@ static void setup(void)
 
 static void teardown(void)
 {
-	kvs_reclaimer_destroy(rcl);
-	kvs_migrator_destroy(mig);
+	kvs_reclaim_destroy(rcl);
+	kvs_migrate_destroy(mig);
 	rcl = NULL;
 	mig = NULL;
 	kvt_env_fini(&env);
@@ -516,7 +516,7 @@ static struct kvs_reclaimer *faulty_reclaimer(uint32_t id)
 	struct kvs_reclaimer *r;
 
 	cr_assert_eq(kvt_env_reclaimer_on(&env, &hk, id, NULL, &r), 0);
-	kvs_reclaimer_set_migrator(r, mig);
+	kvs_reclaim_set_migrator(r, mig);
 	return r;
 }
 
@@ -527,7 +527,7 @@ Test(migrate, a_broken_loopback_resumes_where_it_was)
 	int rc = 0;
 
 	put_keys(NKEYS);
-	kvs_reclaimer_destroy(rcl);
+	kvs_reclaim_destroy(rcl);
 	rcl = faulty_reclaimer(dead);
 	cr_assert_eq(kvs_core_grow(env.core, 1), KVI_GROW_STARTED);
 	cr_assert_eq(kvs_reclaim_run(rcl), 0, "the first call starts the migration");
@@ -545,7 +545,7 @@ Test(migrate, a_broken_loopback_resumes_where_it_was)
 	/* Fencing releases what the dead connection held (the local
 	 * transport's atomics are the CPU's). */
 	kvt_env_fence_locks(&env, dead);
-	kvs_reclaimer_destroy(rcl);
+	kvs_reclaim_destroy(rcl);
 	rcl = faulty_reclaimer(dead + 1);
 	run_until_phase(KVS_RESIZE_RUNNING, 20);
 	for (uint64_t i = 0; i < old.bucket_count; i++)
@@ -573,7 +573,7 @@ Test(migrate_opts, a_migration_broken_after_any_of_its_operations_resumes_and_lo
 
 		setup_opts(16, 32, 0, 0); /* 32 buckets of 31 slots: half full */
 		put_keys(KEYS);
-		kvs_reclaimer_destroy(rcl);
+		kvs_reclaim_destroy(rcl);
 		rcl = faulty_reclaimer(dead);
 		cr_assert_eq(kvs_core_grow(env.core, 1), KVI_GROW_STARTED);
 		kvt_fail_at = (int)step;
@@ -589,7 +589,7 @@ Test(migrate_opts, a_migration_broken_after_any_of_its_operations_resumes_and_lo
 		}
 		cr_assert_eq(rc, KVC_ESERVERGONE, "step %u: %s", step, kvc_err_name(rc));
 		kvt_env_fence_locks(&env, dead);
-		kvs_reclaimer_destroy(rcl);
+		kvs_reclaim_destroy(rcl);
 		rcl = faulty_reclaimer(dead + 1);
 		run_until_phase(KVS_RESIZE_RUNNING, 20);
 		cr_assert_eq(kvs_core_index(env.core, 0, &nw, chunks_new, 64), 0, "step %u", step);

@@ -40,7 +40,7 @@ static void setup(void)
 
 static void teardown(void)
 {
-	kvs_reclaimer_destroy(rcl);
+	kvs_reclaim_destroy(rcl);
 	rcl = NULL;
 	kvt_env_fini(&env);
 	memset(&rhooks, 0, sizeof(rhooks));
@@ -365,7 +365,7 @@ static kvc_t *setup_race(struct kvs_reclaim_hooks hooks)
 	cr_assert_eq(kvt_get_s(b, "raced", got, sizeof(got)), 0);
 	kvc_destroy(a);
 	rhooks = hooks;
-	kvs_reclaimer_destroy(rcl);
+	kvs_reclaim_destroy(rcl);
 	cr_assert_eq(kvt_env_reclaimer(&env, &rhooks, &rcl), 0);
 	return b;
 }
@@ -951,7 +951,7 @@ Test(reclaim_steps, a_reclaim_broken_after_any_of_its_operations_loses_no_item, 
 				cr_assert_eq(kvt_get_s(b, k, got, sizeof(got)), 0);
 			}
 		kvc_destroy(b);
-		kvs_reclaimer_destroy(rcl);
+		kvs_reclaim_destroy(rcl);
 		cr_assert_eq(kvt_env_reclaimer_on(&env, &hk, dead, NULL, &rcl), 0);
 		kvt_fail_at = (int)step;
 		for (int round = 0; round < 2 && rc >= 0; round++) {
@@ -973,7 +973,7 @@ Test(reclaim_steps, a_reclaim_broken_after_any_of_its_operations_loses_no_item, 
 		}
 		cr_assert_lt(rc, 0, "step %u: the break was not reported", step);
 		kvt_env_fence_locks(&env, dead);
-		kvs_reclaimer_destroy(rcl);
+		kvs_reclaim_destroy(rcl);
 		cr_assert_eq(kvt_env_reclaimer(&env, NULL, &rcl), 0);
 		reclaim_all();
 		check_after_reclaim(step, KEYS);

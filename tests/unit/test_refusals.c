@@ -75,9 +75,9 @@ static void server_start(struct server *s, struct kvt_env *env)
 	memset(s, 0, sizeof(*s));
 	s->env = env;
 	cr_assert_eq(kvt_env_reclaimer(env, NULL, &s->rcl), 0);
-	cr_assert_eq(kvs_migrator_create(env->core, &(struct kvs_migrate_opts){ .load_pct = KVS_DEFAULT_RESIZE_LOAD_PCT },
-					 &s->mig), 0);
-	kvs_reclaimer_set_migrator(s->rcl, s->mig);
+	cr_assert_eq(kvs_migrate_create(env->core, &(struct kvs_migrate_opts){ .load_pct = KVS_DEFAULT_RESIZE_LOAD_PCT },
+						&s->mig), 0);
+	kvs_reclaim_set_migrator(s->rcl, s->mig);
 	cr_assert_eq(pthread_create(&s->t, NULL, server_loop, s), 0);
 }
 
@@ -85,8 +85,8 @@ static void server_stop(struct server *s)
 {
 	__atomic_store_n(&s->stop, 1, __ATOMIC_RELEASE);
 	pthread_join(s->t, NULL);
-	kvs_reclaimer_destroy(s->rcl);
-	kvs_migrator_destroy(s->mig);
+	kvs_reclaim_destroy(s->rcl);
+	kvs_migrate_destroy(s->mig);
 }
 
 TestSuite(refusals, .timeout = 120);
@@ -323,9 +323,9 @@ Test(refusals, grow_against_an_empty_index_resizes_nothing)
 
 	cr_assert_eq(kvt_env_init_opts(&env, 16, &o), 0);
 	cr_assert_eq(kvt_env_reclaimer(&env, NULL, &rcl), 0);
-	cr_assert_eq(kvs_migrator_create(env.core, &(struct kvs_migrate_opts){ .load_pct = KVS_DEFAULT_RESIZE_LOAD_PCT },
-					 &mig), 0);
-	kvs_reclaimer_set_migrator(rcl, mig);
+	cr_assert_eq(kvs_migrate_create(env.core, &(struct kvs_migrate_opts){ .load_pct = KVS_DEFAULT_RESIZE_LOAD_PCT },
+						&mig), 0);
+	kvs_reclaim_set_migrator(rcl, mig);
 	for (unsigned i = 0; i < 500; i++) {
 		const uint64_t *cl = claims[i % (sizeof(claims) / sizeof(claims[0]))];
 		struct kvi_ctrl req = { .type = KVI_CTRL_GROW, .seq = i + 1, .arg = { 1, 0, cl[0], cl[1] } }, resp;
@@ -341,8 +341,8 @@ Test(refusals, grow_against_an_empty_index_resizes_nothing)
 	cr_expect_eq(st.index_epoch, 1);
 	cr_expect_eq(st.index_buckets, 256);
 	cr_expect_eq(st.resizes, 0);
-	kvs_reclaimer_destroy(rcl);
-	kvs_migrator_destroy(mig);
+	kvs_reclaim_destroy(rcl);
+	kvs_migrate_destroy(mig);
 	kvt_env_fini(&env);
 }
 

@@ -801,7 +801,7 @@ static void quota_setup(void)
 
 static void quota_teardown(void)
 {
-	kvs_reclaimer_destroy(qrcl);
+	kvs_reclaim_destroy(qrcl);
 	qrcl = NULL;
 	kvt_env_fini(&qenv);
 }

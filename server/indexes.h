@@ -10,8 +10,8 @@
  * home area.
  *
  * Not thread-safe: the core's mutex serialises every call (core.h). */
-#ifndef KVS_INDEX_H
-#define KVS_INDEX_H
+#ifndef KVS_INDEXES_H
+#define KVS_INDEXES_H
 
 #include <stdint.h>
 

@@ -1,4 +1,4 @@
-#include "index.h"
+#include "indexes.h"
 
 #include <stdlib.h>
 #include <string.h>

@@ -9,24 +9,24 @@
  *
  * Life cycle: create (before the core, whose wake callback it provides),
  * start (once the listener runs), destroy. */
-#ifndef KVS_EVICTOR_H
-#define KVS_EVICTOR_H
+#ifndef KVS_RECLAIM_THREAD_H
+#define KVS_RECLAIM_THREAD_H
 
 #include "core.h"
 
-struct kvs_evictor;
+struct kvs_reclaim_thread;
 
-int kvs_evictor_create(struct kvs_evictor **out);
-/* The core's wake callback (struct kvs_core_opts.wake; arg = the evictor). */
-void kvs_evictor_wake(void *arg);
+int kvs_reclaim_thread_create(struct kvs_reclaim_thread **out);
+/* The core's wake callback (struct kvs_core_opts.wake; arg = the reclaim thread). */
+void kvs_reclaim_thread_wake(void *arg);
 /* Resizing (migrate.h): the thread runs a migrator with these options
  * (before start; copied). Without this call it runs one with defaults. */
 struct kvs_migrate_opts;
-void kvs_evictor_set_migrate(struct kvs_evictor *ev, const struct kvs_migrate_opts *o);
+void kvs_reclaim_thread_set_migrate(struct kvs_reclaim_thread *rt, const struct kvs_migrate_opts *o);
 /* Start the thread: loopback to host:port through device. 0 or a code. */
-int kvs_evictor_start(struct kvs_evictor *ev, struct kvs_core *core, const char *host, const char *port,
-		      const char *device);
+int kvs_reclaim_thread_start(struct kvs_reclaim_thread *rt, struct kvs_core *core, const char *host,
+			     const char *port, const char *device);
 /* Stop and join the thread, close the loopback; accepts NULL. */
-void kvs_evictor_destroy(struct kvs_evictor *ev);
+void kvs_reclaim_thread_destroy(struct kvs_reclaim_thread *rt);
 
 #endif
