@@ -3,19 +3,8 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <time.h>
 
 #include "kvclient_errors.h"
-
-/* Serialises control requests from client threads, as kvserver's one event
- * loop does. */
-static uint64_t mono_ns(void)
-{
-	struct timespec ts;
-
-	clock_gettime(CLOCK_MONOTONIC, &ts);
-	return (uint64_t)ts.tv_sec * 1000000000u + (uint64_t)ts.tv_nsec;
-}
 
 /* kvserver's on_ctrl for membership (server/main.c), over the local region. */
 static int members_ctrl(struct kvt_env *env, uint32_t client_id, const struct kvi_ctrl *req, struct kvi_ctrl *resp)
@@ -33,7 +22,7 @@ static int members_ctrl(struct kvt_env *env, uint32_t client_id, const struct kv
 		kvs_members_set_probe(env->members, client_id, req->arg[1], (uint32_t)req->arg[2]);
 		readmitted = kvs_members_is_lapsed(env->members, client_id);
 		kvs_core_index_status(env->core, &epoch, &state);
-		lease = kvs_members_renew(env->members, client_id, mono_ns());
+		lease = kvs_members_renew(env->members, client_id, kvi_mono_ns());
 		*resp = lease ? (struct kvi_ctrl){ .type = KVI_CTRL_LEASE, .seq = req->seq,
 						   .arg = { lease, env->renew_ms, epoch, state,
 							    readmitted ? KVI_LEASE_F_READMITTED : 0 } }
@@ -50,7 +39,7 @@ static int members_ctrl(struct kvt_env *env, uint32_t client_id, const struct kv
 	current = __atomic_load_n(word, __ATOMIC_SEQ_CST);
 	kvs_core_index_status(env->core, &epoch, &state);
 	kvs_members_judge(env->members, client_id, req->arg[0], req->arg[1], current,
-			  req->arg[2] == epoch && state == KVI_INDEX_STABLE, mono_ns(), &a);
+			  req->arg[2] == epoch && state == KVI_INDEX_STABLE, kvi_mono_ns(), &a);
 	env->verdicts[a.verdict]++;
 	if (a.set)
 		__atomic_compare_exchange_n(word, &a.set_from, a.set_to, 0, __ATOMIC_SEQ_CST, __ATOMIC_SEQ_CST);
@@ -81,7 +70,7 @@ unsigned kvt_env_expire(struct kvt_env *env, unsigned *lapsed)
 
 	*lapsed = 0;
 	pthread_mutex_lock(&env->lock);
-	n = kvs_members_expired(env->members, mono_ns(), ids, 64);
+	n = kvs_members_expired(env->members, kvi_mono_ns(), ids, 64);
 	for (unsigned i = 0; i < n; i++) {
 		uint64_t addr;
 		uint32_t rkey;
@@ -90,7 +79,7 @@ unsigned kvt_env_expire(struct kvt_env *env, unsigned *lapsed)
 		if (kvs_members_probe(env->members, ids[i], &addr, &rkey) &&
 		    kvs_members_probe_start(env->members, ids[i]) == 0 &&
 		    __atomic_load_n((const uint64_t *)(uintptr_t)addr, __ATOMIC_SEQ_CST) == 0) {
-			if (kvs_members_lapse(env->members, ids[i], mono_ns()) == 1)
+			if (kvs_members_lapse(env->members, ids[i], kvi_mono_ns()) == 1)
 				kvs_core_client_left(env->core, ids[i]);
 			(*lapsed)++;
 		} else {
@@ -234,7 +223,7 @@ static int connect_local(struct kvt_env *env, const struct kvi_local_hooks *hook
 	kvi_rmem_local_set_ctrl(*rm, locked_ctrl, env, id);
 	if (env->members) {
 		pthread_mutex_lock(&env->lock);
-		rc = kvs_members_join(env->members, id, 1, mono_ns());
+		rc = kvs_members_join(env->members, id, 1, kvi_mono_ns());
 		pthread_mutex_unlock(&env->lock);
 	}
 	return rc;

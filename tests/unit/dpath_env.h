@@ -8,6 +8,7 @@
 #include <stdint.h>
 
 #include "client.h"
+#include "clock.h"
 #include "core.h"
 #include "members.h"
 #include "reclaim.h"
@@ -77,5 +78,12 @@ int kvt_env_dial(struct kvt_env *env, kvi_dial_fn *fn, void **arg);
  * leaves the value NUL-terminated in out (empty unless found); returns the code. */
 int kvt_put_s(kvc_t *c, const char *k, const char *v);
 int kvt_get_s(kvc_t *c, const char *k, char *out, size_t cap);
+
+/* Milliseconds of kvi_mono_ns's clock (the one leases are timed by), for the
+ * suites' waits and bounds. */
+static inline uint64_t kvt_mono_ms(void)
+{
+	return kvi_mono_ns() / 1000000u;
+}
 
 #endif

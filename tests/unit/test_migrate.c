@@ -263,8 +263,8 @@ Test(migrate, resize_keeps_every_key_and_retires_the_old_index)
 /* A small index filling fast doubles again before its last old index's
  * memory could be reused: a GROW that comes while a resize runs starts the
  * next one as soon as the old index is unpublished, and that does not wait
- * for the quarantine of the one before (several wait together). Before, an
- * insert waited for both -- a quarantine, 2.5 s by default -- and failed
+ * for the quarantine of the one before (several wait together). An insert
+ * that waited for both -- a quarantine, 2.5 s by default -- would fail
  * KVC_EINDEXFULL at three quarters of its deadline. */
 static void setup_long_quarantine(void)
 {
@@ -363,9 +363,9 @@ Test(migrate, a_bucket_kept_locked_by_a_live_client_is_reported_by_the_migrator)
 	check_keys(300);
 }
 
-/* Issue 18 defect 3: junk in an old bucket's lock word (a stray WRITE) kept
- * the next resize from ever finishing: the migrator retried it for good. It
- * is repaired (the bucket, not migrated yet, is free) and migrated. */
+/* Junk in an old bucket's lock word (a stray WRITE) must not keep the next
+ * resize from ever finishing (a migrator retrying it for good would): it is
+ * repaired (the bucket, not migrated yet, is free) and migrated. */
 Test(migrate, junk_in_an_old_lock_word_does_not_stop_the_resize)
 {
 	const uint64_t junked = 5, junk = KVI_LOCK_MOVED | 0x77;
@@ -555,7 +555,7 @@ Test(migrate, a_broken_loopback_resumes_where_it_was)
 	check_keys(NKEYS);
 }
 
-/* Kill at every step (issue 8's tool, for the resize): the migrator's
+/* Kill at every step (kvt_fail_nth, for the resize): the migrator's
  * connection breaks at its first operation, then in another run at its
  * second, ... until a run completes with no break left to make. After each
  * break the locks it held are released as fencing would, a new reclaimer

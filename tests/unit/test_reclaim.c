@@ -11,7 +11,7 @@
 #include <unistd.h>
 
 #include "clock.h"
-#include "dpath_env.h"
+#include "dpath_check.h"
 #include "hash.h"
 #include "kvclient_errors.h"
 
@@ -80,15 +80,14 @@ static struct kvs_core_stats stats(void)
 	return st;
 }
 
-/* The slots in the key's two buckets that name an object of this key: how
- * many, and the object of the last one (NULL if none). */
-static const struct kvi_obj_hdr *obj_of(const char *key, unsigned *count)
+/* The object a slot in the key's two buckets names (the last one found;
+ * NULL if none). */
+static const struct kvi_obj_hdr *obj_of(const char *key)
 {
 	const struct kvi_geometry *sb = kvs_core_geometry(env.core);
 	const uint8_t *base = kvs_core_region(env.core);
 	const struct kvi_obj_hdr *found = NULL;
 	struct kvi_keyhash kh;
-	unsigned n = 0;
 
 	kvi_key_hash(key, strlen(key), sb->hash_seed, sb->bucket_count, &kh);
 	for (int w = 0; w < (kh.b[0] == kh.b[1] ? 1 : 2); w++) { /* hash.h: they may coincide */
@@ -100,23 +99,11 @@ static const struct kvi_obj_hdr *obj_of(const char *key, unsigned *count)
 			if (!b->slot[i] || kvi_slot_fp(b->slot[i]) != kh.fp)
 				continue;
 			oh = (const void *)(base + kvi_slot_obj_off(b->slot[i]));
-			if (oh->key_len == strlen(key) && memcmp(oh + 1, key, oh->key_len) == 0) {
+			if (oh->key_len == strlen(key) && memcmp(oh + 1, key, oh->key_len) == 0)
 				found = oh;
-				n++;
-			}
 		}
 	}
-	if (count)
-		*count = n;
 	return found;
-}
-
-static unsigned slots_of(const char *key)
-{
-	unsigned n;
-
-	obj_of(key, &n);
-	return n;
 }
 
 static void value_of(char *v, size_t cap, const char *tag, unsigned i)
@@ -151,7 +138,7 @@ Test(reclaim, superseded_versions_are_dropped_and_the_key_keeps_its_last_value)
 	cr_assert_eq(kvt_get_s(b, "k", got, sizeof(got)), 0);
 	value_of(v, sizeof(v), "k", 1999);
 	cr_expect_str_eq(got, v);
-	cr_expect_eq(slots_of("k"), 1);
+	cr_expect_eq(kvt_key_slots(&env, "k", NULL, 0, NULL), 1);
 	kvc_destroy(b);
 }
 
@@ -197,7 +184,7 @@ Test(reclaim, cold_items_are_evicted_and_read_items_copied_forward)
 			cr_expect_str_eq(got, v);
 		} else {
 			cr_expect_eq(rc, KVC_ENOTFOUND, "%s was cold and evicted: %s", k, kvc_err_name(rc));
-			cr_expect_eq(slots_of(k), 0);
+			cr_expect_eq(kvt_key_slots(&env, k, NULL, 0, NULL), 0);
 		}
 	}
 	kvc_destroy(b);
@@ -268,7 +255,7 @@ Test(reclaim, expired_items_are_cleared_and_counted)
 	cr_expect_eq(st.rc.moved, 1, "the one live item, unread, was kept");
 	for (unsigned i = 0; i < 20; i++) {
 		snprintf(k, sizeof(k), "ttl-%u", i);
-		cr_expect_eq(slots_of(k), 0, "%s still has a slot", k);
+		cr_expect_eq(kvt_key_slots(&env, k, NULL, 0, NULL), 0, "%s still has a slot", k);
 	}
 }
 
@@ -384,7 +371,7 @@ static void race_walk_and(void (*fn)(void *), int want_get, const char *want_val
 	cr_expect_eq(st.rc.moved, 0, "the copy of a replaced item is never published");
 	cr_expect_eq(kvt_get_s(b, "raced", got, sizeof(got)), want_get);
 	cr_expect_str_eq(got, want_val);
-	cr_expect_eq(slots_of("raced"), want_get == 0);
+	cr_expect_eq(kvt_key_slots(&env, "raced", NULL, 0, NULL), want_get == 0);
 	kvc_destroy(b);
 	kvc_destroy(racer);
 }
@@ -765,7 +752,7 @@ Test(reclaim, no_evict_refuses_when_live_data_fills_the_heap_but_never_for_garba
 /* The access byte of the object a key's slot names. */
 static uint8_t access_of(const char *key)
 {
-	const struct kvi_obj_hdr *oh = obj_of(key, NULL);
+	const struct kvi_obj_hdr *oh = obj_of(key);
 
 	cr_assert_not_null(oh, "%s has no slot", key);
 	return oh->access;
@@ -879,7 +866,7 @@ Test(reclaim, items_read_outlive_a_stream_of_keys_written_once)
 	kvc_destroy(a);
 }
 
-/* ---- kill at every step (issue 8's tool, for reclamation) ---------------- */
+/* ---- kill at every step (kvt_fail_nth, for reclamation) ------------------ */
 
 /* Every key where it should be: the read ones with their last value, the
  * unread ones with theirs or evicted; no key in two slots; no lock held. */
@@ -896,14 +883,14 @@ static void check_after_reclaim(unsigned step, unsigned nkeys)
 		value_of(v, sizeof(v), k, 1);
 		cr_assert_eq(kvt_get_s(c, k, got, sizeof(got)), 0, "step %u: %s", step, k);
 		cr_assert_str_eq(got, v, "step %u: %s", step, k);
-		cr_assert_eq(slots_of(k), 1, "step %u: %s", step, k);
+		cr_assert_eq(kvt_key_slots(&env, k, NULL, 0, NULL), 1, "step %u: %s", step, k);
 		snprintf(k, sizeof(k), "cold-%u", i);
 		value_of(v, sizeof(v), k, 0);
 		rc = kvt_get_s(c, k, got, sizeof(got));
 		cr_assert(rc == 0 || rc == KVC_ENOTFOUND, "step %u: %s: %s", step, k, kvc_err_name(rc));
 		if (rc == 0)
 			cr_assert_str_eq(got, v, "step %u: %s", step, k);
-		cr_assert_leq(slots_of(k), 1, "step %u: %s", step, k);
+		cr_assert_leq(kvt_key_slots(&env, k, NULL, 0, NULL), 1, "step %u: %s", step, k);
 	}
 	for (uint64_t b = 0; b < g->bucket_count; b++) {
 		const struct kvi_bucket *bk = (const void *)(kvs_core_region(env.core) + kvi_home_bucket_off(g, b));
@@ -984,7 +971,7 @@ Test(reclaim_steps, a_reclaim_broken_after_any_of_its_operations_loses_no_item, 
 	printf("reclaim broken after each of its %u operations in turn: no item lost, no lock left\n", step - 1);
 }
 
-/* Issue 18: a work request that executes late. A PUT's commit (slot WRITE +
+/* A work request that executes late. A PUT's commit (slot WRITE +
  * unlock) is held in the transport (a before_op hook, which runs other steps
  * before letting it execute) while its extent is sealed and the reclaimer
  * runs; then it lands and the client is told OK. */
@@ -1097,7 +1084,7 @@ Test(reclaim, a_commit_held_past_settle_keeps_its_object_while_the_writer_holds_
 	reclaim_all();
 	cr_expect_eq(kvt_get_s(b, key, got, sizeof(got)), 0);
 	cr_expect_str_eq(got, "acknowledged");
-	cr_expect_eq(slots_of(key), 1);
+	cr_expect_eq(kvt_key_slots(&env, key, NULL, 0, NULL), 1);
 	cr_expect_eq(kvt_get_s(b, "w", got, sizeof(got)), 0);
 	kvc_destroy(b);
 }
@@ -1156,10 +1143,10 @@ Test(reclaim, the_quarantine_covers_the_execution_bound)
 	free(region);
 }
 
-/* Issue 18 defect 3: junk in the lock word of a bucket naming an item of the
- * oldest segment (a stray WRITE's) stopped reclamation for good: the
- * reclaimer retried the word forever, and every PUT then failed KVC_ENOMEM.
- * The reclaimer repairs it (its index being the only one) and goes on. */
+/* Junk in the lock word of a bucket naming an item of the oldest segment (a
+ * stray WRITE's) must not stop reclamation for good (a reclaimer retrying the
+ * word forever would leave every PUT failing KVC_ENOMEM): the reclaimer
+ * repairs it (its index being the only one) and goes on. */
 Test(reclaim, junk_in_a_lock_word_does_not_stop_reclamation)
 {
 	const struct kvi_geometry *sb = kvs_core_geometry(env.core);
@@ -1195,7 +1182,7 @@ Test(reclaim, junk_in_a_lock_word_does_not_stop_reclamation)
 	kvc_destroy(b);
 }
 
-/* Issue 18 defect 7: after a failed parse the walk goes on 16 bytes at a
+/* After a failed parse the walk goes on 16 bytes at a
  * time; it must not then accept an object that lies over live ones. Here a
  * torn object's value embeds a checksum-valid header whose length covers
  * the live object after it: the walk keeps the live one. */

@@ -1,4 +1,4 @@
-/* Refusals stay refusals (issue 18): a full index that cannot grow answers
+/* Refusals stay refusals: a full index that cannot grow answers
  * every insert KVC_EINDEXFULL promptly and never costs the writer its lease;
  * the server grows an index only when a GROW's claim holds; a host's
  * connections share one quota. Over the local transport, with the real
@@ -13,22 +13,6 @@
 #include "dpath_env.h"
 #include "kvclient_errors.h"
 #include "migrate.h"
-
-static uint64_t mono_ms(void)
-{
-	struct timespec ts;
-
-	clock_gettime(CLOCK_MONOTONIC, &ts);
-	return (uint64_t)ts.tv_sec * 1000u + (uint64_t)ts.tv_nsec / 1000000u;
-}
-
-static uint64_t mono_ns(void)
-{
-	struct timespec ts;
-
-	clock_gettime(CLOCK_MONOTONIC, &ts);
-	return (uint64_t)ts.tv_sec * 1000000000u + (uint64_t)ts.tv_nsec;
-}
 
 static struct kvc_stats cstats(kvc_t *c)
 {
@@ -62,7 +46,7 @@ static void *server_loop(void *arg)
 		if (kvs_reclaim_run(s->rcl) < 0)
 			s->failed = 1;
 		pthread_mutex_lock(&s->env->lock);
-		n = s->env->members ? kvs_members_expired(s->env->members, mono_ns(), ids, 16) : 0;
+		n = s->env->members ? kvs_members_expired(s->env->members, kvi_mono_ns(), ids, 16) : 0;
 		pthread_mutex_unlock(&s->env->lock);
 		__atomic_add_fetch(&s->expired, n, __ATOMIC_RELAXED);
 		usleep(1000);
@@ -129,15 +113,15 @@ Test(refusals, a_full_index_that_cannot_grow_refuses_every_insert_promptly)
 	pthread_mutex_lock(&env.lock);
 	kvs_members_stats(env.members, &ms0);
 	pthread_mutex_unlock(&env.lock);
-	t0 = mono_ms();
+	t0 = kvt_mono_ms();
 	for (unsigned i = 0; i < 200; i++) {
 		uint64_t t;
 
 		usleep(20000); /* as over Soft-RoCE: 200 inserts take seconds, several deadlines */
-		t = mono_ms();
+		t = kvt_mono_ms();
 		snprintf(k, sizeof(k), "more-%u", i);
 		rc = kvt_put_s(c, k, "value");
-		t = mono_ms() - t;
+		t = kvt_mono_ms() - t;
 		if (t > slowest)
 			slowest = t;
 		cr_assert(rc == 0 || rc == KVC_EINDEXFULL, "PUT %u (%s): %s after %u refusals, %llu ms", i, k,
@@ -150,7 +134,7 @@ Test(refusals, a_full_index_that_cannot_grow_refuses_every_insert_promptly)
 	pthread_mutex_unlock(&env.lock);
 	printf("full index: %u items, then %u inserts succeeded, %u refused in %llu ms (slowest %llu ms), "
 	       "%llu GROW requests, %llu renewals\n",
-	       filled, ok, full, (unsigned long long)(mono_ms() - t0), (unsigned long long)slowest,
+	       filled, ok, full, (unsigned long long)(kvt_mono_ms() - t0), (unsigned long long)slowest,
 	       (unsigned long long)cstats(c).grow_requests, (unsigned long long)(ms1.renewals - ms0.renewals));
 	cr_expect_leq(ok, 5, "only the deleted item's room and the slots left free");
 	cr_expect_geq(full, 195);
@@ -188,11 +172,11 @@ static unsigned fill(kvc_t *c)
 
 /* The wait for a GROW answered STARTED (a resize wanted, its migrator not
  * getting to it: here it never runs) lasts three quarters of the deadline,
- * 1.5 s with max-op-ms 2000 -- longer than a lease of 1 s. Before, kvc_poll
+ * 1.5 s with max-op-ms 2000 -- longer than a lease of 1 s. A kvc_poll that
  * slept through it in one nanosleep (nothing posted, only that insert
- * waiting) and woke with its lease lapsed: the insert failed KVC_EFENCED and
- * the handle broke. The lease must be renewed meanwhile and the insert must
- * end as an insert into a full index does: KVC_EINDEXFULL. */
+ * waiting) would wake with its lease lapsed: the insert would fail
+ * KVC_EFENCED and the handle break. The lease must be renewed meanwhile and
+ * the insert must end as an insert into a full index does: KVC_EINDEXFULL. */
 Test(refusals, an_insert_waiting_for_a_resize_keeps_its_lease)
 {
 	struct kvs_core_opts o = { .buckets = 4, .segment_size = 64u << 10, .no_evict = 1, .max_op_ms = 2000 };
@@ -211,7 +195,7 @@ Test(refusals, an_insert_waiting_for_a_resize_keeps_its_lease)
 	cr_assert_eq(kvt_env_client_opts(&env, NULL, &co, &c), 0);
 	fill(c);
 	for (unsigned i = 0; i < 3; i++) {
-		uint64_t t = mono_ms();
+		uint64_t t = kvt_mono_ms();
 		int rc;
 
 		pthread_mutex_lock(&env.lock);
@@ -219,7 +203,7 @@ Test(refusals, an_insert_waiting_for_a_resize_keeps_its_lease)
 		pthread_mutex_unlock(&env.lock);
 		snprintf(k, sizeof(k), "more-%u", i);
 		rc = kvt_put_s(c, k, "value");
-		t = mono_ms() - t;
+		t = kvt_mono_ms() - t;
 		pthread_mutex_lock(&env.lock);
 		kvs_members_stats(env.members, &ms1);
 		pthread_mutex_unlock(&env.lock);
@@ -281,7 +265,7 @@ Test(refusals, a_grow_answer_that_comes_after_the_first_look_is_still_taken)
 	rm = kvi_client_conn(c, 0)->rm;
 	kvi_rmem_local_set_ctrl(rm, late_grow_answer, NULL, rm->client_id);
 	late_held = 0;
-	t0 = mono_ms();
+	t0 = kvt_mono_ms();
 	cr_assert_eq(kvc_submit(c, &op), 0);
 	for (;;) {
 		int n = kvc_poll(c, &done, 1, 1);
@@ -289,13 +273,13 @@ Test(refusals, a_grow_answer_that_comes_after_the_first_look_is_still_taken)
 		cr_assert_geq(n, 0);
 		if (n == 1)
 			break;
-		if (late_held && mono_ms() - t0 >= 5) {
+		if (late_held && kvt_mono_ms() - t0 >= 5) {
 			kvi_rmem_ctrl_stash(rm, &late_answer); /* the answer arrives */
 			late_held = 0;
 		}
-		cr_assert_lt(mono_ms() - t0, 10000);
+		cr_assert_lt(kvt_mono_ms() - t0, 10000);
 	}
-	took = mono_ms() - t0;
+	took = kvt_mono_ms() - t0;
 	printf("an insert into a full index whose GROW was answered 5 ms late: %s after %llu ms\n",
 	       kvc_err_name(op.status), (unsigned long long)took);
 	cr_expect_eq(op.status, KVC_EINDEXFULL);
@@ -432,7 +416,7 @@ Test(refusals, connections_from_one_host_share_one_quota)
 }
 
 /* Without an address (the in-process transport; also "?") each connection
- * has its own quota, as before. */
+ * has its own quota. */
 Test(refusals, connections_without_an_address_keep_their_own_quota)
 {
 	unsigned a;
@@ -443,12 +427,12 @@ Test(refusals, connections_without_an_address_keep_their_own_quota)
 	cr_expect_not(b);
 }
 
-/* Issue 18 defect 7: a grant request never blocks kvc_submit while other
- * operations hold locks. A PUT holds its bucket locks (posted, not yet
- * polled); a second PUT needs a new extent, and the server is slow to
- * answer. Before, kvc_submit waited for the answer (up to 5 s) while the
- * first PUT's commit waited behind it; now the request goes out without
- * waiting, kvc_submit returns at once, and both PUTs complete. */
+/* A grant request never blocks kvc_submit while other operations hold
+ * locks. A PUT holds its bucket locks (posted, not yet polled); a second PUT
+ * needs a new extent, and the server is slow to answer. kvc_submit must not
+ * wait for the answer (up to 5 s) with the first PUT's commit behind it: the
+ * request goes out without waiting, kvc_submit returns at once, and both
+ * PUTs complete. */
 static struct kvt_env slow_env;
 static struct kvi_ctrl slow_answer;
 static int slow_armed, slow_held;
@@ -494,9 +478,9 @@ Test(refusals, a_grant_request_does_not_hold_up_operations_that_hold_locks)
 	kvi_rmem_local_set_ctrl(rm, slow_grant_answer, NULL, rm->client_id);
 	slow_armed = 1;
 	cr_assert_eq(kvc_submit(c, &a), 0); /* posts its lock doorbell */
-	t0 = mono_ms();
+	t0 = kvt_mono_ms();
 	cr_assert_eq(kvc_submit(c, &b), 0);
-	took = mono_ms() - t0;
+	took = kvt_mono_ms() - t0;
 	cr_expect_lt(took, 100, "kvc_submit waited %llu ms for a segment", (unsigned long long)took);
 	cr_expect(slow_held, "the segment request went out");
 	while (got < 2) {
@@ -504,11 +488,11 @@ Test(refusals, a_grant_request_does_not_hold_up_operations_that_hold_locks)
 
 		cr_assert_geq(n, 0);
 		got += (unsigned)n;
-		if (slow_held && mono_ms() - t0 >= 300) {
+		if (slow_held && kvt_mono_ms() - t0 >= 300) {
 			kvi_rmem_ctrl_stash(rm, &slow_answer); /* the answer arrives */
 			slow_held = 0;
 		}
-		cr_assert_lt(mono_ms() - t0, 10000);
+		cr_assert_lt(kvt_mono_ms() - t0, 10000);
 	}
 	cr_expect_eq(a.status, 0, "the lock holder: %s", kvc_err_name(a.status));
 	cr_expect_eq(b.status, 0, "the large PUT: %s", kvc_err_name(b.status));

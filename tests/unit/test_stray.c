@@ -1,10 +1,10 @@
-/* Stray WRITEs into the index (issue 18 defect 3): any client may write any
- * byte of the region, so junk can land in slots. Reproduced on Soft-RoCE
- * with a raw client writing random bytes over slot words: buckets looked
- * full for good ("index full: both candidate buckets are full", with
- * eviction on), and a key whose bucket held a junk slot with its
- * fingerprint failed every write with KVC_ECORRUPT. Writers, holding the
- * bucket locks, take junk slots as free: every key is writable again. */
+/* Stray WRITEs into the index: any client may write any byte of the region,
+ * so junk can land in slots (a raw client writing random bytes over slot
+ * words on Soft-RoCE does it). Junk must not make buckets look full for good
+ * ("index full: both candidate buckets are full", with eviction on), nor a
+ * key whose bucket holds a junk slot with its fingerprint fail every write
+ * with KVC_ECORRUPT: writers, holding the bucket locks, take junk slots as
+ * free, so every key stays writable. */
 #include <criterion/criterion.h>
 #include <stdio.h>
 #include <string.h>
