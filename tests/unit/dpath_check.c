@@ -8,12 +8,12 @@
 
 const struct kvi_geometry *kvt_geom(struct kvt_env *env)
 {
-	return kvs_core_geometry(env->core);
+	return kvs_core_geometry(env->srv.core);
 }
 
 unsigned char *kvt_base(struct kvt_env *env)
 {
-	return kvi_local_region_base(env->reg);
+	return kvi_local_region_base(env->srv.reg);
 }
 
 uint64_t kvt_heap_end(struct kvt_env *env)

@@ -47,18 +47,18 @@ static kvc_t *client(const struct kvi_local_hooks *hooks)
 
 static uint64_t *lock_of(const char *key, int which)
 {
-	const struct kvi_geometry *sb = kvs_core_geometry(env.core);
+	const struct kvi_geometry *sb = kvs_core_geometry(env.srv.core);
 	struct kvi_keyhash kh;
 
 	kvi_key_hash(key, strlen(key), sb->hash_seed, sb->bucket_count, &kh);
-	return (uint64_t *)(void *)(kvi_local_region_base(env.reg) + kvi_home_bucket_off(sb, kh.b[which]));
+	return (uint64_t *)(void *)(kvi_local_region_base(env.srv.reg) + kvi_home_bucket_off(sb, kh.b[which]));
 }
 
 static struct kvs_members_stats mstats(void)
 {
 	struct kvs_members_stats s;
 
-	kvs_members_stats(env.members, &s);
+	kvs_members_stats(env.srv.members, &s);
 	return s;
 }
 
@@ -105,7 +105,7 @@ Test(lease, an_expelled_handle_rejoins_as_a_new_client_on_its_next_call)
 
 	cr_assert_eq(kvt_put_s(a, "k", "before"), 0);
 	usleep(120 * 1000);
-	cr_assert_eq(kvs_members_expired(env.members, kvi_mono_ns(), ids, 4), 1, "the server expels it");
+	cr_assert_eq(kvs_members_expired(env.srv.members, kvi_mono_ns(), ids, 4), 1, "the server expels it");
 	cr_expect_eq(ids[0], first);
 	cr_expect_eq(kvt_get_s(a, "k", v, sizeof(v)), 0);
 	cr_expect_str_eq(v, "before");
@@ -132,13 +132,13 @@ Test(lease, server_stats_on_a_handle_idle_for_several_leases_renews_or_rejoins_a
 	kvc_get_stats(a, &st);
 	cr_expect_eq(st.rejoins, 0, "a renewal was enough");
 	usleep(350 * 1000);
-	cr_assert_eq(kvs_members_expired(env.members, kvi_mono_ns(), ids, 4), 1, "the server expels it");
+	cr_assert_eq(kvs_members_expired(env.srv.members, kvi_mono_ns(), ids, 4), 1, "the server expels it");
 	cr_expect_eq(kvc_server_stats(a, &ss), 0, "idle and expelled");
 	kvc_get_stats(a, &st);
 	cr_expect_eq(st.rejoins, 1, "it rejoined");
 	for (int i = 0; i < 3; i++) {
 		usleep(350 * 1000);
-		(void)kvs_members_expired(env.members, kvi_mono_ns(), ids, 4);
+		(void)kvs_members_expired(env.srv.members, kvi_mono_ns(), ids, 4);
 		cr_expect_eq(kvc_server_stats(a, &ss), 0, "round %d", i);
 	}
 	kvc_destroy(a);
@@ -181,7 +181,7 @@ Test(lease, junk_in_a_lock_word_is_reported_and_repaired_so_the_key_stays_writab
 		cr_expect_eq(*lock_of(key, 0), 0, "repaired");
 		cr_expect_eq(*lock_of(key, 1), 0, "repaired");
 	}
-	cr_expect_geq(env.verdicts[KVI_REPORT_CLEARING], sizeof(junk) / sizeof(junk[0]));
+	cr_expect_geq(env.srv.verdicts[KVI_REPORT_CLEARING], sizeof(junk) / sizeof(junk[0]));
 	kvc_destroy(a);
 }
 
@@ -215,7 +215,7 @@ Test(lease, an_idle_handle_past_its_lease_is_kept_and_readmitted_without_a_rejoi
 	cr_expect_eq(st.rejoins, 0, "no rejoin");
 	cr_expect_eq(st.readmissions, 3);
 	cr_expect_eq(kvi_client_conn(a, 0)->rm->client_id, me, "the same id");
-	kvs_members_stats(env.members, &ms);
+	kvs_members_stats(env.srv.members, &ms);
 	cr_expect_eq(ms.lapses, 3);
 	cr_expect_eq(ms.readmissions, 3);
 	kvc_destroy(a);
@@ -294,7 +294,7 @@ Test(lease, a_lock_word_naming_no_client_is_cleared_when_reported)
 	cr_expect_lt(kvi_mono_ns() - t0, 200 * 1000000ull, "within the operation's deadline");
 	kvc_get_stats(a, &st);
 	cr_expect_geq(st.lock_reports, 1);
-	cr_expect_geq(env.verdicts[KVI_REPORT_CLEARING], 1);
+	cr_expect_geq(env.srv.verdicts[KVI_REPORT_CLEARING], 1);
 	cr_expect_eq(*lock_of("k", 0), 0);
 	kvc_destroy(a);
 }
@@ -312,9 +312,9 @@ Test(lease, a_member_that_keeps_a_lock_past_every_deadline_is_condemned)
 		rc = kvt_put_s(a, "k", "v");
 		cr_assert_eq(rc, KVC_ETIMEDOUT, "%s", kvc_err_name(rc));
 		(void)kvc_get(owner, "x", 1, NULL, 0, NULL); /* owner stays alive (renews) */
-	} while (env.fenced_owner == 0 && kvi_mono_ns() - t0 < 2000 * 1000000ull);
-	cr_expect_eq(env.fenced_owner, owner_id, "condemned %u, owner %u", env.fenced_owner, owner_id);
-	cr_expect_geq(env.verdicts[KVI_REPORT_WATCHING], 1);
+	} while (env.srv.fenced_owner == 0 && kvi_mono_ns() - t0 < 2000 * 1000000ull);
+	cr_expect_eq(env.srv.fenced_owner, owner_id, "condemned %u, owner %u", env.srv.fenced_owner, owner_id);
+	cr_expect_geq(env.srv.verdicts[KVI_REPORT_WATCHING], 1);
 	cr_expect_geq(kvi_mono_ns() - t0, 250 * 1000000ull, "not before one deadline + margin");
 	*lock_of("k", 0) = 0;
 	kvc_destroy(owner);

@@ -335,7 +335,7 @@ static void histories(uint64_t seeds, uint32_t exec_ms, uint32_t delay_ms)
 		cr_assert_eq(kvt_env_init_opts(&env, 2, &o), 0);
 		g_stop = 0;
 		g_delay_us = (uint64_t)delay_ms * 1000u;
-		g_heap_off = kvs_core_geometry(env.core)->heap_off;
+		g_heap_off = kvs_core_geometry(env.srv.core)->heap_off;
 		if (seed % 2 || delay_ms) {
 			cr_assert_eq(kvt_env_reclaimer(&env, NULL, &rcl), 0);
 			cr_assert_eq(pthread_create(&rt, NULL, reclaimer_main, rcl), 0);
@@ -362,7 +362,7 @@ static void histories(uint64_t seeds, uint32_t exec_ms, uint32_t delay_ms)
 			unknown += w[i].unknown;
 			failed += w[i].failed;
 		}
-		kvs_core_stats(env.core, &cs);
+		kvs_core_stats(env.srv.core, &cs);
 		reclaimed += cs.rc.segments;
 		cr_assert_eq(lc_check(all, n, 2000000, &rep), 1, "seed %" PRIu64 ": %s", seed, rep.why);
 		ops += n;

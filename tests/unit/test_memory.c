@@ -64,7 +64,7 @@ Test(memory, sixty_four_handles_holding_one_small_item_each_cost_the_server_litt
 		snprintf(k, sizeof(k), "t%d", i);
 		cr_assert_eq(kvt_put_s(c[i], k, k), 0, "handle %d", i);
 	}
-	kvs_core_stats(env.core, &st);
+	kvs_core_stats(env.srv.core, &st);
 	/* extents start at 16 KiB, carved from shared segments: 64 handles
 	 * take about a megabyte, not 64 segments */
 	cr_expect_leq(st.carved_bytes, 64 * (16u << 10), "%lu bytes handed out for 64 one-item handles",
@@ -90,9 +90,9 @@ static int lose_seg_answer(void *arg, uint32_t id, const struct kvi_ctrl *req, s
 	struct kvt_env *e = arg;
 	int rc;
 
-	pthread_mutex_lock(&e->lock);
-	rc = kvs_core_ctrl(e->core, id, req, resp);
-	pthread_mutex_unlock(&e->lock);
+	pthread_mutex_lock(&e->srv.lock);
+	rc = kvs_core_ctrl(e->srv.core, id, req, resp);
+	pthread_mutex_unlock(&e->srv.lock);
 	if (rc == 0 && req->type == KVI_CTRL_SEG_REQ && seg_answer_lost) {
 		seg_answer_lost = 0;
 		return KVC_ETIMEDOUT;

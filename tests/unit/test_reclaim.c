@@ -76,7 +76,7 @@ static struct kvs_core_stats stats(void)
 {
 	struct kvs_core_stats st;
 
-	kvs_core_stats(env.core, &st);
+	kvs_core_stats(env.srv.core, &st);
 	return st;
 }
 
@@ -84,8 +84,8 @@ static struct kvs_core_stats stats(void)
  * NULL if none). */
 static const struct kvi_obj_hdr *obj_of(const char *key)
 {
-	const struct kvi_geometry *sb = kvs_core_geometry(env.core);
-	const uint8_t *base = kvs_core_region(env.core);
+	const struct kvi_geometry *sb = kvs_core_geometry(env.srv.core);
+	const uint8_t *base = kvs_core_region(env.srv.core);
 	const struct kvi_obj_hdr *found = NULL;
 	struct kvi_keyhash kh;
 
@@ -462,7 +462,7 @@ static void stalled_reader(int read_first, int want_rc, const char *want_val)
 	 * waiting (the first call seals the shared carving segment). */
 	cr_assert_eq(kvs_reclaim_one(rcl), 0);
 	usleep(SETTLE_US);
-	pz = (struct pause){ .armed = 1, .heap_off = kvs_core_geometry(env.core)->heap_off, .fn = reclaim_now };
+	pz = (struct pause){ .armed = 1, .heap_off = kvs_core_geometry(env.srv.core)->heap_off, .fn = reclaim_now };
 	cr_expect_eq(kvt_get_s(r, "paused", got, sizeof(got)), want_rc);
 	cr_expect_str_eq(got, want_val);
 	cr_expect_eq(pz.fired, 1);
@@ -492,7 +492,7 @@ static void reclaim_and_reuse(void)
 
 	reclaim_now();
 	usleep(QUARANTINE_MS * 1000u + 5000u);
-	kvs_core_tick(env.core, 0);
+	kvs_core_tick(env.srv.core, 0);
 	/* Rewrite the heap with the same key at new values: the old offset now
 	 * holds some newer object. */
 	for (unsigned i = 0; i < 3000; i++) {
@@ -514,7 +514,7 @@ Test(reclaim, a_reader_stalled_across_reuse_times_out_and_never_returns_foreign_
 	kvc_destroy(a);
 	cr_assert_eq(kvs_reclaim_one(rcl), 0);
 	usleep(SETTLE_US);
-	pz = (struct pause){ .armed = 1, .heap_off = kvs_core_geometry(env.core)->heap_off,
+	pz = (struct pause){ .armed = 1, .heap_off = kvs_core_geometry(env.srv.core)->heap_off,
 			     .fn = reclaim_and_reuse };
 	rc = kvt_get_s(r, "paused", got, sizeof(got));
 	cr_expect_eq(rc, KVC_ETIMEDOUT, "got %s '%s'", kvc_err_name(rc), got);
@@ -542,7 +542,7 @@ static void *reclaimer_thread(void *arg)
 			break;
 		}
 		g->runs += (unsigned)rc;
-		kvs_core_tick(env.core, 0);
+		kvs_core_tick(env.srv.core, 0);
 		usleep(200);
 	}
 	return NULL;
@@ -576,7 +576,7 @@ static void sustained_updates(int no_evict, unsigned times)
 
 	teardown();
 	setup_with(2, 0, no_evict, MAX_OP_MS);
-	sb = kvs_core_geometry(env.core);
+	sb = kvs_core_geometry(env.srv.core);
 	a = client(NULL, 1024);
 	keys = (unsigned)(sb->heap_size * 3 / 10 / 560);
 	cr_assert_leq(keys, 4096);
@@ -650,7 +650,7 @@ Test(reclaim, live_data_three_times_the_heap_keeps_the_newest_keys)
 
 	teardown();
 	setup_with(2, 0, 0, MAX_OP_MS);
-	sb = kvs_core_geometry(env.core);
+	sb = kvs_core_geometry(env.srv.core);
 	a = client(NULL, 0);
 	n = (unsigned)(3 * sb->heap_size / 560);
 	bg_start(&g);
@@ -794,7 +794,7 @@ Test(reclaim, a_put_waiting_for_memory_does_not_block_the_caller)
 
 	teardown();
 	setup_with(2, 0, 0, MAX_OP_MS);
-	sb = kvs_core_geometry(env.core);
+	sb = kvs_core_geometry(env.srv.core);
 	a = client(NULL, 0);
 	memset(v, 'x', sizeof(v) - 1);
 	v[sizeof(v) - 1] = '\0';
@@ -818,7 +818,7 @@ Test(reclaim, a_put_waiting_for_memory_does_not_block_the_caller)
 	while (kvs_reclaim_one(rcl) > 0)
 		;
 	usleep(QUARANTINE_MS * 1000u + 5000u);
-	kvs_core_tick(env.core, 0);
+	kvs_core_tick(env.srv.core, 0);
 	n = kvc_poll(a, done, 2, 2000);
 	cr_assert_eq(n, 1);
 	cr_expect_eq(done[0]->status, 0, "%s", kvc_err_name(done[0]->status));
@@ -835,7 +835,7 @@ Test(reclaim, items_read_outlive_a_stream_of_keys_written_once)
 
 	teardown();
 	setup_with(2, 0, 0, MAX_OP_MS);
-	sb = kvs_core_geometry(env.core);
+	sb = kvs_core_geometry(env.srv.core);
 	a = client(NULL, 0);
 	memset(v, 'h', 500);
 	v[500] = '\0';
@@ -873,7 +873,7 @@ Test(reclaim, items_read_outlive_a_stream_of_keys_written_once)
 static void check_after_reclaim(unsigned step, unsigned nkeys)
 {
 	kvc_t *c = client(NULL, 0);
-	const struct kvi_geometry *g = kvs_core_geometry(env.core);
+	const struct kvi_geometry *g = kvs_core_geometry(env.srv.core);
 	char k[32], v[200], got[256];
 
 	for (unsigned i = 0; i < nkeys; i++) {
@@ -893,7 +893,7 @@ static void check_after_reclaim(unsigned step, unsigned nkeys)
 		cr_assert_leq(kvt_key_slots(&env, k, NULL, 0, NULL), 1, "step %u: %s", step, k);
 	}
 	for (uint64_t b = 0; b < g->bucket_count; b++) {
-		const struct kvi_bucket *bk = (const void *)(kvs_core_region(env.core) + kvi_home_bucket_off(g, b));
+		const struct kvi_bucket *bk = (const void *)(kvs_core_region(env.srv.core) + kvi_home_bucket_off(g, b));
 
 		cr_assert_eq(bk->lock, 0, "step %u: bucket %lu still locked", step, (unsigned long)b);
 	}
@@ -986,7 +986,7 @@ static struct held_commit hc;
 
 static void buckets_of(const char *key, uint64_t off[2])
 {
-	const struct kvi_geometry *g = kvs_core_geometry(env.core);
+	const struct kvi_geometry *g = kvs_core_geometry(env.srv.core);
 	struct kvi_keyhash kh;
 
 	kvi_key_hash(key, strlen(key), g->hash_seed, g->bucket_count, &kh);
@@ -999,9 +999,9 @@ static void seal_extent_of(uint32_t owner)
 {
 	struct kvi_ctrl req = { .type = KVI_CTRL_SEG_REQ, .seq = 1, .arg = { 1024, 1u << 20 } }, resp;
 
-	pthread_mutex_lock(&env.lock);
-	cr_assert_eq(kvs_core_ctrl(env.core, owner, &req, &resp), 0);
-	pthread_mutex_unlock(&env.lock);
+	pthread_mutex_lock(&env.srv.lock);
+	cr_assert_eq(kvs_core_ctrl(env.srv.core, owner, &req, &resp), 0);
+	pthread_mutex_unlock(&env.srv.lock);
 	cr_assert_eq(resp.type, KVI_CTRL_SEG_GRANT);
 }
 
@@ -1016,7 +1016,7 @@ static int hold_commit(void *arg, struct kvi_rmem *rm, const struct kvi_rop *op)
 			continue;
 		hc.armed = 0;
 		hc.fired++;
-		hc.owner = kvi_lock_owner(*(const uint64_t *)(const void *)(kvs_core_region(env.core) + hc.bucket[w]));
+		hc.owner = kvi_lock_owner(*(const uint64_t *)(const void *)(kvs_core_region(env.srv.core) + hc.bucket[w]));
 		seal_extent_of(hc.owner);
 		hc.reclaimed = hc.fn();
 		return 0;
@@ -1149,7 +1149,7 @@ Test(reclaim, the_quarantine_covers_the_execution_bound)
  * repairs it (its index being the only one) and goes on. */
 Test(reclaim, junk_in_a_lock_word_does_not_stop_reclamation)
 {
-	const struct kvi_geometry *sb = kvs_core_geometry(env.core);
+	const struct kvi_geometry *sb = kvs_core_geometry(env.srv.core);
 	kvc_t *a = client(NULL, 0), *b = client(NULL, 0);
 	char v[200], got[256];
 	struct kvi_keyhash kh;
@@ -1164,7 +1164,7 @@ Test(reclaim, junk_in_a_lock_word_does_not_stop_reclamation)
 	kvc_destroy(a);
 	kvi_key_hash("k", 1, sb->hash_seed, sb->bucket_count, &kh);
 	for (int w = 0; w < 2; w++)
-		*(uint64_t *)(void *)(kvs_core_region(env.core) + kvi_home_bucket_off(sb, kh.b[w])) =
+		*(uint64_t *)(void *)(kvs_core_region(env.srv.core) + kvi_home_bucket_off(sb, kh.b[w])) =
 			KVI_LOCK_MOVED | 0xbad;
 	for (int round = 0; round < 2; round++) {
 		usleep(SETTLE_US);
@@ -1188,7 +1188,7 @@ Test(reclaim, junk_in_a_lock_word_does_not_stop_reclamation)
  * the live object after it: the walk keeps the live one. */
 Test(reclaim, a_value_embedding_a_valid_header_does_not_hide_the_live_object_after_it)
 {
-	const struct kvi_geometry *sb = kvs_core_geometry(env.core);
+	const struct kvi_geometry *sb = kvs_core_geometry(env.srv.core);
 	static uint8_t seg[4096] __attribute__((aligned(16)));
 	uint64_t off = sb->heap_off, olen_b = kvi_obj_len(4, 8);
 	char fake_val[600];
@@ -1207,7 +1207,7 @@ Test(reclaim, a_value_embedding_a_valid_header_does_not_hide_the_live_object_aft
 	cr_assert_eq(kvi_obj_verify(seg + 16, sizeof(seg) - 16), 0, "the fake verifies");
 	cr_assert_eq(memcmp(seg + 256 + 9, &(uint8_t){ KVI_LAYOUT_VERSION }, 1), 0, "B is intact");
 	kvi_key_hash("live", 4, sb->hash_seed, sb->bucket_count, &kh);
-	((struct kvi_bucket *)(void *)(kvs_core_region(env.core) + kvi_home_bucket_off(sb, kh.b[0])))->slot[0] =
+	((struct kvi_bucket *)(void *)(kvs_core_region(env.srv.core) + kvi_home_bucket_off(sb, kh.b[0])))->slot[0] =
 		kvi_slot_make(kh.fp, off + 256, olen_b);
 	n = kvs_reclaim_walk_for_test(rcl, seg, off, sizeof(seg), pos, olen, 8);
 	cr_expect_eq(n, 1, "the live object was hidden");
@@ -1222,7 +1222,7 @@ Test(reclaim, a_value_embedding_a_valid_header_does_not_hide_the_live_object_aft
  * and fenced; then reclamation goes on. */
 Test(reclaim, a_lock_kept_by_a_live_client_is_reported_by_the_reclaimer)
 {
-	const struct kvi_geometry *sb = kvs_core_geometry(env.core);
+	const struct kvi_geometry *sb = kvs_core_geometry(env.srv.core);
 	kvc_t *a, *holder;
 	char v[200];
 	struct kvi_keyhash kh;
@@ -1241,16 +1241,16 @@ Test(reclaim, a_lock_kept_by_a_live_client_is_reported_by_the_reclaimer)
 	}
 	kvc_destroy(a);
 	kvi_key_hash("k", 1, sb->hash_seed, sb->bucket_count, &kh);
-	lock = (uint64_t *)(void *)(kvs_core_region(env.core) + kvi_home_bucket_off(sb, kh.b[0]));
+	lock = (uint64_t *)(void *)(kvs_core_region(env.srv.core) + kvi_home_bucket_off(sb, kh.b[0]));
 	*lock = kvi_lock_held_by(id);
 	usleep(SETTLE_US);
-	while (env.fenced_owner != id && tries++ < 10) {
+	while (env.srv.fenced_owner != id && tries++ < 10) {
 		rc = kvs_reclaim_one(rcl);
 		cr_assert_geq(rc, 0, "reclaimer failed: %s", kvc_err_name(rc));
 		n += rc == 1;
 	}
-	cr_assert_eq(env.fenced_owner, id, "the lock's owner was never condemned (%u reports judged)",
-		     (unsigned)(env.verdicts[KVI_REPORT_WATCHING] + env.verdicts[KVI_REPORT_FENCING]));
+	cr_assert_eq(env.srv.fenced_owner, id, "the lock's owner was never condemned (%u reports judged)",
+		     (unsigned)(env.srv.verdicts[KVI_REPORT_WATCHING] + env.srv.verdicts[KVI_REPORT_FENCING]));
 	/* What kvserver does with a condemned owner: fence it, releasing its locks. */
 	kvt_env_fence_locks(&env, id);
 	kvc_destroy(holder);

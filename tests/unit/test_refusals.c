@@ -45,9 +45,9 @@ static void *server_loop(void *arg)
 
 		if (kvs_reclaim_run(s->rcl) < 0)
 			s->failed = 1;
-		pthread_mutex_lock(&s->env->lock);
-		n = s->env->members ? kvs_members_expired(s->env->members, kvi_mono_ns(), ids, 16) : 0;
-		pthread_mutex_unlock(&s->env->lock);
+		pthread_mutex_lock(&s->env->srv.lock);
+		n = s->env->srv.members ? kvs_members_expired(s->env->srv.members, kvi_mono_ns(), ids, 16) : 0;
+		pthread_mutex_unlock(&s->env->srv.lock);
 		__atomic_add_fetch(&s->expired, n, __ATOMIC_RELAXED);
 		usleep(1000);
 	}
@@ -59,7 +59,7 @@ static void server_start(struct server *s, struct kvt_env *env)
 	memset(s, 0, sizeof(*s));
 	s->env = env;
 	cr_assert_eq(kvt_env_reclaimer(env, NULL, &s->rcl), 0);
-	cr_assert_eq(kvs_migrator_create(env->core, &(struct kvs_migrate_opts){ .load_pct = KVS_DEFAULT_RESIZE_LOAD_PCT },
+	cr_assert_eq(kvs_migrator_create(env->srv.core, &(struct kvs_migrate_opts){ .load_pct = KVS_DEFAULT_RESIZE_LOAD_PCT },
 					 &s->mig), 0);
 	kvs_reclaimer_set_migrator(s->rcl, s->mig);
 	cr_assert_eq(pthread_create(&s->t, NULL, server_loop, s), 0);
@@ -110,9 +110,9 @@ Test(refusals, a_full_index_that_cannot_grow_refuses_every_insert_promptly)
 		cr_assert_leq(filled, 4 * KVI_SLOTS_PER_BUCKET);
 	}
 	cr_assert_eq(kvc_delete(c, "fill-0", 6), 0);
-	pthread_mutex_lock(&env.lock);
-	kvs_members_stats(env.members, &ms0);
-	pthread_mutex_unlock(&env.lock);
+	pthread_mutex_lock(&env.srv.lock);
+	kvs_members_stats(env.srv.members, &ms0);
+	pthread_mutex_unlock(&env.srv.lock);
 	t0 = kvt_mono_ms();
 	for (unsigned i = 0; i < 200; i++) {
 		uint64_t t;
@@ -129,9 +129,9 @@ Test(refusals, a_full_index_that_cannot_grow_refuses_every_insert_promptly)
 		ok += rc == 0;
 		full += rc == KVC_EINDEXFULL;
 	}
-	pthread_mutex_lock(&env.lock);
-	kvs_members_stats(env.members, &ms1);
-	pthread_mutex_unlock(&env.lock);
+	pthread_mutex_lock(&env.srv.lock);
+	kvs_members_stats(env.srv.members, &ms1);
+	pthread_mutex_unlock(&env.srv.lock);
 	printf("full index: %u items, then %u inserts succeeded, %u refused in %llu ms (slowest %llu ms), "
 	       "%llu GROW requests, %llu renewals\n",
 	       filled, ok, full, (unsigned long long)(kvt_mono_ms() - t0), (unsigned long long)slowest,
@@ -142,7 +142,7 @@ Test(refusals, a_full_index_that_cannot_grow_refuses_every_insert_promptly)
 	cr_expect_eq(cstats(c).rejoins, 0, "the handle never broke");
 	cr_expect_eq(__atomic_load_n(&srv.expired, __ATOMIC_RELAXED), 0, "no lease ran out");
 	cr_expect_eq(srv.failed, 0);
-	cr_expect_eq(kvs_core_resize_phase(env.core), KVS_RESIZE_IDLE);
+	cr_expect_eq(kvs_core_resize_phase(env.srv.core), KVS_RESIZE_IDLE);
 	/* Still usable: a read and a delete answer. */
 	cr_expect_eq(kvc_delete(c, "fill-1", 6), 0);
 	kvc_destroy(c);
@@ -188,7 +188,7 @@ Test(refusals, an_insert_waiting_for_a_resize_keeps_its_lease)
 
 	cr_assert_eq(kvt_env_init_opts(&env, 2, &o), 0);
 	cr_assert_eq(kvt_env_leases(&env, KVS_DEFAULT_LEASE_MS, KVS_DEFAULT_RENEW_MS), 0);
-	kvs_core_attach_migrator(env.core); /* GROW may be answered STARTED; nothing migrates */
+	kvs_core_attach_migrator(env.srv.core); /* GROW may be answered STARTED; nothing migrates */
 	kvc_opts_init(&co);
 	co.depth = 4;
 	co.op_timeout_ms = 2000;
@@ -198,21 +198,21 @@ Test(refusals, an_insert_waiting_for_a_resize_keeps_its_lease)
 		uint64_t t = kvt_mono_ms();
 		int rc;
 
-		pthread_mutex_lock(&env.lock);
-		kvs_members_stats(env.members, &ms0);
-		pthread_mutex_unlock(&env.lock);
+		pthread_mutex_lock(&env.srv.lock);
+		kvs_members_stats(env.srv.members, &ms0);
+		pthread_mutex_unlock(&env.srv.lock);
 		snprintf(k, sizeof(k), "more-%u", i);
 		rc = kvt_put_s(c, k, "value");
 		t = kvt_mono_ms() - t;
-		pthread_mutex_lock(&env.lock);
-		kvs_members_stats(env.members, &ms1);
-		pthread_mutex_unlock(&env.lock);
+		pthread_mutex_lock(&env.srv.lock);
+		kvs_members_stats(env.srv.members, &ms1);
+		pthread_mutex_unlock(&env.srv.lock);
 		cr_assert_eq(rc, KVC_EINDEXFULL, "PUT %u: %s after %llu ms", i, kvc_err_name(rc), (unsigned long long)t);
 		cr_expect_geq(ms1.renewals - ms0.renewals, 3, "PUT %u: renewed every 250 ms of its %llu ms", i,
 			      (unsigned long long)t);
 	}
 	cr_expect_eq(cstats(c).rejoins, 0, "the handle never broke");
-	cr_expect_eq(kvs_core_resize_phase(env.core), KVS_RESIZE_WANTED);
+	cr_expect_eq(kvs_core_resize_phase(env.srv.core), KVS_RESIZE_WANTED);
 	kvc_destroy(c);
 	kvt_env_fini(&env);
 }
@@ -237,9 +237,9 @@ static int late_grow_answer(void *arg, uint32_t id, const struct kvi_ctrl *req, 
 	int rc;
 
 	(void)arg;
-	pthread_mutex_lock(&late_env.lock);
-	rc = kvs_core_ctrl(late_env.core, id, req, resp);
-	pthread_mutex_unlock(&late_env.lock);
+	pthread_mutex_lock(&late_env.srv.lock);
+	rc = kvs_core_ctrl(late_env.srv.core, id, req, resp);
+	pthread_mutex_unlock(&late_env.srv.lock);
 	if (rc || req->type != KVI_CTRL_GROW)
 		return rc;
 	late_answer = *resp;
@@ -307,21 +307,21 @@ Test(refusals, grow_against_an_empty_index_resizes_nothing)
 
 	cr_assert_eq(kvt_env_init_opts(&env, 16, &o), 0);
 	cr_assert_eq(kvt_env_reclaimer(&env, NULL, &rcl), 0);
-	cr_assert_eq(kvs_migrator_create(env.core, &(struct kvs_migrate_opts){ .load_pct = KVS_DEFAULT_RESIZE_LOAD_PCT },
+	cr_assert_eq(kvs_migrator_create(env.srv.core, &(struct kvs_migrate_opts){ .load_pct = KVS_DEFAULT_RESIZE_LOAD_PCT },
 					 &mig), 0);
 	kvs_reclaimer_set_migrator(rcl, mig);
 	for (unsigned i = 0; i < 500; i++) {
 		const uint64_t *cl = claims[i % (sizeof(claims) / sizeof(claims[0]))];
 		struct kvi_ctrl req = { .type = KVI_CTRL_GROW, .seq = i + 1, .arg = { 1, 0, cl[0], cl[1] } }, resp;
 
-		cr_assert_eq(kvs_core_ctrl(env.core, 5, &req, &resp), 0);
+		cr_assert_eq(kvs_core_ctrl(env.srv.core, 5, &req, &resp), 0);
 		cr_assert_eq(resp.type, KVI_CTRL_GROWING);
 		cr_assert_eq(resp.arg[0], KVI_GROW_NO, "GROW %u claiming %llu, %llu", i, (unsigned long long)cl[0],
 			     (unsigned long long)cl[1]);
-		cr_assert_eq(kvs_core_resize_phase(env.core), KVS_RESIZE_IDLE);
+		cr_assert_eq(kvs_core_resize_phase(env.srv.core), KVS_RESIZE_IDLE);
 		cr_assert_geq(kvs_reclaim_run(rcl), 0);
 	}
-	kvs_core_stats(env.core, &st);
+	kvs_core_stats(env.srv.core, &st);
 	cr_expect_eq(st.index_epoch, 1);
 	cr_expect_eq(st.index_buckets, 256);
 	cr_expect_eq(st.resizes, 0);
@@ -354,7 +354,7 @@ Test(refusals, a_client_that_fills_its_index_still_grows_it)
 		snprintf(k, sizeof(k), "key-%u", i);
 		cr_assert_eq(kvt_put_s(c, k, "value"), 0, "PUT %s", k);
 	}
-	kvs_core_stats(env.core, &st);
+	kvs_core_stats(env.srv.core, &st);
 	printf("1000 keys into 4 buckets: %llu buckets now, %llu GROW requests, %llu evictions\n",
 	       (unsigned long long)st.index_buckets, (unsigned long long)cstats(c).grow_requests,
 	       (unsigned long long)cstats(c).index_evictions);
@@ -380,28 +380,28 @@ static void nine_and_one(const char *host_a, const char *host_b, unsigned *a_got
 	uint32_t seq = 1;
 
 	cr_assert_eq(kvt_env_init_opts(&env, 1, &o), 0);
-	kvs_core_stats(env.core, &st);
+	kvs_core_stats(env.srv.core, &st);
 	cr_assert_eq(st.segments_total, 7);
 	cr_assert_eq(st.quota_bytes, 2 * (128u << 10));
 	for (uint32_t id = 1; id <= 10; id++)
-		cr_assert_eq(kvs_core_client_host(env.core, id, id <= 9 ? host_a : host_b), 0);
+		cr_assert_eq(kvs_core_client_host(env.srv.core, id, id <= 9 ? host_a : host_b), 0);
 	*a_got = 0;
 	for (uint32_t id = 1; id <= 10; id++) {
 		struct kvi_ctrl req = { .type = KVI_CTRL_SEG_REQ, .seq = seq++, .arg = { 128u << 10, 0 } }, resp;
 
-		cr_assert_eq(kvs_core_ctrl(env.core, id, &req, &resp), 0);
+		cr_assert_eq(kvs_core_ctrl(env.srv.core, id, &req, &resp), 0);
 		if (id <= 9)
 			*a_got += resp.type == KVI_CTRL_SEG_GRANT;
 		else
 			*b_got = resp.type == KVI_CTRL_SEG_GRANT;
 	}
 	if (host_a)
-		cr_expect_eq(kvs_core_host_held(env.core, 1), (uint64_t)*a_got * (128u << 10),
+		cr_expect_eq(kvs_core_host_held(env.srv.core, 1), (uint64_t)*a_got * (128u << 10),
 			     "host A's holdings are its clients' together");
 	/* A client leaving takes its holdings out of its host's. */
-	kvs_core_client_left(env.core, 1);
+	kvs_core_client_left(env.srv.core, 1);
 	if (host_a)
-		cr_expect_eq(kvs_core_host_held(env.core, 2), (uint64_t)(*a_got - 1) * (128u << 10));
+		cr_expect_eq(kvs_core_host_held(env.srv.core, 2), (uint64_t)(*a_got - 1) * (128u << 10));
 	kvt_env_fini(&env);
 }
 
@@ -442,9 +442,9 @@ static int slow_grant_answer(void *arg, uint32_t id, const struct kvi_ctrl *req,
 	int rc;
 
 	(void)arg;
-	pthread_mutex_lock(&slow_env.lock);
-	rc = kvs_core_ctrl(slow_env.core, id, req, resp);
-	pthread_mutex_unlock(&slow_env.lock);
+	pthread_mutex_lock(&slow_env.srv.lock);
+	rc = kvs_core_ctrl(slow_env.srv.core, id, req, resp);
+	pthread_mutex_unlock(&slow_env.srv.lock);
 	if (rc || req->type != KVI_CTRL_SEG_REQ || !slow_armed)
 		return rc;
 	slow_answer = *resp;

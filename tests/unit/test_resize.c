@@ -36,9 +36,9 @@ static void setup(void)
 {
 	cr_assert_eq(kvt_env_init(&env, 16, N_OLD, 64), 0);
 	memset(&R, 0, sizeof(R));
-	R.base = kvs_core_region(env.core);
-	R.seed = kvs_core_geometry(env.core)->hash_seed;
-	cr_assert_eq(kvs_core_index(env.core, 0, &R.oldx, R.old_chunks, 4), 0);
+	R.base = kvs_core_region(env.srv.core);
+	R.seed = kvs_core_geometry(env.srv.core)->hash_seed;
+	cr_assert_eq(kvs_core_index(env.srv.core, 0, &R.oldx, R.old_chunks, 4), 0);
 	cr_assert_eq(R.oldx.bucket_count, N_OLD);
 }
 
@@ -68,11 +68,11 @@ static int cas(uint64_t *w, uint64_t expect, uint64_t want)
  * UNMIGRATED, published as MIGRATING from the home index. */
 static void stage(void)
 {
-	const struct kvi_geometry *g = kvs_core_geometry(env.core);
+	const struct kvi_geometry *g = kvs_core_geometry(env.srv.core);
 	struct kvs_extent x = { 0 };
 	const char *why;
 
-	cr_assert_eq(kvs_core_server_extent(env.core, &x, 0), 0);
+	cr_assert_eq(kvs_core_server_extent(env.srv.core, &x, 0), 0);
 	cr_assert_geq(x.len, 2 * R.oldx.bucket_count * KVI_BUCKET_SIZE, "one segment holds the new index");
 	R.new_chunks[0] = x.off;
 	R.newx = (struct kvi_index){ .epoch = R.oldx.epoch + 1, .bucket_count = 2 * R.oldx.bucket_count,
@@ -84,7 +84,7 @@ static void stage(void)
 		memset(bkt(&R.newx, b), 0, KVI_BUCKET_SIZE);
 		__atomic_store_n(&bkt(&R.newx, b)->lock, KVI_LOCK_UNMIGRATED, __ATOMIC_SEQ_CST);
 	}
-	cr_assert_eq(kvs_core_set_indexes(env.core, &R.newx, &R.oldx, KVI_INDEX_MIGRATING), 0);
+	cr_assert_eq(kvs_core_set_indexes(env.srv.core, &R.newx, &R.oldx, KVI_INDEX_MIGRATING), 0);
 	R.staged = 1;
 }
 
@@ -143,7 +143,7 @@ static void migrate(uint64_t from, uint64_t to)
 
 static void publish_stable(void)
 {
-	cr_assert_eq(kvs_core_set_indexes(env.core, &R.newx, NULL, KVI_INDEX_STABLE), 0);
+	cr_assert_eq(kvs_core_set_indexes(env.srv.core, &R.newx, NULL, KVI_INDEX_STABLE), 0);
 	R.stable = 1;
 }
 
@@ -683,7 +683,7 @@ static int grow_at_once(void *arg, uint32_t client_id, const struct kvi_ctrl *re
 {
 	(void)arg;
 	if (req->type != KVI_CTRL_GROW)
-		return kvs_core_ctrl(env.core, client_id, req, resp);
+		return kvs_core_ctrl(env.srv.core, client_id, req, resp);
 	cr_assert_eq(req->arg[0], 1, "GROW names the index that is full");
 	stage();
 	migrate(0, R.oldx.bucket_count);
@@ -702,9 +702,9 @@ Test(grow, a_started_resize_takes_the_insert_into_the_new_index)
 
 	cr_assert_eq(kvt_env_init_opts(&env, 16, &o), 0);
 	memset(&R, 0, sizeof(R));
-	R.base = kvs_core_region(env.core);
-	R.seed = kvs_core_geometry(env.core)->hash_seed;
-	cr_assert_eq(kvs_core_index(env.core, 0, &R.oldx, R.old_chunks, 4), 0);
+	R.base = kvs_core_region(env.srv.core);
+	R.seed = kvs_core_geometry(env.srv.core)->hash_seed;
+	cr_assert_eq(kvs_core_index(env.srv.core, 0, &R.oldx, R.old_chunks, 4), 0);
 	cr_assert_eq(kvt_env_client(&env, NULL, 64, 4, &c), 0);
 	kvi_rmem_local_set_ctrl(kvi_client_conn(c, 0)->rm, grow_at_once, NULL, kvi_client_conn(c, 0)->rm->client_id);
 	fill_pair(&env, c, &next);
@@ -748,7 +748,7 @@ static void *migrator(void *arg)
 			sched_yield();
 		*why = mig_copy_and_mark_why(b);
 	}
-	if (!*why && kvs_core_set_indexes(env.core, &R.newx, NULL, KVI_INDEX_STABLE) != 0)
+	if (!*why && kvs_core_set_indexes(env.srv.core, &R.newx, NULL, KVI_INDEX_STABLE) != 0)
 		*why = "publishing STABLE failed";
 	__atomic_store_n(&migrator_done, 1, __ATOMIC_SEQ_CST);
 	return NULL;
