@@ -17,7 +17,6 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <unistd.h>
 
 #include "cluster.h"
 #include "conn.h"
@@ -25,9 +24,8 @@
 #include "core.h"
 #include "driver.h"
 #include "heap.h"
+#include "inproc.h"
 #include "kvclient.h"
-#include "reclaim.h"
-#include "rmem_local.h"
 
 #define LOCAL_SEGMENT (64u << 10)
 /* Operations take microseconds, but a thread the scheduler preempts on a busy
@@ -37,48 +35,13 @@
 #define LOCAL_CACHE_ENTRIES (1u << 16)
 #define LOCAL_BYTES_PER_SLOT 144u /* a small item's footprint: index sized to the heap */
 
+/* The server (server/inproc.h), started by the first connection and
+ * stopped by the last one's close. */
 static struct {
 	pthread_mutex_t mu;
 	unsigned users;
-	uint32_t next_id;
-	struct kvi_local_region *reg;
-	struct kvs_core *core;
-	struct kvs_reclaimer *rcl;
-	pthread_t t;
-	int stop;
+	struct kvs_inproc s;
 } srv = { .mu = PTHREAD_MUTEX_INITIALIZER };
-
-static int locked_ctrl(void *arg, uint32_t id, const struct kvi_ctrl *req, struct kvi_ctrl *resp)
-{
-	return kvs_core_ctrl(arg, id, req, resp);
-}
-
-static void *reclaimer_main(void *arg)
-{
-	(void)arg;
-	while (!__atomic_load_n(&srv.stop, __ATOMIC_ACQUIRE)) {
-		if (kvs_reclaim_run(srv.rcl) < 0)
-			break;
-		kvs_core_tick(srv.core, 0);
-		usleep(100);
-	}
-	return NULL;
-}
-
-static struct kvi_rmem *local_conn(size_t lbuf)
-{
-	struct kvi_rmem *rm;
-	uint32_t max_op, q;
-	uint16_t flags;
-
-	if (kvi_rmem_local_create(srv.reg, lbuf, NULL, &rm))
-		return NULL;
-	kvi_rmem_local_set_ctrl(rm, locked_ctrl, srv.core, ++srv.next_id);
-	kvs_core_limits(srv.core, &max_op, &q, &flags);
-	kvi_rmem_local_set_limits(rm, max_op, q, flags);
-	kvi_rmem_local_set_geometry(rm, kvs_core_geometry(srv.core)); /* as a welcome states it */
-	return rm;
-}
 
 struct kvb_local_opts kvb_local_opts;
 
@@ -92,32 +55,25 @@ static int start_server(uint64_t mib, char *err, size_t len)
 	struct kvs_core_opts o = { .buckets = buckets, .segment_size = LOCAL_SEGMENT, .max_op_ms = max_op,
 				   .quarantine_ms = 2 * max_op + KVS_QUARANTINE_MARGIN_MS };
 	struct kvi_errbuf e = { { 0 } };
-	struct kvi_rmem *rm;
 
-	srv.reg = kvi_local_region_create(region);
-	if (srv.reg && kvb_local_opts.prefault) {
-		volatile unsigned char *b = kvi_local_region_base(srv.reg);
-
-		for (uint64_t off = 0; off < region; off += 4096)
-			b[off] = 0; /* a write: a read would map the shared zero page */
-	}
-	if (!srv.reg || kvs_core_create(kvi_local_region_base(srv.reg), region, &o, &srv.core, &e)) {
+	if (kvs_inproc_init(&srv.s, region, &o, &e)) {
 		snprintf(err, len, "cannot create the in-process server: %s", e.msg[0] ? e.msg : "out of memory");
-		goto fail;
+		return -1;
 	}
-	rm = local_conn(4096);
-	if (!rm || kvs_reclaim_create(srv.core, rm, NULL, &srv.rcl) ||
-	    pthread_create(&srv.t, NULL, reclaimer_main, NULL)) {
+	if (kvb_local_opts.prefault) {
+		volatile unsigned char *b = kvi_local_region_base(srv.s.reg);
+
+		/* A write of what is there (the core has formatted it; nothing else
+		 * runs yet): a read alone would map the shared zero page. */
+		for (uint64_t off = 0; off < region; off += 4096)
+			b[off] = b[off];
+	}
+	if (kvs_inproc_run_reclaimer(&srv.s)) {
 		snprintf(err, len, "cannot start the in-process reclaimer");
-		goto fail;
+		kvs_inproc_fini(&srv.s);
+		return -1;
 	}
 	return 0;
-fail:
-	kvs_reclaim_destroy(srv.rcl);
-	kvs_core_destroy(srv.core);
-	kvi_local_region_destroy(srv.reg);
-	srv.rcl = NULL, srv.core = NULL, srv.reg = NULL;
-	return -1;
 }
 
 static int local_connect(const char *host, const char *port, const char *device, unsigned depth, void **out,
@@ -139,8 +95,9 @@ static int local_connect(const char *host, const char *port, const char *device,
 	if (!srv.users && start_server(mib, err, len))
 		rc = -1;
 	/* Deferred (rmem_local.h): the loops poll right after they post. */
-	if (!rc && (!(rm = local_conn(4096)) || kvi_rmem_local_set_deferred(rm, 1))) {
+	if (!rc && (kvs_inproc_connect(&srv.s, 4096, NULL, &rm) || kvi_rmem_local_set_deferred(rm, 1))) {
 		kvi_rmem_destroy(rm); /* accepts NULL */
+		rm = NULL;
 		snprintf(err, len, "out of memory");
 		rc = -1;
 	}
@@ -172,14 +129,8 @@ static void local_close(void *conn)
 {
 	kvb_rdma_close(conn);
 	pthread_mutex_lock(&srv.mu);
-	if (conn && --srv.users == 0) {
-		__atomic_store_n(&srv.stop, 1, __ATOMIC_RELEASE);
-		pthread_join(srv.t, NULL);
-		kvs_reclaim_destroy(srv.rcl);
-		kvs_core_destroy(srv.core);
-		kvi_local_region_destroy(srv.reg);
-		srv.rcl = NULL, srv.core = NULL, srv.reg = NULL, srv.stop = 0;
-	}
+	if (conn && --srv.users == 0)
+		kvs_inproc_fini(&srv.s);
 	pthread_mutex_unlock(&srv.mu);
 }
 

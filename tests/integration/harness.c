@@ -13,15 +13,13 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "clock.h"
 #include "kvclient.h"
 #include "rmem_verbs.h"
 
 static long now_ms(void)
 {
-	struct timespec ts;
-
-	clock_gettime(CLOCK_MONOTONIC, &ts);
-	return ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
+	return (long)(kvi_mono_ns() / 1000000u);
 }
 
 int kvt_start(struct kvt_proc *p, char *const argv[])

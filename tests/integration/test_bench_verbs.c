@@ -3,8 +3,8 @@
  * SIGINT/SIGTERM stop it at once with the results so far; parameters that
  * cannot work are usage errors (exit 2) before any load is sent.
  *
- * The bench_local suite needs no RDMA (target local://MIB, the server core in
- * kvbench's own process); bench_verbs drives a real kvserver. */
+ * The bench_local_verbs suite needs no RDMA (target local://MIB, the server
+ * core in kvbench's own process); bench_verbs drives a real kvserver. */
 #include <criterion/criterion.h>
 #include <math.h>
 #include <signal.h>
@@ -14,18 +14,11 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "clock.h"
 #include "harness.h"
 
-TestSuite(bench_local, .timeout = 240);
+TestSuite(bench_local_verbs, .timeout = 240);
 TestSuite(bench_verbs, .init = kvt_require_rdma, .timeout = 240);
-
-static double now_s(void)
-{
-	struct timespec ts;
-
-	clock_gettime(CLOCK_MONOTONIC, &ts);
-	return (double)ts.tv_sec + ts.tv_nsec / 1e9;
-}
 
 static int count_lines(const char *s)
 {
@@ -56,9 +49,9 @@ static double allowed(double native_s)
 static void wait_for_run_phase(struct kvt_proc *b)
 {
 	char line[256];
-	double t0 = now_s();
+	double t0 = kvi_mono_s();
 
-	while (!strstr(b->all, "\rrun ") && now_s() - t0 < 150)
+	while (!strstr(b->all, "\rrun ") && kvi_mono_s() - t0 < 150)
 		kvt_line(b, line, sizeof(line), 200);
 	cr_assert(strstr(b->all, "\rrun ") != NULL, "no run phase within 150 s: %s", b->all);
 }
@@ -75,10 +68,10 @@ static void stop_by_signal(const char *target, const char *workload, int sig, in
 
 	cr_assert_eq(kvt_start(&b, argv), 0);
 	wait_for_run_phase(&b);
-	t0 = now_s();
+	t0 = kvi_mono_s();
 	kvt_kill(&b, sig);
 	st = kvt_wait(&b, 60000);
-	t0 = now_s() - t0;
+	t0 = kvi_mono_s() - t0;
 	cr_expect_eq(st, expect_status, "status %d: %s", st, b.all);
 	cr_expect_lt(t0, allowed(1.0), "stopped after %.2f s: %s", t0, b.all);
 	cr_expect(strstr(b.all, "run phase") && strstr(b.all, "OVERALL") && strstr(b.all, "READ "),
@@ -93,17 +86,17 @@ static void stop_by_signal(const char *target, const char *workload, int sig, in
  * run as a lost connection, rightly, but not what these tests are about).
  * Sanitized builds in an emulated guest are slow: the in-process server gets
  * a 2 s deadline (--local-max-op-ms). */
-Test(bench_local, sigint_stops_a_timed_run_at_once_with_the_results_so_far)
+Test(bench_local_verbs, sigint_stops_a_timed_run_at_once_with_the_results_so_far)
 {
 	stop_by_signal("local://64", "C", SIGINT, 128 + SIGINT, "SIGINT");
 }
 
-Test(bench_local, sigterm_stops_a_timed_run_at_once_with_the_results_so_far)
+Test(bench_local_verbs, sigterm_stops_a_timed_run_at_once_with_the_results_so_far)
 {
 	stop_by_signal("local://64", "C", SIGTERM, 128 + SIGTERM, "SIGTERM");
 }
 
-Test(bench_local, a_value_larger_than_the_server_takes_is_a_usage_error)
+Test(bench_local_verbs, a_value_larger_than_the_server_takes_is_a_usage_error)
 {
 	static const char *const sizes[] = { "1048576", "10-70000" };
 
@@ -118,7 +111,7 @@ Test(bench_local, a_value_larger_than_the_server_takes_is_a_usage_error)
 	}
 }
 
-Test(bench_local, one_record_for_the_latest_distribution_is_a_usage_error)
+Test(bench_local_verbs, one_record_for_the_latest_distribution_is_a_usage_error)
 {
 	static const char *const args[][5] = {
 		{ "-w", "D", "-r", "1", NULL },
@@ -138,30 +131,30 @@ Test(bench_local, one_record_for_the_latest_distribution_is_a_usage_error)
 }
 
 /* -r 2^40 once summed 2^40 zeta terms per thread before contacting anyone. */
-Test(bench_local, workload_d_over_2_40_records_starts_at_once)
+Test(bench_local_verbs, workload_d_over_2_40_records_starts_at_once)
 {
 	struct kvt_proc p;
 	char *argv[] = { KV_BENCH_BIN, "-w", "D", "-r", "1099511627776", "--no-load", "-n", "2000",
 			 "--warmup", "0", "-T", "2", "--local-max-op-ms", "2000", "--target", "local://16", NULL };
-	double t0 = now_s();
+	double t0 = kvi_mono_s();
 	int st = run(&p, argv, 60000);
 
 	/* Nothing was loaded, so READs miss (counted as errors: exit 3). */
 	cr_expect(st == 0 || st == 3, "status %d: %s", st, p.all);
 	cr_expect(strstr(p.all, "run phase") && strstr(p.all, "OVERALL"), "output: %s", p.all);
-	cr_expect_lt(now_s() - t0, 20, "took %.1f s", now_s() - t0);
+	cr_expect_lt(kvi_mono_s() - t0, 20, "took %.1f s", kvi_mono_s() - t0);
 }
 
 Test(bench_verbs, workload_d_over_2_40_records_fails_fast_on_an_unreachable_target)
 {
 	struct kvt_proc p;
 	char *argv[] = { KV_BENCH_BIN, "-w", "D", "-r", "1099511627776", "--target", "rdma://192.0.2.1", NULL };
-	double t0 = now_s();
+	double t0 = kvi_mono_s();
 
 	cr_expect_eq(run(&p, argv, 60000), 1, "output: %s", p.all);
 	cr_expect_eq(count_lines(p.all), 1, "output: %s", p.all);
 	cr_expect(strstr(p.all, "192.0.2.1") != NULL, "names where: %s", p.all);
-	cr_expect_lt(now_s() - t0, 30, "took %.1f s", now_s() - t0);
+	cr_expect_lt(kvi_mono_s() - t0, 30, "took %.1f s", kvi_mono_s() - t0);
 }
 
 Test(bench_verbs, sigint_stops_a_timed_run_at_once_with_the_results_so_far)
@@ -193,11 +186,11 @@ Test(bench_verbs, a_server_killed_under_kvbench_is_reported_within_a_deadline)
 	snprintf(target, sizeof(target), "rdma://%s:7642", kvt_rdma_addr());
 	cr_assert_eq(kvt_start(&b, argv), 0);
 	wait_for_run_phase(&b);
-	t0 = now_s();
+	t0 = kvi_mono_s();
 	kvt_kill(&srv, SIGKILL);
 	kvt_wait(&srv, 10000);
 	st = kvt_wait(&b, 60000);
-	t0 = now_s() - t0;
+	t0 = kvi_mono_s() - t0;
 	cr_expect_eq(st, 3, "status %d: %s", st, b.all);
 	/* one deadline, the stop's settling (0.2 s) and the closing */
 	cr_expect_lt(t0, allowed(1.5), "noticed after %.2f s: %s", t0, b.all);
@@ -211,11 +204,11 @@ Test(bench_verbs, a_server_killed_under_kvbench_is_reported_within_a_deadline)
 static int wait_watching_memory(struct kvt_proc *b, int timeout_ms, long *peak_kib)
 {
 	char path[64], line[256];
-	double t0 = now_s();
+	double t0 = kvi_mono_s();
 
 	*peak_kib = 0;
 	snprintf(path, sizeof(path), "/proc/%d/status", (int)b->pid);
-	while (now_s() - t0 < timeout_ms / 1000.0) {
+	while (kvi_mono_s() - t0 < timeout_ms / 1000.0) {
 		FILE *f = fopen(path, "r");
 		int seen = 0;
 
@@ -236,10 +229,10 @@ static int wait_watching_memory(struct kvt_proc *b, int timeout_ms, long *peak_k
 	return kvt_wait(b, timeout_ms);
 }
 
-/* Issue 8, item 4, as it was filed: each handle pinned a 1 MiB segment of
- * the server and depth x 1 MiB of its own, so 64 threads against a default
- * kvserver -m 64 failed KVC_ENOMEM holding 20 kB, and 64 threads of depth 64
- * were OOM-killed in a 3 GiB guest. Handles now cost what they carry. */
+/* Handles cost what they carry: 64 threads against a default kvserver -m 64
+ * must not fail KVC_ENOMEM holding 20 kB (a 1 MiB segment pinned per handle
+ * would), and 64 threads of depth 64 must fit a 3 GiB guest (depth x 1 MiB
+ * of buffers per handle would not). */
 Test(bench_verbs, sixty_four_threads_cost_memory_in_proportion_to_what_they_carry, .timeout = 400)
 {
 	struct kvt_proc srv, b;
@@ -275,7 +268,7 @@ Test(bench_verbs, sixty_four_threads_cost_memory_in_proportion_to_what_they_carr
 	cr_expect_eq(kvt_wait(&srv, 20000), 0, "kvserver output: %s", srv.all);
 }
 
-Test(bench_local, cpu_per_op_prints_client_cpu_per_get_and_put)
+Test(bench_local_verbs, cpu_per_op_prints_client_cpu_per_get_and_put)
 {
 	struct kvt_proc p;
 	char *argv[] = { KV_BENCH_BIN, "--cpu-per-op", "--target", "local://64", "-r", "2000", "-n", "20000", NULL };

@@ -13,7 +13,7 @@
 #include "harness.h"
 #include "kvclient.h"
 
-TestSuite(cache, .init = kvt_require_rdma, .timeout = 300);
+TestSuite(cache_verbs, .init = kvt_require_rdma, .timeout = 300);
 
 static kvc_t *connect_kv(const char *port, unsigned depth)
 {
@@ -37,9 +37,10 @@ static struct kvc_server_stats server_stats(const char *port)
 	return ss;
 }
 
-/* Before extents and tail returns, every connection took a 1 MiB segment for
- * good: a 16 MiB server refused its 14th client's PUT. */
-Test(cache, short_lived_clients_never_exhaust_a_small_server)
+/* Connections that come and go must give back what they were carved (a
+ * 1 MiB segment kept for good per connection would make a 16 MiB server
+ * refuse its 14th client's PUT). */
+Test(cache_verbs, short_lived_clients_never_exhaust_a_small_server)
 {
 	struct kvc_server_stats ss;
 	struct kvt_proc srv;
@@ -186,20 +187,20 @@ static void sustained_updates(const char *listen, const char *port)
 	cr_expect_lt(after.bytes, after.limit_maxbytes, "what clients hold stays below the heap");
 }
 
-Test(cache, sustained_updates_of_several_heaps_succeed_and_reads_see_the_last_value)
+Test(cache_verbs, sustained_updates_of_several_heaps_succeed_and_reads_see_the_last_value)
 {
 	sustained_updates(kvt_rdma_addr(), "7652");
 }
 
-/* Before the loopback found its own address, a server started without -l
- * (the default) never reclaimed: a 64 MiB server refused every PUT with
- * KVC_ENOMEM after ~60 MiB of updates to 256 keys. */
-Test(cache, a_server_on_all_addresses_reclaims_too)
+/* A server started without -l (the default) must reclaim too: its loopback
+ * finds its own address (else a 64 MiB server refuses every PUT with
+ * KVC_ENOMEM after ~60 MiB of updates to 256 keys). */
+Test(cache_verbs, a_server_on_all_addresses_reclaims_too)
 {
 	sustained_updates(NULL, "7656");
 }
 
-Test(cache, live_data_beyond_the_heap_is_evicted_not_refused)
+Test(cache_verbs, live_data_beyond_the_heap_is_evicted_not_refused)
 {
 	struct kvc_server_stats ss;
 	struct kvt_proc srv;

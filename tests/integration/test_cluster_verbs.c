@@ -13,20 +13,13 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "clock.h"
 #include "harness.h"
 #include "kvclient.h"
 
 #define NSRV 3
 #define KEYS 1500
 #define OP_MS 1000
-
-static double now_s(void)
-{
-	struct timespec ts;
-
-	clock_gettime(CLOCK_MONOTONIC, &ts);
-	return (double)ts.tv_sec + (double)ts.tv_nsec / 1e9;
-}
 
 static const char *const extra[] = { "--max-op-ms", "1000", NULL };
 
@@ -60,26 +53,26 @@ struct tally {
 static void gets(kvc_t *h, const int *owner, double secs, struct tally *t)
 {
 	char k[32], buf[64];
-	double end = now_s() + secs;
+	double end = kvi_mono_s() + secs;
 	unsigned i = 0;
 
 	memset(t, 0, sizeof(*t));
-	while (now_s() < end) {
+	while (kvi_mono_s() < end) {
 		unsigned key = (i++ * 7919u) % KEYS;
 		double t0;
 		size_t len;
 		int rc, s = owner[key];
 
 		snprintf(k, sizeof(k), "key-%u", key);
-		t0 = now_s();
+		t0 = kvi_mono_s();
 		rc = kvc_get(h, k, strlen(k), buf, sizeof(buf), &len);
-		t->busy[s] += now_s() - t0;
+		t->busy[s] += kvi_mono_s() - t0;
 		if (rc == 0 || rc == KVC_ENOTFOUND) {
 			t->ok[s]++;
 		} else if (rc == KVC_ESERVERGONE || rc == KVC_ETIMEDOUT) {
 			t->failed[s]++;
 			if (t->nfail < sizeof(t->fail_lat) / sizeof(t->fail_lat[0]))
-				t->fail_lat[t->nfail++] = now_s() - t0;
+				t->fail_lat[t->nfail++] = kvi_mono_s() - t0;
 		} else {
 			t->other[s]++;
 		}
@@ -144,17 +137,17 @@ Test(cluster_verbs, a_killed_server_fails_its_keys_fast_and_the_others_go_on)
 
 	/* Back, empty (it is a cache): its keys are served again (as misses). */
 	kvt_start_server(&srv[1], ports[1], extra);
-	t0 = now_s();
+	t0 = kvi_mono_s();
 	for (unsigned key = 0;; key++) {
 		if (owner[key % KEYS] != 1)
 			continue;
 		snprintf(k, sizeof(k), "key-%u", key % KEYS);
 		rc = kvc_put(h, k, strlen(k), "again", 5, 0);
-		if (rc == 0 || now_s() - t0 > 10)
+		if (rc == 0 || kvi_mono_s() - t0 > 10)
 			break;
 		usleep(1000);
 	}
-	back = now_s() - t0;
+	back = kvi_mono_s() - t0;
 	cr_assert_eq(rc, 0, "the restarted server's keys still fail: %s", kvc_err_name(rc));
 	gets(h, owner, 1.5, &after);
 	for (unsigned s = 0; s < NSRV; s++)
@@ -190,7 +183,7 @@ Test(cluster_verbs, kvbench_goes_on_when_one_of_three_servers_dies)
 	list_of(list, sizeof(list), NSRV);
 	snprintf(target, sizeof(target), "rdma://%s", list);
 	cr_assert_eq(kvt_start(&b, argv), 0);
-	t0 = now_s();
+	t0 = kvi_mono_s();
 	while (kvt_line(&b, line, sizeof(line), 30000) == 0) {
 		if (strncmp(line, "INTERVAL", 8) == 0)
 			printf("kvbench: %s%s\n", line, killed ? " (server 2 of 3 down)" : "");
@@ -209,7 +202,7 @@ Test(cluster_verbs, kvbench_goes_on_when_one_of_three_servers_dies)
 		  b.all);
 	cr_expect(!strstr(b.all, "lost"), "a lost server of three stopped the run: %s", b.all);
 	cr_expect(strstr(b.all, "failed operations took"), "no failed-latency line: %s", b.all);
-	cr_expect_lt(now_s() - t0, 25);
+	cr_expect_lt(kvi_mono_s() - t0, 25);
 	kvt_wait(&srv[1], 10000);
 	for (unsigned i = 0; i < NSRV; i += 2) {
 		kvt_kill(&srv[i], SIGTERM);
@@ -297,7 +290,7 @@ Test(cluster_verbs, a_handle_with_several_servers_sleeps_and_each_completion_wak
 		snprintf(k, sizeof(k), "sleep-%u", i);
 		cr_assert_eq(kvc_put(h, k, strlen(k), k, strlen(k), 0), 0, "%s", k);
 	}
-	t0 = now_s();
+	t0 = kvi_mono_s();
 	clock_gettime(CLOCK_THREAD_CPUTIME_ID, &c0);
 	for (unsigned i = 0; i < 400; i++) {
 		snprintf(k, sizeof(k), "sleep-%u", i % 100);
@@ -305,7 +298,7 @@ Test(cluster_verbs, a_handle_with_several_servers_sleeps_and_each_completion_wak
 		cr_assert(len == strlen(k) && memcmp(v, k, len) == 0, "%s", k);
 	}
 	clock_gettime(CLOCK_THREAD_CPUTIME_ID, &c1);
-	wall = now_s() - t0;
+	wall = kvi_mono_s() - t0;
 	cpu = (double)(c1.tv_sec - c0.tv_sec) + (double)(c1.tv_nsec - c0.tv_nsec) / 1e9;
 	printf("%u servers, busy_poll_us 0: 400 blocking GETs in %.2f s, %.0f %% of it on the CPU\n", NSRV, wall,
 	       100 * cpu / wall);

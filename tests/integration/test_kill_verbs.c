@@ -17,18 +17,11 @@
 #include <string.h>
 #include <time.h>
 
+#include "clock.h"
 #include "harness.h"
 #include "kvclient.h"
 
 #define FENCE_BOUND_S 10 /* generous for an emulated NIC in a loaded guest */
-
-static double now_s(void)
-{
-	struct timespec ts;
-
-	clock_gettime(CLOCK_MONOTONIC, &ts);
-	return (double)ts.tv_sec + ts.tv_nsec / 1e9;
-}
 
 /* Returns 1 if the worker was killed at step n, 0 if its write finished first. */
 static int run_one(const char *port, kvc_t *h, const char *mode, unsigned n, const char *cache, double *worst)
@@ -63,13 +56,13 @@ static int run_one(const char *port, kvc_t *h, const char *mode, unsigned n, con
 		cr_expect(strcmp(mode, "delete") == 0, "put step %u: the acknowledged value was lost", n);
 	}
 	/* No lock stuck: a PUT of the same key gets through within the bound. */
-	t0 = now_s();
+	t0 = kvi_mono_s();
 	do
 		rc = kvc_put(h, key, strlen(key), "after", 5, 0);
-	while (rc == KVC_ETIMEDOUT && now_s() - t0 < FENCE_BOUND_S);
+	while (rc == KVC_ETIMEDOUT && kvi_mono_s() - t0 < FENCE_BOUND_S);
 	cr_expect_eq(rc, 0, "%s step %u: a writer after the kill got %s", mode, n, kvc_err_name(rc));
-	if (now_s() - t0 > *worst)
-		*worst = now_s() - t0;
+	if (kvi_mono_s() - t0 > *worst)
+		*worst = kvi_mono_s() - t0;
 	return killed;
 }
 
@@ -107,14 +100,14 @@ static void kill_every_step(const char *port, const char *cache)
 	cr_expect_eq(kvt_wait(&srv, 20000), 0, "kvserver: %s", srv.all);
 }
 
-TestSuite(kill, .init = kvt_require_rdma, .timeout = 600);
+TestSuite(kill_verbs, .init = kvt_require_rdma, .timeout = 600);
 
-Test(kill, a_writer_killed_after_any_doorbell_loses_no_acknowledged_write_and_leaves_no_lock)
+Test(kill_verbs, a_writer_killed_after_any_doorbell_loses_no_acknowledged_write_and_leaves_no_lock)
 {
 	kill_every_step("7661", "1024");
 }
 
-Test(kill, the_same_through_the_buckets)
+Test(kill_verbs, the_same_through_the_buckets)
 {
 	kill_every_step("7662", "0");
 }
@@ -125,7 +118,7 @@ Test(kill, the_same_through_the_buckets)
  * the emulated guest it takes most of a second, a STATS call ~0.1 s). A long
  * lease: the holder is fenced when it dies, not when its lease ends. (A peer
  * claiming the server's loopback role is refused at join: test_auth_verbs.) */
-Test(kill, a_killed_lock_holder_is_fenced_while_the_event_loop_keeps_answering)
+Test(kill_verbs, a_killed_lock_holder_is_fenced_while_the_event_loop_keeps_answering)
 {
 	const char *extra[] = { "-m", "1100", "--buckets", "4194304", "--lease-ms", "60000", "-v", NULL };
 	char *argv[] = { KV_LOCK_HOLDER_BIN, (char *)kvt_rdma_addr(), "7663", "victim", NULL };
@@ -151,27 +144,27 @@ Test(kill, a_killed_lock_holder_is_fenced_while_the_event_loop_keeps_answering)
 	cr_assert_eq(kvc_put(h, "victim", 6, "v", 1, 0), KVC_ETIMEDOUT, "the held locks must stop writers");
 	/* What a STATS call costs with nothing else going on. */
 	for (int i = 0; i < 5; i++) {
-		double c0 = now_s();
+		double c0 = kvi_mono_s();
 
 		cr_assert_eq(kvc_server_stats(h, &st), 0);
-		if (now_s() - c0 > base)
-			base = now_s() - c0;
+		if (kvi_mono_s() - c0 > base)
+			base = kvi_mono_s() - c0;
 	}
 	kvt_kill(&holder, SIGKILL);
 	kvt_wait(&holder, 10000);
-	t0 = now_s();
+	t0 = kvi_mono_s();
 	/* Control requests all along, until the fencer reports the release
 	 * (STATS reads its pages one by one: wait for both counters). */
-	while (now_s() - t0 < FENCE_BOUND_S) {
-		double c0 = now_s();
+	while (kvi_mono_s() - t0 < FENCE_BOUND_S) {
+		double c0 = kvi_mono_s();
 
 		rc = kvc_server_stats(h, &st);
 		cr_assert_eq(rc, 0, "STATS during fencing: %s", kvc_err_name(rc));
 		calls++;
-		if (now_s() - c0 > slowest)
-			slowest = now_s() - c0;
+		if (kvi_mono_s() - c0 > slowest)
+			slowest = kvi_mono_s() - c0;
 		if (st.fencings >= 1 && st.fence_released >= 2) {
-			released_at = now_s() - t0;
+			released_at = kvi_mono_s() - t0;
 			break;
 		}
 	}

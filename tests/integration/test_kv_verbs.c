@@ -15,7 +15,7 @@
 #include "layout.h"
 #include "rmem_verbs.h"
 
-TestSuite(kv, .init = kvt_require_rdma, .timeout = 300);
+TestSuite(kv_verbs, .init = kvt_require_rdma, .timeout = 300);
 
 static kvc_t *connect_kv(const char *port, unsigned cache_entries)
 {
@@ -37,7 +37,7 @@ static uint64_t rtt_of(kvc_t *h, int kind, uint64_t *ops)
 	return s.round_trips[kind];
 }
 
-Test(kv, put_get_delete_over_verbs_with_spec_round_trips)
+Test(kv_verbs, put_get_delete_over_verbs_with_spec_round_trips)
 {
 	struct kvt_proc srv;
 	kvc_t *h, *nc;
@@ -79,7 +79,7 @@ Test(kv, put_get_delete_over_verbs_with_spec_round_trips)
 	stop_server(&srv);
 }
 
-Test(kv, async_batch_over_verbs)
+Test(kv_verbs, async_batch_over_verbs)
 {
 	struct kvt_proc srv;
 	struct kvc_op ops[32], *done[32];
@@ -155,7 +155,7 @@ static unsigned verify_acks(kvc_t *h, const char *out)
 	return checked;
 }
 
-Test(kv, several_client_processes_end_with_their_acknowledged_state)
+Test(kv_verbs, several_client_processes_end_with_their_acknowledged_state)
 {
 	struct kvt_proc srv, w[WORKERS];
 	unsigned checked = 0;
@@ -178,7 +178,7 @@ Test(kv, several_client_processes_end_with_their_acknowledged_state)
 	stop_server(&srv);
 }
 
-Test(kv, server_cpu_stays_near_zero_while_clients_use_the_data_path)
+Test(kv_verbs, server_cpu_stays_near_zero_while_clients_use_the_data_path)
 {
 	struct kvt_proc srv, w[2];
 	struct kvt_thread_cpu ta[16], tb[16];
@@ -216,7 +216,7 @@ Test(kv, server_cpu_stays_near_zero_while_clients_use_the_data_path)
 	stop_server(&srv);
 }
 
-Test(kv, sigterm_makes_clients_fail_fast_with_servergone)
+Test(kv_verbs, sigterm_makes_clients_fail_fast_with_servergone)
 {
 	struct kvt_proc srv;
 	char buf[16];
@@ -247,7 +247,7 @@ static int cli(struct kvt_proc *p, const char *port, const char *a, const char *
 	return kvt_wait(p, 60000);
 }
 
-Test(kv, kvcli_exit_codes_and_output)
+Test(kv_verbs, kvcli_exit_codes_and_output)
 {
 	struct kvt_proc srv, p;
 
@@ -265,7 +265,7 @@ Test(kv, kvcli_exit_codes_and_output)
 		  "one line naming the server: %s", p.all);
 }
 
-Test(kv, the_example_program_works_against_a_server)
+Test(kv_verbs, the_example_program_works_against_a_server)
 {
 	struct kvt_proc srv, p;
 	char server[128];
@@ -281,7 +281,7 @@ Test(kv, the_example_program_works_against_a_server)
 	stop_server(&srv);
 }
 
-Test(kv, locks_of_a_client_that_dies_are_released_by_the_server)
+Test(kv_verbs, locks_of_a_client_that_dies_are_released_by_the_server)
 {
 	struct kvt_proc srv, holder;
 	char *argv[] = { KV_LOCK_HOLDER_BIN, (char *)kvt_rdma_addr(), "7638", "victim", NULL };
@@ -362,7 +362,7 @@ static void new_client_sees_old_keys(const char *port, kvc_t *old, const char *t
 /* Any client may WRITE the superblock page; the geometry comes from the
  * server's welcome, so neither a stray bucket count nor garbage there
  * changes anything for clients that join afterwards (layout.h "Geometry"). */
-Test(kv, a_client_writing_garbage_over_the_superblock_changes_nothing_for_new_clients)
+Test(kv_verbs, a_client_writing_garbage_over_the_superblock_changes_nothing_for_new_clients)
 {
 	struct kvi_superblock sb = { .magic = KVI_REGION_MAGIC, .layout_version = KVI_LAYOUT_VERSION,
 				     .state = KVI_STATE_SERVING, .epoch = 1, .index_off = KVI_SUPERBLOCK_SIZE,

@@ -14,16 +14,9 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "clock.h"
 #include "harness.h"
 #include "kvclient.h"
-
-static double now_s(void)
-{
-	struct timespec ts;
-
-	clock_gettime(CLOCK_MONOTONIC, &ts);
-	return (double)ts.tv_sec + ts.tv_nsec / 1e9;
-}
 
 static kvc_t *connect_to(const char *port, unsigned op_ms)
 {
@@ -46,9 +39,9 @@ static void stop_server(struct kvt_proc *srv)
 	cr_expect_eq(kvt_wait(srv, 20000), 0, "kvserver: %s", srv->all);
 }
 
-TestSuite(lease, .init = kvt_require_rdma, .timeout = 300);
+TestSuite(lease_verbs, .init = kvt_require_rdma, .timeout = 300);
 
-Test(lease, a_stopped_lock_holder_is_fenced_by_its_lease_and_rejoins_when_continued)
+Test(lease_verbs, a_stopped_lock_holder_is_fenced_by_its_lease_and_rejoins_when_continued)
 {
 	/* The lease must be what fences it: another writer's lock report
 	 * condemns a holder only after max-op-ms (members.h), so that is
@@ -68,21 +61,21 @@ Test(lease, a_stopped_lock_holder_is_fenced_by_its_lease_and_rejoins_when_contin
 	 * loaded guest. */
 	h = connect_to("7671", 500);
 	cr_assert_eq(kvt_start(&w, argv), 0);
-	t0 = now_s();
+	t0 = kvi_mono_s();
 	for (;;) {
 		char v[16];
 		size_t len;
 
 		if (kvt_line(&w, line, sizeof(line), 100) == 0 && strncmp(line, "STOP", 4) == 0)
 			break;
-		cr_assert_lt(now_s() - t0, 60, "the holder never stopped: %s", w.all);
+		cr_assert_lt(kvi_mono_s() - t0, 60, "the holder never stopped: %s", w.all);
 		(void)kvc_get(h, "other key", 9, v, sizeof(v), &len);
 	}
-	t0 = now_s(); /* it is stopped right after its lock doorbell */
+	t0 = kvi_mono_s(); /* it is stopped right after its lock doorbell */
 	do
 		rc = kvc_put(h, "stopped", 7, "other", 5, 0);
-	while (rc == KVC_ETIMEDOUT && now_s() - t0 < 20);
-	waited = now_s() - t0;
+	while (rc == KVC_ETIMEDOUT && kvi_mono_s() - t0 < 20);
+	waited = kvi_mono_s() - t0;
 	cr_expect_eq(rc, 0, "another writer of the key: %s", kvc_err_name(rc));
 	cr_expect_leq(waited, 2.0, "proceeded %.2f s after the holder stopped: more than 2 x the lease; kvserver: %s",
 		      waited, srv.all);
@@ -96,7 +89,7 @@ Test(lease, a_stopped_lock_holder_is_fenced_by_its_lease_and_rejoins_when_contin
 	cr_expect(strstr(srv.all, "let its lease run out"), "kvserver: %s", srv.all);
 }
 
-Test(lease, a_fenced_clients_late_write_does_not_land)
+Test(lease_verbs, a_fenced_clients_late_write_does_not_land)
 {
 	const char *extra[] = { "--lease-ms", "1000", NULL };
 	char *argv[] = { KV_LOCK_HOLDER_BIN, (char *)kvt_rdma_addr(), "7672", "wiped", "6500", NULL };
@@ -132,7 +125,7 @@ Test(lease, a_fenced_clients_late_write_does_not_land)
 	cr_expect(strstr(srv.all, "let its lease run out"), "kvserver: %s", srv.all);
 }
 
-Test(lease, clients_work_again_on_the_same_handle_after_a_server_restart)
+Test(lease_verbs, clients_work_again_on_the_same_handle_after_a_server_restart)
 {
 	struct kvt_proc srv;
 	double t0;
@@ -149,15 +142,15 @@ Test(lease, clients_work_again_on_the_same_handle_after_a_server_restart)
 	first = kvc_get(h, "a", 1, v, sizeof(v), &len);
 	cr_expect(first == KVC_ESERVERGONE || first == KVC_EFENCED, "with the server gone: %s", kvc_err_name(first));
 	kvt_start_server(&srv, "7673", NULL);
-	t0 = now_s();
+	t0 = kvi_mono_s();
 	do
 		rc = kvc_put(h, "b", 1, "2", 1, 0);
-	while (rc != 0 && now_s() - t0 < 10);
+	while (rc != 0 && kvi_mono_s() - t0 < 10);
 	cr_expect_eq(rc, 0, "after the restart: %s", kvc_err_name(rc));
 	cr_expect_eq(kvc_get(h, "a", 1, v, sizeof(v), &len), KVC_ENOTFOUND, "a new server is empty");
 	cr_expect_eq(kvc_get(h, "b", 1, v, sizeof(v), &len), 0);
 	printf("server restarted: the same handle worked again %.2f s after the restart (first error %s)\n",
-	       now_s() - t0, kvc_err_name(first));
+	       kvi_mono_s() - t0, kvc_err_name(first));
 	kvc_destroy(h);
 	stop_server(&srv);
 }
@@ -165,7 +158,7 @@ Test(lease, clients_work_again_on_the_same_handle_after_a_server_restart)
 /* Client ids (server/ids.h). A kvserver built with 16 ids (kvserver-fewids;
  * its fencer and reclaimer take some of them): 40 one-shot clients, each a
  * new join; with ids never reused the 17th would be refused. */
-Test(lease, client_ids_are_recycled_so_joins_never_run_out)
+Test(lease_verbs, client_ids_are_recycled_so_joins_never_run_out)
 {
 	const char *extra[] = { "--lease-ms", "200", "--max-op-ms", "100", NULL };
 	struct kvt_proc srv;
@@ -187,11 +180,11 @@ Test(lease, client_ids_are_recycled_so_joins_never_run_out)
 	printf("client ids: 40 client joins on a server with 16 ids, none refused\n");
 }
 
-/* Issue 18 defect 2: an idle handle costs no rejoin. Left alone for three
+/* An idle handle costs no rejoin. Left alone for three
  * leases, it is found idle (the server READs its idle word) and kept; its
  * next calls -- statistics first, as a monitoring loop would, then data --
  * renew on the same connection. */
-Test(lease, an_idle_handle_is_kept_connected_and_renews_without_a_rejoin)
+Test(lease_verbs, an_idle_handle_is_kept_connected_and_renews_without_a_rejoin)
 {
 	const char *extra[] = { "--lease-ms", "300", "-v", NULL };
 	struct kvc_server_stats ss;

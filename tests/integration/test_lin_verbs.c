@@ -37,7 +37,7 @@ static size_t read_history(const char *path, struct lc_op *ops, size_t cap)
 	return n;
 }
 
-TestSuite(lin, .init = kvt_require_rdma, .timeout = 600);
+TestSuite(lin_verbs, .init = kvt_require_rdma, .timeout = 600);
 
 /* Record `histories` histories of PROCS processes on the kvserver at port
  * and check each; returns the operations checked. */
@@ -94,7 +94,7 @@ static uint64_t run_histories(struct kvt_proc *srv, const char *port, unsigned h
 	return total;
 }
 
-Test(lin, histories_of_several_processes_with_ttls_are_linearizable)
+Test(lin_verbs, histories_of_several_processes_with_ttls_are_linearizable)
 {
 	uint64_t total, states = 0;
 	struct kvt_proc srv;
@@ -151,7 +151,7 @@ static uint64_t resizes_of(const char *port)
  * (layout.h "Resize"): operations meet UNMIGRATED and MOVED buckets, clients
  * fetch new indexes mid-operation, and every history must still be
  * linearizable. */
-Test(lin, histories_recorded_while_the_index_doubles_are_linearizable)
+Test(lin_verbs, histories_recorded_while_the_index_doubles_are_linearizable)
 {
 	const char *extra[] = { "--buckets", "32", "--no-evict", NULL };
 	struct filler f = { .port = "7742" };

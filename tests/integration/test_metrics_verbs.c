@@ -16,6 +16,7 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "clock.h"
 #include "harness.h"
 #include "kvclient.h"
 #include "kvclient_errors.h"
@@ -23,14 +24,6 @@
 #include "rmem_verbs.h"
 
 TestSuite(metrics_verbs, .init = kvt_require_rdma, .timeout = 240);
-
-static double now_s(void)
-{
-	struct timespec ts;
-
-	clock_gettime(CLOCK_MONOTONIC, &ts);
-	return (double)ts.tv_sec + ts.tv_nsec / 1e9;
-}
 
 /* method url with curl: the HTTP status (0 if curl failed), the body in
  * *body (malloc'd, NUL-terminated) and the content type in ctype. */
@@ -99,14 +92,14 @@ static double value(const char *text, const char *series)
  * server count arrives a moment later); returns the last value. */
 static double wait_value(const char *base, const char *series, double want, double timeout_s)
 {
-	double t0 = now_s(), v;
+	double t0 = kvi_mono_s(), v;
 
 	for (;;) {
 		char *text = scrape(base);
 
 		v = value(text, series);
 		free(text);
-		if (v >= want || now_s() - t0 > timeout_s)
+		if (v >= want || kvi_mono_s() - t0 > timeout_s)
 			return v;
 		usleep(100 * 1000);
 	}
@@ -278,7 +271,7 @@ static void *scrape_loop(void *arg)
 
 	while (!__atomic_load_n(&s->stop, __ATOMIC_RELAXED)) {
 		struct sockaddr_in sa = { .sin_family = AF_INET, .sin_port = htons((uint16_t)s->port) };
-		double t0 = now_s();
+		double t0 = kvi_mono_s();
 		size_t got = 0;
 		ssize_t n;
 		int fd = socket(AF_INET, SOCK_STREAM, 0);
@@ -296,7 +289,7 @@ static void *scrape_loop(void *arg)
 			s->ok++;
 		else
 			s->failed++;
-		s->busy_s += now_s() - t0;
+		s->busy_s += kvi_mono_s() - t0;
 		usleep(100 * 1000);
 	}
 	return NULL;

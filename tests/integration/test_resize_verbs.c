@@ -14,18 +14,11 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "clock.h"
 #include "harness.h"
 #include "kvclient.h"
 
 #define FILL 16000
-
-static double now_s(void)
-{
-	struct timespec ts;
-
-	clock_gettime(CLOCK_MONOTONIC, &ts);
-	return (double)ts.tv_sec + ts.tv_nsec / 1e9;
-}
 
 static void stop_server(struct kvt_proc *srv)
 {
@@ -66,7 +59,7 @@ static void fill(kvc_t *h, unsigned from, unsigned to, double *worst)
 	char k[32], v[32];
 
 	for (unsigned i = from; i < to; i++) {
-		double t0 = now_s(), dt;
+		double t0 = kvi_mono_s(), dt;
 		int rc;
 
 		snprintf(k, sizeof(k), "fill-%u", i);
@@ -76,9 +69,9 @@ static void fill(kvc_t *h, unsigned from, unsigned to, double *worst)
 			if (rc == KVC_EINDEXFULL)
 				usleep(2000);
 		} while ((rc == KVC_EINDEXFULL || rc == KVC_ETIMEDOUT || rc == KVC_EFENCED || rc == KVC_EUNKNOWN) &&
-			 now_s() - t0 < 20);
+			 kvi_mono_s() - t0 < 20);
 		cr_assert_eq(rc, 0, "PUT %s: %s", k, kvc_err_name(rc));
-		dt = now_s() - t0;
+		dt = kvi_mono_s() - t0;
 		if (dt > *worst)
 			*worst = dt;
 	}
@@ -118,9 +111,9 @@ static struct kvc_server_stats stats_of(kvc_t *h)
 	return s;
 }
 
-TestSuite(resize, .init = kvt_require_rdma, .timeout = 400);
+TestSuite(resize_verbs, .init = kvt_require_rdma, .timeout = 400);
 
-Test(resize, the_index_grows_under_load_and_loses_nothing)
+Test(resize_verbs, the_index_grows_under_load_and_loses_nothing)
 {
 	/* Leases are not what this tests: a 3 s one keeps a worker that the
 	 * emulated guest starved for a second (under ASan, beside the filler and
@@ -135,11 +128,11 @@ Test(resize, the_index_grows_under_load_and_loses_nothing)
 	start_worker(&w1, "7681", 1, 25, 0);
 	start_worker(&w2, "7681", 2, 25, 0);
 	h = kvt_kv_connect("7681", 1, 1024);
-	t0 = now_s();
+	t0 = kvi_mono_s();
 	fill(h, 0, FILL, &worst);
 	s = stats_of(h);
 	printf("filled %u keys in %.1f s (slowest PUT %.0f ms): %llu resizes, %llu buckets (epoch %llu)\n", FILL,
-	       now_s() - t0, worst * 1000, (unsigned long long)s.resizes, (unsigned long long)s.index_buckets,
+	       kvi_mono_s() - t0, worst * 1000, (unsigned long long)s.resizes, (unsigned long long)s.index_buckets,
 	       (unsigned long long)s.index_epoch);
 	cr_expect_geq(s.resizes, 3, "128 buckets hold 3968 items: 16000 need at least three doublings");
 	cr_expect_geq(s.index_buckets, 1024);
@@ -153,7 +146,7 @@ Test(resize, the_index_grows_under_load_and_loses_nothing)
 	stop_server(&srv);
 }
 
-Test(resize, a_client_asleep_during_two_resizes_rejoins_and_stays_correct)
+Test(resize_verbs, a_client_asleep_during_two_resizes_rejoins_and_stays_correct)
 {
 	const char *extra[] = { "--buckets", "128", "--no-evict", "--lease-ms", "1000", NULL };
 	struct kvt_proc srv, w;
@@ -184,12 +177,12 @@ Test(resize, a_client_asleep_during_two_resizes_rejoins_and_stays_correct)
 	stop_server(&srv);
 }
 
-/* Issue 18 defect 6, as filed: kvserver -m 2 --buckets 4 --no-evict (one
- * segment: the index cannot grow). A client fills it until KVC_EINDEXFULL,
- * deletes one item and tries 200 more inserts: each answers 0 (the room the
- * delete made) or KVC_EINDEXFULL, well within its deadline; the client is
- * never fenced (it was after 5, KVC_EFENCED, server fencings=1). */
-Test(resize, a_full_index_that_cannot_grow_refuses_and_never_fences)
+/* kvserver -m 2 --buckets 4 --no-evict (one segment: the index cannot
+ * grow). A client fills it until KVC_EINDEXFULL, deletes one item and tries
+ * 200 more inserts: each answers 0 (the room the delete made) or
+ * KVC_EINDEXFULL, well within its deadline; the client is never fenced (a
+ * refusal must not cost a writer its lease, KVC_EFENCED). */
+Test(resize_verbs, a_full_index_that_cannot_grow_refuses_and_never_fences)
 {
 	const char *extra[] = { "-m", "2", "--buckets", "4", "--no-evict", NULL };
 	struct kvt_proc srv;
@@ -212,12 +205,12 @@ Test(resize, a_full_index_that_cannot_grow_refuses_and_never_fences)
 	}
 	cr_assert_eq(kvc_delete(h, "full-0", 6), 0);
 	for (unsigned i = 0; i < 200; i++) {
-		double t0 = now_s();
+		double t0 = kvi_mono_s();
 
 		snprintf(k, sizeof(k), "more-%u", i);
 		rc = kvc_put(h, k, strlen(k), "value", 5, 0);
-		if (now_s() - t0 > worst)
-			worst = now_s() - t0;
+		if (kvi_mono_s() - t0 > worst)
+			worst = kvi_mono_s() - t0;
 		cr_assert(rc == 0 || rc == KVC_EINDEXFULL, "PUT %u (%s): %s after %u refusals", i, k, kvc_err_name(rc),
 			  full);
 		ok += rc == 0;

@@ -52,7 +52,7 @@ static void teardown(void)
 	}
 }
 
-TestSuite(verbs, .init = setup, .fini = teardown, .timeout = 120);
+TestSuite(rmem_verbs, .init = setup, .fini = teardown, .timeout = 120);
 
 ReportHook(PRE_ALL)(struct criterion_test_set *set)
 {
@@ -62,7 +62,7 @@ ReportHook(PRE_ALL)(struct criterion_test_set *set)
 	fflush(stdout);
 }
 
-Test(verbs, read_returns_the_peer_region)
+Test(rmem_verbs, read_returns_the_peer_region)
 {
 	struct kvi_rop op = kvi_rop_read(8 * 1000, lw, 64);
 
@@ -72,7 +72,7 @@ Test(verbs, read_returns_the_peer_region)
 	cr_expect_str_eq(kvi_rmem_verbs_device(rm), kvt_rdma_dev() ? kvt_rdma_dev() : "");
 }
 
-Test(verbs, write_lands_and_reads_back)
+Test(rmem_verbs, write_lands_and_reads_back)
 {
 	struct kvi_rop op;
 
@@ -89,7 +89,7 @@ Test(verbs, write_lands_and_reads_back)
 	cr_expect_eq(lw[140], 0xabc000u);
 }
 
-Test(verbs, cas_swaps_only_on_match_and_returns_the_old_value)
+Test(rmem_verbs, cas_swaps_only_on_match_and_returns_the_old_value)
 {
 	struct kvi_rop op = kvi_rop_cas(8 * 50, &lw[0], 50, 0x1234);
 
@@ -103,7 +103,7 @@ Test(verbs, cas_swaps_only_on_match_and_returns_the_old_value)
 	cr_expect_eq(lw[2], 0x1234, "failed CAS did not write");
 }
 
-Test(verbs, faa_adds_and_returns_the_old_value)
+Test(rmem_verbs, faa_adds_and_returns_the_old_value)
 {
 	struct kvi_rop op = kvi_rop_faa(8 * 60, &lw[0], 40);
 
@@ -114,7 +114,7 @@ Test(verbs, faa_adds_and_returns_the_old_value)
 	cr_expect_eq(lw[0], 100);
 }
 
-Test(verbs, mixed_batch_is_one_completion_in_posting_order)
+Test(rmem_verbs, mixed_batch_is_one_completion_in_posting_order)
 {
 	struct kvi_rop ops[5];
 	struct kvi_rcomp c;
@@ -136,7 +136,7 @@ Test(verbs, mixed_batch_is_one_completion_in_posting_order)
 	cr_expect_eq(kvi_rmem_poll(rm, &c, 1), 0);
 }
 
-Test(verbs, many_batches_in_flight_complete_in_order)
+Test(rmem_verbs, many_batches_in_flight_complete_in_order)
 {
 	struct kvi_rcomp c[KVI_RMEM_MAX_INFLIGHT];
 	unsigned got = 0, n = 48;
@@ -160,7 +160,7 @@ Test(verbs, many_batches_in_flight_complete_in_order)
 	}
 }
 
-Test(verbs, access_past_the_advertised_region_is_refused_locally)
+Test(rmem_verbs, access_past_the_advertised_region_is_refused_locally)
 {
 	struct kvi_rop op = kvi_rop_read(rm->region_size - 4, lw, 8);
 
@@ -169,7 +169,7 @@ Test(verbs, access_past_the_advertised_region_is_refused_locally)
 	cr_expect_eq(kvi_rmem_exec(rm, &op, 1, 10000), 0, "connection still usable");
 }
 
-Test(verbs, access_past_registered_memory_is_erange_from_the_nic_not_a_crash)
+Test(rmem_verbs, access_past_registered_memory_is_erange_from_the_nic_not_a_crash)
 {
 	static const char *const lie[] = { "--size", "65536", "--advertise-extra", "1048576", NULL };
 	struct kvi_rop op;
@@ -186,7 +186,7 @@ Test(verbs, access_past_registered_memory_is_erange_from_the_nic_not_a_crash)
  * every completion, batch after batch and many in flight, promptly. (How
  * often they do sleep depends on the device: Soft-RoCE with its peer in the
  * same guest often completes a batch within the post itself.) */
-Test(verbs, a_wait_that_sleeps_at_once_sees_every_completion)
+Test(rmem_verbs, a_wait_that_sleeps_at_once_sees_every_completion)
 {
 	struct kvi_rcomp c[KVI_RMEM_MAX_INFLIGHT];
 	time_t t0 = time(NULL);
@@ -241,7 +241,7 @@ static void peer_loss_is_noticed(void)
 	       rm->spin_us < 0 ? "polling" : "sleeping waits");
 }
 
-Test(verbs, killed_peer_gives_servergone_not_a_hang)
+Test(rmem_verbs, killed_peer_gives_servergone_not_a_hang)
 {
 	rm->spin_us = -1;
 	peer_loss_is_noticed();
@@ -249,7 +249,7 @@ Test(verbs, killed_peer_gives_servergone_not_a_hang)
 
 /* Waits that sleep notice a lost peer as polling ones do (the rdma_cm
  * channel and error completions wake them). */
-Test(verbs, a_sleeping_wait_notices_a_killed_peer)
+Test(rmem_verbs, a_sleeping_wait_notices_a_killed_peer)
 {
 	rm->spin_us = 0;
 	peer_loss_is_noticed();
@@ -257,9 +257,9 @@ Test(verbs, a_sleeping_wait_notices_a_killed_peer)
 
 /* --- connection set-up errors: one clear message and a distinct code --- */
 
-TestSuite(verbs_setup, .init = kvt_require_rdma, .timeout = 120);
+TestSuite(rmem_setup_verbs, .init = kvt_require_rdma, .timeout = 120);
 
-Test(verbs_setup, no_listener_on_the_port_is_unreachable)
+Test(rmem_setup_verbs, no_listener_on_the_port_is_unreachable)
 {
 	struct kvi_errbuf e = { { 0 } };
 	struct kvi_rmem *r = NULL;
@@ -269,7 +269,7 @@ Test(verbs_setup, no_listener_on_the_port_is_unreachable)
 	cr_expect(strstr(e.msg, "refused") || strstr(e.msg, "unreachable"), "message: %s", e.msg);
 }
 
-Test(verbs_setup, unresolvable_host_is_unreachable)
+Test(rmem_setup_verbs, unresolvable_host_is_unreachable)
 {
 	struct kvi_errbuf e = { { 0 } };
 	struct kvi_rmem *r = NULL;
@@ -278,7 +278,7 @@ Test(verbs_setup, unresolvable_host_is_unreachable)
 	cr_expect(strstr(e.msg, "no-such-host.invalid") != NULL, "message names the host: %s", e.msg);
 }
 
-Test(verbs_setup, unknown_device_name_is_enodev_and_lists_devices)
+Test(rmem_setup_verbs, unknown_device_name_is_enodev_and_lists_devices)
 {
 	struct kvi_errbuf e = { { 0 } };
 	struct kvi_rmem *r = NULL;
@@ -287,7 +287,7 @@ Test(verbs_setup, unknown_device_name_is_enodev_and_lists_devices)
 	cr_expect(strstr(e.msg, "mlx5_99") && strstr(e.msg, "available"), "message: %s", e.msg);
 }
 
-Test(verbs_setup, device_without_atomics_is_refused_up_front)
+Test(rmem_setup_verbs, device_without_atomics_is_refused_up_front)
 {
 	struct kvi_errbuf e = { { 0 } };
 	struct kvi_rmem *r = NULL;
@@ -299,11 +299,11 @@ Test(verbs_setup, device_without_atomics_is_refused_up_front)
 	cr_expect(strstr(e.msg, "atomic") != NULL, "message: %s", e.msg);
 }
 
-/* Issue 18: the server reuses memory assuming what a client posts executes
+/* The server reuses memory assuming what a client posts executes
  * within the bound it states; a client whose QP (read back after
  * connecting: ACK timeout 14, retry count 7, 587 ms) may retransmit for
  * longer refuses to run, and says why. */
-Test(verbs_setup, a_qp_that_may_execute_later_than_the_server_allows_is_refused)
+Test(rmem_setup_verbs, a_qp_that_may_execute_later_than_the_server_allows_is_refused)
 {
 	static const char *const tight[] = { "--exec-ms", "100", NULL };
 	struct kvi_errbuf e = { { 0 } };

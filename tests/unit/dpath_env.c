@@ -3,113 +3,17 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <time.h>
 
 #include "kvclient_errors.h"
 
-/* Serialises control requests from client threads, as kvserver's one event
- * loop does. */
-static uint64_t mono_ns(void)
-{
-	struct timespec ts;
-
-	clock_gettime(CLOCK_MONOTONIC, &ts);
-	return (uint64_t)ts.tv_sec * 1000000000u + (uint64_t)ts.tv_nsec;
-}
-
-/* kvserver's on_ctrl for membership (server/main.c), over the local region. */
-static int members_ctrl(struct kvt_env *env, uint32_t client_id, const struct kvi_ctrl *req, struct kvi_ctrl *resp)
-{
-	struct kvs_report_action a;
-	enum kvi_index_state state;
-	uint64_t *word, current, epoch, off;
-	uint32_t lease;
-
-	if (req->type == KVI_CTRL_LEASE_RENEW) {
-		/* As kvserver's LEASE: the index epoch and state, which the
-		 * client compares with what it has (fetching on a difference). */
-		int readmitted;
-
-		kvs_members_set_probe(env->members, client_id, req->arg[1], (uint32_t)req->arg[2]);
-		readmitted = kvs_members_is_lapsed(env->members, client_id);
-		kvs_core_index_status(env->core, &epoch, &state);
-		lease = kvs_members_renew(env->members, client_id, mono_ns());
-		*resp = lease ? (struct kvi_ctrl){ .type = KVI_CTRL_LEASE, .seq = req->seq,
-						   .arg = { lease, env->renew_ms, epoch, state,
-							    readmitted ? KVI_LEASE_F_READMITTED : 0 } }
-			      : (struct kvi_ctrl){ .type = KVI_CTRL_ERROR, .seq = req->seq, .status = KVC_EFENCED };
-		return 0;
-	}
-	/* As kvserver's lock_report: the bucket of the index the report names. */
-	if (kvs_core_bucket_of_epoch(env->core, req->arg[2], req->arg[0], &off)) {
-		*resp = (struct kvi_ctrl){ .type = KVI_CTRL_LOCK_REPORTED, .seq = req->seq,
-					   .arg = { KVI_REPORT_CHANGED } };
-		return 0;
-	}
-	word = (uint64_t *)(void *)(kvi_local_region_base(env->reg) + off);
-	current = __atomic_load_n(word, __ATOMIC_SEQ_CST);
-	kvs_core_index_status(env->core, &epoch, &state);
-	kvs_members_judge(env->members, client_id, req->arg[0], req->arg[1], current,
-			  req->arg[2] == epoch && state == KVI_INDEX_STABLE, mono_ns(), &a);
-	env->verdicts[a.verdict]++;
-	if (a.set)
-		__atomic_compare_exchange_n(word, &a.set_from, a.set_to, 0, __ATOMIC_SEQ_CST, __ATOMIC_SEQ_CST);
-	if (a.fence_owner)
-		env->fenced_owner = a.fence_owner;
-	*resp = (struct kvi_ctrl){ .type = KVI_CTRL_LOCK_REPORTED, .seq = req->seq, .arg = { a.verdict } };
-	return 0;
-}
-
-static int locked_ctrl(void *arg, uint32_t client_id, const struct kvi_ctrl *req, struct kvi_ctrl *resp)
-{
-	struct kvt_env *env = arg;
-	int rc;
-
-	pthread_mutex_lock(&env->lock);
-	if (env->members && (req->type == KVI_CTRL_LEASE_RENEW || req->type == KVI_CTRL_LOCK_REPORT))
-		rc = members_ctrl(env, client_id, req, resp);
-	else
-		rc = kvs_core_ctrl(env->core, client_id, req, resp);
-	pthread_mutex_unlock(&env->lock);
-	return rc;
-}
-
 unsigned kvt_env_expire(struct kvt_env *env, unsigned *lapsed)
 {
-	uint32_t ids[64];
-	unsigned n, expelled = 0;
-
-	*lapsed = 0;
-	pthread_mutex_lock(&env->lock);
-	n = kvs_members_expired(env->members, mono_ns(), ids, 64);
-	for (unsigned i = 0; i < n; i++) {
-		uint64_t addr;
-		uint32_t rkey;
-
-		/* In-process the idle word is read where it lies. */
-		if (kvs_members_probe(env->members, ids[i], &addr, &rkey) &&
-		    kvs_members_probe_start(env->members, ids[i]) == 0 &&
-		    __atomic_load_n((const uint64_t *)(uintptr_t)addr, __ATOMIC_SEQ_CST) == 0) {
-			if (kvs_members_lapse(env->members, ids[i], mono_ns()) == 1)
-				kvs_core_client_left(env->core, ids[i]);
-			(*lapsed)++;
-		} else {
-			kvs_members_expel(env->members, ids[i]);
-			expelled++;
-		}
-	}
-	pthread_mutex_unlock(&env->lock);
-	return expelled;
+	return kvs_inproc_expire(&env->srv, lapsed);
 }
 
 int kvt_env_leases(struct kvt_env *env, uint32_t lease_ms, uint32_t renew_ms)
 {
-	uint32_t max_op, quarantine;
-	uint16_t flags;
-
-	kvs_core_limits(env->core, &max_op, &quarantine, &flags);
-	env->renew_ms = renew_ms;
-	return kvs_members_create(&env->members, lease_ms, max_op);
+	return kvs_inproc_leases(&env->srv, lease_ms, renew_ms);
 }
 
 int kvt_env_init(struct kvt_env *env, uint64_t region_mib, uint64_t buckets, uint64_t segment_kib)
@@ -135,43 +39,21 @@ int kvt_env_init_opts(struct kvt_env *env, uint64_t region_mib, const struct kvs
 		o.hash_seed = KVT_HASH_SEED;
 
 	memset(env, 0, sizeof(*env));
-	env->next_client = 1;
-	pthread_mutex_init(&env->lock, NULL);
-	env->reg = kvi_local_region_create(region_mib << 20);
-	if (!env->reg)
-		return KVC_ENOMEM;
-	rc = kvs_core_create(kvi_local_region_base(env->reg), region_mib << 20, &o, &env->core, &e);
-	if (rc) {
+	rc = kvs_inproc_init(&env->srv, region_mib << 20, &o, &e);
+	if (rc)
 		fprintf(stderr, "kvt_env_init: %s\n", e.msg);
-		kvi_local_region_destroy(env->reg);
-		env->reg = NULL;
-	}
 	return rc;
 }
 
 void kvt_env_fini(struct kvt_env *env)
 {
-	kvs_members_destroy(env->members);
-	kvs_core_destroy(env->core);
-	kvi_local_region_destroy(env->reg);
-	pthread_mutex_destroy(&env->lock);
+	kvs_inproc_fini(&env->srv);
 	memset(env, 0, sizeof(*env));
-}
-
-static void set_limits(struct kvt_env *env, struct kvi_rmem *rm)
-{
-	uint32_t max_op, quarantine;
-	uint16_t flags;
-
-	kvs_core_limits(env->core, &max_op, &quarantine, &flags);
-	kvi_rmem_local_set_limits(rm, max_op, quarantine, flags);
-	/* As kvserver's welcome does: the core's geometry, never the region's. */
-	kvi_rmem_local_set_geometry(rm, kvs_core_geometry(env->core));
 }
 
 int kvt_env_reclaimer(struct kvt_env *env, const struct kvs_reclaim_hooks *hooks, struct kvs_reclaimer **out)
 {
-	return kvt_env_reclaimer_on(env, NULL, __atomic_fetch_add(&env->next_client, 1, __ATOMIC_RELAXED), hooks, out);
+	return kvt_env_reclaimer_on(env, NULL, kvs_inproc_new_id(&env->srv), hooks, out);
 }
 
 int kvt_env_reclaimer_on(struct kvt_env *env, const struct kvi_local_hooks *loopback, uint32_t id,
@@ -180,12 +62,10 @@ int kvt_env_reclaimer_on(struct kvt_env *env, const struct kvi_local_hooks *loop
 	struct kvi_rmem *rm;
 	int rc;
 
-	rc = kvi_rmem_local_create(env->reg, 4096, loopback, &rm);
+	rc = kvs_inproc_loopback(&env->srv, 4096, loopback, id, &rm);
 	if (rc)
 		return rc;
-	kvi_rmem_local_set_ctrl(rm, locked_ctrl, env, id);
-	set_limits(env, rm);
-	return kvs_reclaim_create(env->core, rm, hooks, out);
+	return kvs_reclaim_create(env->srv.core, rm, hooks, out);
 }
 
 int kvt_fail_at;
@@ -204,10 +84,10 @@ void kvt_env_fence_locks(struct kvt_env *env, uint32_t dead)
 	/* The current index and a previous one still in use, as a fencing
 	 * pass looks at both. */
 	for (int which = 0; which < 2; which++) {
-		if (kvs_core_index(env->core, which, &x, chunks, 64))
+		if (kvs_core_index(env->srv.core, which, &x, chunks, 64))
 			continue;
 		for (uint64_t i = 0; i < x.bucket_count; i++) {
-			uint64_t *w = (uint64_t *)(void *)(kvs_core_region(env->core) + kvi_index_bucket_off(&x, i));
+			uint64_t *w = (uint64_t *)(void *)(kvs_core_region(env->srv.core) + kvi_index_bucket_off(&x, i));
 
 			__atomic_compare_exchange_n(w, &(uint64_t){ kvi_lock_held_by(dead) }, 0, 0, __ATOMIC_SEQ_CST,
 						    __ATOMIC_SEQ_CST);
@@ -224,20 +104,7 @@ struct dial {
 /* A new local connection with a new client id; a member from now. */
 static int connect_local(struct kvt_env *env, const struct kvi_local_hooks *hooks, struct kvi_rmem **rm)
 {
-	uint32_t id = __atomic_fetch_add(&env->next_client, 1, __ATOMIC_RELAXED);
-	int rc = kvi_rmem_local_create(env->reg, 4096, hooks, rm);
-
-	if (rc)
-		return rc;
-	set_limits(env, *rm);
-	/* Handles may be created from several threads. */
-	kvi_rmem_local_set_ctrl(*rm, locked_ctrl, env, id);
-	if (env->members) {
-		pthread_mutex_lock(&env->lock);
-		rc = kvs_members_join(env->members, id, 1, mono_ns());
-		pthread_mutex_unlock(&env->lock);
-	}
-	return rc;
+	return kvs_inproc_connect(&env->srv, 4096, hooks, rm);
 }
 
 static int dial_local(void *arg, int timeout_ms, struct kvi_rmem **rm)
@@ -316,13 +183,13 @@ int kvt_get_s(kvc_t *c, const char *k, char *out, size_t cap)
 
 void kvt_spread_key(struct kvt_env *env, const char *prefix, unsigned *next, char *out, size_t len)
 {
-	const struct kvi_geometry *g = kvs_core_geometry(env->core);
+	const struct kvi_geometry *g = kvs_core_geometry(env->srv.core);
 	struct kvi_index ix;
 	uint64_t chunks[1];
 	struct kvi_keyhash kh;
 
 	ix.bucket_count = g->bucket_count;
-	if (kvs_core_index(env->core, 0, &ix, chunks, 1) != 0)
+	if (kvs_core_index(env->srv.core, 0, &ix, chunks, 1) != 0)
 		ix.bucket_count = g->bucket_count; /* a larger index: placement is rarely single */
 	do {
 		snprintf(out, len, "%s-%u", prefix, (*next)++);

@@ -1,6 +1,9 @@
-/* A whole key-value system in one process for the data-path tests: a local
- * region formatted by the real server core, and client handles talking to it
- * through the local transport (control requests go straight to the core). */
+/* A whole key-value system in one process for the data-path tests: the
+ * in-process server (server/inproc.h: a local region formatted by the real
+ * core, control requests answered as kvserver answers them) and client
+ * handles talking to it through the local transport. On top of the server,
+ * what only tests need: fixed hash seeds, a server that refuses new
+ * connections, fencing by hand, loopbacks that break on demand. */
 #ifndef KVT_DPATH_ENV_H
 #define KVT_DPATH_ENV_H
 
@@ -8,25 +11,18 @@
 #include <stdint.h>
 
 #include "cluster.h"
+#include "clock.h"
 #include "conn.h"
-#include "core.h"
 #include "engine.h"
 #include "hash.h"
-#include "members.h"
+#include "inproc.h"
 #include "op.h"
-#include "reclaim.h"
-#include "rmem_local.h"
 
 struct kvt_env {
-	struct kvi_local_region *reg;
-	struct kvs_core *core;
-	uint32_t next_client;
-	pthread_mutex_t lock; /* the core is single-threaded, like kvserver's event loop */
-	/* Membership, as kvserver keeps it (NULL: no leases, like a bare core). */
-	struct kvs_members *members;
-	uint32_t renew_ms;
-	uint64_t verdicts[4]; /* lock reports judged, by enum kvi_report_verdict */
-	uint32_t fenced_owner; /* the last owner a report condemned */
+	/* The server: region, core, membership (srv.members, NULL without
+	 * leases), lock-report verdicts (srv.verdicts, srv.fenced_owner) and the
+	 * lock serialising control requests (srv.lock). */
+	struct kvs_inproc srv;
 	int down; /* new connections are refused (a server that is down: test_cluster) */
 };
 
@@ -61,12 +57,9 @@ int kvt_env_client(struct kvt_env *env, const struct kvi_local_hooks *hooks, uns
 		   unsigned depth, kvc_t **out);
 
 /* Grant leases of lease_ms (renewed every renew_ms) and judge lock reports,
- * as kvserver does: a report naming no member clears the word (with a CPU
- * CAS: the local transport's atomics are CPU atomics). */
+ * as kvserver does (kvs_inproc_leases). */
 int kvt_env_leases(struct kvt_env *env, uint32_t lease_ms, uint32_t renew_ms);
-/* What kvserver does when leases end (server/members.h "Idleness"): each
- * member whose lease ended is kept as lapsed if its idle word reads 0
- * (counted in *lapsed), else expelled (returned). */
+/* What kvserver does when leases end (kvs_inproc_expire). */
 unsigned kvt_env_expire(struct kvt_env *env, unsigned *lapsed);
 /* A client with these options (depth, cache, timeouts); it can rejoin (a new
  * local connection, a new client id) when its connection breaks. */
@@ -81,5 +74,12 @@ int kvt_env_dial(struct kvt_env *env, kvi_dial_fn *fn, void **arg);
  * leaves the value NUL-terminated in out (empty unless found); returns the code. */
 int kvt_put_s(kvc_t *c, const char *k, const char *v);
 int kvt_get_s(kvc_t *c, const char *k, char *out, size_t cap);
+
+/* Milliseconds of kvi_mono_ns's clock (the one leases are timed by), for the
+ * suites' waits and bounds. */
+static inline uint64_t kvt_mono_ms(void)
+{
+	return kvi_mono_ns() / 1000000u;
+}
 
 #endif

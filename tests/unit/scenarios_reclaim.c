@@ -154,7 +154,7 @@ static void *reclaimer_main(void *arg)
 	while (!__atomic_load_n(&g_stop_reclaimer, __ATOMIC_ACQUIRE)) {
 		if (kvs_reclaim_run(g_rcl) < 0)
 			return (void *)"the reclaimer's connection failed";
-		kvs_core_tick(env->core, 0);
+		kvs_core_tick(env->srv.core, 0);
 		usleep(500);
 	}
 	return NULL;
@@ -186,7 +186,7 @@ const char *reclaim_races_readers_and_writers(void)
 		memset(&wr[i], 0, sizeof(wr[i]));
 		wr[i].env = &env;
 		wr[i].id = i + 1;
-		wr[i].bytes_goal = HEAP_TIMES * kvs_core_geometry(env.core)->heap_size / WRITERS;
+		wr[i].bytes_goal = HEAP_TIMES * kvs_core_geometry(env.srv.core)->heap_size / WRITERS;
 		if (pthread_create(&wr[i].t, NULL, writer_main, &wr[i]))
 			return "cannot start a thread";
 	}
@@ -201,7 +201,7 @@ const char *reclaim_races_readers_and_writers(void)
 	pthread_join(rt, &rret);
 	if (!why)
 		why = rd.why ? rd.why : (const char *)rret;
-	kvs_core_stats(env.core, &st);
+	kvs_core_stats(env.srv.core, &st);
 	if (!why && st.rc.segments < HEAP_TIMES)
 		why = "the heap was written several times over but hardly anything was reclaimed";
 	if (!why && rd.hits == 0)

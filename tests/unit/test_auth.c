@@ -166,7 +166,7 @@ Test(auth, a_wrong_secret_or_any_changed_field_is_a_wrong_proof)
 	cr_expect_eq(kvi_auth_verify(&t, secret, sizeof(secret) - 1, A, NOW), KVI_REJECT_AUTH, "last MAC byte counts");
 }
 
-/* Issue 18: a proof binds to the server it is for. Server B sharing the
+/* A proof binds to the server it is for. Server B sharing the
  * secret (another address, or another port on the same host) refuses a proof
  * sniffed on its way to A; A knows itself however the address is written. */
 Test(auth, a_proof_is_good_for_the_one_server_it_was_made_for)
@@ -199,10 +199,10 @@ Test(auth, a_proof_is_good_for_the_one_server_it_was_made_for)
 	gate_done(&g);
 }
 
-/* Issue 18: when HMAC() failed, both ends computed an all-zero MAC, so a
- * hello carrying zeros where its MAC goes was accepted, as a client and as
- * the server's own loopback. Every failure refuses now, and zeros are never a
- * MAC. */
+/* A failing HMAC() must refuse, never leave both ends computing an all-zero
+ * MAC (a hello carrying zeros where its MAC goes would then be accepted, as
+ * a client and as the server's own loopback): every failure refuses, and
+ * zeros are never a MAC. */
 Test(auth, a_failing_hmac_or_an_all_zero_mac_never_passes)
 {
 	uint8_t loop[KVI_AUTH_LOOPBACK_KEY_LEN];
@@ -345,9 +345,9 @@ Test(auth, the_replay_cache_is_bounded_refuses_when_full_and_expires)
 	kvi_auth_replay_destroy(r);
 }
 
-/* Issue 18 (defect 2): the cache held 4096 proofs, so a tier joining faster
- * than 4096 per window was refused. Every distinct proof inside the window is
- * accepted now, through several growths of the cache; each is still known
+/* A tier may join faster than any fixed number of proofs per window (a
+ * cache of 4096 would refuse the 4097th). Every distinct proof inside the
+ * window is accepted, through several growths of the cache; each is still known
  * (a replay of any of them refused), and all are forgotten after the window. */
 Test(auth, thousands_of_fresh_proofs_in_the_window_are_all_accepted)
 {
@@ -432,8 +432,8 @@ Test(auth, the_replay_cache_follows_clock_jumps_without_forgetting_early)
 	kvi_auth_replay_destroy(r);
 }
 
-/* Issue 18 (defect 5): with one cache for all, joins that filled it also
- * refused the server's own loopback reconnections (fencing, reclaimer). */
+/* Client joins that fill the proof cache must not refuse the server's own
+ * loopback reconnections (fencing, reclaimer): loopbacks have their own. */
 Test(auth, loopback_proofs_are_accepted_with_the_client_cache_full)
 {
 	uint8_t loop[KVI_AUTH_LOOPBACK_KEY_LEN];
@@ -539,8 +539,8 @@ Test(auth, secret_files)
 	rmdir(dir);
 }
 
-/* Issue 18: a secret that group or others can read (or replace) was only
- * warned about; it is refused, with one line that says how to fix it. */
+/* A secret that group or others can read (or replace) is refused, not
+ * merely warned about, with one line that says how to fix it. */
 Test(auth, a_secret_file_others_may_read_or_write_is_refused)
 {
 	static const mode_t loose[] = { 0640, 0604, 0644, 0620, 0602, 0660, 0666 };

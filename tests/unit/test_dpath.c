@@ -297,7 +297,7 @@ Test(dpath_small, fingerprint_collisions_keep_both_keys)
 
 	/* 64 buckets x 4096 fingerprints: 4096 keys give ~32 colliding pairs. */
 	cr_assert_eq(kvt_env_init(&e2, 4, 64, 64), 0);
-	colliding_keys(kvs_core_geometry(e2.core), a, b);
+	colliding_keys(kvs_core_geometry(e2.srv.core), a, b);
 	cr_assert_eq(kvt_env_client(&e2, NULL, 0, 4, &nc), 0);
 	cr_assert_eq(kvt_put_s(nc, a, "value-a"), 0);
 	cr_assert_eq(kvt_put_s(nc, b, "value-b"), 0);
@@ -323,7 +323,7 @@ Test(dpath_small, fingerprint_collisions_keep_both_keys)
  * change nothing for it. */
 static void scribble_then_new_client_finds_old_keys(void (*scribble)(struct kvi_superblock *sb))
 {
-	struct kvi_superblock *rsb = kvi_local_region_base(env.reg);
+	struct kvi_superblock *rsb = kvi_local_region_base(env.srv.reg);
 	char k[32], v[64], want[64];
 	kvc_t *nc;
 
@@ -384,8 +384,8 @@ Test(dpath, garbage_over_the_superblock_changes_nothing_for_new_clients)
  * with this key (not by hashing: the test must see where the client put it). */
 static uint64_t bucket_holding(struct kvt_env *e, const char *key)
 {
-	const struct kvi_geometry *g = kvs_core_geometry(e->core);
-	const unsigned char *base = kvi_local_region_base(e->reg);
+	const struct kvi_geometry *g = kvs_core_geometry(e->srv.core);
+	const unsigned char *base = kvi_local_region_base(e->srv.reg);
 	const struct kvi_bucket *b = (const void *)(base + g->index_off);
 
 	for (uint64_t i = 0; i < g->bucket_count; i++)
@@ -580,7 +580,7 @@ static void check_never_wrong(struct tear *t, int expect_some_hits)
 	char k[32], v[48], got[64];
 	kvc_t *c;
 
-	t->heap_off = kvs_core_geometry(env.core)->heap_off;
+	t->heap_off = kvs_core_geometry(env.srv.core)->heap_off;
 	int hits = 0, errors = 0;
 
 	for (int i = 0; i < 64; i++) {
@@ -634,8 +634,8 @@ Test(dpath, garbage_in_bucket_reads_never_gives_a_wrong_value)
 
 Test(dpath, corrupt_index_and_heap_do_not_crash_the_client)
 {
-	const struct kvi_geometry *sb = kvs_core_geometry(env.core);
-	unsigned char *base = kvi_local_region_base(env.reg);
+	const struct kvi_geometry *sb = kvs_core_geometry(env.srv.core);
+	unsigned char *base = kvi_local_region_base(env.srv.reg);
 	uint64_t s = 12345;
 	char k[32], got[64];
 
@@ -838,8 +838,8 @@ Test(dpath, server_stats_report_segments_and_cpu)
 	cr_expect_gt(ss.segments_total, ss.segments_used);
 	cr_expect_gt(ss.cpu_ns, 0);
 	/* The index and the extents handed out: the first one is small. */
-	cr_expect_gt(ss.bytes_used, kvs_core_geometry(env.core)->bucket_count * KVI_BUCKET_SIZE);
-	cr_expect_leq(ss.bytes_used, kvs_core_geometry(env.core)->bucket_count * KVI_BUCKET_SIZE + KVS_MIN_EXTENT);
+	cr_expect_gt(ss.bytes_used, kvs_core_geometry(env.srv.core)->bucket_count * KVI_BUCKET_SIZE);
+	cr_expect_leq(ss.bytes_used, kvs_core_geometry(env.srv.core)->bucket_count * KVI_BUCKET_SIZE + KVS_MIN_EXTENT);
 }
 
 Test(dpath, stat_names_cover_every_kind)

@@ -2,8 +2,8 @@
  * words are all released through the loopback, nobody else's are touched,
  * MOVED marks stay; a loopback that breaks mid-pass is remade and the pass
  * finishes; clients queued together share one pass; a clear request for a
- * word that changed does nothing. KV_FENCE_BENCH=1 also times passes over a
- * 64 MiB and a 1 GiB index (test fence.bench_*). */
+ * word that changed does nothing. What a pass costs over a 64 MiB and a
+ * 1 GiB index is bench/fencebench's to measure. */
 #include <criterion/criterion.h>
 #include <pthread.h>
 #include <stdatomic.h>
@@ -332,42 +332,4 @@ Test(fence, the_fencers_own_ids_are_known)
 	cr_expect(!kvs_fence_is_own(fence, 0));
 	cr_expect(!kvs_fence_is_own(NULL, 1000));
 	cr_expect_eq(kvs_fence_client(NULL, 7), KVC_ESERVERGONE);
-}
-
-/* Pass cost over a big index with a few locks held (KV_FENCE_BENCH=1). */
-static void bench(uint64_t index_bytes)
-{
-	uint64_t buckets = index_bytes / KVI_BUCKET_SIZE;
-	struct kvs_fence_stats st;
-
-	if (!getenv("KV_FENCE_BENCH"))
-		cr_skip_test("set KV_FENCE_BENCH=1 to time fencing passes");
-	teardown();
-	setup_geometry(index_bytes + 64 * MIB, buckets);
-	lock_as(7, 3, buckets / 8);
-	start_fence(0);
-	cr_assert_eq(kvs_fence_wait_idle(fence, IDLE_MS), 0);
-	/* Touch the index once so that the pass does not pay first-touch faults. */
-	for (uint64_t b = 0; b < buckets; b++)
-		(void)word(b);
-	for (int i = 0; i < 3; i++) {
-		lock_as(7, 3, buckets / 8);
-		cr_assert_eq(kvs_fence_client(fence, 7), 0);
-		cr_assert_eq(kvs_fence_wait_idle(fence, 60000), 0);
-	}
-	kvs_fence_stats(fence, &st);
-	printf("fence bench: index %llu MiB (%llu buckets): %llu passes, per pass cpu %.2f ms, wall %.2f ms\n",
-	       (unsigned long long)(index_bytes >> 20), (unsigned long long)buckets, (unsigned long long)st.passes,
-	       st.cpu_ns / 1e6 / st.passes, st.wall_ns / 1e6 / st.passes);
-	cr_expect_eq(st.released, 3 * 8);
-}
-
-Test(fence, bench_64mib_index, .timeout = 120)
-{
-	bench(64 * MIB);
-}
-
-Test(fence, bench_1gib_index, .timeout = 300)
-{
-	bench(1024 * MIB);
 }

@@ -4,7 +4,7 @@
  * few milliseconds expiring mid-history, READs and WRITEs stretched at random
  * by hooks, and (every other seed) the server's reclaimer moving items
  * underneath; then histories with two operations in flight per client and
- * commits executing late while the reclaimer runs (issue 18). Every history
+ * commits executing late while the reclaimer runs. Every history
  * must be linearizable (lincheck.h for the model). */
 #include <criterion/criterion.h>
 #include <inttypes.h>
@@ -142,7 +142,7 @@ static void hold_read(void *arg, const struct kvi_rop *op, void *dst, const void
 		usleep((useconds_t)(lc_rand(&hook_rng) % 2000));
 }
 
-/* Delayed commits (issue 18): about one slot WRITE in 6 -- a commit, and the
+/* Delayed commits: about one slot WRITE in 6 -- a commit, and the
  * access marks its doorbell carries -- executes up to delay_us late, as a
  * work request retransmitted after lost packets does, while the reclaimer
  * runs. 0: none. */
@@ -163,7 +163,7 @@ struct worker {
 	int slow;
 	/* Two operations in flight at once on the handle: the second PUT
 	 * (often a large one) may take a new extent, sealing the one the first
-	 * reserved its object in before the first commits (issue 18). */
+	 * reserved its object in before the first commits. */
 	int pairs;
 	struct lc_op ops[OPS_PER_THREAD];
 	size_t n;
@@ -215,7 +215,7 @@ static int record(struct worker *w, struct lc_op *o, int rc, char *got, size_t l
 	if (o->kind != LC_PUT)
 		o->result = rc == 0 ? LC_OK : LC_ABSENT;
 	if (rc == KVC_ECORRUPT) {
-		/* a slot naming memory that was zeroed or reused (issue 18) */
+		/* a slot naming memory that was zeroed or reused */
 		w->why = "KVC_ECORRUPT: a slot names an object that is not there";
 		return 0;
 	}
@@ -335,7 +335,7 @@ static void histories(uint64_t seeds, uint32_t exec_ms, uint32_t delay_ms)
 		cr_assert_eq(kvt_env_init_opts(&env, 2, &o), 0);
 		g_stop = 0;
 		g_delay_us = (uint64_t)delay_ms * 1000u;
-		g_heap_off = kvs_core_geometry(env.core)->heap_off;
+		g_heap_off = kvs_core_geometry(env.srv.core)->heap_off;
 		if (seed % 2 || delay_ms) {
 			cr_assert_eq(kvt_env_reclaimer(&env, NULL, &rcl), 0);
 			cr_assert_eq(pthread_create(&rt, NULL, reclaimer_main, rcl), 0);
@@ -362,7 +362,7 @@ static void histories(uint64_t seeds, uint32_t exec_ms, uint32_t delay_ms)
 			unknown += w[i].unknown;
 			failed += w[i].failed;
 		}
-		kvs_core_stats(env.core, &cs);
+		kvs_core_stats(env.srv.core, &cs);
 		reclaimed += cs.rc.segments;
 		cr_assert_eq(lc_check(all, n, 2000000, &rep), 1, "seed %" PRIu64 ": %s", seed, rep.why);
 		ops += n;
@@ -383,10 +383,10 @@ Test(lincheck, concurrent_histories_of_real_clients_are_linearizable, .timeout =
 	histories(SEEDS, 0, 0);
 }
 
-/* Issue 18: commits execute up to 100 ms late (an execution bound of 110 ms:
- * settle 50 + 110 + 10 ms) while the reclaimer runs. Before settle covered
- * the bound, a late commit named a reclaimed, zeroed segment: the PUT was
- * acknowledged and the key then failed KVC_ECORRUPT. */
+/* Commits execute up to 100 ms late (an execution bound of 110 ms: settle
+ * 50 + 110 + 10 ms) while the reclaimer runs. The settle time must cover the
+ * bound: else a late commit names a reclaimed, zeroed segment, the PUT is
+ * acknowledged and the key then fails KVC_ECORRUPT. */
 Test(lincheck, histories_with_commits_landing_late_while_the_reclaimer_runs, .timeout = 300)
 {
 	histories(8, 110, 100);

@@ -209,7 +209,7 @@ Test(members, a_recycled_id_is_not_condemned_for_its_last_holders_lock)
 	cr_expect_eq(owner, 0);
 }
 
-/* Issue 18 defect 5: reports are rate-limited per reporter. A flood from one
+/* Reports are rate-limited per reporter. A flood from one
  * client is answered unjudged past KVS_REPORTS_PER_WINDOW in a window (the
  * watch of a forged word cannot be driven by it), while another reporter's
  * reports are still judged. */

@@ -30,7 +30,7 @@ static void setup_opts(uint64_t mib, uint64_t buckets, int no_evict, unsigned lo
 
 	cr_assert_eq(kvt_env_init_opts(&env, mib, &o), 0);
 	cr_assert_eq(kvt_env_reclaimer(&env, NULL, &rcl), 0);
-	cr_assert_eq(kvs_migrate_create(env.core, &(struct kvs_migrate_opts){ .load_pct = load_pct }, &mig), 0);
+	cr_assert_eq(kvs_migrate_create(env.srv.core, &(struct kvs_migrate_opts){ .load_pct = load_pct }, &mig), 0);
 	kvs_reclaim_set_migrator(rcl, mig);
 }
 
@@ -88,7 +88,7 @@ static struct kvs_core_stats stats(void)
 {
 	struct kvs_core_stats st;
 
-	kvs_core_stats(env.core, &st);
+	kvs_core_stats(env.srv.core, &st);
 	return st;
 }
 
@@ -97,7 +97,7 @@ static uint64_t epoch_now(enum kvi_index_state *state)
 	enum kvi_index_state s;
 	uint64_t e;
 
-	kvs_core_index_status(env.core, &e, &s);
+	kvs_core_index_status(env.srv.core, &e, &s);
 	if (state)
 		*state = s;
 	return e;
@@ -115,7 +115,7 @@ static void run_until_phase(enum kvs_resize_phase until, int secs)
 
 		cr_assert_geq(rc, 0, "reclaimer failed: %s", kvc_err_name(rc));
 		epoch_now(&st);
-		if (kvs_core_resize_phase(env.core) == until && st == KVI_INDEX_STABLE &&
+		if (kvs_core_resize_phase(env.srv.core) == until && st == KVI_INDEX_STABLE &&
 		    (until != KVS_RESIZE_RUNNING || kvs_migrate_left(mig) == 0))
 			return;
 		cr_assert(time(NULL) < end, "resize did not reach phase %d in %d s", until, secs);
@@ -144,7 +144,7 @@ static void run_until_retired(uint64_t n, int secs)
 
 static struct kvi_bucket *bk(const struct kvi_index *x, uint64_t i)
 {
-	return (struct kvi_bucket *)(kvs_core_region(env.core) + kvi_index_bucket_off(x, i));
+	return (struct kvi_bucket *)(kvs_core_region(env.srv.core) + kvi_index_bucket_off(x, i));
 }
 
 static uint64_t chunks_old[64], chunks_new[64];
@@ -152,7 +152,7 @@ static uint64_t chunks_old[64], chunks_new[64];
 /* Slots naming an object with key k among k's choices in x. */
 static unsigned occurrences(const struct kvi_index *x, const char *k)
 {
-	const struct kvi_geometry *g = kvs_core_geometry(env.core);
+	const struct kvi_geometry *g = kvs_core_geometry(env.srv.core);
 	struct kvi_keyhash kh;
 	unsigned n = 0;
 
@@ -166,7 +166,7 @@ static unsigned occurrences(const struct kvi_index *x, const char *k)
 
 			if (!s)
 				continue;
-			h = (const void *)(kvs_core_region(env.core) + kvi_slot_obj_off(s));
+			h = (const void *)(kvs_core_region(env.srv.core) + kvi_slot_obj_off(s));
 			n += h->key_len == strlen(k) && !memcmp(h + 1, k, h->key_len);
 		}
 	}
@@ -176,14 +176,14 @@ static unsigned occurrences(const struct kvi_index *x, const char *k)
 /* The slot of key k in x (0 if none). */
 static uint64_t slot_of(const struct kvi_index *x, const char *k)
 {
-	const struct kvi_geometry *g = kvs_core_geometry(env.core);
+	const struct kvi_geometry *g = kvs_core_geometry(env.srv.core);
 	struct kvi_keyhash kh;
 
 	kvi_key_hash(k, strlen(k), g->hash_seed, x->bucket_count, &kh);
 	for (unsigned w = 0; w < 2; w++) {
 		for (unsigned i = 0; i < KVI_SLOTS_PER_BUCKET; i++) {
 			uint64_t s = bk(x, kh.b[w])->slot[i];
-			const struct kvi_obj_hdr *h = (const void *)(kvs_core_region(env.core) + kvi_slot_obj_off(s));
+			const struct kvi_obj_hdr *h = (const void *)(kvs_core_region(env.srv.core) + kvi_slot_obj_off(s));
 
 			if (s && h->key_len == strlen(k) && !memcmp(h + 1, k, h->key_len))
 				return s;
@@ -204,13 +204,13 @@ Test(migrate, resize_keeps_every_key_and_retires_the_old_index)
 
 	put_keys(NKEYS);
 	st0 = stats();
-	cr_assert_eq(kvs_core_grow(env.core, 1), KVI_GROW_STARTED);
-	cr_assert_eq(kvs_core_grow(env.core, 1), KVI_GROW_STARTED, "also while one is under way");
+	cr_assert_eq(kvs_core_grow(env.srv.core, 1), KVI_GROW_STARTED);
+	cr_assert_eq(kvs_core_grow(env.srv.core, 1), KVI_GROW_STARTED, "also while one is under way");
 	run_until_phase(KVS_RESIZE_RUNNING, 20);
 	cr_assert_eq(epoch_now(NULL), 2);
-	cr_assert_eq(kvs_core_grow(env.core, 1), KVI_GROW_STALE);
-	cr_assert_eq(kvs_core_index(env.core, 0, &nw, chunks_new, 64), 0);
-	cr_assert_eq(kvs_core_index(env.core, 1, &old, chunks_old, 64), 0);
+	cr_assert_eq(kvs_core_grow(env.srv.core, 1), KVI_GROW_STALE);
+	cr_assert_eq(kvs_core_index(env.srv.core, 0, &nw, chunks_new, 64), 0);
+	cr_assert_eq(kvs_core_index(env.srv.core, 1, &old, chunks_old, 64), 0);
 	cr_assert_eq(nw.bucket_count, 1024);
 	cr_assert_eq(old.bucket_count, 512);
 	for (uint64_t i = 0; i < old.bucket_count; i++)
@@ -229,15 +229,15 @@ Test(migrate, resize_keeps_every_key_and_retires_the_old_index)
 	/* Retirement: after the quarantine (no members here). The home index
 	 * goes to the pool: the next resize takes its two pieces first. */
 	run_until_phase(KVS_RESIZE_IDLE, 20);
-	cr_assert_eq(kvs_core_index(env.core, 1, &old, chunks_old, 64), KVC_ENOTFOUND);
+	cr_assert_eq(kvs_core_index(env.srv.core, 1, &old, chunks_old, 64), KVC_ENOTFOUND);
 	run_until_retired(1, 20);
-	cr_assert_eq(kvs_core_grow(env.core, 2), KVI_GROW_STARTED);
+	cr_assert_eq(kvs_core_grow(env.srv.core, 2), KVI_GROW_STARTED);
 	run_until_phase(KVS_RESIZE_RUNNING, 20);
-	cr_assert_eq(kvs_core_index(env.core, 0, &nw, chunks_new, 64), 0);
+	cr_assert_eq(kvs_core_index(env.srv.core, 0, &nw, chunks_new, 64), 0);
 	cr_assert_eq(nw.epoch, 3);
 	cr_assert_eq(nw.nchunks, 8);
 	{
-		const struct kvi_geometry *g = kvs_core_geometry(env.core);
+		const struct kvi_geometry *g = kvs_core_geometry(env.srv.core);
 		unsigned home = 0;
 
 		for (unsigned c = 0; c < nw.nchunks; c++)
@@ -252,7 +252,7 @@ Test(migrate, resize_keeps_every_key_and_retires_the_old_index)
 	st = stats();
 	cr_assert_eq(st.segments_index, 6, "epoch 2's segments went back");
 	usleep(2 * QUARANTINE_MS * 1000);
-	kvs_core_tick(env.core, 0);
+	kvs_core_tick(env.srv.core, 0);
 	st = stats();
 	cr_assert_eq(st.segments_quarantined, st0.segments_quarantined);
 	cr_assert_eq(st.segments_free, st0.segments_free - 6, "free segments come back after the quarantine");
@@ -263,8 +263,8 @@ Test(migrate, resize_keeps_every_key_and_retires_the_old_index)
 /* A small index filling fast doubles again before its last old index's
  * memory could be reused: a GROW that comes while a resize runs starts the
  * next one as soon as the old index is unpublished, and that does not wait
- * for the quarantine of the one before (several wait together). Before, an
- * insert waited for both -- a quarantine, 2.5 s by default -- and failed
+ * for the quarantine of the one before (several wait together). An insert
+ * that waited for both -- a quarantine, 2.5 s by default -- would fail
  * KVC_EINDEXFULL at three quarters of its deadline. */
 static void setup_long_quarantine(void)
 {
@@ -280,10 +280,10 @@ Test(migrate_opts, a_grow_asked_during_a_resize_begins_at_its_retirement, .init 
 	time_t end = time(NULL) + 20;
 
 	put_keys(NKEYS);
-	cr_assert_eq(kvs_core_grow(env.core, 1), KVI_GROW_STARTED);
+	cr_assert_eq(kvs_core_grow(env.srv.core, 1), KVI_GROW_STARTED);
 	run_until_phase(KVS_RESIZE_RUNNING, 20); /* migrated; the old index not yet retired */
 	cr_assert_eq(epoch_now(NULL), 2);
-	cr_assert_eq(kvs_core_grow(env.core, 2), KVI_GROW_STARTED, "remembered, not dropped");
+	cr_assert_eq(kvs_core_grow(env.srv.core, 2), KVI_GROW_STARTED, "remembered, not dropped");
 	/* Nobody asks again: epoch 3 comes and its old index is unpublished,
 	 * while epoch 1's memory still waits out its quarantine. */
 	for (;;) {
@@ -291,14 +291,14 @@ Test(migrate_opts, a_grow_asked_during_a_resize_begins_at_its_retirement, .init 
 
 		cr_assert_geq(kvs_reclaim_run(rcl), 0);
 		if (epoch_now(&st) == 3 && st == KVI_INDEX_STABLE &&
-		    kvs_core_index(env.core, 1, &prev, chunks_old, 64) == KVC_ENOTFOUND)
+		    kvs_core_index(env.srv.core, 1, &prev, chunks_old, 64) == KVC_ENOTFOUND)
 			break;
 		cr_assert(time(NULL) < end, "epoch 3 was not reached and retired by itself");
 		usleep(1000);
 	}
 	kvs_migrate_stats(mig, &ms);
 	cr_expect_eq(ms.retired, 0, "both old indexes still wait for their quarantine");
-	cr_expect_eq(kvs_core_resize_phase(env.core), KVS_RESIZE_IDLE);
+	cr_expect_eq(kvs_core_resize_phase(env.srv.core), KVS_RESIZE_IDLE);
 	check_keys(NKEYS);
 	run_until_retired(2, 20);
 	check_keys(NKEYS);
@@ -310,16 +310,16 @@ Test(migrate, a_held_bucket_delays_only_itself)
 	const uint64_t held = 7, fake = kvi_lock_held_by(4000);
 
 	put_keys(300);
-	cr_assert_eq(kvs_core_index(env.core, 0, &old, chunks_old, 64), 0);
+	cr_assert_eq(kvs_core_index(env.srv.core, 0, &old, chunks_old, 64), 0);
 	__atomic_store_n(&bk(&old, held)->lock, fake, __ATOMIC_SEQ_CST); /* a client holds it */
-	cr_assert_eq(kvs_core_grow(env.core, 1), KVI_GROW_STARTED);
+	cr_assert_eq(kvs_core_grow(env.srv.core, 1), KVI_GROW_STARTED);
 	for (int i = 0; i < 200 && kvs_migrate_left(mig) != 1; i++)
 		cr_assert_geq(kvs_reclaim_run(rcl), 0);
 	cr_assert_eq(kvs_migrate_left(mig), 1, "every bucket but the held one is migrated");
 	for (int i = 0; i < 20; i++)
 		cr_assert_geq(kvs_reclaim_run(rcl), 0);
 	cr_assert_eq(kvs_migrate_left(mig), 1, "the held one waits");
-	cr_assert_eq(kvs_core_index(env.core, 0, &nw, chunks_new, 64), 0);
+	cr_assert_eq(kvs_core_index(env.srv.core, 0, &nw, chunks_new, 64), 0);
 	for (uint64_t i = 0; i < old.bucket_count; i++) {
 		cr_assert_eq(bk(&old, i)->lock, i == held ? fake : KVI_LOCK_MOVED);
 		cr_assert_eq(bk(&nw, i)->lock == KVI_LOCK_UNMIGRATED, i == held);
@@ -348,24 +348,24 @@ Test(migrate, a_bucket_kept_locked_by_a_live_client_is_reported_by_the_migrator)
 	put_keys(300);
 	holder = client();
 	id = kvi_client_conn(holder, 0)->rm->client_id;
-	cr_assert_eq(kvs_core_index(env.core, 0, &old, chunks_old, 64), 0);
+	cr_assert_eq(kvs_core_index(env.srv.core, 0, &old, chunks_old, 64), 0);
 	__atomic_store_n(&bk(&old, held)->lock, kvi_lock_held_by(id), __ATOMIC_SEQ_CST);
-	cr_assert_eq(kvs_core_grow(env.core, 1), KVI_GROW_STARTED);
+	cr_assert_eq(kvs_core_grow(env.srv.core, 1), KVI_GROW_STARTED);
 	t0 = kvi_mono_ns();
-	while (env.fenced_owner != id && kvi_mono_ns() - t0 < 5000000000ull) {
+	while (env.srv.fenced_owner != id && kvi_mono_ns() - t0 < 5000000000ull) {
 		cr_assert_geq(kvs_reclaim_run(rcl), 0);
 		usleep(1000);
 	}
-	cr_assert_eq(env.fenced_owner, id, "the holder was never condemned");
+	cr_assert_eq(env.srv.fenced_owner, id, "the holder was never condemned");
 	kvt_env_fence_locks(&env, id);
 	kvc_destroy(holder);
 	run_until_phase(KVS_RESIZE_IDLE, 20);
 	check_keys(300);
 }
 
-/* Issue 18 defect 3: junk in an old bucket's lock word (a stray WRITE) kept
- * the next resize from ever finishing: the migrator retried it for good. It
- * is repaired (the bucket, not migrated yet, is free) and migrated. */
+/* Junk in an old bucket's lock word (a stray WRITE) must not keep the next
+ * resize from ever finishing (a migrator retrying it for good would): it is
+ * repaired (the bucket, not migrated yet, is free) and migrated. */
 Test(migrate, junk_in_an_old_lock_word_does_not_stop_the_resize)
 {
 	const uint64_t junked = 5, junk = KVI_LOCK_MOVED | 0x77;
@@ -373,11 +373,11 @@ Test(migrate, junk_in_an_old_lock_word_does_not_stop_the_resize)
 	struct kvs_migrate_stats ms;
 
 	put_keys(300);
-	cr_assert_eq(kvs_core_index(env.core, 0, &old, chunks_old, 64), 0);
+	cr_assert_eq(kvs_core_index(env.srv.core, 0, &old, chunks_old, 64), 0);
 	__atomic_store_n(&bk(&old, junked)->lock, junk, __ATOMIC_SEQ_CST);
-	cr_assert_eq(kvs_core_grow(env.core, 1), KVI_GROW_STARTED);
+	cr_assert_eq(kvs_core_grow(env.srv.core, 1), KVI_GROW_STARTED);
 	run_until_phase(KVS_RESIZE_RUNNING, 20);
-	cr_assert_eq(kvs_core_index(env.core, 0, &nw, chunks_new, 64), 0);
+	cr_assert_eq(kvs_core_index(env.srv.core, 0, &nw, chunks_new, 64), 0);
 	cr_expect_eq(bk(&old, junked)->lock, KVI_LOCK_MOVED);
 	cr_expect_eq(bk(&nw, junked)->lock, 0);
 	cr_expect_eq(bk(&nw, junked + old.bucket_count)->lock, 0);
@@ -388,7 +388,7 @@ Test(migrate, junk_in_an_old_lock_word_does_not_stop_the_resize)
 
 Test(migrate, garbage_slots_are_dropped_not_copied)
 {
-	const struct kvi_geometry *g = kvs_core_geometry(env.core);
+	const struct kvi_geometry *g = kvs_core_geometry(env.srv.core);
 	struct kvi_index old, nw;
 	struct kvs_migrate_stats ms;
 	struct kvi_keyhash kh;
@@ -396,7 +396,7 @@ Test(migrate, garbage_slots_are_dropped_not_copied)
 	unsigned put = 0;
 
 	put_keys(300);
-	cr_assert_eq(kvs_core_index(env.core, 0, &old, chunks_old, 64), 0);
+	cr_assert_eq(kvs_core_index(env.srv.core, 0, &old, chunks_old, 64), 0);
 	/* Zeros in the heap's last segment: no object verifies there. */
 	junk = kvi_slot_make(0x123, g->heap_off + g->heap_size - 4096, 64);
 	/* A real object whose key has no choice in bucket b. */
@@ -413,11 +413,11 @@ Test(migrate, garbage_slots_are_dropped_not_copied)
 		}
 	}
 	cr_assert_eq(put, 2);
-	cr_assert_eq(kvs_core_grow(env.core, 1), KVI_GROW_STARTED);
+	cr_assert_eq(kvs_core_grow(env.srv.core, 1), KVI_GROW_STARTED);
 	run_until_phase(KVS_RESIZE_RUNNING, 20);
 	kvs_migrate_stats(mig, &ms);
 	cr_assert_eq(ms.dropped, 2);
-	cr_assert_eq(kvs_core_index(env.core, 0, &nw, chunks_new, 64), 0);
+	cr_assert_eq(kvs_core_index(env.srv.core, 0, &nw, chunks_new, 64), 0);
 	for (uint64_t i = 0; i < nw.bucket_count; i++)
 		for (unsigned s = 0; s < KVI_SLOTS_PER_BUCKET; s++)
 			cr_assert_neq(bk(&nw, i)->slot[s], junk);
@@ -431,13 +431,13 @@ Test(migrate_opts, no_room_and_no_evict_cannot_grow)
 
 	/* 1 MiB of home index in a 2 MiB region: 2 MiB more cannot fit. */
 	setup_opts(2, 4096, 1, 0);
-	cr_assert_eq(kvs_core_ctrl(env.core, 1, &req, &resp), 0);
+	cr_assert_eq(kvs_core_ctrl(env.srv.core, 1, &req, &resp), 0);
 	cr_assert_eq(resp.type, KVI_CTRL_GROWING);
 	cr_assert_eq(resp.arg[0], KVI_GROW_NO);
 	req.arg[0] = 0;
-	cr_assert_eq(kvs_core_ctrl(env.core, 1, &req, &resp), 0);
+	cr_assert_eq(kvs_core_ctrl(env.srv.core, 1, &req, &resp), 0);
 	cr_assert_eq(resp.arg[0], KVI_GROW_STALE);
-	cr_assert_eq(kvs_core_resize_phase(env.core), KVS_RESIZE_IDLE);
+	cr_assert_eq(kvs_core_resize_phase(env.srv.core), KVS_RESIZE_IDLE);
 }
 
 Test(migrate_bare, a_core_without_a_migrator_cannot_grow)
@@ -445,7 +445,7 @@ Test(migrate_bare, a_core_without_a_migrator_cannot_grow)
 	struct kvs_core_opts o = { .buckets = 32, .segment_size = 64u << 10 };
 
 	cr_assert_eq(kvt_env_init_opts(&env, 4, &o), 0);
-	cr_assert_eq(kvs_core_grow(env.core, 1), KVI_GROW_NO);
+	cr_assert_eq(kvs_core_grow(env.srv.core, 1), KVI_GROW_NO);
 	kvt_env_fini(&env);
 }
 
@@ -484,7 +484,7 @@ Test(migrate_opts, sampling_leaves_a_light_index_alone)
 		cr_assert_geq(kvs_reclaim_run(rcl), 0);
 		usleep((KVS_MIGRATE_SAMPLE_MS + 5) * 1000);
 	}
-	cr_assert_eq(kvs_core_resize_phase(env.core), KVS_RESIZE_IDLE);
+	cr_assert_eq(kvs_core_resize_phase(env.srv.core), KVS_RESIZE_IDLE);
 	cr_assert_eq(epoch_now(NULL), 1);
 }
 
@@ -529,7 +529,7 @@ Test(migrate, a_broken_loopback_resumes_where_it_was)
 	put_keys(NKEYS);
 	kvs_reclaim_destroy(rcl);
 	rcl = faulty_reclaimer(dead);
-	cr_assert_eq(kvs_core_grow(env.core, 1), KVI_GROW_STARTED);
+	cr_assert_eq(kvs_core_grow(env.srv.core, 1), KVI_GROW_STARTED);
 	cr_assert_eq(kvs_reclaim_run(rcl), 0, "the first call starts the migration");
 	/* Lock doorbell: 5 CAS; end doorbell: old 0 -> MOVED lands, then the
 	 * connection breaks before new 0 and N are unlocked. */
@@ -537,8 +537,8 @@ Test(migrate, a_broken_loopback_resumes_where_it_was)
 	for (int i = 0; i < 10 && rc == 0; i++)
 		rc = kvs_reclaim_run(rcl);
 	cr_assert_eq(rc, KVC_ESERVERGONE);
-	cr_assert_eq(kvs_core_index(env.core, 0, &nw, chunks_new, 64), 0);
-	cr_assert_eq(kvs_core_index(env.core, 1, &old, chunks_old, 64), 0);
+	cr_assert_eq(kvs_core_index(env.srv.core, 0, &nw, chunks_new, 64), 0);
+	cr_assert_eq(kvs_core_index(env.srv.core, 1, &old, chunks_old, 64), 0);
 	cr_assert_eq(bk(&old, 0)->lock, KVI_LOCK_MOVED);
 	cr_assert_eq(bk(&nw, 0)->lock, KVI_LOCK_UNMIGRATED);
 	cr_assert_eq(bk(&old, 1)->lock, kvi_lock_held_by(dead));
@@ -555,7 +555,7 @@ Test(migrate, a_broken_loopback_resumes_where_it_was)
 	check_keys(NKEYS);
 }
 
-/* Kill at every step (issue 8's tool, for the resize): the migrator's
+/* Kill at every step (kvt_fail_nth, for the resize): the migrator's
  * connection breaks at its first operation, then in another run at its
  * second, ... until a run completes with no break left to make. After each
  * break the locks it held are released as fencing would, a new reclaimer
@@ -575,9 +575,9 @@ Test(migrate_opts, a_migration_broken_after_any_of_its_operations_resumes_and_lo
 		put_keys(KEYS);
 		kvs_reclaim_destroy(rcl);
 		rcl = faulty_reclaimer(dead);
-		cr_assert_eq(kvs_core_grow(env.core, 1), KVI_GROW_STARTED);
+		cr_assert_eq(kvs_core_grow(env.srv.core, 1), KVI_GROW_STARTED);
 		kvt_fail_at = (int)step;
-		for (int i = 0; i < 1000 && rc == 0 && !(kvs_core_resize_phase(env.core) == KVS_RESIZE_RUNNING &&
+		for (int i = 0; i < 1000 && rc == 0 && !(kvs_core_resize_phase(env.srv.core) == KVS_RESIZE_RUNNING &&
 							    kvs_migrate_left(mig) == 0 && kvt_fail_at); i++)
 			rc = kvs_reclaim_run(rcl);
 		left = kvt_fail_at;
@@ -592,8 +592,8 @@ Test(migrate_opts, a_migration_broken_after_any_of_its_operations_resumes_and_lo
 		kvs_reclaim_destroy(rcl);
 		rcl = faulty_reclaimer(dead + 1);
 		run_until_phase(KVS_RESIZE_RUNNING, 20);
-		cr_assert_eq(kvs_core_index(env.core, 0, &nw, chunks_new, 64), 0, "step %u", step);
-		cr_assert_eq(kvs_core_index(env.core, 1, &old, chunks_old, 64), 0, "step %u", step);
+		cr_assert_eq(kvs_core_index(env.srv.core, 0, &nw, chunks_new, 64), 0, "step %u", step);
+		cr_assert_eq(kvs_core_index(env.srv.core, 1, &old, chunks_old, 64), 0, "step %u", step);
 		for (uint64_t i = 0; i < old.bucket_count; i++)
 			cr_assert_eq(bk(&old, i)->lock, KVI_LOCK_MOVED, "step %u: old bucket %lu", step, (unsigned long)i);
 		for (uint64_t i = 0; i < nw.bucket_count; i++)
@@ -626,7 +626,7 @@ Test(migrate_opts, eviction_makes_room_for_the_new_index)
 		st = stats();
 	} while (st.segments_free > 3);
 	kvc_destroy(c);
-	cr_assert_eq(kvs_core_grow(env.core, 1), KVI_GROW_STARTED, "eviction can make room");
+	cr_assert_eq(kvs_core_grow(env.srv.core, 1), KVI_GROW_STARTED, "eviction can make room");
 	run_until_phase(KVS_RESIZE_RUNNING, 20);
 	st = stats();
 	cr_assert_eq(epoch_now(NULL), 2);

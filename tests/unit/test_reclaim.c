@@ -11,7 +11,7 @@
 #include <unistd.h>
 
 #include "clock.h"
-#include "dpath_env.h"
+#include "dpath_check.h"
 #include "hash.h"
 #include "kvclient_errors.h"
 
@@ -76,19 +76,18 @@ static struct kvs_core_stats stats(void)
 {
 	struct kvs_core_stats st;
 
-	kvs_core_stats(env.core, &st);
+	kvs_core_stats(env.srv.core, &st);
 	return st;
 }
 
-/* The slots in the key's two buckets that name an object of this key: how
- * many, and the object of the last one (NULL if none). */
-static const struct kvi_obj_hdr *obj_of(const char *key, unsigned *count)
+/* The object a slot in the key's two buckets names (the last one found;
+ * NULL if none). */
+static const struct kvi_obj_hdr *obj_of(const char *key)
 {
-	const struct kvi_geometry *sb = kvs_core_geometry(env.core);
-	const uint8_t *base = kvs_core_region(env.core);
+	const struct kvi_geometry *sb = kvs_core_geometry(env.srv.core);
+	const uint8_t *base = kvs_core_region(env.srv.core);
 	const struct kvi_obj_hdr *found = NULL;
 	struct kvi_keyhash kh;
-	unsigned n = 0;
 
 	kvi_key_hash(key, strlen(key), sb->hash_seed, sb->bucket_count, &kh);
 	for (int w = 0; w < (kh.b[0] == kh.b[1] ? 1 : 2); w++) { /* hash.h: they may coincide */
@@ -100,23 +99,11 @@ static const struct kvi_obj_hdr *obj_of(const char *key, unsigned *count)
 			if (!b->slot[i] || kvi_slot_fp(b->slot[i]) != kh.fp)
 				continue;
 			oh = (const void *)(base + kvi_slot_obj_off(b->slot[i]));
-			if (oh->key_len == strlen(key) && memcmp(oh + 1, key, oh->key_len) == 0) {
+			if (oh->key_len == strlen(key) && memcmp(oh + 1, key, oh->key_len) == 0)
 				found = oh;
-				n++;
-			}
 		}
 	}
-	if (count)
-		*count = n;
 	return found;
-}
-
-static unsigned slots_of(const char *key)
-{
-	unsigned n;
-
-	obj_of(key, &n);
-	return n;
 }
 
 static void value_of(char *v, size_t cap, const char *tag, unsigned i)
@@ -151,7 +138,7 @@ Test(reclaim, superseded_versions_are_dropped_and_the_key_keeps_its_last_value)
 	cr_assert_eq(kvt_get_s(b, "k", got, sizeof(got)), 0);
 	value_of(v, sizeof(v), "k", 1999);
 	cr_expect_str_eq(got, v);
-	cr_expect_eq(slots_of("k"), 1);
+	cr_expect_eq(kvt_key_slots(&env, "k", NULL, 0, NULL), 1);
 	kvc_destroy(b);
 }
 
@@ -197,7 +184,7 @@ Test(reclaim, cold_items_are_evicted_and_read_items_copied_forward)
 			cr_expect_str_eq(got, v);
 		} else {
 			cr_expect_eq(rc, KVC_ENOTFOUND, "%s was cold and evicted: %s", k, kvc_err_name(rc));
-			cr_expect_eq(slots_of(k), 0);
+			cr_expect_eq(kvt_key_slots(&env, k, NULL, 0, NULL), 0);
 		}
 	}
 	kvc_destroy(b);
@@ -268,7 +255,7 @@ Test(reclaim, expired_items_are_cleared_and_counted)
 	cr_expect_eq(st.rc.moved, 1, "the one live item, unread, was kept");
 	for (unsigned i = 0; i < 20; i++) {
 		snprintf(k, sizeof(k), "ttl-%u", i);
-		cr_expect_eq(slots_of(k), 0, "%s still has a slot", k);
+		cr_expect_eq(kvt_key_slots(&env, k, NULL, 0, NULL), 0, "%s still has a slot", k);
 	}
 }
 
@@ -384,7 +371,7 @@ static void race_walk_and(void (*fn)(void *), int want_get, const char *want_val
 	cr_expect_eq(st.rc.moved, 0, "the copy of a replaced item is never published");
 	cr_expect_eq(kvt_get_s(b, "raced", got, sizeof(got)), want_get);
 	cr_expect_str_eq(got, want_val);
-	cr_expect_eq(slots_of("raced"), want_get == 0);
+	cr_expect_eq(kvt_key_slots(&env, "raced", NULL, 0, NULL), want_get == 0);
 	kvc_destroy(b);
 	kvc_destroy(racer);
 }
@@ -475,7 +462,7 @@ static void stalled_reader(int read_first, int want_rc, const char *want_val)
 	 * waiting (the first call seals the shared carving segment). */
 	cr_assert_eq(kvs_reclaim_one(rcl), 0);
 	usleep(SETTLE_US);
-	pz = (struct pause){ .armed = 1, .heap_off = kvs_core_geometry(env.core)->heap_off, .fn = reclaim_now };
+	pz = (struct pause){ .armed = 1, .heap_off = kvs_core_geometry(env.srv.core)->heap_off, .fn = reclaim_now };
 	cr_expect_eq(kvt_get_s(r, "paused", got, sizeof(got)), want_rc);
 	cr_expect_str_eq(got, want_val);
 	cr_expect_eq(pz.fired, 1);
@@ -505,7 +492,7 @@ static void reclaim_and_reuse(void)
 
 	reclaim_now();
 	usleep(QUARANTINE_MS * 1000u + 5000u);
-	kvs_core_tick(env.core, 0);
+	kvs_core_tick(env.srv.core, 0);
 	/* Rewrite the heap with the same key at new values: the old offset now
 	 * holds some newer object. */
 	for (unsigned i = 0; i < 3000; i++) {
@@ -527,7 +514,7 @@ Test(reclaim, a_reader_stalled_across_reuse_times_out_and_never_returns_foreign_
 	kvc_destroy(a);
 	cr_assert_eq(kvs_reclaim_one(rcl), 0);
 	usleep(SETTLE_US);
-	pz = (struct pause){ .armed = 1, .heap_off = kvs_core_geometry(env.core)->heap_off,
+	pz = (struct pause){ .armed = 1, .heap_off = kvs_core_geometry(env.srv.core)->heap_off,
 			     .fn = reclaim_and_reuse };
 	rc = kvt_get_s(r, "paused", got, sizeof(got));
 	cr_expect_eq(rc, KVC_ETIMEDOUT, "got %s '%s'", kvc_err_name(rc), got);
@@ -555,7 +542,7 @@ static void *reclaimer_thread(void *arg)
 			break;
 		}
 		g->runs += (unsigned)rc;
-		kvs_core_tick(env.core, 0);
+		kvs_core_tick(env.srv.core, 0);
 		usleep(200);
 	}
 	return NULL;
@@ -589,7 +576,7 @@ static void sustained_updates(int no_evict, unsigned times)
 
 	teardown();
 	setup_with(2, 0, no_evict, MAX_OP_MS);
-	sb = kvs_core_geometry(env.core);
+	sb = kvs_core_geometry(env.srv.core);
 	a = client(NULL, 1024);
 	keys = (unsigned)(sb->heap_size * 3 / 10 / 560);
 	cr_assert_leq(keys, 4096);
@@ -663,7 +650,7 @@ Test(reclaim, live_data_three_times_the_heap_keeps_the_newest_keys)
 
 	teardown();
 	setup_with(2, 0, 0, MAX_OP_MS);
-	sb = kvs_core_geometry(env.core);
+	sb = kvs_core_geometry(env.srv.core);
 	a = client(NULL, 0);
 	n = (unsigned)(3 * sb->heap_size / 560);
 	bg_start(&g);
@@ -765,7 +752,7 @@ Test(reclaim, no_evict_refuses_when_live_data_fills_the_heap_but_never_for_garba
 /* The access byte of the object a key's slot names. */
 static uint8_t access_of(const char *key)
 {
-	const struct kvi_obj_hdr *oh = obj_of(key, NULL);
+	const struct kvi_obj_hdr *oh = obj_of(key);
 
 	cr_assert_not_null(oh, "%s has no slot", key);
 	return oh->access;
@@ -807,7 +794,7 @@ Test(reclaim, a_put_waiting_for_memory_does_not_block_the_caller)
 
 	teardown();
 	setup_with(2, 0, 0, MAX_OP_MS);
-	sb = kvs_core_geometry(env.core);
+	sb = kvs_core_geometry(env.srv.core);
 	a = client(NULL, 0);
 	memset(v, 'x', sizeof(v) - 1);
 	v[sizeof(v) - 1] = '\0';
@@ -831,7 +818,7 @@ Test(reclaim, a_put_waiting_for_memory_does_not_block_the_caller)
 	while (kvs_reclaim_one(rcl) > 0)
 		;
 	usleep(QUARANTINE_MS * 1000u + 5000u);
-	kvs_core_tick(env.core, 0);
+	kvs_core_tick(env.srv.core, 0);
 	n = kvc_poll(a, done, 2, 2000);
 	cr_assert_eq(n, 1);
 	cr_expect_eq(done[0]->status, 0, "%s", kvc_err_name(done[0]->status));
@@ -848,7 +835,7 @@ Test(reclaim, items_read_outlive_a_stream_of_keys_written_once)
 
 	teardown();
 	setup_with(2, 0, 0, MAX_OP_MS);
-	sb = kvs_core_geometry(env.core);
+	sb = kvs_core_geometry(env.srv.core);
 	a = client(NULL, 0);
 	memset(v, 'h', 500);
 	v[500] = '\0';
@@ -879,14 +866,14 @@ Test(reclaim, items_read_outlive_a_stream_of_keys_written_once)
 	kvc_destroy(a);
 }
 
-/* ---- kill at every step (issue 8's tool, for reclamation) ---------------- */
+/* ---- kill at every step (kvt_fail_nth, for reclamation) ------------------ */
 
 /* Every key where it should be: the read ones with their last value, the
  * unread ones with theirs or evicted; no key in two slots; no lock held. */
 static void check_after_reclaim(unsigned step, unsigned nkeys)
 {
 	kvc_t *c = client(NULL, 0);
-	const struct kvi_geometry *g = kvs_core_geometry(env.core);
+	const struct kvi_geometry *g = kvs_core_geometry(env.srv.core);
 	char k[32], v[200], got[256];
 
 	for (unsigned i = 0; i < nkeys; i++) {
@@ -896,17 +883,17 @@ static void check_after_reclaim(unsigned step, unsigned nkeys)
 		value_of(v, sizeof(v), k, 1);
 		cr_assert_eq(kvt_get_s(c, k, got, sizeof(got)), 0, "step %u: %s", step, k);
 		cr_assert_str_eq(got, v, "step %u: %s", step, k);
-		cr_assert_eq(slots_of(k), 1, "step %u: %s", step, k);
+		cr_assert_eq(kvt_key_slots(&env, k, NULL, 0, NULL), 1, "step %u: %s", step, k);
 		snprintf(k, sizeof(k), "cold-%u", i);
 		value_of(v, sizeof(v), k, 0);
 		rc = kvt_get_s(c, k, got, sizeof(got));
 		cr_assert(rc == 0 || rc == KVC_ENOTFOUND, "step %u: %s: %s", step, k, kvc_err_name(rc));
 		if (rc == 0)
 			cr_assert_str_eq(got, v, "step %u: %s", step, k);
-		cr_assert_leq(slots_of(k), 1, "step %u: %s", step, k);
+		cr_assert_leq(kvt_key_slots(&env, k, NULL, 0, NULL), 1, "step %u: %s", step, k);
 	}
 	for (uint64_t b = 0; b < g->bucket_count; b++) {
-		const struct kvi_bucket *bk = (const void *)(kvs_core_region(env.core) + kvi_home_bucket_off(g, b));
+		const struct kvi_bucket *bk = (const void *)(kvs_core_region(env.srv.core) + kvi_home_bucket_off(g, b));
 
 		cr_assert_eq(bk->lock, 0, "step %u: bucket %lu still locked", step, (unsigned long)b);
 	}
@@ -984,7 +971,7 @@ Test(reclaim_steps, a_reclaim_broken_after_any_of_its_operations_loses_no_item, 
 	printf("reclaim broken after each of its %u operations in turn: no item lost, no lock left\n", step - 1);
 }
 
-/* Issue 18: a work request that executes late. A PUT's commit (slot WRITE +
+/* A work request that executes late. A PUT's commit (slot WRITE +
  * unlock) is held in the transport (a before_op hook, which runs other steps
  * before letting it execute) while its extent is sealed and the reclaimer
  * runs; then it lands and the client is told OK. */
@@ -999,7 +986,7 @@ static struct held_commit hc;
 
 static void buckets_of(const char *key, uint64_t off[2])
 {
-	const struct kvi_geometry *g = kvs_core_geometry(env.core);
+	const struct kvi_geometry *g = kvs_core_geometry(env.srv.core);
 	struct kvi_keyhash kh;
 
 	kvi_key_hash(key, strlen(key), g->hash_seed, g->bucket_count, &kh);
@@ -1012,9 +999,9 @@ static void seal_extent_of(uint32_t owner)
 {
 	struct kvi_ctrl req = { .type = KVI_CTRL_SEG_REQ, .seq = 1, .arg = { 1024, 1u << 20 } }, resp;
 
-	pthread_mutex_lock(&env.lock);
-	cr_assert_eq(kvs_core_ctrl(env.core, owner, &req, &resp), 0);
-	pthread_mutex_unlock(&env.lock);
+	pthread_mutex_lock(&env.srv.lock);
+	cr_assert_eq(kvs_core_ctrl(env.srv.core, owner, &req, &resp), 0);
+	pthread_mutex_unlock(&env.srv.lock);
 	cr_assert_eq(resp.type, KVI_CTRL_SEG_GRANT);
 }
 
@@ -1029,7 +1016,7 @@ static int hold_commit(void *arg, struct kvi_rmem *rm, const struct kvi_rop *op)
 			continue;
 		hc.armed = 0;
 		hc.fired++;
-		hc.owner = kvi_lock_owner(*(const uint64_t *)(const void *)(kvs_core_region(env.core) + hc.bucket[w]));
+		hc.owner = kvi_lock_owner(*(const uint64_t *)(const void *)(kvs_core_region(env.srv.core) + hc.bucket[w]));
 		seal_extent_of(hc.owner);
 		hc.reclaimed = hc.fn();
 		return 0;
@@ -1097,7 +1084,7 @@ Test(reclaim, a_commit_held_past_settle_keeps_its_object_while_the_writer_holds_
 	reclaim_all();
 	cr_expect_eq(kvt_get_s(b, key, got, sizeof(got)), 0);
 	cr_expect_str_eq(got, "acknowledged");
-	cr_expect_eq(slots_of(key), 1);
+	cr_expect_eq(kvt_key_slots(&env, key, NULL, 0, NULL), 1);
 	cr_expect_eq(kvt_get_s(b, "w", got, sizeof(got)), 0);
 	kvc_destroy(b);
 }
@@ -1156,13 +1143,13 @@ Test(reclaim, the_quarantine_covers_the_execution_bound)
 	free(region);
 }
 
-/* Issue 18 defect 3: junk in the lock word of a bucket naming an item of the
- * oldest segment (a stray WRITE's) stopped reclamation for good: the
- * reclaimer retried the word forever, and every PUT then failed KVC_ENOMEM.
- * The reclaimer repairs it (its index being the only one) and goes on. */
+/* Junk in the lock word of a bucket naming an item of the oldest segment (a
+ * stray WRITE's) must not stop reclamation for good (a reclaimer retrying the
+ * word forever would leave every PUT failing KVC_ENOMEM): the reclaimer
+ * repairs it (its index being the only one) and goes on. */
 Test(reclaim, junk_in_a_lock_word_does_not_stop_reclamation)
 {
-	const struct kvi_geometry *sb = kvs_core_geometry(env.core);
+	const struct kvi_geometry *sb = kvs_core_geometry(env.srv.core);
 	kvc_t *a = client(NULL, 0), *b = client(NULL, 0);
 	char v[200], got[256];
 	struct kvi_keyhash kh;
@@ -1177,7 +1164,7 @@ Test(reclaim, junk_in_a_lock_word_does_not_stop_reclamation)
 	kvc_destroy(a);
 	kvi_key_hash("k", 1, sb->hash_seed, sb->bucket_count, &kh);
 	for (int w = 0; w < 2; w++)
-		*(uint64_t *)(void *)(kvs_core_region(env.core) + kvi_home_bucket_off(sb, kh.b[w])) =
+		*(uint64_t *)(void *)(kvs_core_region(env.srv.core) + kvi_home_bucket_off(sb, kh.b[w])) =
 			KVI_LOCK_MOVED | 0xbad;
 	for (int round = 0; round < 2; round++) {
 		usleep(SETTLE_US);
@@ -1195,13 +1182,13 @@ Test(reclaim, junk_in_a_lock_word_does_not_stop_reclamation)
 	kvc_destroy(b);
 }
 
-/* Issue 18 defect 7: after a failed parse the walk goes on 16 bytes at a
+/* After a failed parse the walk goes on 16 bytes at a
  * time; it must not then accept an object that lies over live ones. Here a
  * torn object's value embeds a checksum-valid header whose length covers
  * the live object after it: the walk keeps the live one. */
 Test(reclaim, a_value_embedding_a_valid_header_does_not_hide_the_live_object_after_it)
 {
-	const struct kvi_geometry *sb = kvs_core_geometry(env.core);
+	const struct kvi_geometry *sb = kvs_core_geometry(env.srv.core);
 	static uint8_t seg[4096] __attribute__((aligned(16)));
 	uint64_t off = sb->heap_off, olen_b = kvi_obj_len(4, 8);
 	char fake_val[600];
@@ -1220,7 +1207,7 @@ Test(reclaim, a_value_embedding_a_valid_header_does_not_hide_the_live_object_aft
 	cr_assert_eq(kvi_obj_verify(seg + 16, sizeof(seg) - 16), 0, "the fake verifies");
 	cr_assert_eq(memcmp(seg + 256 + 9, &(uint8_t){ KVI_LAYOUT_VERSION }, 1), 0, "B is intact");
 	kvi_key_hash("live", 4, sb->hash_seed, sb->bucket_count, &kh);
-	((struct kvi_bucket *)(void *)(kvs_core_region(env.core) + kvi_home_bucket_off(sb, kh.b[0])))->slot[0] =
+	((struct kvi_bucket *)(void *)(kvs_core_region(env.srv.core) + kvi_home_bucket_off(sb, kh.b[0])))->slot[0] =
 		kvi_slot_make(kh.fp, off + 256, olen_b);
 	n = kvs_reclaim_walk_for_test(rcl, seg, off, sizeof(seg), pos, olen, 8);
 	cr_expect_eq(n, 1, "the live object was hidden");
@@ -1235,7 +1222,7 @@ Test(reclaim, a_value_embedding_a_valid_header_does_not_hide_the_live_object_aft
  * and fenced; then reclamation goes on. */
 Test(reclaim, a_lock_kept_by_a_live_client_is_reported_by_the_reclaimer)
 {
-	const struct kvi_geometry *sb = kvs_core_geometry(env.core);
+	const struct kvi_geometry *sb = kvs_core_geometry(env.srv.core);
 	kvc_t *a, *holder;
 	char v[200];
 	struct kvi_keyhash kh;
@@ -1254,16 +1241,16 @@ Test(reclaim, a_lock_kept_by_a_live_client_is_reported_by_the_reclaimer)
 	}
 	kvc_destroy(a);
 	kvi_key_hash("k", 1, sb->hash_seed, sb->bucket_count, &kh);
-	lock = (uint64_t *)(void *)(kvs_core_region(env.core) + kvi_home_bucket_off(sb, kh.b[0]));
+	lock = (uint64_t *)(void *)(kvs_core_region(env.srv.core) + kvi_home_bucket_off(sb, kh.b[0]));
 	*lock = kvi_lock_held_by(id);
 	usleep(SETTLE_US);
-	while (env.fenced_owner != id && tries++ < 10) {
+	while (env.srv.fenced_owner != id && tries++ < 10) {
 		rc = kvs_reclaim_one(rcl);
 		cr_assert_geq(rc, 0, "reclaimer failed: %s", kvc_err_name(rc));
 		n += rc == 1;
 	}
-	cr_assert_eq(env.fenced_owner, id, "the lock's owner was never condemned (%u reports judged)",
-		     (unsigned)(env.verdicts[KVI_REPORT_WATCHING] + env.verdicts[KVI_REPORT_FENCING]));
+	cr_assert_eq(env.srv.fenced_owner, id, "the lock's owner was never condemned (%u reports judged)",
+		     (unsigned)(env.srv.verdicts[KVI_REPORT_WATCHING] + env.srv.verdicts[KVI_REPORT_FENCING]));
 	/* What kvserver does with a condemned owner: fence it, releasing its locks. */
 	kvt_env_fence_locks(&env, id);
 	kvc_destroy(holder);

@@ -1,4 +1,4 @@
-/* Refusals stay refusals (issue 18): a full index that cannot grow answers
+/* Refusals stay refusals: a full index that cannot grow answers
  * every insert KVC_EINDEXFULL promptly and never costs the writer its lease;
  * the server grows an index only when a GROW's claim holds; a host's
  * connections share one quota. Over the local transport, with the real
@@ -13,22 +13,6 @@
 #include "dpath_env.h"
 #include "kvclient_errors.h"
 #include "migrate.h"
-
-static uint64_t mono_ms(void)
-{
-	struct timespec ts;
-
-	clock_gettime(CLOCK_MONOTONIC, &ts);
-	return (uint64_t)ts.tv_sec * 1000u + (uint64_t)ts.tv_nsec / 1000000u;
-}
-
-static uint64_t mono_ns(void)
-{
-	struct timespec ts;
-
-	clock_gettime(CLOCK_MONOTONIC, &ts);
-	return (uint64_t)ts.tv_sec * 1000000000u + (uint64_t)ts.tv_nsec;
-}
 
 static struct kvc_stats cstats(kvc_t *c)
 {
@@ -61,9 +45,9 @@ static void *server_loop(void *arg)
 
 		if (kvs_reclaim_run(s->rcl) < 0)
 			s->failed = 1;
-		pthread_mutex_lock(&s->env->lock);
-		n = s->env->members ? kvs_members_expired(s->env->members, mono_ns(), ids, 16) : 0;
-		pthread_mutex_unlock(&s->env->lock);
+		pthread_mutex_lock(&s->env->srv.lock);
+		n = s->env->srv.members ? kvs_members_expired(s->env->srv.members, kvi_mono_ns(), ids, 16) : 0;
+		pthread_mutex_unlock(&s->env->srv.lock);
 		__atomic_add_fetch(&s->expired, n, __ATOMIC_RELAXED);
 		usleep(1000);
 	}
@@ -75,8 +59,8 @@ static void server_start(struct server *s, struct kvt_env *env)
 	memset(s, 0, sizeof(*s));
 	s->env = env;
 	cr_assert_eq(kvt_env_reclaimer(env, NULL, &s->rcl), 0);
-	cr_assert_eq(kvs_migrate_create(env->core, &(struct kvs_migrate_opts){ .load_pct = KVS_DEFAULT_RESIZE_LOAD_PCT },
-						&s->mig), 0);
+	cr_assert_eq(kvs_migrate_create(env->srv.core, &(struct kvs_migrate_opts){ .load_pct = KVS_DEFAULT_RESIZE_LOAD_PCT },
+					 &s->mig), 0);
 	kvs_reclaim_set_migrator(s->rcl, s->mig);
 	cr_assert_eq(pthread_create(&s->t, NULL, server_loop, s), 0);
 }
@@ -126,18 +110,18 @@ Test(refusals, a_full_index_that_cannot_grow_refuses_every_insert_promptly)
 		cr_assert_leq(filled, 4 * KVI_SLOTS_PER_BUCKET);
 	}
 	cr_assert_eq(kvc_delete(c, "fill-0", 6), 0);
-	pthread_mutex_lock(&env.lock);
-	kvs_members_stats(env.members, &ms0);
-	pthread_mutex_unlock(&env.lock);
-	t0 = mono_ms();
+	pthread_mutex_lock(&env.srv.lock);
+	kvs_members_stats(env.srv.members, &ms0);
+	pthread_mutex_unlock(&env.srv.lock);
+	t0 = kvt_mono_ms();
 	for (unsigned i = 0; i < 200; i++) {
 		uint64_t t;
 
 		usleep(20000); /* as over Soft-RoCE: 200 inserts take seconds, several deadlines */
-		t = mono_ms();
+		t = kvt_mono_ms();
 		snprintf(k, sizeof(k), "more-%u", i);
 		rc = kvt_put_s(c, k, "value");
-		t = mono_ms() - t;
+		t = kvt_mono_ms() - t;
 		if (t > slowest)
 			slowest = t;
 		cr_assert(rc == 0 || rc == KVC_EINDEXFULL, "PUT %u (%s): %s after %u refusals, %llu ms", i, k,
@@ -145,12 +129,12 @@ Test(refusals, a_full_index_that_cannot_grow_refuses_every_insert_promptly)
 		ok += rc == 0;
 		full += rc == KVC_EINDEXFULL;
 	}
-	pthread_mutex_lock(&env.lock);
-	kvs_members_stats(env.members, &ms1);
-	pthread_mutex_unlock(&env.lock);
+	pthread_mutex_lock(&env.srv.lock);
+	kvs_members_stats(env.srv.members, &ms1);
+	pthread_mutex_unlock(&env.srv.lock);
 	printf("full index: %u items, then %u inserts succeeded, %u refused in %llu ms (slowest %llu ms), "
 	       "%llu GROW requests, %llu renewals\n",
-	       filled, ok, full, (unsigned long long)(mono_ms() - t0), (unsigned long long)slowest,
+	       filled, ok, full, (unsigned long long)(kvt_mono_ms() - t0), (unsigned long long)slowest,
 	       (unsigned long long)cstats(c).grow_requests, (unsigned long long)(ms1.renewals - ms0.renewals));
 	cr_expect_leq(ok, 5, "only the deleted item's room and the slots left free");
 	cr_expect_geq(full, 195);
@@ -158,7 +142,7 @@ Test(refusals, a_full_index_that_cannot_grow_refuses_every_insert_promptly)
 	cr_expect_eq(cstats(c).rejoins, 0, "the handle never broke");
 	cr_expect_eq(__atomic_load_n(&srv.expired, __ATOMIC_RELAXED), 0, "no lease ran out");
 	cr_expect_eq(srv.failed, 0);
-	cr_expect_eq(kvs_core_resize_phase(env.core), KVS_RESIZE_IDLE);
+	cr_expect_eq(kvs_core_resize_phase(env.srv.core), KVS_RESIZE_IDLE);
 	/* Still usable: a read and a delete answer. */
 	cr_expect_eq(kvc_delete(c, "fill-1", 6), 0);
 	kvc_destroy(c);
@@ -188,11 +172,11 @@ static unsigned fill(kvc_t *c)
 
 /* The wait for a GROW answered STARTED (a resize wanted, its migrator not
  * getting to it: here it never runs) lasts three quarters of the deadline,
- * 1.5 s with max-op-ms 2000 -- longer than a lease of 1 s. Before, kvc_poll
+ * 1.5 s with max-op-ms 2000 -- longer than a lease of 1 s. A kvc_poll that
  * slept through it in one nanosleep (nothing posted, only that insert
- * waiting) and woke with its lease lapsed: the insert failed KVC_EFENCED and
- * the handle broke. The lease must be renewed meanwhile and the insert must
- * end as an insert into a full index does: KVC_EINDEXFULL. */
+ * waiting) would wake with its lease lapsed: the insert would fail
+ * KVC_EFENCED and the handle break. The lease must be renewed meanwhile and
+ * the insert must end as an insert into a full index does: KVC_EINDEXFULL. */
 Test(refusals, an_insert_waiting_for_a_resize_keeps_its_lease)
 {
 	struct kvs_core_opts o = { .buckets = 4, .segment_size = 64u << 10, .no_evict = 1, .max_op_ms = 2000 };
@@ -204,31 +188,31 @@ Test(refusals, an_insert_waiting_for_a_resize_keeps_its_lease)
 
 	cr_assert_eq(kvt_env_init_opts(&env, 2, &o), 0);
 	cr_assert_eq(kvt_env_leases(&env, KVS_DEFAULT_LEASE_MS, KVS_DEFAULT_RENEW_MS), 0);
-	kvs_core_attach_migrator(env.core); /* GROW may be answered STARTED; nothing migrates */
+	kvs_core_attach_migrator(env.srv.core); /* GROW may be answered STARTED; nothing migrates */
 	kvc_opts_init(&co);
 	co.depth = 4;
 	co.op_timeout_ms = 2000;
 	cr_assert_eq(kvt_env_client_opts(&env, NULL, &co, &c), 0);
 	fill(c);
 	for (unsigned i = 0; i < 3; i++) {
-		uint64_t t = mono_ms();
+		uint64_t t = kvt_mono_ms();
 		int rc;
 
-		pthread_mutex_lock(&env.lock);
-		kvs_members_stats(env.members, &ms0);
-		pthread_mutex_unlock(&env.lock);
+		pthread_mutex_lock(&env.srv.lock);
+		kvs_members_stats(env.srv.members, &ms0);
+		pthread_mutex_unlock(&env.srv.lock);
 		snprintf(k, sizeof(k), "more-%u", i);
 		rc = kvt_put_s(c, k, "value");
-		t = mono_ms() - t;
-		pthread_mutex_lock(&env.lock);
-		kvs_members_stats(env.members, &ms1);
-		pthread_mutex_unlock(&env.lock);
+		t = kvt_mono_ms() - t;
+		pthread_mutex_lock(&env.srv.lock);
+		kvs_members_stats(env.srv.members, &ms1);
+		pthread_mutex_unlock(&env.srv.lock);
 		cr_assert_eq(rc, KVC_EINDEXFULL, "PUT %u: %s after %llu ms", i, kvc_err_name(rc), (unsigned long long)t);
 		cr_expect_geq(ms1.renewals - ms0.renewals, 3, "PUT %u: renewed every 250 ms of its %llu ms", i,
 			      (unsigned long long)t);
 	}
 	cr_expect_eq(cstats(c).rejoins, 0, "the handle never broke");
-	cr_expect_eq(kvs_core_resize_phase(env.core), KVS_RESIZE_WANTED);
+	cr_expect_eq(kvs_core_resize_phase(env.srv.core), KVS_RESIZE_WANTED);
 	kvc_destroy(c);
 	kvt_env_fini(&env);
 }
@@ -253,9 +237,9 @@ static int late_grow_answer(void *arg, uint32_t id, const struct kvi_ctrl *req, 
 	int rc;
 
 	(void)arg;
-	pthread_mutex_lock(&late_env.lock);
-	rc = kvs_core_ctrl(late_env.core, id, req, resp);
-	pthread_mutex_unlock(&late_env.lock);
+	pthread_mutex_lock(&late_env.srv.lock);
+	rc = kvs_core_ctrl(late_env.srv.core, id, req, resp);
+	pthread_mutex_unlock(&late_env.srv.lock);
 	if (rc || req->type != KVI_CTRL_GROW)
 		return rc;
 	late_answer = *resp;
@@ -281,7 +265,7 @@ Test(refusals, a_grow_answer_that_comes_after_the_first_look_is_still_taken)
 	rm = kvi_client_conn(c, 0)->rm;
 	kvi_rmem_local_set_ctrl(rm, late_grow_answer, NULL, rm->client_id);
 	late_held = 0;
-	t0 = mono_ms();
+	t0 = kvt_mono_ms();
 	cr_assert_eq(kvc_submit(c, &op), 0);
 	for (;;) {
 		int n = kvc_poll(c, &done, 1, 1);
@@ -289,13 +273,13 @@ Test(refusals, a_grow_answer_that_comes_after_the_first_look_is_still_taken)
 		cr_assert_geq(n, 0);
 		if (n == 1)
 			break;
-		if (late_held && mono_ms() - t0 >= 5) {
+		if (late_held && kvt_mono_ms() - t0 >= 5) {
 			kvi_rmem_ctrl_stash(rm, &late_answer); /* the answer arrives */
 			late_held = 0;
 		}
-		cr_assert_lt(mono_ms() - t0, 10000);
+		cr_assert_lt(kvt_mono_ms() - t0, 10000);
 	}
-	took = mono_ms() - t0;
+	took = kvt_mono_ms() - t0;
 	printf("an insert into a full index whose GROW was answered 5 ms late: %s after %llu ms\n",
 	       kvc_err_name(op.status), (unsigned long long)took);
 	cr_expect_eq(op.status, KVC_EINDEXFULL);
@@ -323,21 +307,21 @@ Test(refusals, grow_against_an_empty_index_resizes_nothing)
 
 	cr_assert_eq(kvt_env_init_opts(&env, 16, &o), 0);
 	cr_assert_eq(kvt_env_reclaimer(&env, NULL, &rcl), 0);
-	cr_assert_eq(kvs_migrate_create(env.core, &(struct kvs_migrate_opts){ .load_pct = KVS_DEFAULT_RESIZE_LOAD_PCT },
-						&mig), 0);
+	cr_assert_eq(kvs_migrate_create(env.srv.core, &(struct kvs_migrate_opts){ .load_pct = KVS_DEFAULT_RESIZE_LOAD_PCT },
+					 &mig), 0);
 	kvs_reclaim_set_migrator(rcl, mig);
 	for (unsigned i = 0; i < 500; i++) {
 		const uint64_t *cl = claims[i % (sizeof(claims) / sizeof(claims[0]))];
 		struct kvi_ctrl req = { .type = KVI_CTRL_GROW, .seq = i + 1, .arg = { 1, 0, cl[0], cl[1] } }, resp;
 
-		cr_assert_eq(kvs_core_ctrl(env.core, 5, &req, &resp), 0);
+		cr_assert_eq(kvs_core_ctrl(env.srv.core, 5, &req, &resp), 0);
 		cr_assert_eq(resp.type, KVI_CTRL_GROWING);
 		cr_assert_eq(resp.arg[0], KVI_GROW_NO, "GROW %u claiming %llu, %llu", i, (unsigned long long)cl[0],
 			     (unsigned long long)cl[1]);
-		cr_assert_eq(kvs_core_resize_phase(env.core), KVS_RESIZE_IDLE);
+		cr_assert_eq(kvs_core_resize_phase(env.srv.core), KVS_RESIZE_IDLE);
 		cr_assert_geq(kvs_reclaim_run(rcl), 0);
 	}
-	kvs_core_stats(env.core, &st);
+	kvs_core_stats(env.srv.core, &st);
 	cr_expect_eq(st.index_epoch, 1);
 	cr_expect_eq(st.index_buckets, 256);
 	cr_expect_eq(st.resizes, 0);
@@ -370,7 +354,7 @@ Test(refusals, a_client_that_fills_its_index_still_grows_it)
 		snprintf(k, sizeof(k), "key-%u", i);
 		cr_assert_eq(kvt_put_s(c, k, "value"), 0, "PUT %s", k);
 	}
-	kvs_core_stats(env.core, &st);
+	kvs_core_stats(env.srv.core, &st);
 	printf("1000 keys into 4 buckets: %llu buckets now, %llu GROW requests, %llu evictions\n",
 	       (unsigned long long)st.index_buckets, (unsigned long long)cstats(c).grow_requests,
 	       (unsigned long long)cstats(c).index_evictions);
@@ -396,28 +380,28 @@ static void nine_and_one(const char *host_a, const char *host_b, unsigned *a_got
 	uint32_t seq = 1;
 
 	cr_assert_eq(kvt_env_init_opts(&env, 1, &o), 0);
-	kvs_core_stats(env.core, &st);
+	kvs_core_stats(env.srv.core, &st);
 	cr_assert_eq(st.segments_total, 7);
 	cr_assert_eq(st.quota_bytes, 2 * (128u << 10));
 	for (uint32_t id = 1; id <= 10; id++)
-		cr_assert_eq(kvs_core_client_host(env.core, id, id <= 9 ? host_a : host_b), 0);
+		cr_assert_eq(kvs_core_client_host(env.srv.core, id, id <= 9 ? host_a : host_b), 0);
 	*a_got = 0;
 	for (uint32_t id = 1; id <= 10; id++) {
 		struct kvi_ctrl req = { .type = KVI_CTRL_SEG_REQ, .seq = seq++, .arg = { 128u << 10, 0 } }, resp;
 
-		cr_assert_eq(kvs_core_ctrl(env.core, id, &req, &resp), 0);
+		cr_assert_eq(kvs_core_ctrl(env.srv.core, id, &req, &resp), 0);
 		if (id <= 9)
 			*a_got += resp.type == KVI_CTRL_SEG_GRANT;
 		else
 			*b_got = resp.type == KVI_CTRL_SEG_GRANT;
 	}
 	if (host_a)
-		cr_expect_eq(kvs_core_host_held(env.core, 1), (uint64_t)*a_got * (128u << 10),
+		cr_expect_eq(kvs_core_host_held(env.srv.core, 1), (uint64_t)*a_got * (128u << 10),
 			     "host A's holdings are its clients' together");
 	/* A client leaving takes its holdings out of its host's. */
-	kvs_core_client_left(env.core, 1);
+	kvs_core_client_left(env.srv.core, 1);
 	if (host_a)
-		cr_expect_eq(kvs_core_host_held(env.core, 2), (uint64_t)(*a_got - 1) * (128u << 10));
+		cr_expect_eq(kvs_core_host_held(env.srv.core, 2), (uint64_t)(*a_got - 1) * (128u << 10));
 	kvt_env_fini(&env);
 }
 
@@ -432,7 +416,7 @@ Test(refusals, connections_from_one_host_share_one_quota)
 }
 
 /* Without an address (the in-process transport; also "?") each connection
- * has its own quota, as before. */
+ * has its own quota. */
 Test(refusals, connections_without_an_address_keep_their_own_quota)
 {
 	unsigned a;
@@ -443,12 +427,12 @@ Test(refusals, connections_without_an_address_keep_their_own_quota)
 	cr_expect_not(b);
 }
 
-/* Issue 18 defect 7: a grant request never blocks kvc_submit while other
- * operations hold locks. A PUT holds its bucket locks (posted, not yet
- * polled); a second PUT needs a new extent, and the server is slow to
- * answer. Before, kvc_submit waited for the answer (up to 5 s) while the
- * first PUT's commit waited behind it; now the request goes out without
- * waiting, kvc_submit returns at once, and both PUTs complete. */
+/* A grant request never blocks kvc_submit while other operations hold
+ * locks. A PUT holds its bucket locks (posted, not yet polled); a second PUT
+ * needs a new extent, and the server is slow to answer. kvc_submit must not
+ * wait for the answer (up to 5 s) with the first PUT's commit behind it: the
+ * request goes out without waiting, kvc_submit returns at once, and both
+ * PUTs complete. */
 static struct kvt_env slow_env;
 static struct kvi_ctrl slow_answer;
 static int slow_armed, slow_held;
@@ -458,9 +442,9 @@ static int slow_grant_answer(void *arg, uint32_t id, const struct kvi_ctrl *req,
 	int rc;
 
 	(void)arg;
-	pthread_mutex_lock(&slow_env.lock);
-	rc = kvs_core_ctrl(slow_env.core, id, req, resp);
-	pthread_mutex_unlock(&slow_env.lock);
+	pthread_mutex_lock(&slow_env.srv.lock);
+	rc = kvs_core_ctrl(slow_env.srv.core, id, req, resp);
+	pthread_mutex_unlock(&slow_env.srv.lock);
 	if (rc || req->type != KVI_CTRL_SEG_REQ || !slow_armed)
 		return rc;
 	slow_answer = *resp;
@@ -494,9 +478,9 @@ Test(refusals, a_grant_request_does_not_hold_up_operations_that_hold_locks)
 	kvi_rmem_local_set_ctrl(rm, slow_grant_answer, NULL, rm->client_id);
 	slow_armed = 1;
 	cr_assert_eq(kvc_submit(c, &a), 0); /* posts its lock doorbell */
-	t0 = mono_ms();
+	t0 = kvt_mono_ms();
 	cr_assert_eq(kvc_submit(c, &b), 0);
-	took = mono_ms() - t0;
+	took = kvt_mono_ms() - t0;
 	cr_expect_lt(took, 100, "kvc_submit waited %llu ms for a segment", (unsigned long long)took);
 	cr_expect(slow_held, "the segment request went out");
 	while (got < 2) {
@@ -504,11 +488,11 @@ Test(refusals, a_grant_request_does_not_hold_up_operations_that_hold_locks)
 
 		cr_assert_geq(n, 0);
 		got += (unsigned)n;
-		if (slow_held && mono_ms() - t0 >= 300) {
+		if (slow_held && kvt_mono_ms() - t0 >= 300) {
 			kvi_rmem_ctrl_stash(rm, &slow_answer); /* the answer arrives */
 			slow_held = 0;
 		}
-		cr_assert_lt(mono_ms() - t0, 10000);
+		cr_assert_lt(kvt_mono_ms() - t0, 10000);
 	}
 	cr_expect_eq(a.status, 0, "the lock holder: %s", kvc_err_name(a.status));
 	cr_expect_eq(b.status, 0, "the large PUT: %s", kvc_err_name(b.status));

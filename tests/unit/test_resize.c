@@ -36,9 +36,9 @@ static void setup(void)
 {
 	cr_assert_eq(kvt_env_init(&env, 16, N_OLD, 64), 0);
 	memset(&R, 0, sizeof(R));
-	R.base = kvs_core_region(env.core);
-	R.seed = kvs_core_geometry(env.core)->hash_seed;
-	cr_assert_eq(kvs_core_index(env.core, 0, &R.oldx, R.old_chunks, 4), 0);
+	R.base = kvs_core_region(env.srv.core);
+	R.seed = kvs_core_geometry(env.srv.core)->hash_seed;
+	cr_assert_eq(kvs_core_index(env.srv.core, 0, &R.oldx, R.old_chunks, 4), 0);
 	cr_assert_eq(R.oldx.bucket_count, N_OLD);
 }
 
@@ -68,11 +68,11 @@ static int cas(uint64_t *w, uint64_t expect, uint64_t want)
  * UNMIGRATED, published as MIGRATING from the home index. */
 static void stage(void)
 {
-	const struct kvi_geometry *g = kvs_core_geometry(env.core);
+	const struct kvi_geometry *g = kvs_core_geometry(env.srv.core);
 	struct kvs_extent x = { 0 };
 	const char *why;
 
-	cr_assert_eq(kvs_core_server_extent(env.core, &x, 0), 0);
+	cr_assert_eq(kvs_core_server_extent(env.srv.core, &x, 0), 0);
 	cr_assert_geq(x.len, 2 * R.oldx.bucket_count * KVI_BUCKET_SIZE, "one segment holds the new index");
 	R.new_chunks[0] = x.off;
 	R.newx = (struct kvi_index){ .epoch = R.oldx.epoch + 1, .bucket_count = 2 * R.oldx.bucket_count,
@@ -84,7 +84,7 @@ static void stage(void)
 		memset(bkt(&R.newx, b), 0, KVI_BUCKET_SIZE);
 		__atomic_store_n(&bkt(&R.newx, b)->lock, KVI_LOCK_UNMIGRATED, __ATOMIC_SEQ_CST);
 	}
-	cr_assert_eq(kvs_core_set_indexes(env.core, &R.newx, &R.oldx, KVI_INDEX_MIGRATING), 0);
+	cr_assert_eq(kvs_core_set_indexes(env.srv.core, &R.newx, &R.oldx, KVI_INDEX_MIGRATING), 0);
 	R.staged = 1;
 }
 
@@ -143,7 +143,7 @@ static void migrate(uint64_t from, uint64_t to)
 
 static void publish_stable(void)
 {
-	cr_assert_eq(kvs_core_set_indexes(env.core, &R.newx, NULL, KVI_INDEX_STABLE), 0);
+	cr_assert_eq(kvs_core_set_indexes(env.srv.core, &R.newx, NULL, KVI_INDEX_STABLE), 0);
 	R.stable = 1;
 }
 
@@ -347,14 +347,6 @@ Test(resize, a_cached_location_in_a_migrated_bucket_is_not_trusted)
 	kvc_destroy(nw);
 }
 
-static uint64_t now_ms(void)
-{
-	struct timespec ts;
-
-	clock_gettime(CLOCK_MONOTONIC, &ts);
-	return (uint64_t)ts.tv_sec * 1000u + (uint64_t)ts.tv_nsec / 1000000u;
-}
-
 /* The old bucket holding key (the index is the old one's). */
 static uint64_t old_home(const char *key)
 {
@@ -384,16 +376,16 @@ Test(resize, a_put_waits_for_the_migrator_and_a_get_does_not)
 	rd = client(0, 4, NULL);
 	cr_assert(mig_lock(ob));
 	cr_assert_eq(kvc_submit(nw, &op), 0);
-	t0 = now_ms();
-	while (now_ms() - t0 < 50)
+	t0 = kvt_mono_ms();
+	while (kvt_mono_ms() - t0 < 50)
 		cr_assert_eq(kvc_poll(nw, &done, 1, 1), 0, "the PUT went on past the migrator's lock");
 	cr_expect_geq(stats(nw).lock_conflicts, 1);
-	t0 = now_ms();
+	t0 = kvt_mono_ms();
 	cr_assert_eq(kvt_get_s(rd, "held", got, sizeof(got)), 0);
 	cr_expect_str_eq(got, "v1");
 	cr_assert_eq(kvt_get_s(old, "held", got, sizeof(got)), 0);
 	cr_expect_str_eq(got, "v1");
-	cr_expect_lt(now_ms() - t0, 1000, "GETs do not wait for locks");
+	cr_expect_lt(kvt_mono_ms() - t0, 1000, "GETs do not wait for locks");
 	mig_copy_and_mark(ob);
 	cr_assert_eq(kvc_poll(nw, &done, 1, 5000), 1);
 	cr_assert_eq(op.status, 0, "PUT: %s", kvc_err_name(op.status));
@@ -629,7 +621,8 @@ Test(resize, random_ops_during_a_stepwise_migration_read_the_last_acknowledged_w
 
 /* (f) GROW: a full bucket pair asks the server to grow, once. The core
  * answers NO (it has no migrator): the insert then fails (no-evict) or
- * evicts exactly as before, and the NO is remembered (no second request). */
+ * evicts as it does without a GROW, and the NO is remembered (no second
+ * request). */
 static void fill_pair(struct kvt_env *e, kvc_t *c, unsigned *next)
 {
 	char k[32];
@@ -690,7 +683,7 @@ static int grow_at_once(void *arg, uint32_t client_id, const struct kvi_ctrl *re
 {
 	(void)arg;
 	if (req->type != KVI_CTRL_GROW)
-		return kvs_core_ctrl(env.core, client_id, req, resp);
+		return kvs_core_ctrl(env.srv.core, client_id, req, resp);
 	cr_assert_eq(req->arg[0], 1, "GROW names the index that is full");
 	stage();
 	migrate(0, R.oldx.bucket_count);
@@ -709,9 +702,9 @@ Test(grow, a_started_resize_takes_the_insert_into_the_new_index)
 
 	cr_assert_eq(kvt_env_init_opts(&env, 16, &o), 0);
 	memset(&R, 0, sizeof(R));
-	R.base = kvs_core_region(env.core);
-	R.seed = kvs_core_geometry(env.core)->hash_seed;
-	cr_assert_eq(kvs_core_index(env.core, 0, &R.oldx, R.old_chunks, 4), 0);
+	R.base = kvs_core_region(env.srv.core);
+	R.seed = kvs_core_geometry(env.srv.core)->hash_seed;
+	cr_assert_eq(kvs_core_index(env.srv.core, 0, &R.oldx, R.old_chunks, 4), 0);
 	cr_assert_eq(kvt_env_client(&env, NULL, 64, 4, &c), 0);
 	kvi_rmem_local_set_ctrl(kvi_client_conn(c, 0)->rm, grow_at_once, NULL, kvi_client_conn(c, 0)->rm->client_id);
 	fill_pair(&env, c, &next);
@@ -755,7 +748,7 @@ static void *migrator(void *arg)
 			sched_yield();
 		*why = mig_copy_and_mark_why(b);
 	}
-	if (!*why && kvs_core_set_indexes(env.core, &R.newx, NULL, KVI_INDEX_STABLE) != 0)
+	if (!*why && kvs_core_set_indexes(env.srv.core, &R.newx, NULL, KVI_INDEX_STABLE) != 0)
 		*why = "publishing STABLE failed";
 	__atomic_store_n(&migrator_done, 1, __ATOMIC_SEQ_CST);
 	return NULL;

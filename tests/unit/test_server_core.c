@@ -830,7 +830,7 @@ static void *reclaimer_loop(void *arg)
 			b->err = rc;
 			break;
 		}
-		kvs_core_tick(qenv.core, 0);
+		kvs_core_tick(qenv.srv.core, 0);
 		usleep(200);
 	}
 	return NULL;
@@ -847,9 +847,9 @@ static void *flood_loop(void *arg)
 	for (uint32_t seq = 1; !bg_stopped(b); seq++) {
 		struct kvi_ctrl req = { .type = KVI_CTRL_SEG_REQ, .seq = seq, .arg = { SEG, 0 } }, resp;
 
-		pthread_mutex_lock(&qenv.lock);
-		b->err |= kvs_core_ctrl(qenv.core, FLOODER_ID, &req, &resp);
-		pthread_mutex_unlock(&qenv.lock);
+		pthread_mutex_lock(&qenv.srv.lock);
+		b->err |= kvs_core_ctrl(qenv.srv.core, FLOODER_ID, &req, &resp);
+		pthread_mutex_unlock(&qenv.srv.lock);
 		if (resp.type == KVI_CTRL_SEG_GRANT)
 			b->grants++;
 		else if (resp.status == KVC_EAGAIN)
@@ -912,7 +912,7 @@ Test(quota, a_flooder_cannot_starve_another_clients_puts)
 	cr_expect_eq(fl.err, 0, "the flooder was never disconnected: its requests are well-formed");
 	cr_expect_eq(fl.other, 0);
 	cr_expect_gt(fl.grants, 0);
-	kvs_core_stats(qenv.core, &st);
+	kvs_core_stats(qenv.srv.core, &st);
 	cr_expect_gt(st.grants_throttled + st.grants_over_quota, 0, "the flooder was never held back");
 	cr_expect_eq(failed, 0, "%u of the victim's PUTs failed", failed);
 	/* Without the quota the victim does get through now and then, after

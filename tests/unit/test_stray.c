@@ -1,10 +1,10 @@
-/* Stray WRITEs into the index (issue 18 defect 3): any client may write any
- * byte of the region, so junk can land in slots. Reproduced on Soft-RoCE
- * with a raw client writing random bytes over slot words: buckets looked
- * full for good ("index full: both candidate buckets are full", with
- * eviction on), and a key whose bucket held a junk slot with its
- * fingerprint failed every write with KVC_ECORRUPT. Writers, holding the
- * bucket locks, take junk slots as free: every key is writable again. */
+/* Stray WRITEs into the index: any client may write any byte of the region,
+ * so junk can land in slots (a raw client writing random bytes over slot
+ * words on Soft-RoCE does it). Junk must not make buckets look full for good
+ * ("index full: both candidate buckets are full", with eviction on), nor a
+ * key whose bucket holds a junk slot with its fingerprint fail every write
+ * with KVC_ECORRUPT: writers, holding the bucket locks, take junk slots as
+ * free, so every key stays writable. */
 #include <criterion/criterion.h>
 #include <stdio.h>
 #include <string.h>
@@ -32,11 +32,11 @@ TestSuite(stray, .init = setup, .fini = teardown, .timeout = 60);
 
 static struct kvi_bucket *bucket_of(const char *key, int which)
 {
-	const struct kvi_geometry *sb = kvs_core_geometry(env.core);
+	const struct kvi_geometry *sb = kvs_core_geometry(env.srv.core);
 	struct kvi_keyhash kh;
 
 	kvi_key_hash(key, strlen(key), sb->hash_seed, sb->bucket_count, &kh);
-	return (struct kvi_bucket *)(void *)(kvi_local_region_base(env.reg) + kvi_home_bucket_off(sb, kh.b[which]));
+	return (struct kvi_bucket *)(void *)(kvi_local_region_base(env.srv.reg) + kvi_home_bucket_off(sb, kh.b[which]));
 }
 
 static uint64_t rng = 0x9e3779b97f4a7c15ull;
@@ -68,7 +68,7 @@ Test(stray, buckets_full_of_junk_slots_take_new_keys)
 
 Test(stray, a_junk_slot_with_the_keys_fingerprint_does_not_stop_its_writes)
 {
-	const struct kvi_geometry *sb = kvs_core_geometry(env.core);
+	const struct kvi_geometry *sb = kvs_core_geometry(env.srv.core);
 	struct kvi_keyhash kh;
 	char v[16];
 	uint64_t s;

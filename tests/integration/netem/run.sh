@@ -20,7 +20,7 @@
 # Phases (KV_NETEM_SECS seconds each, default 3): base, then per fault the fault, and
 # after-<fault> and later-<fault> with the fault removed. Faults: loss 1 %, loss 5 %, delay 5 ms +- 2 ms,
 # duplicate 1 %, reorder 25 % (of packets sent at once, the others 5 ms late).
-# Round 2 (issue 18 defect 1): a second kvserver with a small heap and a 4-bucket index that
+# Round 2: a second kvserver with a small heap and a 4-bucket index that
 # must grow while a checker inserts 256 keys under 5 % loss, so that inserts wait for resizes and
 # their commits go out late and retransmitted; it must lose no acknowledged write, fail only with
 # the codes a fault explains, and grow at least once.
@@ -257,7 +257,7 @@ else
     ref=$r what="after '${f#*:}'"
   done
 fi
-# --- round 2: loss while inserts wait for resizes (issue 18 defect 1) -------------------------
+# --- round 2: loss while inserts wait for resizes -------------------------------------------
 # A PUT that waited (for a new index, or for memory) posts its commit late in its deadline,
 # and lost packets delay it by retransmissions: an acknowledged PUT must still never be lost
 # nor its key left unreadable. A small heap of small segments, an index of 4 buckets that

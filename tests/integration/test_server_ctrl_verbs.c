@@ -15,7 +15,7 @@
 #include "layout.h"
 #include "rmem_verbs.h"
 
-TestSuite(server_ctrl, .init = kvt_require_rdma, .timeout = 240);
+TestSuite(server_ctrl_verbs, .init = kvt_require_rdma, .timeout = 240);
 
 #define NCLIENTS 6 /* > 128 CQEs / (2 x 17 per peer): the shared CQ must grow */
 #define GRANTS 3
@@ -35,7 +35,7 @@ static int cmp_u64(const void *a, const void *b)
 	return x < y ? -1 : x > y;
 }
 
-Test(server_ctrl, grants_to_several_clients_are_disjoint_segments_of_the_region)
+Test(server_ctrl_verbs, grants_to_several_clients_are_disjoint_segments_of_the_region)
 {
 	const char *extra[] = { "--segment-size", "64", "-vv", NULL };
 	struct kvi_rmem *rm[NCLIENTS];
@@ -91,7 +91,7 @@ Test(server_ctrl, grants_to_several_clients_are_disjoint_segments_of_the_region)
 	cr_expect(strstr(srv.all, "granted") != NULL, "-vv logs grants: %s", srv.all);
 }
 
-Test(server_ctrl, a_client_breaking_the_protocol_loses_only_its_connection)
+Test(server_ctrl_verbs, a_client_breaking_the_protocol_loses_only_its_connection)
 {
 	const char *extra[] = { "-v", "--segment-size", "64", NULL };
 	struct kvi_rmem *bad, *good;
@@ -123,7 +123,7 @@ Test(server_ctrl, a_client_breaking_the_protocol_loses_only_its_connection)
 	kvi_rmem_destroy(good);
 }
 
-Test(server_ctrl, a_peer_without_a_control_handler_answers_eproto)
+Test(server_ctrl_verbs, a_peer_without_a_control_handler_answers_eproto)
 {
 	struct kvi_rmem *rm;
 	struct kvi_ctrl resp;
@@ -143,11 +143,11 @@ Test(server_ctrl, a_peer_without_a_control_handler_answers_eproto)
 	kvt_wait(&peer, 10000);
 }
 
-/* The control-path benchmark (bench/ctrlbench.c; issue 18: 10 000 clients
+/* The control-path benchmark (bench/ctrlbench.c; sized for 10 000 clients
  * per server) measures what it says: many handles joined, kept alive by
  * their renewals, kvserver's control-loop CPU read from /proc. A figure, not
  * a timed test: the run must measure everything and lose no lease. */
-Test(server_ctrl, many_clients_stay_connected_and_the_loop_cpu_per_client_is_measured)
+Test(server_ctrl_verbs, many_clients_stay_connected_and_the_loop_cpu_per_client_is_measured)
 {
 	const char *extra[] = { "-m", "256", NULL };
 	char target[128], pid[32];

@@ -13,7 +13,7 @@
 #include "kvclient_errors.h"
 #include "rmem_verbs.h"
 
-TestSuite(programs, .init = kvt_require_rdma, .timeout = 180);
+TestSuite(programs_verbs, .init = kvt_require_rdma, .timeout = 180);
 
 /* Run argv to completion; returns the exit status, output in p->all. */
 static int run(struct kvt_proc *p, char *const argv[], int timeout_ms)
@@ -46,7 +46,7 @@ static void start_server(struct kvt_proc *p, const char *port)
 	kvt_start_server(p, port, NULL);
 }
 
-Test(programs, kvserver_unknown_device_is_one_line_and_exit_1)
+Test(programs_verbs, kvserver_unknown_device_is_one_line_and_exit_1)
 {
 	struct kvt_proc p;
 	char *argv[] = { KV_SERVER_BIN, "-d", "nosuchdev0", "-p", "7611", NULL };
@@ -59,7 +59,7 @@ Test(programs, kvserver_unknown_device_is_one_line_and_exit_1)
 
 /* With -l the address picks the device; a -d naming none is still "not
  * found", not "the address is on another device". */
-Test(programs, kvserver_listening_on_an_address_with_an_unknown_device_lists_the_devices)
+Test(programs_verbs, kvserver_listening_on_an_address_with_an_unknown_device_lists_the_devices)
 {
 	struct kvt_proc p;
 	char *argv[] = { KV_SERVER_BIN, "-l", (char *)kvt_rdma_addr(), "-d", "nosuchdev0", "-p", "7621", NULL };
@@ -73,7 +73,7 @@ Test(programs, kvserver_listening_on_an_address_with_an_unknown_device_lists_the
 
 /* rdma_cm reports a port another listener holds like an address on no RDMA
  * interface (EADDRNOTAVAIL): the message must say which it is. */
-Test(programs, kvserver_on_a_port_another_kvserver_holds_says_the_port_is_in_use)
+Test(programs_verbs, kvserver_on_a_port_another_kvserver_holds_says_the_port_is_in_use)
 {
 	struct kvt_proc srv;
 
@@ -92,7 +92,7 @@ Test(programs, kvserver_on_a_port_another_kvserver_holds_says_the_port_is_in_use
 	cr_expect_eq(kvt_wait(&srv, 20000), 0, "kvserver output: %s", srv.all);
 }
 
-Test(programs, kvserver_on_an_address_rdma_cannot_serve_says_why)
+Test(programs_verbs, kvserver_on_an_address_rdma_cannot_serve_says_why)
 {
 	static const char *const bad[][2] = {
 		{ "192.0.2.1", "not on an RDMA-capable interface" }, /* TEST-NET-1: on no interface */
@@ -111,7 +111,7 @@ Test(programs, kvserver_on_an_address_rdma_cannot_serve_says_why)
 
 /* A non-root client under a small locked-memory limit cannot register its
  * buffers: the message names the limit, not just "out of memory". */
-Test(programs, a_client_under_a_small_memlock_limit_names_the_limit)
+Test(programs_verbs, a_client_under_a_small_memlock_limit_names_the_limit)
 {
 	struct kvt_proc srv, p;
 	char cmd[512];
@@ -134,7 +134,7 @@ Test(programs, a_client_under_a_small_memlock_limit_names_the_limit)
 	cr_expect_eq(kvt_wait(&srv, 20000), 0, "kvserver output: %s", srv.all);
 }
 
-Test(programs, kvserver_on_a_device_without_atomics_refuses_to_start)
+Test(programs_verbs, kvserver_on_a_device_without_atomics_refuses_to_start)
 {
 	struct kvt_proc p;
 	const char *siw = getenv("SIW_DEV");
@@ -155,7 +155,7 @@ Test(programs, kvserver_on_a_device_without_atomics_refuses_to_start)
 	}
 }
 
-Test(programs, kvserver_bad_flags_exit_2_with_the_reason)
+Test(programs_verbs, kvserver_bad_flags_exit_2_with_the_reason)
 {
 	static const char *const bad[][3] = {
 		{ "-m", "0", "memory" }, { "-p", "70000", "port" }, { "--hugepages", "maybe", "hugepages" },
@@ -186,7 +186,7 @@ static void write_tmp(char *path, const char *text, size_t len)
 	close(fd);
 }
 
-Test(programs, kvserver_bad_config_file_or_environment_exit_2_naming_where)
+Test(programs_verbs, kvserver_bad_config_file_or_environment_exit_2_naming_where)
 {
 	char conf[32], want[96];
 	struct kvt_proc p;
@@ -229,7 +229,7 @@ static void settings_of(const char *text, char *out, size_t n)
 	}
 }
 
-Test(programs, kvserver_print_config_output_loads_back)
+Test(programs_verbs, kvserver_print_config_output_loads_back)
 {
 	static char first[4096], second[4096];
 	struct kvt_proc p;
@@ -266,7 +266,7 @@ static int file_count(const char *path, const char *s)
 	return n;
 }
 
-Test(programs, kvserver_logs_logfmt_to_its_log_file_and_reopens_it_on_sighup)
+Test(programs_verbs, kvserver_logs_logfmt_to_its_log_file_and_reopens_it_on_sighup)
 {
 	char log[32], moved[48];
 	struct kvt_proc srv;
@@ -294,7 +294,7 @@ Test(programs, kvserver_logs_logfmt_to_its_log_file_and_reopens_it_on_sighup)
 	unlink(moved);
 }
 
-Test(programs, kvbench_against_nothing_is_one_line_and_exit_1)
+Test(programs_verbs, kvbench_against_nothing_is_one_line_and_exit_1)
 {
 	struct kvt_proc p;
 	char target[128];
@@ -306,7 +306,7 @@ Test(programs, kvbench_against_nothing_is_one_line_and_exit_1)
 	cr_expect(strstr(p.all, "7613") != NULL, "names where: %s", p.all);
 }
 
-Test(programs, kvbench_measures_a_running_kvserver)
+Test(programs_verbs, kvbench_measures_a_running_kvserver)
 {
 	struct kvt_proc srv, b;
 	char target[128];
@@ -322,7 +322,7 @@ Test(programs, kvbench_measures_a_running_kvserver)
 	cr_expect_eq(kvt_wait(&srv, 20000), 0, "kvserver output: %s", srv.all);
 }
 
-Test(programs, sigterm_shuts_down_and_clients_fail_fast)
+Test(programs_verbs, sigterm_shuts_down_and_clients_fail_fast)
 {
 	struct kvt_proc srv;
 	struct kvi_errbuf e = { { 0 } };
@@ -349,7 +349,7 @@ Test(programs, sigterm_shuts_down_and_clients_fail_fast)
 	kvi_rmem_destroy(rm);
 }
 
-Test(programs, kvbench_refuses_bad_workloads_and_parameters_before_sending_anything)
+Test(programs_verbs, kvbench_refuses_bad_workloads_and_parameters_before_sending_anything)
 {
 	static const char *const bad[][4] = {
 		{ "-w", "Z", "unknown workload", NULL },
@@ -396,7 +396,7 @@ static void ycsb_run(const char *target, const char *workload, const char *json)
 		  "JSON: %s", buf);
 }
 
-Test(programs, kvbench_runs_ycsb_a_and_d_against_kvserver)
+Test(programs_verbs, kvbench_runs_ycsb_a_and_d_against_kvserver)
 {
 	struct kvt_proc srv;
 	char target[128];
@@ -409,7 +409,7 @@ Test(programs, kvbench_runs_ycsb_a_and_d_against_kvserver)
 	cr_expect_eq(kvt_wait(&srv, 20000), 0, "kvserver output: %s", srv.all);
 }
 
-Test(programs, kvbench_drives_memcached_with_the_same_generator)
+Test(programs_verbs, kvbench_drives_memcached_with_the_same_generator)
 {
 	struct kvt_proc mc;
 	char *argv[] = { "/usr/bin/memcached", "-l", "127.0.0.1", "-p", "11311", "-U", "0", "-u", "root", "-m", "64",

@@ -1,0 +1,219 @@
+#include "inproc.h"
+
+#include <stdio.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "clock.h"
+#include "kvclient_errors.h"
+
+int kvs_inproc_init(struct kvs_inproc *s, uint64_t region_bytes, const struct kvs_core_opts *o,
+		    struct kvi_errbuf *e)
+{
+	int rc;
+
+	memset(s, 0, sizeof(*s));
+	s->next_id = 1;
+	pthread_mutex_init(&s->lock, NULL);
+	s->reg = kvi_local_region_create(region_bytes);
+	if (!s->reg) {
+		snprintf(e->msg, sizeof(e->msg), "cannot map a %llu-byte region", (unsigned long long)region_bytes);
+		pthread_mutex_destroy(&s->lock);
+		return KVC_ENOMEM;
+	}
+	rc = kvs_core_create(kvi_local_region_base(s->reg), region_bytes, o, &s->core, e);
+	if (rc) {
+		kvi_local_region_destroy(s->reg);
+		s->reg = NULL;
+		pthread_mutex_destroy(&s->lock);
+	}
+	return rc;
+}
+
+void kvs_inproc_fini(struct kvs_inproc *s)
+{
+	if (s->rcl_running) {
+		__atomic_store_n(&s->rcl_stop, 1, __ATOMIC_RELEASE);
+		pthread_join(s->rcl_thread, NULL);
+	}
+	kvs_reclaim_destroy(s->rcl);
+	kvs_members_destroy(s->members);
+	kvs_core_destroy(s->core);
+	kvi_local_region_destroy(s->reg);
+	pthread_mutex_destroy(&s->lock);
+	memset(s, 0, sizeof(*s));
+}
+
+int kvs_inproc_leases(struct kvs_inproc *s, uint32_t lease_ms, uint32_t renew_ms)
+{
+	uint32_t max_op, quarantine;
+	uint16_t flags;
+
+	kvs_core_limits(s->core, &max_op, &quarantine, &flags);
+	s->renew_ms = renew_ms;
+	return kvs_members_create(&s->members, lease_ms, max_op);
+}
+
+/* kvserver's LEASE_RENEW (server/main.c on_ctrl): the lease, and the index
+ * epoch and state, which the client compares with what it has (fetching on
+ * a difference); arg0 is the epoch it uses, its acknowledgement of a resize. */
+static void lease_renew(struct kvs_inproc *s, uint32_t id, const struct kvi_ctrl *req, struct kvi_ctrl *resp)
+{
+	enum kvi_index_state state;
+	uint64_t epoch, last;
+	uint32_t lease;
+	int readmitted;
+
+	kvs_members_set_probe(s->members, id, req->arg[1], (uint32_t)req->arg[2]);
+	readmitted = kvs_members_is_lapsed(s->members, id);
+	lease = kvs_members_renew(s->members, id, kvi_mono_ns());
+	kvs_core_index_status(s->core, &epoch, &state);
+	if (!lease) { /* expelled already, or a loopback */
+		*resp = (struct kvi_ctrl){ .type = KVI_CTRL_ERROR, .seq = req->seq, .status = KVC_EFENCED };
+		return;
+	}
+	*resp = (struct kvi_ctrl){ .type = KVI_CTRL_LEASE, .seq = req->seq,
+				   .arg = { lease, s->renew_ms, epoch, state, readmitted ? KVI_LEASE_F_READMITTED : 0 } };
+	kvs_members_ack(s->members, id, req->arg[0], kvi_mono_ns());
+	if (kvs_core_acks_wanted(s->core, &epoch) && kvs_members_acked(s->members, epoch, kvi_mono_ns(), &last))
+		kvs_core_set_acked(s->core, epoch, last);
+}
+
+/* kvserver's lock_report (server/main.c): a writer keeps finding arg1 in
+ * bucket arg0 of the index of epoch arg2 (members.h "Lock reports"). */
+static void lock_report(struct kvs_inproc *s, uint32_t reporter, const struct kvi_ctrl *req, struct kvi_ctrl *resp)
+{
+	struct kvs_report_action a;
+	enum kvi_index_state state;
+	uint64_t *word, current, epoch, off;
+
+	if (kvs_core_bucket_of_epoch(s->core, req->arg[2], req->arg[0], &off)) {
+		/* An index retired since (or never ours): nothing to clear there. */
+		*resp = (struct kvi_ctrl){ .type = KVI_CTRL_LOCK_REPORTED, .seq = req->seq,
+					   .arg = { KVI_REPORT_CHANGED } };
+		return;
+	}
+	word = (uint64_t *)(void *)(kvs_core_region(s->core) + off);
+	current = __atomic_load_n(word, __ATOMIC_SEQ_CST);
+	kvs_core_index_status(s->core, &epoch, &state);
+	kvs_members_judge(s->members, reporter, off, req->arg[1], current,
+			  req->arg[2] == epoch && state == KVI_INDEX_STABLE, kvi_mono_ns(), &a);
+	s->verdicts[a.verdict]++;
+	/* kvserver clears (or repairs) through its fencer's loopback; here the
+	 * transport's atomics are the CPU's. */
+	if (a.set)
+		__atomic_compare_exchange_n(word, &a.set_from, a.set_to, 0, __ATOMIC_SEQ_CST, __ATOMIC_SEQ_CST);
+	if (a.fence_owner)
+		s->fenced_owner = a.fence_owner;
+	*resp = (struct kvi_ctrl){ .type = KVI_CTRL_LOCK_REPORTED, .seq = req->seq, .arg = { a.verdict } };
+}
+
+int kvs_inproc_ctrl(void *arg, uint32_t client_id, const struct kvi_ctrl *req, struct kvi_ctrl *resp)
+{
+	struct kvs_inproc *s = arg;
+	int rc = 0;
+
+	pthread_mutex_lock(&s->lock);
+	if (s->members && req->type == KVI_CTRL_LEASE_RENEW)
+		lease_renew(s, client_id, req, resp);
+	else if (s->members && req->type == KVI_CTRL_LOCK_REPORT)
+		lock_report(s, client_id, req, resp);
+	else
+		rc = kvs_core_ctrl(s->core, client_id, req, resp);
+	pthread_mutex_unlock(&s->lock);
+	return rc;
+}
+
+uint32_t kvs_inproc_new_id(struct kvs_inproc *s)
+{
+	return __atomic_fetch_add(&s->next_id, 1, __ATOMIC_RELAXED);
+}
+
+int kvs_inproc_loopback(struct kvs_inproc *s, size_t lbuf, const struct kvi_local_hooks *hooks, uint32_t id,
+			struct kvi_rmem **out)
+{
+	uint32_t max_op, quarantine;
+	uint16_t flags;
+	int rc = kvi_rmem_local_create(s->reg, lbuf, hooks, out);
+
+	if (rc)
+		return rc;
+	kvi_rmem_local_set_ctrl(*out, kvs_inproc_ctrl, s, id);
+	kvs_core_limits(s->core, &max_op, &quarantine, &flags);
+	kvi_rmem_local_set_limits(*out, max_op, quarantine, flags);
+	/* As kvserver's welcome does: the core's geometry, never the region's. */
+	kvi_rmem_local_set_geometry(*out, kvs_core_geometry(s->core));
+	return 0;
+}
+
+int kvs_inproc_connect(struct kvs_inproc *s, size_t lbuf, const struct kvi_local_hooks *hooks, struct kvi_rmem **out)
+{
+	uint32_t id = kvs_inproc_new_id(s);
+	int rc = kvs_inproc_loopback(s, lbuf, hooks, id, out);
+
+	if (rc || !s->members)
+		return rc;
+	pthread_mutex_lock(&s->lock);
+	rc = kvs_members_join(s->members, id, 1, kvi_mono_ns());
+	pthread_mutex_unlock(&s->lock);
+	return rc;
+}
+
+unsigned kvs_inproc_expire(struct kvs_inproc *s, unsigned *lapsed)
+{
+	uint32_t ids[64];
+	unsigned n, expelled = 0;
+
+	*lapsed = 0;
+	pthread_mutex_lock(&s->lock);
+	n = kvs_members_expired(s->members, kvi_mono_ns(), ids, 64);
+	for (unsigned i = 0; i < n; i++) {
+		uint64_t addr;
+		uint32_t rkey;
+
+		if (kvs_members_probe(s->members, ids[i], &addr, &rkey) &&
+		    kvs_members_probe_start(s->members, ids[i]) == 0 &&
+		    __atomic_load_n((const uint64_t *)(uintptr_t)addr, __ATOMIC_SEQ_CST) == 0) {
+			if (kvs_members_lapse(s->members, ids[i], kvi_mono_ns()) == 1)
+				kvs_core_client_left(s->core, ids[i]);
+			(*lapsed)++;
+		} else {
+			kvs_members_expel(s->members, ids[i]);
+			expelled++;
+		}
+	}
+	pthread_mutex_unlock(&s->lock);
+	return expelled;
+}
+
+static void *reclaimer_main(void *arg)
+{
+	struct kvs_inproc *s = arg;
+
+	while (!__atomic_load_n(&s->rcl_stop, __ATOMIC_ACQUIRE)) {
+		if (kvs_reclaim_run(s->rcl) < 0)
+			break;
+		kvs_core_tick(s->core, 0);
+		usleep(100);
+	}
+	return NULL;
+}
+
+int kvs_inproc_run_reclaimer(struct kvs_inproc *s)
+{
+	struct kvi_rmem *rm;
+	int rc = kvs_inproc_loopback(s, 4096, NULL, kvs_inproc_new_id(s), &rm);
+
+	if (rc)
+		return rc;
+	rc = kvs_reclaim_create(s->core, rm, NULL, &s->rcl);
+	if (rc)
+		return rc;
+	if (pthread_create(&s->rcl_thread, NULL, reclaimer_main, s)) {
+		kvs_reclaim_destroy(s->rcl);
+		s->rcl = NULL;
+		return KVC_ENOMEM;
+	}
+	s->rcl_running = 1;
+	return 0;
+}
