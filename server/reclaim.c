@@ -6,6 +6,7 @@
 #include <string.h>
 #include <time.h>
 
+#include "check.h"
 #include "clock.h"
 #include "hash.h"
 #include "kvclient_errors.h"
@@ -289,7 +290,7 @@ static uint64_t copy_room(struct kvs_reclaimer *r, uint64_t len)
 static uint64_t copy_forward(struct kvs_reclaimer *r, struct item *it)
 {
 	struct kvi_obj_hdr *h = (void *)(r->snap + it->pos);
-	uint64_t at = copy_room(r, it->len);
+	uint64_t at = copy_room(r, it->len), ns;
 
 	if (!at)
 		return 0;
@@ -297,7 +298,14 @@ static uint64_t copy_forward(struct kvs_reclaimer *r, struct item *it)
 	h->flags |= KVI_OBJ_F_FETCHED;
 	h->checksum = kvi_obj_checksum(h);
 	it->copy_at = at;
-	return kvi_slot_make(kvi_slot_fp(it->slot), at, it->len);
+	ns = kvi_slot_make(kvi_slot_fp(it->slot), at, it->len);
+	/* Slot and object agree (layout.h "Slot word"): the new word names the
+	 * copy whole, inside the extent the core granted us. */
+	KVI_INVARIANT(at >= r->x.off && at + it->len <= r->x.off + r->x.len, "a copy lies in the reclaimer's extent");
+	KVI_INVARIANT(kvi_slot_obj_off(ns) == at && kvi_slot_read_len(ns) >= it->len &&
+			      kvi_slot_fp(ns) == kvi_slot_fp(it->slot),
+		      "the new slot names the whole copy, with the key's fingerprint");
+	return ns;
 }
 
 struct batch {

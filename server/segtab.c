@@ -3,6 +3,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "check.h"
 #include "kvclient_errors.h"
 #include "layout.h"
 #include "log.h"
@@ -49,6 +50,44 @@ struct kvs_segtab {
 	uint64_t small_used; /* small segments not free or quarantined */
 	struct kvs_segtab_counts n;
 };
+
+/* The life of a segment: the only moves it makes (checked where cheap,
+ * common/check.h).
+ *   FREE -> OPEN        taken from the heap to carve extents from
+ *   OPEN -> INDEX       (just taken, nothing carved) a chunk of a new index
+ *   OPEN -> SEALED      nothing more can be appended: not carving, no extent open
+ *   SEALED -> RECLAIMING, and back to SEALED when the reclaimer gives it back
+ *   RECLAIMING -> QUARANTINED  reclaimed: no slot names it, zeroed
+ *   INDEX -> QUARANTINED       a retired index's chunk
+ *   QUARANTINED -> FREE        after the quarantine (layout.h "Reuse") */
+static int legal_move(const struct seg *s, enum seg_state to)
+{
+	switch (to) {
+	case SEG_OPEN:
+		return s->state == SEG_FREE;
+	case SEG_INDEX:
+		return s->state == SEG_OPEN && s->carved == 0 && s->holders == 0;
+	case SEG_SEALED:
+		return (s->state == SEG_OPEN && !s->carving && s->holders == 0) || s->state == SEG_RECLAIMING;
+	case SEG_RECLAIMING:
+		return s->state == SEG_SEALED && !s->carving && s->holders == 0;
+	case SEG_QUARANTINED:
+		return (s->state == SEG_RECLAIMING && s->holders == 0) || s->state == SEG_INDEX;
+	case SEG_FREE:
+		return s->state == SEG_QUARANTINED;
+	}
+	return 0;
+}
+#define KVS_SEG_MOVE(s, to) KVI_INVARIANT(legal_move((s), (to)), "a segment moves only along its life cycle")
+
+/* Every segment is counted in exactly one state. */
+static void check_counts(const struct kvs_segtab *t)
+{
+	KVI_INVARIANT(t->n.free + t->n.open + t->n.sealed + t->n.reclaiming + t->n.quarantined + t->n.index ==
+			      t->o.nsegs,
+		      "every segment is counted in exactly one state");
+	(void)t;
+}
 
 static void q_push_tail(struct kvs_segtab *t, struct queue *q, uint32_t i)
 {
@@ -161,6 +200,7 @@ static uint32_t take_free(struct kvs_segtab *t, int main)
 		kvi_ev_err("segment_refused", "addr=%p msg=%s", (void *)p, "the heap returned memory that is not a free segment");
 		return KVS_NO_SEG;
 	}
+	KVS_SEG_MOVE(&t->s[i], SEG_OPEN);
 	t->s[i] = (struct seg){ .state = SEG_OPEN, .carving = 1, .next = KVS_NO_SEG, .main = (uint8_t)main };
 	t->small_used += !main;
 	t->n.free--;
@@ -176,6 +216,7 @@ static void maybe_seal(struct kvs_segtab *t, uint32_t i, uint64_t now)
 
 	if (s->state != SEG_OPEN || s->carving || s->holders)
 		return;
+	KVS_SEG_MOVE(s, SEG_SEALED);
 	s->state = SEG_SEALED;
 	s->t = now;
 	t->n.open--;
@@ -307,6 +348,7 @@ int kvs_segtab_grant(struct kvs_segtab *t, struct kvs_extent *x, uint64_t need, 
 		t->s[i].private_seg = 1;
 	if (t->s[i].carved == seg)
 		stop_carving(t, i, now);
+	check_counts(t);
 	return 0;
 }
 
@@ -340,6 +382,7 @@ int kvs_segtab_reclaim_begin(struct kvs_segtab *t, uint64_t now, uint64_t *off, 
 	if (!q)
 		return KVC_ENOTFOUND;
 	i = q_pop(t, q);
+	KVS_SEG_MOVE(&t->s[i], SEG_RECLAIMING);
 	t->s[i].state = SEG_RECLAIMING;
 	t->n.sealed--;
 	t->n.reclaiming++;
@@ -358,6 +401,7 @@ void kvs_segtab_reclaim_end(struct kvs_segtab *t, uint64_t off, int done, int ro
 	s = &t->s[i];
 	t->n.reclaiming--;
 	if (!done) {
+		KVS_SEG_MOVE(s, SEG_SEALED);
 		s->state = SEG_SEALED;
 		t->n.sealed++;
 		if (rotate) { /* to the back of the line: its time is now (one_fifo orders by it) */
@@ -372,10 +416,12 @@ void kvs_segtab_reclaim_end(struct kvs_segtab *t, uint64_t off, int done, int ro
 	t->n.carved_bytes -= s->carved;
 	t->small_used -= !s->main;
 	uncharge_all(t, i, 1);
+	KVS_SEG_MOVE(s, SEG_QUARANTINED);
 	s->state = SEG_QUARANTINED;
 	s->t = now;
 	t->n.quarantined++;
 	q_push_tail(t, &t->quarantine, i);
+	check_counts(t);
 }
 
 int kvs_segtab_index_take(struct kvs_segtab *t, uint64_t *off)
@@ -393,6 +439,7 @@ int kvs_segtab_index_take(struct kvs_segtab *t, uint64_t *off)
 	t->n.open--;
 	t->n.taken--; /* not writers' demand: the reclaimer's rate ignores it */
 	t->n.index++;
+	KVS_SEG_MOVE(&t->s[i], SEG_INDEX);
 	t->s[i] = (struct seg){ .state = SEG_INDEX, .next = KVS_NO_SEG };
 	*off = seg_off(t, i);
 	return 0;
@@ -405,6 +452,7 @@ int kvs_segtab_index_return(struct kvs_segtab *t, uint64_t off, uint64_t now)
 	if (i == KVS_NO_SEG || seg_off(t, i) != off || t->s[i].state != SEG_INDEX)
 		return KVC_EINVAL;
 	t->n.index--;
+	KVS_SEG_MOVE(&t->s[i], SEG_QUARANTINED);
 	t->s[i].state = SEG_QUARANTINED;
 	t->s[i].t = now;
 	t->n.quarantined++;
@@ -418,11 +466,13 @@ void kvs_segtab_tick(struct kvs_segtab *t, uint64_t now)
 
 	while ((i = t->quarantine.head) != KVS_NO_SEG && now - t->s[i].t >= t->o.quarantine_ns) {
 		q_pop(t, &t->quarantine);
+		KVS_SEG_MOVE(&t->s[i], SEG_FREE);
 		t->s[i] = (struct seg){ .state = SEG_FREE, .next = KVS_NO_SEG };
 		t->n.quarantined--;
 		t->n.free++;
 		kvs_heap_free_segment(t->o.heap, t->o.base + seg_off(t, i));
 	}
+	check_counts(t);
 }
 
 uint64_t kvs_segtab_next_due(const struct kvs_segtab *t, uint64_t now, int sealed_too)
