@@ -45,8 +45,8 @@ static void reset(void)
 	}
 	FUZZ_CHECK(kvt_env_init_opts(&env, 4, &o) == 0, "server core setup failed");
 	FUZZ_CHECK(kvt_env_client(&env, NULL, 0, 4, &cli) == 0, "client setup failed");
-	sb = *kvs_core_geometry(env.core);
-	region = kvs_core_region(env.core);
+	sb = *kvs_core_geometry(env.srv.core);
+	region = kvs_core_region(env.srv.core);
 	data_off = (sb.heap_off + sb.heap_size - DATA_SIZE) & ~(uint64_t)(KVI_OBJ_ALIGN - 1);
 	inputs = 0;
 }

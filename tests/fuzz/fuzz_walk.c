@@ -55,8 +55,8 @@ int LLVMFuzzerInitialize(int *argc, char ***argv)
 	(void)argv;
 	FUZZ_CHECK(kvt_env_init_opts(&env, 4, &o) == 0, "server core setup failed");
 	FUZZ_CHECK(kvt_env_reclaimer(&env, NULL, &rcl) == 0, "reclaimer setup failed");
-	sb = *kvs_core_geometry(env.core);
-	index_ = (struct kvi_bucket *)((uint8_t *)kvs_core_region(env.core) + sb.index_off);
+	sb = *kvs_core_geometry(env.srv.core);
+	index_ = (struct kvi_bucket *)((uint8_t *)kvs_core_region(env.srv.core) + sb.index_off);
 	return 0;
 }
 
