@@ -1,5 +1,5 @@
 /* kvbench results: a table for people on stdout, and the same numbers as JSON
- * with stable field names (documented in README.md) for scripts. */
+ * with stable field names (documented in docs/benchmarking.md "JSON output") for scripts. */
 #ifndef KVB_REPORT_H
 #define KVB_REPORT_H
 

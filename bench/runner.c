@@ -477,7 +477,7 @@ struct ticker {
 
 /* One interval line: operations that succeeded (misses included) and that
  * failed, per second, over the last interval: how a run went through a
- * server's failure and return (README "Several servers"). */
+ * server's failure and return (docs/operations.md "Several servers behind one handle"). */
 static void *ticker_main(void *arg)
 {
 	struct ticker *tk = arg;

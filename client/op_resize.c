@@ -202,10 +202,10 @@ void kvi_grow_collect(struct kvi_conn *h, uint64_t now)
 	if (!h->grow_seq)
 		return;
 	if (!kvi_rmem_ctrl_take(h->rm, h->grow_seq, &r)) {
-		/* Lost only after a deadline: taken as lost at once (a stale
-		 * `now` made its age wrap around), a GROW whose NO was on its
-		 * way left every insert of a full index waiting three quarters
-		 * of its deadline, and asking again (issue 18). */
+		/* Lost only after a deadline. Taken as lost at once (with a
+		 * stale `now` its age would wrap around), a GROW whose NO is on
+		 * its way would leave every insert of a full index waiting
+		 * three quarters of its deadline, and asking again. */
 		if (age_ns(now, h->grow_sent) > (uint64_t)h->op_timeout_ms * 1000000u)
 			h->grow_seq = 0; /* lost: whoever still waits asks again */
 		return;

@@ -1,5 +1,5 @@
 /* The execution bound: how long after it was posted a one-sided work request
- * can still execute at the server (issue 18).
+ * can still execute at the server.
  *
  * A client checks its operation's deadline before every doorbell, but RC
  * executes a WR when a packet carrying it arrives: one that is lost is sent

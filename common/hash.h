@@ -1,5 +1,5 @@
 /* Where a key lives: its two candidate buckets and its fingerprint, all from
- * one XXH3-128 of the key under the server's seed (SPEC: 2-choice hashing).
+ * one XXH3-128 of the key under the server's seed (two-choice hashing, as in RACE).
  *
  * The seed is random per server start and stated to clients in the welcome
  * (layout.h "Geometry"): without it, keys chosen offline to share two buckets

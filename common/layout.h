@@ -31,8 +31,8 @@
  * but cannot make a reader or the server fault.
  *
  * ---------------------------------------------------------------------------
- * Buckets are 256 bytes: one lock word and 31 slots (SPEC suggests 64 bytes
- * with 7; docs/design.md says why: with two choices, an index of a million
+ * Buckets are 256 bytes: one lock word and 31 slots (not the 64 bytes with 7
+ * that RACE-style tables often use; docs/design.md says why: with two choices, an index of a million
  * slots fills to ~93 % before the first insert finds both its buckets full
  * with 31-slot buckets, to ~86 % with 15, to ~67 % with 7, for the same
  * index memory and the same number of READs: the resize trigger, 87 %, comes
@@ -60,7 +60,7 @@
  *   on it fails and the writer follows the mark. The server's own lock
  *   operations (fencing a dead client, eviction, resize) go through its NIC on a
  *   loopback QP, never through a CPU atomic.
- *   The lock word carries no version (SPEC deviation, see docs/design.md): with
+ *   The lock word carries no version (docs/design.md "No version in the lock word"): with
  *   one, a writer could not CAS-lock a bucket without first reading it.
  *
  * Resize (the server's migrator, server/migrate.c, does it; docs/design.md
@@ -312,7 +312,7 @@ enum kvi_obj_flags {
  * SIZE field), so 20 bits hold its length and 44 bits hold the expiry in
  * milliseconds of the Unix epoch (until the year 2527).
  *
- * Expiry (TTL semantics; README "Expiry" says the same to users).
+ * Expiry (TTL semantics; docs/operations.md "Expiry" says the same to users).
  *   - Clock: each machine's CLOCK_REALTIME, in milliseconds. A writer sets
  *     expiry = its clock when the PUT is submitted + ttl, rounded up to the
  *     next millisecond; 0 means never.

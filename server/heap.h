@@ -1,6 +1,6 @@
 /* The heap allocator: jemalloc, confined to the heap area of the region.
  *
- * SPEC: "an arena with custom extent hooks over the region". One dedicated
+ * An arena with custom extent hooks over the region: one dedicated
  * jemalloc arena per heap; its extent hooks hand out memory only from
  * [lo, lo + size), in whole segments, and never give any back to the kernel
  * (the region is registered with the NIC: an madvise(DONTNEED) under an MR
@@ -60,7 +60,7 @@ void kvs_heap_destroy(struct kvs_heap *h);
 void *kvs_heap_alloc_segment(struct kvs_heap *h);
 
 /* Give back a segment from kvs_heap_alloc_segment; it may be returned by the
- * next kvs_heap_alloc_segment. Quarantine (SPEC) is the caller's business. */
+ * next kvs_heap_alloc_segment. Quarantine (layout.h "Reuse") is the caller's business. */
 void kvs_heap_free_segment(struct kvs_heap *h, void *seg);
 
 void kvs_heap_stats(const struct kvs_heap *h, struct kvs_heap_stats *out);

@@ -8,7 +8,7 @@
  * extent sealed -- exactly as if it had disconnected. The client counts its
  * own lease from when it SENT the renewal, which is earlier, so it believes
  * in its lease no longer than the server does; it posts nothing once its
- * lease ended (client/engine.c "Lease"). Clients renew every renew_ms, a
+ * lease ended (client/lease.c "Lease"). Clients renew every renew_ms, a
  * fraction of the lease, while their application calls into the library.
  * The server's own loopback connections (fencing, reclamation) are members
  * without a lease: they never expire.
@@ -16,7 +16,7 @@
  * Idleness. A handle its application leaves alone renews nothing (the library
  * has no thread). When its lease ends the server reads the client's idle
  * word (one RDMA READ of the client's memory: 0 means nothing in flight and
- * nothing will be posted before the client has renewed, client/engine.c
+ * nothing will be posted before the client has renewed, client/lease.c
  * "Idle word"): 0 keeps it connected as a lapsed member -- its open extent
  * is sealed, a resize does not wait for it, a lock word naming it is
  * nobody's, and its next renewal readmits it with the same id and

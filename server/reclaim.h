@@ -1,5 +1,5 @@
 /* The reclaimer: turns the oldest sealed segments back into free memory
- * (SPEC "Cache semantics"; Segcache's FIFO of segments with copy-forward of
+ * (docs/operations.md "Memory, as a cache"; Segcache's FIFO of segments with copy-forward of
  * what was read since it was written, i.e. FIFO-reinsertion / CLOCK).
  *
  * One segment at a time, work proportional to that segment, never to the

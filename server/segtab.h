@@ -1,5 +1,5 @@
-/* The segment table: the life cycle of every heap segment (SPEC "Memory
- * management", issue 7). Server-private memory; nothing here is in the region.
+/* The segment table: the life cycle of every heap segment (docs/architecture.md
+ * "Memory and reclamation: segments, extents, the reclaimer, eviction, expiry"). Server-private memory; nothing here is in the region.
  *
  *   FREE --grant--> OPEN --carving done, no open extent--> SEALED (two FIFOs)
  *        ^                                                   |

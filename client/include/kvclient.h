@@ -180,7 +180,7 @@ KVC_EXPORT void kvc_destroy(kvc_t *h);
 KVC_EXPORT int kvc_get(kvc_t *h, const void *key, size_t key_len, void *buf, size_t buf_len,
 		       size_t *value_len);
 /* Insert or replace. ttl_ms > 0 makes the item expire that many milliseconds
- * after the call (by the clocks of the machines involved: README "Expiry"
+ * after the call (by the clocks of the machines involved: docs/operations.md "Expiry"
  * states the guarantee, layout.h "Expiry" the mechanism).
  * Too long a key (KVC_EKEYSIZE) or value (KVC_EVALSIZE, see kvc_max_value)
  * changes nothing. When both of the key's buckets are full, the insert takes

@@ -196,7 +196,7 @@ Test(cluster_verbs, kvbench_goes_on_when_one_of_three_servers_dies)
 	}
 	st = kvt_wait(&b, 30000);
 	cr_expect(killed, "the run never reached 2 s: %s", b.all);
-	/* 3: operations failed (README); the run went on to its end. */
+	/* 3: operations failed (docs/benchmarking.md "Exit status"); the run went on to its end. */
 	cr_expect_eq(st, 3, "kvbench exited %d: %s", st, b.all);
 	cr_expect(strstr(b.all, "run phase: 5.") || strstr(b.all, "run phase: 4.9"), "the run stopped early: %s",
 		  b.all);

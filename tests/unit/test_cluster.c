@@ -38,7 +38,7 @@ static int pick(const struct kvi_ring *r, unsigned i)
 	return kvi_ring_pick(r, kvi_ring_key_hash(k, strlen(k)));
 }
 
-/* The issue's targets: max/mean <= 1.1; a fourth server takes 20-30 % of
+/* The targets: max/mean <= 1.1; a fourth server takes 20-30 % of
  * 100 k keys, and only keys that now go to it move. */
 Test(ring, balance_and_keys_moved_by_a_fourth_server)
 {

@@ -1,5 +1,5 @@
 /* The data path over the local transport: every operation and error path,
- * round trips against the SPEC's targets, fingerprint collisions, full buckets,
+ * the round trips each operation takes, fingerprint collisions, full buckets,
  * torn and corrupt reads, size limits, expiry and the asynchronous interface. */
 #include <criterion/criterion.h>
 #include <stdio.h>

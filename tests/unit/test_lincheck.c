@@ -89,7 +89,7 @@ Test(lincheck, ttl_as_layout_h_defines_it)
 	      mk(LC_GET, 1, LC_ABSENT, 0, 0, 100.7, 100.8));
 	CHECK(0, mk(LC_PUT, 1, 0, 1, 100, 0, 1), mk(LC_GET, 1, LC_ABSENT, 0, 0, 100.5, 100.6),
 	      mk(LC_GET, 1, LC_OK, 1, 0, 100.7, 100.8));
-	/* The issue's history: k held a TTL item not yet expired, then a newer
+	/* The history that broke TTLs once: k held a TTL item not yet expired, then a newer
 	 * value without TTL was acknowledged; a concurrent GET that missed fits
 	 * no order (before the newer write the item was alive; after it, the
 	 * newer value is). */
