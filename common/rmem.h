@@ -133,7 +133,7 @@ struct kvi_rmem {
 	 * "Geometry"). geo.region_size == region_size. All zero (epoch 0) when
 	 * the transport was told none: a client refuses to open over it. */
 	struct kvi_geometry geo;
-	/* The idle word (client/engine.c "Idle word"; server/members.h
+	/* The idle word (client/lease.c "Idle word"; server/members.h
 	 * "Idleness"): where it is, and where the server's RDMA READ finds it
 	 * (idle_addr, idle_rkey; idle_addr 0: the transport offers none). The
 	 * local transport keeps it in idle_local. */
