@@ -249,7 +249,7 @@ int kvc_set_servers(kvc_t *h, const char *servers, char *err, size_t errlen)
 	rc = apply_list(h, e, ne);
 	if (rc)
 		kvi_set_err(err, errlen, "too many servers of earlier lists still finish their operations: poll, then "
-				     "set the list again");
+					 "set the list again");
 	return rc;
 }
 
