@@ -1,13 +1,91 @@
-/* libkvclient internals: the public handle's constructors for tests and
- * benchmarks (cluster.c), which bypass kvc_create's dialing. Nothing here is
- * exported. */
+/* libkvclient internals: the public handle, kvc_t. It holds one connection
+ * (kvi_conn) per server of its list, and each key is routed to one server by
+ * rendezvous hashing (ring.h).
+ *
+ * Ownership: the handle owns its members; a member owns its dial (where the
+ * server is) and its connection, which rejoins through that dial by itself
+ * (lease.c "Rejoin"). A member that left the list (kvc_set_servers, the
+ * list file) takes no new operation and is closed once the operations it
+ * has in flight are returned ("draining").
+ *
+ * With one server, no list file and no auto-eject, every call goes straight
+ * to the connection ("single"): one server costs nothing for the others'
+ * sake.
+ *
+ * Who does what with a handle: cluster.c creates and destroys it;
+ * cluster_list.c parses server lists and makes a changed one the handle's;
+ * cluster_member.c joins a member, fails operations fast while it cannot be
+ * joined, ejects it after failures in a row and gives its keys back;
+ * cluster_route.c keeps the ring of the members that take keys;
+ * cluster_async.c is kvc_submit and kvc_poll over the members' connections;
+ * cluster_stats.c sums the statistics and reports each server. Nothing here
+ * is exported. */
 #ifndef KVI_CLUSTER_H
 #define KVI_CLUSTER_H
 
+#include <stddef.h>
 #include <stdint.h>
+#include <stdio.h>
+#include <sys/types.h>
+#include <time.h>
 
 #include "conn.h"
 #include "kvclient.h"
+#include "ring.h"
+
+struct kvi_dial;
+
+#define KVI_REDIAL_CAP_MS 250u /* a join attempt, with several servers: it holds the caller */
+
+struct kvi_member {
+	char name[272];         /* "host:port": in the list, and hashed */
+	struct kvi_dial *d;     /* where it is (verbs); NULL: joined through dial below */
+	kvi_dial_fn dial;       /* tests: a given transport (kvi_client_add) */
+	void *dial_arg;
+	void (*dial_free)(void *arg);
+	uint32_t weight;
+	uint64_t name_hash;
+	struct kvi_conn *c;     /* NULL: not joined (a join failed); joined again at a key's use */
+	uint64_t join_at;       /* ns: the next join attempt while c is NULL */
+	uint32_t backoff_ms;
+	unsigned fails;         /* failures in a row */
+	uint64_t ejected_until; /* ns; 0: in the hash */
+	unsigned inflight;      /* this handle's operations on c not yet returned (several servers) */
+};
+
+struct kvc {
+	struct kvc_opts o;  /* device and secret_file point at our copies below */
+	char *device, *secret_file; /* for the dials of servers added later */
+	char *list_file;    /* kvc_opts.servers_file or KVC_SERVERS_FILE; NULL: none */
+	struct kvi_member *m[2 * KVI_RING_MAX]; /* [0, n): the list; [n, n + ndrain): draining */
+	unsigned n, ndrain;
+	int single;         /* straight to m[0]->c */
+	int many;           /* built by kvi_client_new (tests): never single */
+	struct kvi_ring ring;
+	uint64_t next_return; /* ns: when the first ejected member comes back; UINT64_MAX: none */
+	unsigned inflight;  /* submitted, not yet returned by kvc_poll (several servers) */
+	unsigned rr;        /* the member kvc_poll looks at first */
+	struct kvc_stats gone; /* statistics of closed connections */
+	/* The list file as last read: when we looked, and what it was. */
+	uint64_t file_checked;
+	struct timespec file_mtime;
+	off_t file_size;
+	ino_t file_ino;
+};
+
+/* How long one rejoin of a member's connection may hold the caller: the
+ * operation timeout with one server (0), else KVI_REDIAL_CAP_MS. */
+static inline int kvi_redial_ms(const kvc_t *h)
+{
+	return h->single ? 0 : (int)KVI_REDIAL_CAP_MS;
+}
+
+/* msg as the one line of a caller's err buffer (none if err is NULL). */
+static inline void kvi_set_err(char *err, size_t len, const char *msg)
+{
+	if (err && len)
+		snprintf(err, len, "%s", msg);
+}
 
 /* A handle of one server over a connected transport, without a server list:
  * for tests and local:// benchmarks (cluster.c). kvi_client_set_dial: let its

@@ -1,5 +1,5 @@
 /* libkvclient internals: one server's connection (a kvi_conn), what the
- * operation engine works on. The public kvc_t (cluster.c) holds one per
+ * operation engine works on. The public kvc_t (cluster.h) holds one per
  * server of its list and routes each key to one; with a single server, every
  * call goes straight to its connection.
  *

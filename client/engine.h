@@ -10,7 +10,7 @@
 
 struct kvi_conn;
 
-/* The public calls, on one connection (cluster.c routes kvc_submit,
+/* The public calls, on one connection (cluster_async.c routes kvc_submit,
  * kvc_submit_many, kvc_poll and kvc_inflight here). */
 int kvi_conn_submit(struct kvi_conn *h, struct kvc_op *op);
 /* Start ops[0..n) in order: how many started; *why says why the next did not. */
@@ -21,10 +21,10 @@ unsigned kvi_conn_inflight(const struct kvi_conn *h);
 /* While waiting on several connections: let h notice a vanished peer (what
  * kvi_rmem_wait does for one). */
 void kvi_conn_idle(struct kvi_conn *h);
-/* Several servers (cluster.c kvc_poll): sleep on the connections of cs that
- * have operations in flight (NULL entries and idle ones are skipped) until
- * one of them may have progressed, or timeout_ms. 1 if it slept, 0 if not
- * (kvi_rmem_block). An operation waiting on a timer rather than the
+/* Several servers (cluster_async.c kvc_poll): sleep on the connections of
+ * cs that have operations in flight (NULL entries and idle ones are skipped)
+ * until one of them may have progressed, or timeout_ms. 1 if it slept, 0
+ * if not (kvi_rmem_block). An operation waiting on a timer rather than the
  * transport (a backoff) is looked at again when the sleep ends. */
 int kvi_conns_block(struct kvi_conn *const *cs, unsigned n, int timeout_ms);
 /* Its connection is broken now (it rejoins at the next submit). */

@@ -1,0 +1,28 @@
+/* libkvclient internals: one member of the handle's list and its failures
+ * (cluster_member.c) -- joining, fail-fast, auto-eject and return, closing.
+ * Nothing here is exported. */
+#ifndef KVI_CLUSTER_MEMBER_H
+#define KVI_CLUSTER_MEMBER_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "kvclient.h"
+
+struct kvi_member;
+
+/* Join m now (it has no connection), within timeout_ms: 0, or the join's
+ * code with one line in err; a failure backs m's next join off. */
+int kvi_member_join(kvc_t *h, struct kvi_member *m, uint64_t now, int timeout_ms, char *err, size_t errlen);
+/* Before an operation is submitted on m: 0 with m joined, or the code it
+ * fails with at once. */
+int kvi_member_ready(kvc_t *h, struct kvi_member *m, uint64_t now);
+/* The outcome (a KVC_ code) of one of m's operations or joins: failures in
+ * a row eject m (server_failure_limit). */
+void kvi_member_account(kvc_t *h, struct kvi_member *m, int status, uint64_t now);
+/* Ejected members whose retry_timeout_ms is up take their keys back. */
+void kvi_member_return_ejected(kvc_t *h, uint64_t now);
+/* Close m's connection (its statistics are kept in the handle's) and free m. */
+void kvi_member_free(kvc_t *h, struct kvi_member *m);
+
+#endif
