@@ -96,7 +96,7 @@ int kvb_raw(const struct kvb_micro_opts *o)
 	struct kvi_welcome w;
 	struct kvi_rmem *rm;
 	struct kvb_hist *hs;
-	struct kvi_ctrl req = { .type = KVI_CTRL_SEG_REQ, .arg = { 1 } }, resp = { 0 };
+	struct kvi_ctrl req = { .type = KVI_CTRL_SEG_REQ, .seg_req = { .need = 1 } }, resp = { 0 };
 	uint8_t secret[KVI_AUTH_SECRET_MAX];
 	size_t secret_len = 0;
 	const char *secret_file = kvb_rdma_secret_file ? kvb_rdma_secret_file : getenv("KVC_SECRET_FILE");
@@ -124,7 +124,8 @@ int kvb_raw(const struct kvb_micro_opts *o)
 	if (rc == 0 && resp.type != KVI_CTRL_SEG_GRANT)
 		rc = resp.status ? resp.status : KVC_EPROTO;
 	hs = malloc(sizeof(*hs));
-	if (rc || !hs || resp.arg[1] < 8 * (64 + (uint64_t)o->size) || resp.arg[0] + resp.arg[1] > rm->region_size) {
+	if (rc || !hs || resp.seg_grant.len < 8 * (64 + (uint64_t)o->size) ||
+	    resp.seg_grant.off + resp.seg_grant.len > rm->region_size) {
 		fprintf(stderr, "kvbench: %s\n", rc ? kvc_strerror(rc) : !hs ? "out of memory"
 							 : "--size is larger than a segment");
 		free(hs);
@@ -136,7 +137,7 @@ int kvb_raw(const struct kvb_micro_opts *o)
 	print_header();
 	for (size_t k = 0; k < sizeof(raw_patterns) / sizeof(raw_patterns[0]) && rc == 0; k++) {
 		kvb_hist_init(hs);
-		rc = run_pattern(rm, o, &raw_patterns[k], resp.arg[0], resp.arg[1], hs);
+		rc = run_pattern(rm, o, &raw_patterns[k], resp.seg_grant.off, resp.seg_grant.len, hs);
 	}
 	free(hs);
 	kvi_rmem_destroy(rm);

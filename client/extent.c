@@ -15,11 +15,12 @@
  * larger than a segment and large enough? */
 static int grant_ok(const struct kvi_conn *h, const struct kvi_ctrl *r, uint64_t bytes)
 {
+	const struct kvi_ctrl_seg_grant *g = &r->seg_grant;
 	uint64_t heap_end = h->sb.heap_off + h->sb.heap_size;
 
-	return r->type == KVI_CTRL_SEG_GRANT && r->arg[1] >= bytes && r->arg[1] <= h->sb.segment_size &&
-	       r->arg[0] >= h->sb.heap_off && r->arg[0] <= heap_end && heap_end - r->arg[0] >= r->arg[1] &&
-	       r->arg[0] % KVI_OBJ_ALIGN == 0;
+	return r->type == KVI_CTRL_SEG_GRANT && g->len >= bytes && g->len <= h->sb.segment_size &&
+	       g->off >= h->sb.heap_off && g->off <= heap_end && heap_end - g->off >= g->len &&
+	       g->off % KVI_OBJ_ALIGN == 0;
 }
 
 /* Nothing more goes into our extent (the server sealed it, or may have). */
@@ -64,8 +65,8 @@ static int grant_taken(struct kvi_conn *h, int rc, const struct kvi_ctrl *resp, 
 		forget_extent(h);
 		return KVC_EPROTO;
 	}
-	h->seg_off = resp->arg[0];
-	h->seg_size = resp->arg[1];
+	h->seg_off = resp->seg_grant.off;
+	h->seg_size = resp->seg_grant.len;
 	h->seg_used = 0;
 	h->stats.segments_granted++;
 	return 0;
@@ -92,7 +93,7 @@ static int locks_in_flight(const struct kvi_conn *h)
  * used), and the answer is taken by a later call (KVC_EAGAIN meanwhile). */
 int64_t kvi_reserve(struct kvi_conn *h, uint64_t bytes, uint64_t *nowp)
 {
-	struct kvi_ctrl req = { .type = KVI_CTRL_SEG_REQ, .arg = { bytes, h->seg_used } }, resp;
+	struct kvi_ctrl req = { .type = KVI_CTRL_SEG_REQ, .seg_req = { .need = bytes, .used = h->seg_used } }, resp;
 	uint64_t off;
 	int rc;
 
@@ -141,7 +142,7 @@ int64_t kvi_reserve(struct kvi_conn *h, uint64_t bytes, uint64_t *nowp)
  * until it is reclaimed). */
 void kvi_return_extent(struct kvi_conn *h)
 {
-	struct kvi_ctrl req = { .type = KVI_CTRL_SEG_RETURN, .arg = { h->seg_used } }, resp;
+	struct kvi_ctrl req = { .type = KVI_CTRL_SEG_RETURN, .seg_return = { .used = h->seg_used } }, resp;
 
 	if (!h->seg_off || h->inflight || h->rm->broken)
 		return;

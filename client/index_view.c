@@ -34,7 +34,9 @@ static int fetch(struct kvi_conn *h, unsigned which, struct kvi_cindex *ci)
 		first = 0;
 		got.epoch = 0;
 		for (;;) {
-			struct kvi_ctrl req = { .type = KVI_CTRL_INDEX_REQ, .arg = { which, first } }, r;
+			struct kvi_ctrl req = { .type = KVI_CTRL_INDEX_REQ,
+						.index_req = { .which = which, .first_chunk = first } },
+					r;
 			uint32_t n, at;
 			int rc = kvi_rmem_ctrl_call(h->rm, &req, &r, INDEX_TIMEOUT_MS);
 
@@ -42,27 +44,27 @@ static int fetch(struct kvi_conn *h, unsigned which, struct kvi_cindex *ci)
 				return rc;
 			if (r.type != KVI_CTRL_INDEX)
 				return r.type == KVI_CTRL_ERROR && r.status ? r.status : KVC_EPROTO;
-			if (r.arg[0] == 0) {
+			if (r.index.epoch == 0) {
 				if (which == 0)
 					return KVC_EPROTO; /* there is always a current index */
 				return 0;
 			}
-			at = (uint32_t)r.arg[2];
-			n = (uint32_t)(r.arg[2] >> 32);
+			at = (uint32_t)r.index.chunks;
+			n = (uint32_t)(r.index.chunks >> 32);
 			if (first == 0) {
-				got.epoch = r.arg[0];
-				got.bucket_count = r.arg[1];
+				got.epoch = r.index.epoch;
+				got.bucket_count = r.index.bucket_count;
 				got.chunk_shift = kvi_index_chunk_shift(&h->sb);
 				got.nchunks = n;
 				if (n == 0 || n > h->chunk_cap)
 					return KVC_EPROTO;
-			} else if (r.arg[0] != got.epoch) {
+			} else if (r.index.epoch != got.epoch) {
 				break; /* a resize began meanwhile: read the new one */
 			}
-			if (at != first || n != got.nchunks || r.arg[1] != got.bucket_count)
+			if (at != first || n != got.nchunks || r.index.bucket_count != got.bucket_count)
 				return KVC_EPROTO;
 			for (unsigned i = 0; i < KVI_INDEX_CHUNKS_PER_MSG && first < n; i++, first++) {
-				uint64_t w = r.arg[3 + i / 2];
+				uint64_t w = r.index.pages[i / 2];
 
 				got.chunk_off[first] = (uint64_t)(uint32_t)(w >> (32 * (i % 2))) * KVI_INDEX_CHUNK_ALIGN;
 			}

@@ -22,6 +22,7 @@
  * the server refused (our lease had already ended there). */
 static int lease_granted(struct kvi_conn *h, const struct kvi_ctrl *r, uint64_t sent)
 {
+	const struct kvi_ctrl_lease *l = &r->lease;
 	uint64_t end;
 
 	if (r->type == KVI_CTRL_ERROR && r->status == KVC_EFENCED)
@@ -29,13 +30,13 @@ static int lease_granted(struct kvi_conn *h, const struct kvi_ctrl *r, uint64_t 
 	/* A server that never heard of leases answers EPROTO: it grants none. */
 	if (r->type == KVI_CTRL_ERROR && r->status == KVC_EPROTO && !h->lease_ns)
 		return 0;
-	if (r->type != KVI_CTRL_LEASE || r->arg[0] == 0 || r->arg[0] > 3600000u || r->arg[1] == 0 ||
-	    r->arg[1] > r->arg[0])
+	if (r->type != KVI_CTRL_LEASE || l->lease_ms == 0 || l->lease_ms > 3600000u || l->renew_ms == 0 ||
+	    l->renew_ms > l->lease_ms)
 		return KVC_EPROTO;
-	h->lease_ns = r->arg[0] * 1000000u;
-	h->renew_ns = r->arg[1] * 1000000u;
+	h->lease_ns = l->lease_ms * 1000000u;
+	h->renew_ns = l->renew_ms * 1000000u;
 	h->stats.lease_renewals++;
-	if (r->arg[4] & KVI_LEASE_F_READMITTED) {
+	if (l->flags & KVI_LEASE_F_READMITTED) {
 		/* Our lease had lapsed while we were idle (members.h "Idleness"):
 		 * the server sealed our extent, may have retired indexes and
 		 * reused memory we knew of. Nothing of ours was in flight. */
@@ -54,10 +55,10 @@ static int lease_granted(struct kvi_conn *h, const struct kvi_ctrl *r, uint64_t 
 	 * more (no bucket is UNMIGRATED; operations under way keep the offsets
 	 * they placed), so it is dropped here instead of fetched again at every
 	 * renewal until its retirement. */
-	if (r->arg[2] != h->cur.ix.epoch)
+	if (l->epoch != h->cur.ix.epoch)
 		h->index_stale = 1;
-	else if (r->arg[3] != h->index_state) {
-		if (r->arg[3] == KVI_INDEX_STABLE && h->prev.ix.epoch) {
+	else if (l->state != h->index_state) {
+		if (l->state == KVI_INDEX_STABLE && h->prev.ix.epoch) {
 			h->prev.ix.epoch = 0;
 			h->index_state = KVI_INDEX_STABLE;
 		} else {
@@ -67,12 +68,14 @@ static int lease_granted(struct kvi_conn *h, const struct kvi_ctrl *r, uint64_t 
 	return 0;
 }
 
-/* A renewal: arg0 the epoch we use, which the server counts as our
- * acknowledgement of it (index_view.c); arg1, arg2 where our idle word is. */
+/* A renewal: the epoch we use, which the server counts as our
+ * acknowledgement of it (index_view.c), and where our idle word is. */
 static struct kvi_ctrl renew_request(const struct kvi_conn *h)
 {
 	return (struct kvi_ctrl){ .type = KVI_CTRL_LEASE_RENEW,
-				  .arg = { h->cur.ix.epoch, h->rm->idle_addr, h->rm->idle_rkey } };
+				  .lease_renew = { .epoch = h->cur.ix.epoch,
+						   .idle_addr = h->rm->idle_addr,
+						   .idle_rkey = h->rm->idle_rkey } };
 }
 
 /* Renew now, waiting for the answer: at join, and when an idle handle comes
@@ -83,7 +86,7 @@ int kvi_lease_renew_sync(struct kvi_conn *h, int timeout_ms)
 	uint64_t sent = kvi_now_ns();
 	int rc = kvi_rmem_ctrl_call(h->rm, &req, &resp, timeout_ms);
 
-	h->renew_epoch = req.arg[0];
+	h->renew_epoch = req.lease_renew.epoch;
 	return rc ? rc : lease_granted(h, &resp, sent);
 }
 
@@ -136,7 +139,7 @@ void kvi_lease_tick(struct kvi_conn *h, uint64_t now)
 		if (kvi_rmem_ctrl_send(h->rm, &req) == 0) {
 			h->renew_seq = req.seq;
 			h->renew_sent = now;
-			h->renew_epoch = req.arg[0];
+			h->renew_epoch = req.lease_renew.epoch;
 		}
 	}
 }

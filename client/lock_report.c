@@ -15,7 +15,9 @@
 void kvi_lock_waited(struct kvi_conn *h, struct kvi_opst *st, uint64_t bucket, uint64_t epoch, uint64_t word)
 {
 	uint64_t now = kvi_now_ns();
-	struct kvi_ctrl req = { .type = KVI_CTRL_LOCK_REPORT, .arg = { bucket, word, epoch } }, r;
+	struct kvi_ctrl req = { .type = KVI_CTRL_LOCK_REPORT,
+				.lock_report = { .bucket = bucket, .word = word, .epoch = epoch } },
+			r;
 
 	if (kvi_lock_legal(word) && kvi_lock_owner(word) == h->rm->client_id)
 		return; /* another operation of ours */

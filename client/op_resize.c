@@ -25,7 +25,7 @@
  * today's path at once: evict a victim, or KVC_EINDEXFULL under no-evict.
  * A NO is remembered for the epoch for one deadline, so that a full index
  * does not cost every insert a control message. A full bucket of the index
- * a migration is emptying is different: GROW names it (arg1), the migrator
+ * a migration is emptying is different: GROW names it (split_next), the migrator
  * splits it next, and the insert looks again after a short pause; so an
  * insert waits for about one bucket's migration, not for the whole pass. */
 #include "conn.h"
@@ -127,7 +127,9 @@ static int report_slot_free(struct kvi_conn *h, uint64_t now)
 static void grow_send(struct kvi_conn *h, struct kvi_opst *st, uint64_t now)
 {
 	struct kvi_ctrl req = { .type = KVI_CTRL_GROW,
-				.arg = { st->grow_epoch, st->grow_bucket, st->grow_pair[0], st->grow_pair[1] } };
+				.grow = { .epoch = st->grow_epoch,
+					  .split_next = st->grow_bucket,
+					  .full_pair = { st->grow_pair[0], st->grow_pair[1] } } };
 
 	if (h->grow_seq) {
 		/* One outstanding per handle: another insert's, for this index,
@@ -211,13 +213,13 @@ void kvi_grow_collect(struct kvi_conn *h, uint64_t now)
 		return;
 	}
 	h->grow_seq = 0;
-	if (r.type == KVI_CTRL_GROWING && r.arg[0] == KVI_GROW_STARTED) {
+	if (r.type == KVI_CTRL_GROWING && r.growing.verdict == KVI_GROW_STARTED) {
 		/* The new index may be published already: look now (else the
 		 * next LEASE names it). */
 		h->index_stale = 1;
 		return;
 	}
-	if (r.type == KVI_CTRL_GROWING && r.arg[0] == KVI_GROW_STALE) {
+	if (r.type == KVI_CTRL_GROWING && r.growing.verdict == KVI_GROW_STALE) {
 		h->index_stale = 1;
 		return;
 	}

@@ -31,7 +31,7 @@ int kvi_conn_server_stats(struct kvi_conn *h, struct kvc_server_stats *out)
 	if (rc)
 		return rc;
 	for (unsigned p = 0; p < KVI_STATS_PAGES; p++) {
-		struct kvi_ctrl req = { .type = KVI_CTRL_STATS_REQ, .arg = { p } }, resp;
+		struct kvi_ctrl req = { .type = KVI_CTRL_STATS_REQ, .stats_req = { .page = p } }, resp;
 
 		rc = kvi_rmem_ctrl_call(h->rm, &req, &resp, KVI_CTRL_TIMEOUT_MS);
 		if (rc)

@@ -140,56 +140,38 @@ _Static_assert(sizeof(struct kvi_wire_reject) <= KVI_CM_REJECT_PDATA_MAX, "rejec
 #define KVI_CTRL_RECV_DEPTH 8u
 #define KVI_CTRL_MAX_OUTSTANDING 4u
 
+/* What each message's five argument words mean is written once, on its view
+ * in struct kvi_ctrl below (the member named after the message). */
 enum kvi_ctrl_type {
-	KVI_CTRL_SEG_REQ = 1,   /* client -> server: arg0 = bytes needed, arg1 = bytes of my extent used */
-	KVI_CTRL_SEG_GRANT = 2, /* server -> client: arg0 = extent offset, arg1 = extent length */
-	KVI_CTRL_ERROR = 3,     /* server -> client: status = KVC_ code for request seq */
-	KVI_CTRL_SHUTDOWN = 4,  /* server -> client notice: the server is going away */
-	KVI_CTRL_STATS_REQ = 5, /* client -> server: arg0 = page (0 .. KVI_STATS_PAGES - 1) */
-	KVI_CTRL_STATS = 6,     /* server -> client: arg0..4 = statistics 5 x page .. 5 x page + 4 */
-	KVI_CTRL_SEG_RETURN = 7,   /* client -> server, when leaving: arg0 = bytes of my extent used */
+	KVI_CTRL_SEG_REQ = 1,      /* client -> server: seg_req */
+	KVI_CTRL_SEG_GRANT = 2,    /* server -> client: seg_grant */
+	KVI_CTRL_ERROR = 3,        /* server -> client: status = KVC_ code for request seq */
+	KVI_CTRL_SHUTDOWN = 4,     /* server -> client notice: the server is going away */
+	KVI_CTRL_STATS_REQ = 5,    /* client -> server: stats_req */
+	KVI_CTRL_STATS = 6,        /* server -> client: arg[0..4] = statistics 5 x page .. 5 x page + 4 */
+	KVI_CTRL_SEG_RETURN = 7,   /* client -> server, when leaving: seg_return */
 	KVI_CTRL_SEG_RETURNED = 8, /* server -> client: the extent's unused tail is the server's again */
-	/* client -> server: extend my lease (server/members.h "Leases"); arg0 = the
-	 * index epoch I use (my acknowledgement of it, layout.h "Resize"), arg1 =
-	 * address and arg2 = rkey of my idle word (members.h "Idleness"; 0, 0:
-	 * none) */
-	KVI_CTRL_LEASE_RENEW = 9,
-	/* server -> client: arg0 = lease ms, counted from when the server got the
-	 * renewal, arg1 = renewal interval ms, arg2 = the current index epoch,
-	 * arg3 = enum kvi_index_state: fetch the index (INDEX_REQ) when either
-	 * differs from what I have, arg4 = enum kvi_lease_flags */
-	KVI_CTRL_LEASE = 10,
-	/* client -> server: arg0 = bucket, arg1 = lock word I keep finding there,
-	 * arg2 = epoch of the index of that bucket */
-	KVI_CTRL_LOCK_REPORT = 11,
-	KVI_CTRL_LOCK_REPORTED = 12, /* server -> client: arg0 = enum kvi_report_verdict */
-	/* client -> server: arg0 = which index (0 current, 1 previous: the one a
-	 * migration is emptying), arg1 = first chunk wanted */
-	KVI_CTRL_INDEX_REQ = 13,
-	/* server -> client: arg0 = epoch (0: no such index), arg1 = bucket count,
-	 * arg2 = first chunk (bits 0..31) | number of chunks (bits 32..63),
-	 * arg3, arg4 = chunks first .. first + 3 as page numbers (region offset /
-	 * KVI_INDEX_CHUNK_ALIGN), two per word, low half first; 0 past the end */
-	KVI_CTRL_INDEX = 14,
-	/* client -> server: an insert found both its buckets full of live items;
-	 * arg0 = epoch of that index; arg1 = 0, or (during a migration, arg0 the
-	 * previous epoch) a full old bucket + 1 that the migrator should split next;
-	 * arg2, arg3 = with arg1 0, the full pair's buckets + 1 in that index
-	 * (the server checks them: core.h "GROW") */
-	KVI_CTRL_GROW = 15,
-	KVI_CTRL_GROWING = 16, /* server -> client: arg0 = enum kvi_grow_verdict */
+	KVI_CTRL_LEASE_RENEW = 9,  /* client -> server: lease_renew */
+	KVI_CTRL_LEASE = 10,       /* server -> client: lease */
+	KVI_CTRL_LOCK_REPORT = 11, /* client -> server: lock_report */
+	KVI_CTRL_LOCK_REPORTED = 12, /* server -> client: lock_reported */
+	KVI_CTRL_INDEX_REQ = 13,   /* client -> server: index_req */
+	KVI_CTRL_INDEX = 14,       /* server -> client: index */
+	KVI_CTRL_GROW = 15,        /* client -> server: grow */
+	KVI_CTRL_GROWING = 16,     /* server -> client: growing */
 	KVI_CTRL_TYPE_MAX = 16,
 };
 
 #define KVI_INDEX_CHUNKS_PER_MSG 4u
 
-/* LEASE arg3: where the server's resizing stands. */
+/* LEASE flags. */
 enum kvi_lease_flags {
 	/* The lease had lapsed while the client was idle: it is a member again
 	 * (same id), its extent was sealed meanwhile (members.h "Idleness"). */
 	KVI_LEASE_F_READMITTED = 1,
 };
 
+/* LEASE state: where the server's resizing stands. */
 enum kvi_index_state {
 	KVI_INDEX_STABLE = 0,    /* one index */
 	KVI_INDEX_MIGRATING = 1, /* the current index is filling from the previous one */
@@ -233,13 +215,172 @@ struct kvi_wire_ctrl {
 _Static_assert(sizeof(struct kvi_wire_ctrl) == 64, "control message layout");
 _Static_assert(offsetof(struct kvi_wire_ctrl, arg) == 24, "control message layout");
 
-/* Host-order views, filled by the decoders after validation. */
+/* The arguments of each control message, one view per message type, in
+ * host order. Every field is a whole argument word, in wire order; every view
+ * is all five words (unused ones are named `unused` and sent as zero), so that
+ * initializing a message through its view zeroes the words it does not name --
+ * a union initialized through a shorter member would leave them unspecified,
+ * and they go on the wire. */
+
+/* SEG_REQ: the client wants room to append an object. */
+struct kvi_ctrl_seg_req {
+	uint64_t need; /* bytes needed (the object to append) */
+	uint64_t used; /* bytes of my current extent used */
+	uint64_t unused[3];
+};
+/* SEG_GRANT: the answer to SEG_REQ, the client's new extent. */
+struct kvi_ctrl_seg_grant {
+	uint64_t off; /* extent offset in the region (KVI_OBJ_ALIGN aligned) */
+	uint64_t len; /* extent length (>= need, <= a segment) */
+	uint64_t unused[3];
+};
+/* STATS_REQ: one page of the server statistics (STATS answers in arg). */
+struct kvi_ctrl_stats_req {
+	uint64_t page; /* 0 .. KVI_STATS_PAGES - 1 */
+	uint64_t unused[4];
+};
+/* SEG_RETURN: the client leaves and gives its extent's unused tail back. */
+struct kvi_ctrl_seg_return {
+	uint64_t used; /* bytes of my extent used */
+	uint64_t unused[4];
+};
+/* LEASE_RENEW: extend my lease (server/members.h "Leases"). */
+struct kvi_ctrl_lease_renew {
+	uint64_t epoch;     /* the index epoch I use: my acknowledgement of it (layout.h "Resize") */
+	uint64_t idle_addr; /* address of my idle word (members.h "Idleness"; 0 with idle_rkey 0: none) */
+	uint64_t idle_rkey; /* its rkey */
+	uint64_t unused[2];
+};
+/* LEASE: the answer to LEASE_RENEW. The client fetches the index
+ * (INDEX_REQ) when epoch or state differs from what it has. */
+struct kvi_ctrl_lease {
+	uint64_t lease_ms; /* lease, counted from when the server got the renewal */
+	uint64_t renew_ms; /* renewal interval */
+	uint64_t epoch;    /* the current index epoch */
+	uint64_t state;    /* enum kvi_index_state */
+	uint64_t flags;    /* enum kvi_lease_flags */
+};
+/* LOCK_REPORT: a writer keeps finding the same lock word in a bucket
+ * (server/members.h "Lock reports"). */
+struct kvi_ctrl_lock_report {
+	uint64_t bucket; /* the bucket, in the index of epoch `epoch` */
+	uint64_t word;   /* the lock word I keep finding there */
+	uint64_t epoch;  /* epoch of the index of that bucket */
+	uint64_t unused[2];
+};
+/* LOCK_REPORTED: the answer to LOCK_REPORT. */
+struct kvi_ctrl_lock_reported {
+	uint64_t verdict; /* enum kvi_report_verdict */
+	uint64_t unused[4];
+};
+/* INDEX_REQ: where the chunks of an index lie, KVI_INDEX_CHUNKS_PER_MSG at a
+ * time. */
+struct kvi_ctrl_index_req {
+	uint64_t which;       /* 0 current, 1 previous: the one a migration is emptying */
+	uint64_t first_chunk; /* first chunk wanted */
+	uint64_t unused[3];
+};
+/* INDEX: the answer to INDEX_REQ. */
+struct kvi_ctrl_index {
+	uint64_t epoch;        /* 0: no such index */
+	uint64_t bucket_count;
+	uint64_t chunks;       /* first chunk (bits 0..31) | number of chunks (bits 32..63) */
+	/* chunks first .. first + 3 as page numbers (region offset /
+	 * KVI_INDEX_CHUNK_ALIGN), two per word, low half first; 0 past the end */
+	uint64_t pages[2];
+};
+/* GROW: an insert found both its buckets full of live items (server/core.h
+ * "GROW": the server checks what it claims). */
+struct kvi_ctrl_grow {
+	uint64_t epoch; /* epoch of that index */
+	/* 0, or (during a migration, epoch the previous one) a full old
+	 * bucket + 1 that the migrator should split next */
+	uint64_t split_next;
+	/* with split_next 0, the full pair's buckets + 1 in that index (0: none) */
+	uint64_t full_pair[2];
+	uint64_t unused[1];
+};
+/* GROWING: the answer to GROW. */
+struct kvi_ctrl_growing {
+	uint64_t verdict; /* enum kvi_grow_verdict */
+	uint64_t unused[4];
+};
+
+/* Host-order views, filled by the decoders after validation. The encoder,
+ * the decoder and the STATS pages use the raw words (arg); everything else
+ * uses the view of its message type. */
 struct kvi_ctrl {
 	uint16_t type;
 	uint32_t seq;
 	int32_t status;
-	uint64_t arg[5];
+	union {
+		uint64_t arg[5];
+		struct kvi_ctrl_seg_req seg_req;
+		struct kvi_ctrl_seg_grant seg_grant;
+		struct kvi_ctrl_stats_req stats_req;
+		struct kvi_ctrl_seg_return seg_return;
+		struct kvi_ctrl_lease_renew lease_renew;
+		struct kvi_ctrl_lease lease;
+		struct kvi_ctrl_lock_report lock_report;
+		struct kvi_ctrl_lock_reported lock_reported;
+		struct kvi_ctrl_index_req index_req;
+		struct kvi_ctrl_index index;
+		struct kvi_ctrl_grow grow;
+		struct kvi_ctrl_growing growing;
+	};
 };
+
+/* Each named field lies on the argument word its comment gives it. */
+#define KVI_CTRL_ARG_IS(field, i)                                                                    \
+	_Static_assert(offsetof(struct kvi_ctrl, field) == offsetof(struct kvi_ctrl, arg) + 8 * (i), \
+		       "control message view: " #field " is arg " #i)
+#define KVI_CTRL_VIEW_IS_5_WORDS(view)                                                               \
+	_Static_assert(sizeof(((struct kvi_ctrl *)0)->view) == sizeof(((struct kvi_ctrl *)0)->arg), \
+		       "control message view: " #view " is five words")
+KVI_CTRL_ARG_IS(seg_req.need, 0);
+KVI_CTRL_ARG_IS(seg_req.used, 1);
+KVI_CTRL_ARG_IS(seg_grant.off, 0);
+KVI_CTRL_ARG_IS(seg_grant.len, 1);
+KVI_CTRL_ARG_IS(stats_req.page, 0);
+KVI_CTRL_ARG_IS(seg_return.used, 0);
+KVI_CTRL_ARG_IS(lease_renew.epoch, 0);
+KVI_CTRL_ARG_IS(lease_renew.idle_addr, 1);
+KVI_CTRL_ARG_IS(lease_renew.idle_rkey, 2);
+KVI_CTRL_ARG_IS(lease.lease_ms, 0);
+KVI_CTRL_ARG_IS(lease.renew_ms, 1);
+KVI_CTRL_ARG_IS(lease.epoch, 2);
+KVI_CTRL_ARG_IS(lease.state, 3);
+KVI_CTRL_ARG_IS(lease.flags, 4);
+KVI_CTRL_ARG_IS(lock_report.bucket, 0);
+KVI_CTRL_ARG_IS(lock_report.word, 1);
+KVI_CTRL_ARG_IS(lock_report.epoch, 2);
+KVI_CTRL_ARG_IS(lock_reported.verdict, 0);
+KVI_CTRL_ARG_IS(index_req.which, 0);
+KVI_CTRL_ARG_IS(index_req.first_chunk, 1);
+KVI_CTRL_ARG_IS(index.epoch, 0);
+KVI_CTRL_ARG_IS(index.bucket_count, 1);
+KVI_CTRL_ARG_IS(index.chunks, 2);
+KVI_CTRL_ARG_IS(index.pages[0], 3);
+KVI_CTRL_ARG_IS(index.pages[1], 4);
+KVI_CTRL_ARG_IS(grow.epoch, 0);
+KVI_CTRL_ARG_IS(grow.split_next, 1);
+KVI_CTRL_ARG_IS(grow.full_pair[0], 2);
+KVI_CTRL_ARG_IS(grow.full_pair[1], 3);
+KVI_CTRL_ARG_IS(growing.verdict, 0);
+KVI_CTRL_VIEW_IS_5_WORDS(seg_req);
+KVI_CTRL_VIEW_IS_5_WORDS(seg_grant);
+KVI_CTRL_VIEW_IS_5_WORDS(stats_req);
+KVI_CTRL_VIEW_IS_5_WORDS(seg_return);
+KVI_CTRL_VIEW_IS_5_WORDS(lease_renew);
+KVI_CTRL_VIEW_IS_5_WORDS(lease);
+KVI_CTRL_VIEW_IS_5_WORDS(lock_report);
+KVI_CTRL_VIEW_IS_5_WORDS(lock_reported);
+KVI_CTRL_VIEW_IS_5_WORDS(index_req);
+KVI_CTRL_VIEW_IS_5_WORDS(index);
+KVI_CTRL_VIEW_IS_5_WORDS(grow);
+KVI_CTRL_VIEW_IS_5_WORDS(growing);
+#undef KVI_CTRL_ARG_IS
+#undef KVI_CTRL_VIEW_IS_5_WORDS
 
 struct kvi_proof {
 	uint64_t timestamp_ms;

@@ -129,19 +129,18 @@ void kvs_core_destroy(struct kvs_core *c);
  * well-behaved client sends (a server-to-client type, an unknown type, client
  * id 0): the transport then disconnects that client, never the server.
  *
- *   SEG_REQ    arg[0] = bytes needed (the object to append), arg[1] = bytes of
- *              the current extent used (its tail may be given back)
- *           -> SEG_GRANT arg[0] = extent offset in the region (16-byte
- *                        aligned), arg[1] = extent length (>= needed)
+ *   SEG_REQ    seg_req (wire.h): the current extent's tail past `used` may
+ *              be given back
+ *           -> SEG_GRANT seg_grant: off 16-byte aligned, len >= need
  *           -> ERROR status = KVC_EAGAIN (no free segment right now:
  *              reclamation is running; ask again shortly), KVC_ENOMEM (live
  *              data fills the heap and eviction is off, or no reclaimer
  *              exists), KVC_EINVAL (need larger than a segment),
  *              KVC_EQUOTA (over quota while another client starves, below)
 
- *   SEG_RETURN arg[0] = bytes of the current extent used (the client leaves)
+ *   SEG_RETURN seg_return (the client leaves)
  *           -> SEG_RETURNED
- *   STATS_REQ  arg[0] = page -> STATS arg[0..4] as kvi_stats_page() lays out.
+ *   STATS_REQ  stats_req -> STATS arg[0..4] as kvi_stats_page() lays out.
  *
  * Quota. What a client holds is every byte granted to it that is not back:
  * its open extent, and its sealed extents until their segment is reclaimed
@@ -265,8 +264,8 @@ enum kvs_resize_phase {
 /* A migrator exists (kvs_migrate_create says so): until then GROW answers
  * KVI_GROW_NO. */
 void kvs_core_attach_migrator(struct kvs_core *c);
-/* GROW (kvs_core_ctrl) from a client: arg0 = the epoch of the index it
- * found full, arg2 and arg3 = the full pair's buckets + 1 (0: none; wire.h).
+/* GROW (kvs_core_ctrl) from a client: grow.epoch = the epoch of the index it
+ * found full, grow.full_pair = the full pair's buckets + 1 (0: none; wire.h).
  * Nothing it claims is believed: the index grows only when every bucket it
  * names is full now (read with the CPU) and a sample of
  * KVS_GROW_SAMPLE_BUCKETS buckets (a smaller index whole) has at least

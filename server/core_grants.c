@@ -138,7 +138,7 @@ int kvs_core_seg_request_locked(struct kvs_core *c, uint32_t id, const struct kv
 	uint64_t now = kvi_mono_ns();
 	int rc, over;
 
-	if (req->arg[0] > c->geo.segment_size) {
+	if (req->seg_req.need > c->geo.segment_size) {
 		kvs_core_reply_error(req, resp, KVC_EINVAL);
 		return 0;
 	}
@@ -152,9 +152,9 @@ int kvs_core_seg_request_locked(struct kvs_core *c, uint32_t id, const struct kv
 		c->nclients++;
 	}
 	/* core.h "Quota". */
-	over = quota_held(cl) + req->arg[0] > c->quota;
+	over = quota_held(cl) + req->seg_req.need > c->quota;
 	if (over && c->starving_at && now - c->starving_at < c->starving_ns && c->starving_id != id) {
-		uint64_t used = req->arg[1] < cl->x.len ? req->arg[1] : cl->x.len;
+		uint64_t used = req->seg_req.used < cl->x.len ? req->seg_req.used : cl->x.len;
 
 		if (cl->x.off && used < cl->x.len / 2) {
 			/* Asks for more while it has not used what it has: its
@@ -168,13 +168,13 @@ int kvs_core_seg_request_locked(struct kvs_core *c, uint32_t id, const struct kv
 			return 0;
 		}
 		/* A writer that fills what it gets waits its turn. */
-		kvs_segtab_release(c->segs, &cl->x, req->arg[1], now);
+		kvs_segtab_release(c->segs, &cl->x, req->seg_req.used, now);
 		c->throttled++;
 		kvs_core_reply_error(req, resp, KVC_EAGAIN);
 		return 0;
 	}
 	kvs_segtab_tick(c->segs, now);
-	rc = kvs_segtab_grant(c->segs, &cl->x, req->arg[0], req->arg[1],
+	rc = kvs_segtab_grant(c->segs, &cl->x, req->seg_req.need, req->seg_req.used,
 			      over ? KVS_GRANT_OVER_QUOTA : KVS_GRANT_CLIENT, now);
 	if (rc == KVC_EAGAIN && quota_held(cl) < c->quota / 2) {
 		c->starving_at = now;
@@ -195,8 +195,8 @@ int kvs_core_seg_request_locked(struct kvs_core *c, uint32_t id, const struct kv
 	kvs_core_poke_locked(c);
 	resp->type = KVI_CTRL_SEG_GRANT;
 	resp->seq = req->seq;
-	resp->arg[0] = cl->x.off;
-	resp->arg[1] = cl->x.len;
+	resp->seg_grant.off = cl->x.off;
+	resp->seg_grant.len = cl->x.len;
 	kvi_ev_dbg("granted", "client=%u bytes=%" PRIu64 " offset=%#" PRIx64, id, cl->x.len, cl->x.off);
 	return 0;
 }
@@ -206,7 +206,7 @@ int kvs_core_seg_return_locked(struct kvs_core *c, uint32_t id, const struct kvi
 	struct kvs_client *cl = *client_slot(c, id);
 
 	if (cl)
-		kvs_segtab_release(c->segs, &cl->x, req->arg[0], kvi_mono_ns());
+		kvs_segtab_release(c->segs, &cl->x, req->seg_return.used, kvi_mono_ns());
 	resp->type = KVI_CTRL_SEG_RETURNED;
 	resp->seq = req->seq;
 	return 0;

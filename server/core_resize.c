@@ -97,16 +97,18 @@ static uint64_t sampled_load_pct(struct kvs_core *c)
 }
 
 /* core.h "GROW": does a GROW of the current index claim what justifies a
- * resize -- the pair it names (arg2, arg3: bucket + 1) really full, and the
+ * resize -- the pair it names (full_pair: bucket + 1) really full, and the
  * index loaded enough that a full pair is not an accident of a few keys? */
 static int grow_claim_holds(struct kvs_core *c, const struct kvi_ctrl *req)
 {
 	unsigned named = 0;
 
-	for (unsigned j = 2; j <= 3; j++) {
-		if (!req->arg[j])
+	for (unsigned j = 0; j < 2; j++) {
+		uint64_t b1 = req->grow.full_pair[j];
+
+		if (!b1)
 			continue;
-		if (req->arg[j] > c->ix.cur.bucket_count || !bucket_full(c, &c->ix.cur, req->arg[j] - 1))
+		if (b1 > c->ix.cur.bucket_count || !bucket_full(c, &c->ix.cur, b1 - 1))
 			return 0;
 		named++;
 	}
@@ -115,10 +117,10 @@ static int grow_claim_holds(struct kvs_core *c, const struct kvi_ctrl *req)
 
 static uint64_t grow_request(struct kvs_core *c, uint32_t id, const struct kvi_ctrl *req)
 {
-	if (req->arg[0] != c->ix.cur.epoch)
+	if (req->grow.epoch != c->ix.cur.epoch)
 		return KVI_GROW_STALE;
 	if (!grow_claim_holds(c, req)) {
-		kvi_ev_dbg("grow_refused", "client=%u epoch=%" PRIu64 " reason=%s", id, req->arg[0],
+		kvi_ev_dbg("grow_refused", "client=%u epoch=%" PRIu64 " reason=%s", id, req->grow.epoch,
 			   "the buckets it names are not full, or the index is not loaded enough");
 		return KVI_GROW_NO;
 	}
@@ -127,14 +129,17 @@ static uint64_t grow_request(struct kvs_core *c, uint32_t id, const struct kvi_c
 
 void kvs_core_grow_ctrl_locked(struct kvs_core *c, uint32_t id, const struct kvi_ctrl *req, struct kvi_ctrl *resp)
 {
-	*resp = (struct kvi_ctrl){ .type = KVI_CTRL_GROWING, .seq = req->seq, .arg = { grow_request(c, id, req) } };
-	/* arg1 = an old bucket + 1 that is full while it waits for its
+	const struct kvi_ctrl_grow *g = &req->grow;
+
+	*resp = (struct kvi_ctrl){ .type = KVI_CTRL_GROWING, .seq = req->seq,
+				   .growing = { .verdict = grow_request(c, id, req) } };
+	/* split_next = an old bucket + 1 that is full while it waits for its
 	 * migration: split it next (that is what makes room for it). */
-	if (req->arg[0] && req->arg[0] == c->ix.prev.epoch && c->ix.state == KVI_INDEX_MIGRATING &&
-	    req->arg[1] && req->arg[1] <= c->ix.prev.bucket_count) {
+	if (g->epoch && g->epoch == c->ix.prev.epoch && c->ix.state == KVI_INDEX_MIGRATING && g->split_next &&
+	    g->split_next <= c->ix.prev.bucket_count) {
 		if (c->urgent_n < KVS_URGENT_MAX)
-			c->urgent[c->urgent_n++] = req->arg[1] - 1;
-		resp->arg[0] = KVI_GROW_STARTED;
+			c->urgent[c->urgent_n++] = g->split_next - 1;
+		resp->growing.verdict = KVI_GROW_STARTED;
 		if (c->o.wake)
 			c->o.wake(c->o.wake_arg);
 	}

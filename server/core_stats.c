@@ -118,13 +118,13 @@ int kvs_core_stats_reply_locked(struct kvs_core *c, const struct kvi_ctrl *req, 
 {
 	uint64_t v[KVI_STATS_PAGES * 5] = { 0 };
 
-	if (req->arg[0] >= KVI_STATS_PAGES) {
+	if (req->stats_req.page >= KVI_STATS_PAGES) {
 		kvs_core_reply_error(req, resp, KVC_EINVAL);
 		return 0;
 	}
 	fill_stats(c, v);
 	resp->type = KVI_CTRL_STATS;
-	memcpy(resp->arg, v + 5 * req->arg[0], sizeof(resp->arg));
+	memcpy(resp->arg, v + 5 * req->stats_req.page, sizeof(resp->arg));
 	return 0;
 }
 

@@ -34,11 +34,11 @@ static uint64_t page_of(uint64_t off)
 int kvs_indexes_describe(const struct kvs_indexes *x, const struct kvi_ctrl *req, struct kvi_ctrl *resp)
 {
 	const struct kvi_index *ix;
-	uint64_t first = req->arg[1], page[KVI_INDEX_CHUNKS_PER_MSG] = { 0 };
+	uint64_t first = req->index_req.first_chunk, page[KVI_INDEX_CHUNKS_PER_MSG] = { 0 };
 
-	if (req->arg[0] > 1)
+	if (req->index_req.which > 1)
 		return KVC_EINVAL;
-	ix = req->arg[0] == 0 ? &x->cur : &x->prev;
+	ix = req->index_req.which == 0 ? &x->cur : &x->prev;
 	*resp = (struct kvi_ctrl){ .type = KVI_CTRL_INDEX, .seq = req->seq };
 	if (ix->epoch == 0)
 		return 0; /* no previous index: epoch 0 says so */
@@ -46,11 +46,11 @@ int kvs_indexes_describe(const struct kvs_indexes *x, const struct kvi_ctrl *req
 		return KVC_EINVAL;
 	for (unsigned i = 0; i < KVI_INDEX_CHUNKS_PER_MSG && first + i < ix->nchunks; i++)
 		page[i] = page_of(ix->chunk_off[first + i]);
-	resp->arg[0] = ix->epoch;
-	resp->arg[1] = ix->bucket_count;
-	resp->arg[2] = first | (uint64_t)ix->nchunks << 32;
-	resp->arg[3] = page[0] | page[1] << 32;
-	resp->arg[4] = page[2] | page[3] << 32;
+	resp->index.epoch = ix->epoch;
+	resp->index.bucket_count = ix->bucket_count;
+	resp->index.chunks = first | (uint64_t)ix->nchunks << 32;
+	resp->index.pages[0] = page[0] | page[1] << 32;
+	resp->index.pages[1] = page[2] | page[3] << 32;
 	return 0;
 }
 

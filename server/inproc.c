@@ -56,7 +56,7 @@ int kvs_inproc_leases(struct kvs_inproc *s, uint32_t lease_ms, uint32_t renew_ms
 
 /* kvserver's LEASE_RENEW (server/main.c on_ctrl): the lease, and the index
  * epoch and state, which the client compares with what it has (fetching on
- * a difference); arg0 is the epoch it uses, its acknowledgement of a resize. */
+ * a difference); its epoch is the one it uses, its acknowledgement of a resize. */
 static void lease_renew(struct kvs_inproc *s, uint32_t id, const struct kvi_ctrl *req, struct kvi_ctrl *resp)
 {
 	enum kvi_index_state state;
@@ -64,7 +64,7 @@ static void lease_renew(struct kvs_inproc *s, uint32_t id, const struct kvi_ctrl
 	uint32_t lease;
 	int readmitted;
 
-	kvs_members_set_probe(s->members, id, req->arg[1], (uint32_t)req->arg[2]);
+	kvs_members_set_probe(s->members, id, req->lease_renew.idle_addr, (uint32_t)req->lease_renew.idle_rkey);
 	readmitted = kvs_members_is_lapsed(s->members, id);
 	lease = kvs_members_renew(s->members, id, kvi_mono_ns());
 	kvs_core_index_status(s->core, &epoch, &state);
@@ -73,31 +73,35 @@ static void lease_renew(struct kvs_inproc *s, uint32_t id, const struct kvi_ctrl
 		return;
 	}
 	*resp = (struct kvi_ctrl){ .type = KVI_CTRL_LEASE, .seq = req->seq,
-				   .arg = { lease, s->renew_ms, epoch, state, readmitted ? KVI_LEASE_F_READMITTED : 0 } };
-	kvs_members_ack(s->members, id, req->arg[0], kvi_mono_ns());
+				   .lease = { .lease_ms = lease,
+					      .renew_ms = s->renew_ms,
+					      .epoch = epoch,
+					      .state = state,
+					      .flags = readmitted ? KVI_LEASE_F_READMITTED : 0 } };
+	kvs_members_ack(s->members, id, req->lease_renew.epoch, kvi_mono_ns());
 	if (kvs_core_acks_wanted(s->core, &epoch) && kvs_members_acked(s->members, epoch, kvi_mono_ns(), &last))
 		kvs_core_set_acked(s->core, epoch, last);
 }
 
-/* kvserver's lock_report (server/main.c): a writer keeps finding arg1 in
- * bucket arg0 of the index of epoch arg2 (members.h "Lock reports"). */
+/* kvserver's lock_report (server/main.c): a writer keeps finding a lock word
+ * in a bucket of the index of an epoch (members.h "Lock reports"). */
 static void lock_report(struct kvs_inproc *s, uint32_t reporter, const struct kvi_ctrl *req, struct kvi_ctrl *resp)
 {
 	struct kvs_report_action a;
 	enum kvi_index_state state;
 	uint64_t *word, current, epoch, off;
 
-	if (kvs_core_bucket_of_epoch(s->core, req->arg[2], req->arg[0], &off)) {
+	if (kvs_core_bucket_of_epoch(s->core, req->lock_report.epoch, req->lock_report.bucket, &off)) {
 		/* An index retired since (or never ours): nothing to clear there. */
 		*resp = (struct kvi_ctrl){ .type = KVI_CTRL_LOCK_REPORTED, .seq = req->seq,
-					   .arg = { KVI_REPORT_CHANGED } };
+					   .lock_reported = { .verdict = KVI_REPORT_CHANGED } };
 		return;
 	}
 	word = (uint64_t *)(void *)(kvs_core_region(s->core) + off);
 	current = __atomic_load_n(word, __ATOMIC_SEQ_CST);
 	kvs_core_index_status(s->core, &epoch, &state);
-	kvs_members_judge(s->members, reporter, off, req->arg[1], current,
-			  req->arg[2] == epoch && state == KVI_INDEX_STABLE, kvi_mono_ns(), &a);
+	kvs_members_judge(s->members, reporter, off, req->lock_report.word, current,
+			  req->lock_report.epoch == epoch && state == KVI_INDEX_STABLE, kvi_mono_ns(), &a);
 	s->verdicts[a.verdict]++;
 	/* kvserver clears (or repairs) through its fencer's loopback; here the
 	 * transport's atomics are the CPU's. */
@@ -105,7 +109,8 @@ static void lock_report(struct kvs_inproc *s, uint32_t reporter, const struct kv
 		__atomic_compare_exchange_n(word, &a.set_from, a.set_to, 0, __ATOMIC_SEQ_CST, __ATOMIC_SEQ_CST);
 	if (a.fence_owner)
 		s->fenced_owner = a.fence_owner;
-	*resp = (struct kvi_ctrl){ .type = KVI_CTRL_LOCK_REPORTED, .seq = req->seq, .arg = { a.verdict } };
+	*resp = (struct kvi_ctrl){ .type = KVI_CTRL_LOCK_REPORTED, .seq = req->seq,
+				   .lock_reported = { .verdict = a.verdict } };
 }
 
 int kvs_inproc_ctrl(void *arg, uint32_t client_id, const struct kvi_ctrl *req, struct kvi_ctrl *resp)

@@ -11,7 +11,8 @@ static uint64_t after_ns(const struct kvi_rmem *rm)
 void kvs_lockwatch_seen(struct kvs_lockwatch *w, struct kvi_rmem *rm, uint64_t bucket, uint64_t epoch, uint64_t word,
 			uint64_t now)
 {
-	struct kvi_ctrl req = { .type = KVI_CTRL_LOCK_REPORT, .arg = { bucket, word, epoch } }, r;
+	struct kvi_ctrl req = { .type = KVI_CTRL_LOCK_REPORT,
+				.lock_report = { .bucket = bucket, .word = word, .epoch = epoch } }, r;
 	unsigned i;
 
 	if (!kvi_lock_legal(word) || kvi_lock_is_mark(word) || !(word & KVI_LOCK_LOCKED) ||

@@ -193,43 +193,45 @@ static void expel(struct kvs_server *s, uint32_t id, const char *event, const ch
 	kvi_listener_drop(s->l, p);
 }
 
-/* A writer keeps finding `word` in bucket arg[0] of the index of epoch arg[2]
+/* A writer keeps finding a lock word in a bucket of the index of an epoch
  * (members.h "Lock reports", kvs_members_judge). */
 static int lock_report(struct kvs_server *s, uint32_t reporter, const struct kvi_ctrl *req, struct kvi_ctrl *resp)
 {
+	const struct kvi_ctrl_lock_report *lr = &req->lock_report;
 	struct kvs_report_action a;
 	enum kvi_index_state state;
 	uint64_t current, off, epoch;
 
-	if (kvs_core_bucket_of_epoch(s->core, req->arg[2], req->arg[0], &off)) {
+	if (kvs_core_bucket_of_epoch(s->core, lr->epoch, lr->bucket, &off)) {
 		/* An index retired since (or never ours): nothing to clear there. */
 		*resp = (struct kvi_ctrl){ .type = KVI_CTRL_LOCK_REPORTED, .seq = req->seq,
-					   .arg = { KVI_REPORT_CHANGED } };
+					   .lock_reported = { .verdict = KVI_REPORT_CHANGED } };
 		return 0;
 	}
 	/* Reading a lock word with the CPU is fine; changing it is the NIC's job. */
 	current = __atomic_load_n((const uint64_t *)(const void *)(kvs_core_region(s->core) + off), __ATOMIC_RELAXED);
 	kvs_core_index_status(s->core, &epoch, &state);
-	kvs_members_judge(s->members, reporter, off, req->arg[1], current,
-			  req->arg[2] == epoch && state == KVI_INDEX_STABLE, kvi_mono_ns(), &a);
+	kvs_members_judge(s->members, reporter, off, lr->word, current,
+			  lr->epoch == epoch && state == KVI_INDEX_STABLE, kvi_mono_ns(), &a);
 	if (a.set && kvi_lock_legal(current)) {
 		kvi_ev_warn("lock_report_cleared", "bucket=%" PRIu64 " epoch=%" PRIu64 " owner=%u reporter=%u msg=%s",
-			    req->arg[0], req->arg[2], kvi_lock_owner(current), reporter,
+			    lr->bucket, lr->epoch, kvi_lock_owner(current), reporter,
 			    "the lock owner is not a client: releasing the lock");
 		kvs_fence_clear_word(s->fence, off, current);
 	} else if (a.set) {
 		kvi_ev_warn("lock_report_junk", "bucket=%" PRIu64 " epoch=%" PRIu64 " word=0x%016" PRIx64 " reporter=%u msg=%s",
-			    req->arg[0], req->arg[2], current, reporter, "no lock word at all: repairing it");
+			    lr->bucket, lr->epoch, current, reporter, "no lock word at all: repairing it");
 		kvs_fence_repair_word(s->fence, off, a.set_from, a.set_to);
 	}
 	if (a.fence_owner) {
 		/* Who said so, for the operator: a forged word costs its victim a
 		 * reconnect (README "Trust model once admitted"). */
-		kvi_ev_warn("lock_report_fencing", "bucket=%" PRIu64 " epoch=%" PRIu64 " owner=%u reporter=%u", req->arg[0],
-			    req->arg[2], a.fence_owner, reporter);
+		kvi_ev_warn("lock_report_fencing", "bucket=%" PRIu64 " epoch=%" PRIu64 " owner=%u reporter=%u",
+			    lr->bucket, lr->epoch, a.fence_owner, reporter);
 		expel(s, a.fence_owner, "lock_holder_fenced", "kept a bucket lock past every operation deadline: fencing it");
 	}
-	*resp = (struct kvi_ctrl){ .type = KVI_CTRL_LOCK_REPORTED, .seq = req->seq, .arg = { a.verdict } };
+	*resp = (struct kvi_ctrl){ .type = KVI_CTRL_LOCK_REPORTED, .seq = req->seq,
+				   .lock_reported = { .verdict = a.verdict } };
 	return 0;
 }
 
@@ -258,9 +260,10 @@ static int on_ctrl(void *arg, struct kvi_peer *p, const struct kvi_ctrl *req, st
 
 	switch (req->type) {
 	case KVI_CTRL_LEASE_RENEW:
-		/* arg1, arg2: where its idle word is (members.h "Idleness"); only
-		 * ever READ over its own connection, so a wrong one costs only it. */
-		kvs_members_set_probe(s->members, p->client_id, req->arg[1], (uint32_t)req->arg[2]);
+		/* Where its idle word is (members.h "Idleness"); only ever READ
+		 * over its own connection, so a wrong one costs only it. */
+		kvs_members_set_probe(s->members, p->client_id, req->lease_renew.idle_addr,
+				      (uint32_t)req->lease_renew.idle_rkey);
 		readmitted = kvs_members_is_lapsed(s->members, p->client_id);
 		lease = kvs_members_renew(s->members, p->client_id, kvi_mono_ns());
 		kvs_core_index_status(s->core, &epoch, &state);
@@ -276,10 +279,13 @@ static int on_ctrl(void *arg, struct kvi_peer *p, const struct kvi_ctrl *req, st
 			kvi_ev_info("client_readmitted", "client=%u msg=%s", p->client_id, "renewed after an idle lapse");
 		}
 		*resp = (struct kvi_ctrl){ .type = KVI_CTRL_LEASE, .seq = req->seq,
-					   .arg = { lease, s->cfg.o.renew_ms, epoch, state,
-						    readmitted ? KVI_LEASE_F_READMITTED : 0 } };
-		/* arg0: the epoch it uses, its acknowledgement of a resize. */
-		kvs_members_ack(s->members, p->client_id, req->arg[0], kvi_mono_ns());
+					   .lease = { .lease_ms = lease,
+						      .renew_ms = s->cfg.o.renew_ms,
+						      .epoch = epoch,
+						      .state = state,
+						      .flags = readmitted ? KVI_LEASE_F_READMITTED : 0 } };
+		/* The epoch it uses: its acknowledgement of a resize. */
+		kvs_members_ack(s->members, p->client_id, req->lease_renew.epoch, kvi_mono_ns());
 		update_acks(s);
 		return 0;
 	case KVI_CTRL_LOCK_REPORT:

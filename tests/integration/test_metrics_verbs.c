@@ -112,7 +112,7 @@ Test(metrics_verbs, a_scrape_shows_what_a_client_did_and_other_paths_are_not_fou
 	const char *extra[] = { "--metrics", "127.0.0.1:9581", "--segment-size", "64", "--lease-ms", "60000", NULL };
 	const char *base = "http://127.0.0.1:9581";
 	char key[32], val[100], buf[128], url[128], *text, *body;
-	struct kvi_ctrl req = { .type = KVI_CTRL_STATS_REQ, .arg = { 9999 } }, resp;
+	struct kvi_ctrl req = { .type = KVI_CTRL_STATS_REQ, .stats_req = { .page = 9999 } }, resp;
 	struct kvt_proc srv;
 	struct kvi_rmem *rm;
 	size_t len;

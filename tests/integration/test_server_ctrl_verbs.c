@@ -23,7 +23,7 @@ TestSuite(server_ctrl_verbs, .init = kvt_require_rdma, .timeout = 240);
 /* A request for a whole 64 KiB segment (the servers here use that size). */
 static int seg_req(struct kvi_rmem *rm, struct kvi_ctrl *resp)
 {
-	struct kvi_ctrl req = { .type = KVI_CTRL_SEG_REQ, .arg = { 64u << 10 } };
+	struct kvi_ctrl req = { .type = KVI_CTRL_SEG_REQ, .seg_req = { .need = 64u << 10 } };
 
 	return kvi_rmem_ctrl_call(rm, &req, resp, 20000);
 }
@@ -63,10 +63,10 @@ Test(server_ctrl_verbs, grants_to_several_clients_are_disjoint_segments_of_the_r
 			cr_assert_eq(seg_req(rm[i], &resp), 0, "client %d grant %d", i, g);
 			cr_assert_eq(resp.type, KVI_CTRL_SEG_GRANT, "type %u status %s", resp.type,
 				     kvc_err_name(resp.status));
-			cr_expect_eq(resp.arg[1], sb.segment_size);
-			cr_expect_geq(resp.arg[0], sb.heap_off);
-			cr_expect_leq(resp.arg[0] + resp.arg[1], sb.heap_off + sb.heap_size);
-			off[n++] = resp.arg[0];
+			cr_expect_eq(resp.seg_grant.len, sb.segment_size);
+			cr_expect_geq(resp.seg_grant.off, sb.heap_off);
+			cr_expect_leq(resp.seg_grant.off + resp.seg_grant.len, sb.heap_off + sb.heap_size);
+			off[n++] = resp.seg_grant.off;
 		}
 	}
 	qsort(off, n, sizeof(off[0]), cmp_u64);

@@ -198,7 +198,8 @@ Test(fence, a_gone_clients_locks_are_all_released_and_no_one_elses)
 		uint64_t v[KVI_STATS_PAGES * 5] = { 0 };
 
 		for (unsigned p = 0; p < KVI_STATS_PAGES; p++) {
-			struct kvi_ctrl req = { .type = KVI_CTRL_STATS_REQ, .seq = 1, .arg = { p } }, resp;
+			struct kvi_ctrl req = { .type = KVI_CTRL_STATS_REQ, .seq = 1, .stats_req = { .page = p } },
+					resp;
 
 			cr_assert_eq(kvs_core_ctrl(core, 1, &req, &resp), 0);
 			cr_assert_eq(resp.type, KVI_CTRL_STATS);

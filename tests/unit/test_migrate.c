@@ -427,16 +427,16 @@ Test(migrate, garbage_slots_are_dropped_not_copied)
 
 Test(migrate_opts, no_room_and_no_evict_cannot_grow)
 {
-	struct kvi_ctrl req = { .type = KVI_CTRL_GROW, .seq = 1, .arg = { 1 } }, resp;
+	struct kvi_ctrl req = { .type = KVI_CTRL_GROW, .seq = 1, .grow = { .epoch = 1 } }, resp;
 
 	/* 1 MiB of home index in a 2 MiB region: 2 MiB more cannot fit. */
 	setup_opts(2, 4096, 1, 0);
 	cr_assert_eq(kvs_core_ctrl(env.srv.core, 1, &req, &resp), 0);
 	cr_assert_eq(resp.type, KVI_CTRL_GROWING);
-	cr_assert_eq(resp.arg[0], KVI_GROW_NO);
-	req.arg[0] = 0;
+	cr_assert_eq(resp.growing.verdict, KVI_GROW_NO);
+	req.grow.epoch = 0;
 	cr_assert_eq(kvs_core_ctrl(env.srv.core, 1, &req, &resp), 0);
-	cr_assert_eq(resp.arg[0], KVI_GROW_STALE);
+	cr_assert_eq(resp.growing.verdict, KVI_GROW_STALE);
 	cr_assert_eq(kvs_core_resize_phase(env.srv.core), KVS_RESIZE_IDLE);
 }
 

@@ -997,7 +997,9 @@ static void buckets_of(const char *key, uint64_t off[2])
 /* What the writer's next request for memory does: seal its open extent. */
 static void seal_extent_of(uint32_t owner)
 {
-	struct kvi_ctrl req = { .type = KVI_CTRL_SEG_REQ, .seq = 1, .arg = { 1024, 1u << 20 } }, resp;
+	struct kvi_ctrl req = { .type = KVI_CTRL_SEG_REQ, .seq = 1,
+				.seg_req = { .need = 1024, .used = 1u << 20 } },
+			resp;
 
 	pthread_mutex_lock(&env.srv.lock);
 	cr_assert_eq(kvs_core_ctrl(env.srv.core, owner, &req, &resp), 0);

@@ -283,7 +283,7 @@ Test(refusals, a_grow_answer_that_comes_after_the_first_look_is_still_taken)
 	printf("an insert into a full index whose GROW was answered 5 ms late: %s after %llu ms\n",
 	       kvc_err_name(op.status), (unsigned long long)took);
 	cr_expect_eq(op.status, KVC_EINDEXFULL);
-	cr_expect_eq(late_answer.arg[0], KVI_GROW_NO);
+	cr_expect_eq(late_answer.growing.verdict, KVI_GROW_NO);
 	cr_expect_lt(took, 500, "the NO is taken when it comes, not at three quarters of the deadline (1500 ms)");
 	cr_expect_eq(cstats(c).grow_requests, 1);
 	kvc_destroy(c);
@@ -312,12 +312,14 @@ Test(refusals, grow_against_an_empty_index_resizes_nothing)
 	kvs_reclaim_set_migrator(rcl, mig);
 	for (unsigned i = 0; i < 500; i++) {
 		const uint64_t *cl = claims[i % (sizeof(claims) / sizeof(claims[0]))];
-		struct kvi_ctrl req = { .type = KVI_CTRL_GROW, .seq = i + 1, .arg = { 1, 0, cl[0], cl[1] } }, resp;
+		struct kvi_ctrl req = { .type = KVI_CTRL_GROW, .seq = i + 1,
+					.grow = { .epoch = 1, .split_next = 0, .full_pair = { cl[0], cl[1] } } },
+				resp;
 
 		cr_assert_eq(kvs_core_ctrl(env.srv.core, 5, &req, &resp), 0);
 		cr_assert_eq(resp.type, KVI_CTRL_GROWING);
-		cr_assert_eq(resp.arg[0], KVI_GROW_NO, "GROW %u claiming %llu, %llu", i, (unsigned long long)cl[0],
-			     (unsigned long long)cl[1]);
+		cr_assert_eq(resp.growing.verdict, KVI_GROW_NO, "GROW %u claiming %llu, %llu", i,
+			     (unsigned long long)cl[0], (unsigned long long)cl[1]);
 		cr_assert_eq(kvs_core_resize_phase(env.srv.core), KVS_RESIZE_IDLE);
 		cr_assert_geq(kvs_reclaim_run(rcl), 0);
 	}
@@ -387,7 +389,8 @@ static void nine_and_one(const char *host_a, const char *host_b, unsigned *a_got
 		cr_assert_eq(kvs_core_client_host(env.srv.core, id, id <= 9 ? host_a : host_b), 0);
 	*a_got = 0;
 	for (uint32_t id = 1; id <= 10; id++) {
-		struct kvi_ctrl req = { .type = KVI_CTRL_SEG_REQ, .seq = seq++, .arg = { 128u << 10, 0 } }, resp;
+		struct kvi_ctrl req = { .type = KVI_CTRL_SEG_REQ, .seq = seq++, .seg_req = { .need = 128u << 10 } },
+				resp;
 
 		cr_assert_eq(kvs_core_ctrl(env.srv.core, id, &req, &resp), 0);
 		if (id <= 9)

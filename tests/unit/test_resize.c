@@ -684,11 +684,12 @@ static int grow_at_once(void *arg, uint32_t client_id, const struct kvi_ctrl *re
 	(void)arg;
 	if (req->type != KVI_CTRL_GROW)
 		return kvs_core_ctrl(env.srv.core, client_id, req, resp);
-	cr_assert_eq(req->arg[0], 1, "GROW names the index that is full");
+	cr_assert_eq(req->grow.epoch, 1, "GROW names the index that is full");
 	stage();
 	migrate(0, R.oldx.bucket_count);
 	publish_stable();
-	*resp = (struct kvi_ctrl){ .type = KVI_CTRL_GROWING, .seq = req->seq, .arg = { KVI_GROW_STARTED } };
+	*resp = (struct kvi_ctrl){ .type = KVI_CTRL_GROWING, .seq = req->seq,
+				   .growing = { .verdict = KVI_GROW_STARTED } };
 	return 0;
 }
 

@@ -64,7 +64,7 @@ TestSuite(server_core, .fini = teardown);
 
 static int seg_req_need(uint32_t client, uint32_t seq, uint64_t need, uint64_t used, struct kvi_ctrl *resp)
 {
-	struct kvi_ctrl req = { .type = KVI_CTRL_SEG_REQ, .seq = seq, .arg = { need, used } };
+	struct kvi_ctrl req = { .type = KVI_CTRL_SEG_REQ, .seq = seq, .seg_req = { .need = need, .used = used } };
 
 	return kvs_core_ctrl(core, client, &req, resp);
 }
@@ -86,8 +86,8 @@ static uint64_t grant(uint32_t client)
 	cr_assert_eq(resp.type, KVI_CTRL_SEG_GRANT, "type %u status %s", resp.type, kvc_err_name(resp.status));
 	cr_assert_eq(resp.seq, seq);
 	cr_assert_eq(resp.status, 0);
-	cr_assert_eq(resp.arg[1], SEG);
-	return resp.arg[0];
+	cr_assert_eq(resp.seg_grant.len, SEG);
+	return resp.seg_grant.off;
 }
 
 /* Whole segments to one client until the server says "not yet" (the
@@ -103,7 +103,7 @@ static uint64_t grant_all(uint32_t client, uint64_t *out, uint64_t max)
 			break;
 		cr_assert_eq(resp.type, KVI_CTRL_SEG_GRANT);
 		cr_assert_lt(n, max, "more grants than segments");
-		out[n++] = resp.arg[0];
+		out[n++] = resp.seg_grant.off;
 	}
 	cr_expect_eq(resp.status, KVC_EAGAIN, "got %s", kvc_err_name(resp.status));
 	cr_expect_eq(resp.seq, 7);
@@ -352,20 +352,20 @@ Test(server_core, extents_start_small_and_double_up_to_a_segment)
 	cr_assert_eq(seg_req_need(5, 0xabcdef, 100, 0, &resp), 0);
 	cr_expect_eq(resp.type, KVI_CTRL_SEG_GRANT);
 	cr_expect_eq(resp.seq, 0xabcdef);
-	cr_expect_eq(resp.arg[1], KVS_MIN_EXTENT, "a first extent is small");
+	cr_expect_eq(resp.seg_grant.len, KVS_MIN_EXTENT, "a first extent is small");
 	for (int i = 0; i < 6; i++) {
-		uint64_t prev = resp.arg[1];
+		uint64_t prev = resp.seg_grant.len;
 
 		cr_assert_eq(seg_req_need(5, 1, 100, prev, &resp), 0);
 		cr_assert_eq(resp.type, KVI_CTRL_SEG_GRANT);
 		want = want * 2 > SEG ? SEG : want * 2;
-		cr_expect_eq(resp.arg[1], want, "grant %d: %lu bytes", i, (unsigned long)resp.arg[1]);
+		cr_expect_eq(resp.seg_grant.len, want, "grant %d: %lu bytes", i, (unsigned long)resp.seg_grant.len);
 	}
 	/* An object larger than the next extent gets room for itself. */
 	teardown();
 	make_core(REGION, 0, SEG);
 	cr_assert_eq(seg_req_need(6, 1, 40000, 0, &resp), 0);
-	cr_expect_geq(resp.arg[1], 40000);
+	cr_expect_geq(resp.seg_grant.len, 40000);
 	cr_assert_eq(seg_req_need(6, 1, SEG + 1, 0, &resp), 0, "an answer, not a disconnect");
 	cr_expect_eq(resp.type, KVI_CTRL_ERROR);
 	cr_expect_eq(resp.status, KVC_EINVAL, "larger than a segment");
@@ -379,11 +379,11 @@ Test(server_core, a_thousand_small_clients_share_segments_without_overlap)
 
 	make_core(8 * MIB, 0, SEG);
 	for (uint32_t c = 0; c < 1000; c++) {
-		struct kvi_ctrl ret = { .type = KVI_CTRL_SEG_RETURN, .arg = { 160 } };
+		struct kvi_ctrl ret = { .type = KVI_CTRL_SEG_RETURN, .seg_return = { .used = 160 } };
 
 		cr_assert_eq(seg_req_need(c + 1, 1, 160, 0, &resp), 0);
 		cr_assert_eq(resp.type, KVI_CTRL_SEG_GRANT, "client %u: %s", c, kvc_err_name(resp.status));
-		off[c] = resp.arg[0];
+		off[c] = resp.seg_grant.off;
 		len[c] = 160; /* what it used and returned */
 		cr_assert_eq(kvs_core_ctrl(core, c + 1, &ret, &resp), 0);
 		cr_assert_eq(resp.type, KVI_CTRL_SEG_RETURNED);
@@ -497,7 +497,7 @@ Test(server_core, a_lone_heavy_writer_is_never_refused)
 			cr_assert_eq(seg_req_need(1, 1, 4000, used, &resp), 0);
 			if (resp.type != KVI_CTRL_SEG_GRANT)
 				break;
-			used = resp.arg[1]; /* fills every extent */
+			used = resp.seg_grant.len; /* fills every extent */
 			grants++;
 		}
 		cr_expect_eq(resp.status, KVC_EAGAIN, "round %d: %s", round, kvc_err_name(resp.status));
@@ -520,12 +520,12 @@ Test(server_core, extents_grow_only_when_the_writer_filled_half_of_the_last_one)
 
 	make_core(REGION, 0, SEG);
 	cr_assert_eq(seg_req_need(1, 1, 100, 0, &resp), 0);
-	len = resp.arg[1];
+	len = resp.seg_grant.len;
 	cr_expect_eq(len, KVS_MIN_EXTENT);
 	for (int i = 0; i < 4; i++) { /* filled: doubles up to a segment */
 		cr_assert_eq(seg_req_need(1, 1, 100, len, &resp), 0);
-		cr_expect_eq(resp.arg[1], len * 2 > SEG ? SEG : len * 2);
-		len = resp.arg[1];
+		cr_expect_eq(resp.seg_grant.len, len * 2 > SEG ? SEG : len * 2);
+		len = resp.seg_grant.len;
 	}
 	cr_expect_eq(len, SEG);
 	/* Asking again with little written: half the size each time (or less:
@@ -533,8 +533,8 @@ Test(server_core, extents_grow_only_when_the_writer_filled_half_of_the_last_one)
 	for (uint64_t want = SEG / 2; want >= KVS_MIN_EXTENT; want /= 2) {
 		cr_assert_eq(seg_req_need(1, 1, 100, len / 4, &resp), 0);
 		cr_assert_eq(resp.type, KVI_CTRL_SEG_GRANT);
-		cr_expect_leq(resp.arg[1], want, "%lu bytes", (unsigned long)resp.arg[1]);
-		len = resp.arg[1];
+		cr_expect_leq(resp.seg_grant.len, want, "%lu bytes", (unsigned long)resp.seg_grant.len);
+		len = resp.seg_grant.len;
 	}
 	/* At the minimum, asking in a loop without writing costs nothing: each
 	 * empty extent's bytes go back to the carving segment. */
@@ -543,21 +543,21 @@ Test(server_core, extents_grow_only_when_the_writer_filled_half_of_the_last_one)
 	for (int i = 0; i < 1000; i++) {
 		cr_assert_eq(seg_req_need(1, 1, 100, 0, &resp), 0);
 		cr_assert_eq(resp.type, KVI_CTRL_SEG_GRANT);
-		cr_assert_leq(resp.arg[1], KVS_MIN_EXTENT);
+		cr_assert_leq(resp.seg_grant.len, KVS_MIN_EXTENT);
 	}
 	kvs_core_stats(core, &st);
 	cr_expect_eq(st.carved_bytes, len, "carved %lu, was %lu", (unsigned long)st.carved_bytes, (unsigned long)len);
 	cr_expect_eq(kvs_core_client_held(core, 1), len);
 	/* An object larger than the shrunk extent still gets room for itself. */
 	cr_assert_eq(seg_req_need(1, 1, 40000, 0, &resp), 0);
-	cr_expect_geq(resp.arg[1], 40000);
+	cr_expect_geq(resp.seg_grant.len, 40000);
 }
 
 /* What a client holds: its grants, less the tails it gives back, less what
  * reclamation frees; clients that left are not counted. */
 Test(server_core, held_bytes_follow_grants_returns_and_reclamation)
 {
-	struct kvi_ctrl ret = { .type = KVI_CTRL_SEG_RETURN, .arg = { 160 } }, resp;
+	struct kvi_ctrl ret = { .type = KVI_CTRL_SEG_RETURN, .seg_return = { .used = 160 } }, resp;
 
 	make_core(REGION, 0, SEG);
 	cr_assert_eq(seg_req_need(1, 1, 160, 0, &resp), 0);
@@ -845,7 +845,7 @@ static void *flood_loop(void *arg)
 	struct bgthread *b = arg;
 
 	for (uint32_t seq = 1; !bg_stopped(b); seq++) {
-		struct kvi_ctrl req = { .type = KVI_CTRL_SEG_REQ, .seq = seq, .arg = { SEG, 0 } }, resp;
+		struct kvi_ctrl req = { .type = KVI_CTRL_SEG_REQ, .seq = seq, .seg_req = { .need = SEG } }, resp;
 
 		pthread_mutex_lock(&qenv.srv.lock);
 		b->err |= kvs_core_ctrl(qenv.srv.core, FLOODER_ID, &req, &resp);

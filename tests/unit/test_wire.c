@@ -1,4 +1,5 @@
-/* Handshake messages: round trips, and every malformed input refused. */
+/* Handshake and control messages: round trips, and every malformed input
+ * refused. */
 #include <criterion/criterion.h>
 #include <string.h>
 
@@ -237,4 +238,43 @@ Test(wire, reject_reason_survives_and_maps_to_codes)
 	cr_expect_eq(kvi_wire_reject_decode(&r, sizeof(r)), KVI_REJECT_REPLAY);
 	cr_expect_eq(kvi_wire_reject_decode("garbage!", 8), 0);
 	cr_expect_eq(kvi_wire_reject_decode(&r, 4), 0);
+}
+
+/* A message built through its view (struct kvi_ctrl) puts each field on the
+ * argument word wire.h gives it and zeroes the words it does not name. */
+static void expect_words(const struct kvi_ctrl *c, const uint64_t want[5])
+{
+	struct kvi_wire_ctrl w;
+	struct kvi_ctrl out;
+	const unsigned char *b = (const unsigned char *)&w;
+
+	kvi_wire_ctrl_encode(&w, c);
+	for (unsigned i = 0; i < 5; i++)
+		for (unsigned k = 0; k < 8; k++)
+			cr_expect_eq(b[offsetof(struct kvi_wire_ctrl, arg) + 8 * i + k], (uint8_t)(want[i] >> (8 * k)),
+				     "type %u arg %u byte %u", c->type, i, k);
+	cr_assert_eq(kvi_wire_ctrl_decode(&w, sizeof(w), &out), 0);
+	cr_expect_eq(memcmp(out.arg, want, sizeof(out.arg)), 0, "type %u", c->type);
+}
+
+Test(wire, ctrl_views_lay_their_fields_on_the_argument_words)
+{
+	expect_words(&(struct kvi_ctrl){ .type = KVI_CTRL_SEG_REQ, .seg_req = { .need = 100, .used = 4096 } },
+		     (const uint64_t[5]){ 100, 4096 });
+	expect_words(&(struct kvi_ctrl){ .type = KVI_CTRL_LEASE,
+					 .lease = { .lease_ms = 1, .renew_ms = 2, .epoch = 3, .state = 4,
+						    .flags = 5 } },
+		     (const uint64_t[5]){ 1, 2, 3, 4, 5 });
+	expect_words(&(struct kvi_ctrl){ .type = KVI_CTRL_LEASE_RENEW,
+					 .lease_renew = { .epoch = 7, .idle_addr = 0x7f0000001000ull,
+							  .idle_rkey = 0x1234 } },
+		     (const uint64_t[5]){ 7, 0x7f0000001000ull, 0x1234 });
+	expect_words(&(struct kvi_ctrl){ .type = KVI_CTRL_GROW, .grow = { .epoch = 9, .full_pair = { 11, 12 } } },
+		     (const uint64_t[5]){ 9, 0, 11, 12 });
+	expect_words(&(struct kvi_ctrl){ .type = KVI_CTRL_INDEX,
+					 .index = { .epoch = 2, .bucket_count = 1024, .chunks = 4ull << 32,
+						    .pages = { 5, 6 } } },
+		     (const uint64_t[5]){ 2, 1024, 4ull << 32, 5, 6 });
+	expect_words(&(struct kvi_ctrl){ .type = KVI_CTRL_GROWING, .growing = { .verdict = KVI_GROW_STALE } },
+		     (const uint64_t[5]){ KVI_GROW_STALE });
 }
