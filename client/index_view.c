@@ -1,5 +1,5 @@
 /* A connection's view of the server's indexes: where the buckets are
- * (layout.h "Resize", wire.h INDEX). The server's side is server/index.c.
+ * (layout.h "Resize", wire.h INDEX). The server's side is server/indexes.c.
  *
  * The server states its current index -- and, while a resize migrates, the
  * previous one -- in INDEX answers, a few chunks per message; the client

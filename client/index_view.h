@@ -1,7 +1,7 @@
 /* libkvclient internals: a connection's view of the server's indexes
  * (index_view.c) -- the current one and, while a resize migrates, the
  * previous one, as the server stated them -- and placing a key in them.
- * The server's own indexes are server/index.c's. Nothing here is exported. */
+ * The server's own indexes are server/indexes.c's. Nothing here is exported. */
 #ifndef KVI_INDEX_VIEW_H
 #define KVI_INDEX_VIEW_H
 

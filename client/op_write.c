@@ -33,6 +33,7 @@
  * its buckets full of live items asks the server to grow first (KVI_ST_GROW). */
 #include <string.h>
 
+#include "check.h"
 #include "conn.h"
 #include "engine.h"
 #include "kvclient_errors.h"
@@ -162,6 +163,16 @@ static void commit(struct kvi_conn *h, struct kvi_opst *st, uint32_t which, uint
 	/* The slot WRITE must not land past the deadline (memory reuse):
 	 * checked against the time now, not the step's. */
 	kvi_step_clock_refresh(h);
+	/* A slot changes only under its bucket's lock (layout.h I1): the attempt
+	 * holds every lock this doorbell releases. A PUT's slot names the object
+	 * it wrote, whole, with the key's fingerprint; its WRITE went out before
+	 * (I3: posted with the lock doorbell, or an earlier attempt's). */
+	KVI_INVARIANT(st->nb >= 1 && st->held == (1u << st->nb) - 1 && which < st->nb,
+		      "a commit holds every lock it releases");
+	KVI_INVARIANT(slot == 0 || (st->op->type == KVC_OP_PUT && st->obj_written &&
+				    kvi_slot_obj_off(slot) == st->obj_off && kvi_slot_read_len(slot) >= st->obj_len &&
+				    kvi_slot_fp(slot) == (st->kh.fp & ((1u << KVI_SLOT_FP_BITS) - 1))),
+		      "a committed slot names the object its PUT wrote");
 	st->commit_which = which;
 	st->commit_idx = idx;
 	st->commit_slot = slot;

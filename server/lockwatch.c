@@ -5,7 +5,7 @@
 
 static uint64_t after_ns(const struct kvi_rmem *rm)
 {
-	return (uint64_t)rm->max_op_ms * 1000000u / 4; /* as a client's (client/engine.c) */
+	return (uint64_t)rm->max_op_ms * 1000000u / 4; /* as a client's (client/conn.c) */
 }
 
 void kvs_lockwatch_seen(struct kvs_lockwatch *w, struct kvi_rmem *rm, uint64_t bucket, uint64_t epoch, uint64_t word,

@@ -225,7 +225,7 @@ static int lock_report(struct kvs_server *s, uint32_t reporter, const struct kvi
 	}
 	if (a.fence_owner) {
 		/* Who said so, for the operator: a forged word costs its victim a
-		 * reconnect (README "Trust model once admitted"). */
+		 * reconnect (docs/operations.md "Trust model"). */
 		kvi_ev_warn("lock_report_fencing", "bucket=%" PRIu64 " epoch=%" PRIu64 " owner=%u reporter=%u",
 			    lr->bucket, lr->epoch, a.fence_owner, reporter);
 		expel(s, a.fence_owner, "lock_holder_fenced", "kept a bucket lock past every operation deadline: fencing it");
