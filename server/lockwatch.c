@@ -52,3 +52,12 @@ void kvs_lockwatch_seen(struct kvs_lockwatch *w, struct kvi_rmem *rm, uint64_t b
 		w->e[i].since = now; /* the next report of it a quarter deadline on */
 	}
 }
+
+void kvs_lockwatch_forget(struct kvs_lockwatch *w, uint64_t bucket, uint64_t epoch)
+{
+	for (unsigned i = 0; i < w->n; i++)
+		if (w->e[i].bucket == bucket && w->e[i].epoch == epoch) {
+			w->e[i] = w->e[--w->n];
+			return;
+		}
+}

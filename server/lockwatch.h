@@ -10,7 +10,9 @@
  *
  * Junk words are not reported here: each writer repairs the ones it may
  * (reclaim.c repair_junk, migrate.c). A mark (layout.h "Resize") is nobody's
- * lock. One report in flight per watch; its answer is only collected.
+ * lock. A watch lasts one wait: a bucket seen free, or taken, is forgotten,
+ * so only a word seen without a break for a quarter deadline is reported.
+ * One report in flight per watch; its answer is only collected.
  * Owned by the writer's thread; not thread-safe. */
 #ifndef KVS_LOCKWATCH_H
 #define KVS_LOCKWATCH_H
@@ -35,5 +37,9 @@ struct kvs_lockwatch {
  * at CLOCK_MONOTONIC ns `now`: watch it, and report it once it has stayed. */
 void kvs_lockwatch_seen(struct kvs_lockwatch *w, struct kvi_rmem *rm, uint64_t bucket, uint64_t epoch, uint64_t word,
 			uint64_t now);
+
+/* The writer found bucket (index `epoch`) free, or took it: a wait, and
+ * its watch, end there (a later wait starts afresh, as a client's does). */
+void kvs_lockwatch_forget(struct kvs_lockwatch *w, uint64_t bucket, uint64_t epoch);
 
 #endif

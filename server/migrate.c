@@ -410,6 +410,7 @@ static int do_batch(struct kvs_migrator *m, struct kvi_rmem *rm, struct work *w,
 			kvs_lockwatch_seen(&m->lw, rm, bk[i], m->old.epoch, w->lock[i], kvi_mono_ns());
 			continue;
 		}
+		kvs_lockwatch_forget(&m->lw, bk[i], m->old.epoch);
 		/* Only a writer that ignores the protocol can change words we
 		 * hold or UNMIGRATED ones; our writes landed: say so, go on. */
 		if (w->lock[i] == 0 && (w->fin[3 * i] != me || w->fin[3 * i + 1] != KVI_LOCK_UNMIGRATED ||

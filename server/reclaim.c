@@ -180,6 +180,7 @@ static int writer_holds(struct kvs_reclaimer *r, const struct kvi_keyhash *kh)
 			kvs_lockwatch_seen(&r->lw, r->rm, kh->b[w], r->ix.epoch, word, kvi_mono_ns());
 			return 1;
 		}
+		kvs_lockwatch_forget(&r->lw, kh->b[w], r->ix.epoch);
 	}
 	return 0;
 }
@@ -429,6 +430,7 @@ static int do_batch(struct kvs_reclaimer *r, struct batch *b, uint64_t *copied, 
 			kvs_lockwatch_seen(&r->lw, r->rm, b->bucket[i], r->ix.epoch, lb->cas[i], kvi_mono_ns());
 			continue;
 		}
+		kvs_lockwatch_forget(&r->lw, b->bucket[i], r->ix.epoch);
 		for (uint32_t k = 0; k < r->nitems; k++) {
 			struct item *it = &r->items[k];
 
