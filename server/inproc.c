@@ -6,6 +6,7 @@
 
 #include "clock.h"
 #include "kvclient_errors.h"
+#include "member_ctrl.h"
 
 int kvs_inproc_init(struct kvs_inproc *s, uint64_t region_bytes, const struct kvs_core_opts *o,
 		    struct kvi_errbuf *e)
@@ -54,63 +55,22 @@ int kvs_inproc_leases(struct kvs_inproc *s, uint32_t lease_ms, uint32_t renew_ms
 	return kvs_members_create(&s->members, lease_ms, max_op);
 }
 
-/* kvserver's LEASE_RENEW (server/main.c on_ctrl): the lease, and the index
- * epoch and state, which the client compares with what it has (fetching on
- * a difference); its epoch is the one it uses, its acknowledgement of a resize. */
-static void lease_renew(struct kvs_inproc *s, uint32_t id, const struct kvi_ctrl *req, struct kvi_ctrl *resp)
-{
-	enum kvi_index_state state;
-	uint64_t epoch, last;
-	uint32_t lease;
-	int readmitted;
-
-	kvs_members_set_probe(s->members, id, req->lease_renew.idle_addr, (uint32_t)req->lease_renew.idle_rkey);
-	readmitted = kvs_members_is_lapsed(s->members, id);
-	lease = kvs_members_renew(s->members, id, kvi_mono_ns());
-	kvs_core_index_status(s->core, &epoch, &state);
-	if (!lease) { /* expelled already, or a loopback */
-		*resp = (struct kvi_ctrl){ .type = KVI_CTRL_ERROR, .seq = req->seq, .status = KVC_EFENCED };
-		return;
-	}
-	*resp = (struct kvi_ctrl){ .type = KVI_CTRL_LEASE, .seq = req->seq,
-				   .lease = { .lease_ms = lease,
-					      .renew_ms = s->renew_ms,
-					      .epoch = epoch,
-					      .state = state,
-					      .flags = readmitted ? KVI_LEASE_F_READMITTED : 0 } };
-	kvs_members_ack(s->members, id, req->lease_renew.epoch, kvi_mono_ns());
-	if (kvs_core_acks_wanted(s->core, &epoch) && kvs_members_acked(s->members, epoch, kvi_mono_ns(), &last))
-		kvs_core_set_acked(s->core, epoch, last);
-}
-
-/* kvserver's lock_report (server/main.c): a writer keeps finding a lock word
- * in a bucket of the index of an epoch (members.h "Lock reports"). */
+/* kvserver's lock_report (server/main.c), but for what needs a network: a
+ * word is changed with the CPU (the local transport's atomics are the CPU's),
+ * and a condemned owner is recorded, not expelled. */
 static void lock_report(struct kvs_inproc *s, uint32_t reporter, const struct kvi_ctrl *req, struct kvi_ctrl *resp)
 {
 	struct kvs_report_action a;
-	enum kvi_index_state state;
-	uint64_t *word, current, epoch, off;
+	uint64_t off, current;
 
-	if (kvs_core_bucket_of_epoch(s->core, req->lock_report.epoch, req->lock_report.bucket, &off)) {
-		/* An index retired since (or never ours): nothing to clear there. */
-		*resp = (struct kvi_ctrl){ .type = KVI_CTRL_LOCK_REPORTED, .seq = req->seq,
-					   .lock_reported = { .verdict = KVI_REPORT_CHANGED } };
+	if (kvs_member_ctrl_report(s->members, s->core, reporter, req, resp, &a, &off, &current))
 		return;
-	}
-	word = (uint64_t *)(void *)(kvs_core_region(s->core) + off);
-	current = __atomic_load_n(word, __ATOMIC_SEQ_CST);
-	kvs_core_index_status(s->core, &epoch, &state);
-	kvs_members_judge(s->members, reporter, off, req->lock_report.word, current,
-			  req->lock_report.epoch == epoch && state == KVI_INDEX_STABLE, kvi_mono_ns(), &a);
 	s->verdicts[a.verdict]++;
-	/* kvserver clears (or repairs) through its fencer's loopback; here the
-	 * transport's atomics are the CPU's. */
 	if (a.set)
-		__atomic_compare_exchange_n(word, &a.set_from, a.set_to, 0, __ATOMIC_SEQ_CST, __ATOMIC_SEQ_CST);
+		__atomic_compare_exchange_n((uint64_t *)(void *)(kvs_core_region(s->core) + off), &a.set_from, a.set_to,
+					    0, __ATOMIC_SEQ_CST, __ATOMIC_SEQ_CST);
 	if (a.fence_owner)
 		s->fenced_owner = a.fence_owner;
-	*resp = (struct kvi_ctrl){ .type = KVI_CTRL_LOCK_REPORTED, .seq = req->seq,
-				   .lock_reported = { .verdict = a.verdict } };
 }
 
 int kvs_inproc_ctrl(void *arg, uint32_t client_id, const struct kvi_ctrl *req, struct kvi_ctrl *resp)
@@ -120,7 +80,7 @@ int kvs_inproc_ctrl(void *arg, uint32_t client_id, const struct kvi_ctrl *req, s
 
 	pthread_mutex_lock(&s->lock);
 	if (s->members && req->type == KVI_CTRL_LEASE_RENEW)
-		lease_renew(s, client_id, req, resp);
+		kvs_member_ctrl_renew(s->members, s->core, client_id, s->renew_ms, req, resp);
 	else if (s->members && req->type == KVI_CTRL_LOCK_REPORT)
 		lock_report(s, client_id, req, resp);
 	else

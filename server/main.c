@@ -30,6 +30,7 @@
 #include "reclaim_thread.h"
 #include "fence.h"
 #include "ids.h"
+#include "member_ctrl.h"
 #include "members.h"
 #include "migrate.h"
 #include "logsink.h"
@@ -199,20 +200,10 @@ static int lock_report(struct kvs_server *s, uint32_t reporter, const struct kvi
 {
 	const struct kvi_ctrl_lock_report *lr = &req->lock_report;
 	struct kvs_report_action a;
-	enum kvi_index_state state;
-	uint64_t current, off, epoch;
+	uint64_t current, off;
 
-	if (kvs_core_bucket_of_epoch(s->core, lr->epoch, lr->bucket, &off)) {
-		/* An index retired since (or never ours): nothing to clear there. */
-		*resp = (struct kvi_ctrl){ .type = KVI_CTRL_LOCK_REPORTED, .seq = req->seq,
-					   .lock_reported = { .verdict = KVI_REPORT_CHANGED } };
-		return 0;
-	}
-	/* Reading a lock word with the CPU is fine; changing it is the NIC's job. */
-	current = __atomic_load_n((const uint64_t *)(const void *)(kvs_core_region(s->core) + off), __ATOMIC_RELAXED);
-	kvs_core_index_status(s->core, &epoch, &state);
-	kvs_members_judge(s->members, reporter, off, lr->word, current,
-			  lr->epoch == epoch && state == KVI_INDEX_STABLE, kvi_mono_ns(), &a);
+	if (kvs_member_ctrl_report(s->members, s->core, reporter, req, resp, &a, &off, &current))
+		return 0; /* an index retired since (or never ours): nothing to clear there */
 	if (a.set && kvi_lock_legal(current)) {
 		kvi_ev_warn("lock_report_cleared", "bucket=%" PRIu64 " epoch=%" PRIu64 " owner=%u reporter=%u msg=%s",
 			    lr->bucket, lr->epoch, kvi_lock_owner(current), reporter,
@@ -230,19 +221,12 @@ static int lock_report(struct kvs_server *s, uint32_t reporter, const struct kvi
 			    lr->bucket, lr->epoch, a.fence_owner, reporter);
 		expel(s, a.fence_owner, "lock_holder_fenced", "kept a bucket lock past every operation deadline: fencing it");
 	}
-	*resp = (struct kvi_ctrl){ .type = KVI_CTRL_LOCK_REPORTED, .seq = req->seq,
-				   .lock_reported = { .verdict = a.verdict } };
 	return 0;
 }
 
-/* While an old index waits to retire (migrate.h "Retiring"), tell the core
- * once every member with a live lease uses the new epoch. */
 static void update_acks(struct kvs_server *s)
 {
-	uint64_t epoch, last;
-
-	if (kvs_core_acks_wanted(s->core, &epoch) && kvs_members_acked(s->members, epoch, kvi_mono_ns(), &last))
-		kvs_core_set_acked(s->core, epoch, last);
+	kvs_member_ctrl_update_acks(s->members, s->core);
 }
 
 static int fence_idle(void *arg)
@@ -253,40 +237,16 @@ static int fence_idle(void *arg)
 static int on_ctrl(void *arg, struct kvi_peer *p, const struct kvi_ctrl *req, struct kvi_ctrl *resp)
 {
 	struct kvs_server *s = arg;
-	enum kvi_index_state state;
-	uint64_t epoch;
-	uint32_t lease;
-	int readmitted;
 
 	switch (req->type) {
 	case KVI_CTRL_LEASE_RENEW:
-		/* Where its idle word is (members.h "Idleness"); only ever READ
-		 * over its own connection, so a wrong one costs only it. */
-		kvs_members_set_probe(s->members, p->client_id, req->lease_renew.idle_addr,
-				      (uint32_t)req->lease_renew.idle_rkey);
-		readmitted = kvs_members_is_lapsed(s->members, p->client_id);
-		lease = kvs_members_renew(s->members, p->client_id, kvi_mono_ns());
-		kvs_core_index_status(s->core, &epoch, &state);
-		if (!lease) { /* expelled already, or a loopback */
-			*resp = (struct kvi_ctrl){ .type = KVI_CTRL_ERROR, .seq = req->seq, .status = KVC_EFENCED };
-			return 0;
-		}
-		if (readmitted) {
+		if (kvs_member_ctrl_renew(s->members, s->core, p->client_id, s->cfg.o.renew_ms, req, resp)) {
 			char addr[64];
 
 			/* Its core record went with its extent at the lapse. */
 			kvs_core_client_host(s->core, p->client_id, kvi_peer_addr(p, addr, sizeof(addr)));
 			kvi_ev_info("client_readmitted", "client=%u msg=%s", p->client_id, "renewed after an idle lapse");
 		}
-		*resp = (struct kvi_ctrl){ .type = KVI_CTRL_LEASE, .seq = req->seq,
-					   .lease = { .lease_ms = lease,
-						      .renew_ms = s->cfg.o.renew_ms,
-						      .epoch = epoch,
-						      .state = state,
-						      .flags = readmitted ? KVI_LEASE_F_READMITTED : 0 } };
-		/* The epoch it uses: its acknowledgement of a resize. */
-		kvs_members_ack(s->members, p->client_id, req->lease_renew.epoch, kvi_mono_ns());
-		update_acks(s);
 		return 0;
 	case KVI_CTRL_LOCK_REPORT:
 		return lock_report(s, p->client_id, req, resp);
