@@ -7,6 +7,7 @@
 #ifndef KVT_DPATH_CHECK_H
 #define KVT_DPATH_CHECK_H
 
+#include <criterion/criterion.h>
 #include <stddef.h>
 #include <stdint.h>
 
@@ -69,5 +70,19 @@ struct kvt_trig {
 struct kvi_local_hooks kvt_trig_hooks(struct kvt_trig *t);
 /* Match the lock CAS on home bucket b. */
 void kvt_on_lock_cas(struct kvt_env *env, struct kvt_trig *t, uint64_t b);
+
+/* A data-path suite over a fresh in-process server for each test (16 MiB,
+ * the default index, 64 KiB segments): defines `env` and the suite. */
+#define KVT_DPATH_SUITE(name)                                                 \
+	static struct kvt_env env;                                            \
+	static void kvt_suite_setup(void)                                     \
+	{                                                                     \
+		cr_assert_eq(kvt_env_init(&env, 16, 0, 64), 0);               \
+	}                                                                     \
+	static void kvt_suite_teardown(void)                                  \
+	{                                                                     \
+		kvt_env_fini(&env);                                           \
+	}                                                                     \
+	TestSuite(name, .init = kvt_suite_setup, .fini = kvt_suite_teardown, .timeout = 60)
 
 #endif

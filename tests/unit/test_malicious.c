@@ -11,19 +11,7 @@
 #include "dpath_check.h"
 #include "kvclient_errors.h"
 
-static struct kvt_env env;
-
-static void setup(void)
-{
-	cr_assert_eq(kvt_env_init(&env, 16, 0, 64), 0);
-}
-
-static void teardown(void)
-{
-	kvt_env_fini(&env);
-}
-
-TestSuite(malicious, .init = setup, .fini = teardown, .timeout = 60);
+KVT_DPATH_SUITE(malicious);
 
 static void write_hdr(uint64_t off, uint16_t key_len, uint32_t value_len, const char *key)
 {

@@ -12,19 +12,7 @@
 #include "dpath_check.h"
 #include "kvclient_errors.h"
 
-static struct kvt_env env;
-
-static void setup(void)
-{
-	cr_assert_eq(kvt_env_init(&env, 16, 0, 64), 0);
-}
-
-static void teardown(void)
-{
-	kvt_env_fini(&env);
-}
-
-TestSuite(memory, .init = setup, .fini = teardown, .timeout = 60);
+KVT_DPATH_SUITE(memory);
 
 Test(memory, a_deep_handle_pins_little_until_it_carries_a_large_value)
 {
