@@ -56,7 +56,7 @@ struct kvi_peer {
 	uint64_t fence_ticket; /* the owner's: the fencer's pass that releases its locks (0: none) */
 	void *user; /* owner's per-peer state */
 
-	/* Control path; private to listener.c. */
+	/* Control path; private to the listener's files (listener_impl.h). */
 	uint64_t serial;                /* tags this peer's work requests (wr_id) */
 	unsigned cqi;                   /* the control CQ its QP uses */
 	struct kvi_wire_ctrl *ctrl_buf; /* receive slots, then send slots */

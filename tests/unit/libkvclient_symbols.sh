@@ -17,7 +17,7 @@ bad() {
 }
 
 # Server-only and test-only sources, and the symbols only they define.
-objects='listener.c auth_admit.c u32map.c rmem_local.c'
+objects='listener.c listener_ctrl.c listener_device.c listener_peer.c auth_admit.c u32map.c rmem_local.c'
 symbols='kvi_listener_ kvi_auth_admit kvi_auth_verify kvi_auth_replay_ kvi_u32map_ kvi_rmem_local_'
 
 # 1. The dynamic symbol table: kvc_ names only (KVC_EXPORT), besides the
