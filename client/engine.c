@@ -131,7 +131,7 @@ static int submit_hashed(struct kvi_conn *h, struct kvc_op *op, const struct kvi
 		if (off < 0 && off != KVC_EAGAIN)
 			return (int)off;
 		kvi_obj_build(st->obj, op->key, (uint16_t)op->key_len, op->value, (uint32_t)op->value_len,
-			      expiry_of(op->ttl_ms));
+			      expiry_of(op->ttl_ms), 0, 0);
 		*built += op->value_len;
 	}
 	op->status = 1; /* in flight */

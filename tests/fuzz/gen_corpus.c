@@ -84,7 +84,7 @@ static void layout(void)
 	slot = kvi_slot_make(0xabc, sb.heap_off + 4096, n);
 	memcpy(buf + sizeof(sb), &slot, 8);
 	kvi_obj_build(buf + sizeof(sb) + 8, "key", 3, "0123456789012345678901234567890123456789012345678901234567890123"
-					 "456789012345678901234567890123456789", 100, 0);
+					 "456789012345678901234567890123456789", 100, 0, 7, 1);
 	put("fuzz_layout", "object_100", buf, sizeof(sb) + 8 + kvi_slot_read_len(slot));
 
 	n = kvi_obj_len(250, 0);
@@ -95,7 +95,7 @@ static void layout(void)
 		char key[250];
 
 		memset(key, 'k', sizeof(key));
-		kvi_obj_build(buf + sizeof(sb) + 8, key, 250, NULL, 0, 1234567890u);
+		kvi_obj_build(buf + sizeof(sb) + 8, key, 250, NULL, 0, 1234567890u, 0xdeadbeefu, (1ull << 40) + 5);
 	}
 	put("fuzz_layout", "object_longkey_heapend", buf, sizeof(sb) + 8 + n);
 }

@@ -1188,6 +1188,7 @@ Test(reclaim, junk_in_a_lock_word_does_not_stop_reclamation)
  * time; it must not then accept an object that lies over live ones. Here a
  * torn object's value embeds a checksum-valid header whose length covers
  * the live object after it: the walk keeps the live one. */
+#define FAKE_VAL_AT (16 + sizeof(struct kvi_obj_hdr) + 3)
 Test(reclaim, a_value_embedding_a_valid_header_does_not_hide_the_live_object_after_it)
 {
 	const struct kvi_geometry *sb = kvs_core_geometry(env.srv.core);
@@ -1199,13 +1200,13 @@ Test(reclaim, a_value_embedding_a_valid_header_does_not_hide_the_live_object_aft
 
 	memset(seg, 0, sizeof(seg));
 	/* B: live, at 256, named by a slot (below). */
-	kvi_obj_build(seg + 256, "live", 4, "value-Bx", 8, 0);
+	kvi_obj_build(seg + 256, "live", 4, "value-Bx", 8, 0, 0, 1);
 	/* A: a torn object at 0 (its header never arrived) whose value bytes,
-	 * at 16, hold a header that makes the next 20 + 3 + 600 bytes -- B
+	 * at 16, hold a header that makes the next header + 3 + 600 bytes -- B
 	 * included -- one checksum-valid object. */
-	memset(seg + 39, 'x', 256 - 39);
-	memcpy(fake_val, seg + 39, sizeof(fake_val));
-	kvi_obj_build(seg + 16, "bad", 3, fake_val, sizeof(fake_val), 0);
+	memset(seg + FAKE_VAL_AT, 'x', 256 - FAKE_VAL_AT);
+	memcpy(fake_val, seg + FAKE_VAL_AT, sizeof(fake_val));
+	kvi_obj_build(seg + 16, "bad", 3, fake_val, sizeof(fake_val), 0, 0, 2);
 	cr_assert_eq(kvi_obj_verify(seg + 16, sizeof(seg) - 16), 0, "the fake verifies");
 	cr_assert_eq(memcmp(seg + 256 + 9, &(uint8_t){ KVI_LAYOUT_VERSION }, 1), 0, "B is intact");
 	kvi_key_hash("live", 4, sb->hash_seed, sb->bucket_count, &kh);
