@@ -127,11 +127,11 @@ static int submit_hashed(struct kvi_conn *h, struct kvc_op *op, const struct kvi
 		rc = kvi_obj_room(h, st, st->obj_len);
 		if (rc)
 			return rc;
-		off = kvi_reserve(h, kvi_obj_footprint(st->obj_len), &h->step_now);
+		off = kvi_reserve(h, kvi_obj_footprint(st->obj_len), &h->step_now, &st->obj_cas);
 		if (off < 0 && off != KVC_EAGAIN)
 			return (int)off;
 		kvi_obj_build(st->obj, op->key, (uint16_t)op->key_len, op->value, (uint32_t)op->value_len,
-			      expiry_of(op->ttl_ms), 0, 0);
+			      expiry_of(op->ttl_ms), 0, off >= 0 ? st->obj_cas : 0);
 		*built += op->value_len;
 	}
 	op->status = 1; /* in flight */
@@ -252,7 +252,7 @@ int kvi_conn_submit(struct kvi_conn *h, struct kvc_op *op)
 /* A PUT waiting for memory asks again (from kvc_poll, when due). */
 static void retry_grant(struct kvi_conn *h, struct kvi_opst *st, uint64_t now)
 {
-	int64_t off = kvi_reserve(h, kvi_obj_footprint(st->obj_len), NULL);
+	int64_t off = kvi_reserve(h, kvi_obj_footprint(st->obj_len), NULL, &st->obj_cas);
 
 	if (off == KVC_EAGAIN) {
 		if (now >= st->deadline) {
@@ -269,6 +269,7 @@ static void retry_grant(struct kvi_conn *h, struct kvi_opst *st, uint64_t now)
 		return;
 	}
 	st->obj_off = (uint64_t)off;
+	kvi_obj_set_cas(st->obj, st->obj_cas); /* built before its place was known */
 	st->start = kvi_now_ns();
 	st->deadline = st->start + (uint64_t)h->op_timeout_ms * 1000000u;
 	start(h, st);

@@ -38,7 +38,7 @@ static void wire(void)
 					   .heap_size = (1ull << 30) - KVI_SUPERBLOCK_SIZE - 16384ull * KVI_BUCKET_SIZE,
 					   .segment_size = 1u << 20, .hash_seed = 0x5eed5eed5eed5eedull } };
 	struct kvi_ctrl cv = { .type = KVI_CTRL_SEG_GRANT, .seq = 3,
-			       .seg_grant = { .off = 1u << 20, .len = 1u << 20 } };
+			       .seg_grant = { .off = 1u << 20, .len = 1u << 20, .cas_base = 1 } };
 	char name[32];
 
 	kvi_wire_hello_encode(&h, &(struct kvi_hello){ .role = KVI_ROLE_CLIENT });
