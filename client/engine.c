@@ -54,7 +54,7 @@ static int check_op(const struct kvi_conn *h, const struct kvc_op *op)
 	case KVC_OP_GET:
 		return op->buf_len && !op->buf ? KVC_EINVAL : 0;
 	case KVC_OP_PUT:
-		if (op->value_len && !op->value)
+		if ((op->value_len && !op->value) || op->mode < KVC_STORE_SET || op->mode > KVC_STORE_CAS)
 			return KVC_EINVAL;
 		if (op->value_len > UINT32_MAX || kvi_obj_len((uint32_t)op->key_len, (uint32_t)op->value_len) >
 							   h->max_object)
@@ -131,7 +131,7 @@ static int submit_hashed(struct kvi_conn *h, struct kvc_op *op, const struct kvi
 		if (off < 0 && off != KVC_EAGAIN)
 			return (int)off;
 		kvi_obj_build(st->obj, op->key, (uint16_t)op->key_len, op->value, (uint32_t)op->value_len,
-			      expiry_of(op->ttl_ms), 0, off >= 0 ? st->obj_cas : 0);
+			      expiry_of(op->ttl_ms), op->flags, off >= 0 ? st->obj_cas : 0);
 		*built += op->value_len;
 	}
 	op->status = 1; /* in flight */
