@@ -142,6 +142,74 @@ Test(reclaim, superseded_versions_are_dropped_and_the_key_keeps_its_last_value)
 	kvc_destroy(b);
 }
 
+/* A copy the reclaimer makes is the same item: its flags word and CAS unique
+ * stay what the store gave it (layout.h "CAS uniques"), and a cas store
+ * with that unique still succeeds on the copy. */
+Test(reclaim, a_copy_forward_keeps_the_flags_and_the_unique)
+{
+	kvc_t *a = client(NULL, 0), *b = client(NULL, 0);
+	char v[200], got[256];
+	uint64_t cas = 0, got_cas = 0;
+	uint32_t flags = 0;
+	size_t n = 0;
+
+	for (unsigned i = 0; i < 500; i++) {
+		value_of(v, sizeof(v), "k", i);
+		cr_assert_eq(kvc_store(a, KVC_STORE_SET, "k", 1, v, strlen(v), 0xc0ffee00u + i, 0, 0, &cas), 0);
+	}
+	cr_assert_eq(kvc_get(b, "k", 1, got, sizeof(got), &n), 0); /* read: it is kept */
+	cr_assert_eq(kvc_get(b, "k", 1, got, sizeof(got), &n), 0); /* carries the access mark */
+	kvc_destroy(a);
+	cr_assert_gt(reclaim_all(), 0);
+	cr_assert_eq(stats().rc.moved, 1, "the last version, read, copied forward");
+	cr_assert_eq(kvc_get_item(b, "k", 1, got, sizeof(got), &n, &flags, &got_cas), 0);
+	cr_expect_eq(flags, 0xc0ffee00u + 499);
+	cr_expect_eq(got_cas, cas, "the copy kept the unique");
+	cr_expect_eq(kvc_store(b, KVC_STORE_CAS, "k", 1, "x", 1, 0, 0, cas, NULL), 0, "cas on the copy");
+	kvc_destroy(b);
+}
+
+static int cmp_u64(const void *x, const void *y)
+{
+	uint64_t a = *(const uint64_t *)x, b = *(const uint64_t *)y;
+
+	return a < b ? -1 : a > b;
+}
+
+/* Stores through several times the heap, with segments reclaimed and
+ * handed out again (the same bytes, new extents): no unique ever comes back. */
+Test(reclaim, uniques_never_repeat_across_memory_reuse)
+{
+	enum { N = 48000, KEYS = 40 };
+	const struct kvi_geometry *sb = kvs_core_geometry(env.srv.core);
+	kvc_t *a = client(NULL, 0), *b = client(NULL, 1024);
+	static uint64_t seen[N];
+	char key[16], v[200];
+	uint64_t footprint = 0;
+
+	for (unsigned i = 0; i < N; i++) {
+		kvc_t *c = i % 2 ? a : b;
+		int rc;
+
+		snprintf(key, sizeof(key), "u%u", i % KEYS);
+		value_of(v, sizeof(v), key, i);
+		footprint += kvi_obj_footprint(kvi_obj_len((uint32_t)strlen(key), (uint32_t)strlen(v)));
+		if (i % 3000 == 2999)
+			(void)reclaim_all();
+		rc = kvc_store(c, i < KEYS ? KVC_STORE_ADD : KVC_STORE_REPLACE, key, strlen(key), v, strlen(v), i, 0, 0,
+			       &seen[i]);
+		cr_assert_eq(rc, 0, "store %u: %s", i, kvc_err_name(rc));
+		cr_assert_neq(seen[i], 0);
+	}
+	cr_assert_gt(footprint, 2 * sb->heap_size, "the heap was written over several times");
+	cr_assert_gt(stats().rc.segments, sb->heap_size / sb->segment_size, "segments were reused");
+	qsort(seen, N, sizeof(seen[0]), cmp_u64);
+	for (unsigned i = 1; i < N; i++)
+		cr_assert_neq(seen[i], seen[i - 1], "a unique came back after memory reuse");
+	kvc_destroy(a);
+	kvc_destroy(b);
+}
+
 Test(reclaim, cold_items_are_evicted_and_read_items_copied_forward)
 {
 	kvc_t *a = client(NULL, 0), *b = client(NULL, 1024);
