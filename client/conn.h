@@ -68,8 +68,9 @@ struct kvi_conn {
 	unsigned done_head, done_count;
 
 	/* The extent this client appends objects to (granted by the server;
-	 * extent.c). */
-	uint64_t seg_off, seg_size, seg_used;
+	 * extent.c), and the CAS unique of an object at its start (layout.h
+	 * "CAS uniques"). */
+	uint64_t seg_off, seg_size, seg_used, seg_cas;
 
 	struct kvi_locache cache;
 	/* Access marks (ring) and the byte every mark WRITE sends: it never

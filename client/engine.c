@@ -54,7 +54,7 @@ static int check_op(const struct kvi_conn *h, const struct kvc_op *op)
 	case KVC_OP_GET:
 		return op->buf_len && !op->buf ? KVC_EINVAL : 0;
 	case KVC_OP_PUT:
-		if (op->value_len && !op->value)
+		if ((op->value_len && !op->value) || op->mode < KVC_STORE_SET || op->mode > KVC_STORE_CAS)
 			return KVC_EINVAL;
 		if (op->value_len > UINT32_MAX || kvi_obj_len((uint32_t)op->key_len, (uint32_t)op->value_len) >
 							   h->max_object)
@@ -127,11 +127,11 @@ static int submit_hashed(struct kvi_conn *h, struct kvc_op *op, const struct kvi
 		rc = kvi_obj_room(h, st, st->obj_len);
 		if (rc)
 			return rc;
-		off = kvi_reserve(h, kvi_obj_footprint(st->obj_len), &h->step_now);
+		off = kvi_reserve(h, kvi_obj_footprint(st->obj_len), &h->step_now, &st->obj_cas);
 		if (off < 0 && off != KVC_EAGAIN)
 			return (int)off;
 		kvi_obj_build(st->obj, op->key, (uint16_t)op->key_len, op->value, (uint32_t)op->value_len,
-			      expiry_of(op->ttl_ms));
+			      expiry_of(op->ttl_ms), op->flags, off >= 0 ? st->obj_cas : 0);
 		*built += op->value_len;
 	}
 	op->status = 1; /* in flight */
@@ -252,7 +252,7 @@ int kvi_conn_submit(struct kvi_conn *h, struct kvc_op *op)
 /* A PUT waiting for memory asks again (from kvc_poll, when due). */
 static void retry_grant(struct kvi_conn *h, struct kvi_opst *st, uint64_t now)
 {
-	int64_t off = kvi_reserve(h, kvi_obj_footprint(st->obj_len), NULL);
+	int64_t off = kvi_reserve(h, kvi_obj_footprint(st->obj_len), NULL, &st->obj_cas);
 
 	if (off == KVC_EAGAIN) {
 		if (now >= st->deadline) {
@@ -269,6 +269,7 @@ static void retry_grant(struct kvi_conn *h, struct kvi_opst *st, uint64_t now)
 		return;
 	}
 	st->obj_off = (uint64_t)off;
+	kvi_obj_set_cas(st->obj, st->obj_cas); /* built before its place was known */
 	st->start = kvi_now_ns();
 	st->deadline = st->start + (uint64_t)h->op_timeout_ms * 1000000u;
 	start(h, st);

@@ -12,7 +12,7 @@
 #define RETURN_TIMEOUT_MS 200
 
 /* Is a grant for `bytes` well-formed: inside the heap, 16-byte aligned, no
- * larger than a segment and large enough? */
+ * larger than a segment and large enough, with uniques that do not wrap? */
 static int grant_ok(const struct kvi_conn *h, const struct kvi_ctrl *r, uint64_t bytes)
 {
 	const struct kvi_ctrl_seg_grant *g = &r->seg_grant;
@@ -20,7 +20,7 @@ static int grant_ok(const struct kvi_conn *h, const struct kvi_ctrl *r, uint64_t
 
 	return r->type == KVI_CTRL_SEG_GRANT && g->len >= bytes && g->len <= h->sb.segment_size &&
 	       g->off >= h->sb.heap_off && g->off <= heap_end && heap_end - g->off >= g->len &&
-	       g->off % KVI_OBJ_ALIGN == 0;
+	       g->off % KVI_OBJ_ALIGN == 0 && g->cas_base != 0 && g->cas_base <= UINT64_MAX - g->len / KVI_OBJ_ALIGN;
 }
 
 /* Nothing more goes into our extent (the server sealed it, or may have). */
@@ -67,6 +67,7 @@ static int grant_taken(struct kvi_conn *h, int rc, const struct kvi_ctrl *resp, 
 	}
 	h->seg_off = resp->seg_grant.off;
 	h->seg_size = resp->seg_grant.len;
+	h->seg_cas = resp->seg_grant.cas_base;
 	h->seg_used = 0;
 	h->stats.segments_granted++;
 	return 0;
@@ -91,7 +92,7 @@ static int locks_in_flight(const struct kvi_conn *h)
  * answer would hold them up. The request then goes out without waiting, the
  * extent takes no more appends (the server seals it at what we said we
  * used), and the answer is taken by a later call (KVC_EAGAIN meanwhile). */
-int64_t kvi_reserve(struct kvi_conn *h, uint64_t bytes, uint64_t *nowp)
+int64_t kvi_reserve(struct kvi_conn *h, uint64_t bytes, uint64_t *nowp, uint64_t *cas)
 {
 	struct kvi_ctrl req = { .type = KVI_CTRL_SEG_REQ, .seg_req = { .need = bytes, .used = h->seg_used } }, resp;
 	uint64_t off;
@@ -133,6 +134,7 @@ int64_t kvi_reserve(struct kvi_conn *h, uint64_t bytes, uint64_t *nowp)
 	}
 	off = h->seg_off + h->seg_used;
 	h->seg_used += bytes;
+	*cas = kvi_obj_cas_of(h->seg_cas, h->seg_off, off);
 	return (int64_t)off;
 }
 

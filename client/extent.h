@@ -7,10 +7,11 @@
 
 struct kvi_conn;
 
-/* `bytes` of our extent for an object: its region offset, KVC_EAGAIN (ask
+/* `bytes` of our extent for an object: its region offset (and in *cas the
+ * CAS unique of an object there, layout.h "CAS uniques"), KVC_EAGAIN (ask
  * again later), or another code (extent.c says when it waits). *nowp, if
  * not NULL, is read again after a wait. */
-int64_t kvi_reserve(struct kvi_conn *h, uint64_t bytes, uint64_t *nowp);
+int64_t kvi_reserve(struct kvi_conn *h, uint64_t bytes, uint64_t *nowp, uint64_t *cas);
 /* Tell the server how much of our extent we used (at close). */
 void kvi_return_extent(struct kvi_conn *h);
 

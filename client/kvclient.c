@@ -54,6 +54,33 @@ int kvc_get(kvc_t *h, const void *key, size_t key_len, void *buf, size_t buf_len
 	return rc;
 }
 
+int kvc_get_item(kvc_t *h, const void *key, size_t key_len, void *buf, size_t buf_len, size_t *value_len,
+		 uint32_t *flags, uint64_t *cas)
+{
+	struct kvc_op op = { .type = KVC_OP_GET, .key = key, .key_len = key_len, .buf = buf, .buf_len = buf_len };
+	int rc = run_one(h, &op);
+
+	if (value_len && (rc == 0 || rc == KVC_ETRUNC))
+		*value_len = op.value_len;
+	if (rc == 0 && flags)
+		*flags = op.flags;
+	if (rc == 0 && cas)
+		*cas = op.cas;
+	return rc;
+}
+
+int kvc_store(kvc_t *h, int mode, const void *key, size_t key_len, const void *value, size_t value_len,
+	      uint32_t flags, uint64_t ttl_ms, uint64_t cas, uint64_t *new_cas)
+{
+	struct kvc_op op = { .type = KVC_OP_PUT, .key = key, .key_len = key_len, .value = value,
+			     .value_len = value_len, .ttl_ms = ttl_ms, .mode = mode, .flags = flags, .cas = cas };
+	int rc = run_one(h, &op);
+
+	if (rc == 0 && new_cas)
+		*new_cas = op.cas;
+	return rc;
+}
+
 int kvc_put(kvc_t *h, const void *key, size_t key_len, const void *value, size_t value_len, uint64_t ttl_ms)
 {
 	struct kvc_op op = { .type = KVC_OP_PUT, .key = key, .key_len = key_len, .value = value,

@@ -148,8 +148,9 @@ struct kvi_opst {
 	int cached; /* this attempt uses the location cache entry below */
 	struct kvi_loc loc;
 
-	/* PUT: the new object in our segment. */
+	/* PUT: the new object in our segment, and its CAS unique. */
 	uint64_t obj_off;
+	uint64_t obj_cas;
 	uint32_t obj_len;
 	int obj_written;
 

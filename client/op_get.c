@@ -85,6 +85,8 @@ static void deliver(struct kvi_conn *h, struct kvi_opst *st, const struct kvi_ca
 	int status = 0;
 
 	op->value_len = kvi_obj_value_len(oh);
+	op->flags = oh->client_flags;
+	op->cas = oh->cas;
 	if (op->value_len > op->buf_len)
 		status = KVC_ETRUNC;
 	else if (op->value_len)

@@ -19,6 +19,15 @@
  * hash, and a crafted collision must not let one key's PUT replace another's
  * value. The header and key ride in the lock doorbell: no extra round trip.
  *
+ * Conditional stores (kvclient.h kvc_store: add, replace, cas) decide under
+ * the same locks, at the moment a plain PUT decides where to write: from the
+ * header of the key's current object -- read whole and verified on the
+ * general path, its header and key on the cached one -- which cannot change
+ * while the locks are held (layout.h I1, I3). A refused store releases the
+ * locks without writing the slot: the same round trips as a PUT, and its
+ * object, written in the lock doorbell, is garbage like an overwritten one.
+ * So each is linearizable with every other write of the key at that moment.
+ *
  * A lock attempt that finds a bucket held releases what it took and retries
  * after a randomised exponential backoff, until the operation's deadline. Locks
  * are never waited for while held, so two writers cannot deadlock.
@@ -79,13 +88,25 @@ static uint32_t keyhead_len(const struct kvi_conn *h, const struct kvi_opst *st,
 
 /* Is the header + key a cached PUT read (st->khead) this key's? No checksum:
  * only the key bytes decide, and they cannot change while we hold the lock
- * and the slot still names the object (objects are immutable, I3). */
+ * and the slot still names the object (objects are immutable, I3). A
+ * conditional store also takes the expiry and CAS unique from that header
+ * unverified: only a stray WRITE over the object (which corrupts its item
+ * anyway) could make it decide wrongly, and then only for that item. */
 static int keyhead_is_ours(const struct kvi_opst *st)
 {
 	const struct kvi_obj_hdr *oh = (const void *)st->khead;
 
 	return oh->version == KVI_LAYOUT_VERSION && oh->key_len == st->op->key_len &&
 	       memcmp(st->khead + sizeof(*oh), st->op->key, st->op->key_len) == 0;
+}
+
+/* Has the item whose header a cached store read expired? We hold the lock:
+ * any moment decides (layout.h "Expiry"), as kvi_obj_check does for a writer. */
+static int keyhead_expired(const struct kvi_obj_hdr *oh)
+{
+	uint64_t exp = kvi_obj_expiry_ms(oh);
+
+	return exp && (exp >= UINT64_MAX / 1000000u ? UINT64_MAX : exp * 1000000u) <= kvi_real_ns();
 }
 
 void kvi_write_start(struct kvi_conn *h, struct kvi_opst *st)
@@ -189,11 +210,48 @@ static uint64_t new_slot(const struct kvi_opst *st)
 	return kvi_slot_make(st->kh.fp, st->obj_off, st->obj_len);
 }
 
-/* The key is in bucket `which`, slot idx (expired: its item has expired, so
- * a DELETE clears the slot but reports the key absent, as GET would). */
-static void found(struct kvi_conn *h, struct kvi_opst *st, uint32_t which, uint32_t idx, int cached, int expired)
+/* A store's verdict on the key's current item, under the locks: oh is its
+ * header (NULL: the key is absent), expired whether it has expired (then it
+ * is absent, as GET would say). 0: store; else the code it is refused with. */
+static int store_verdict(const struct kvc_op *op, const struct kvi_obj_hdr *oh, int expired)
+{
+	int present = oh && !expired;
+
+	switch (op->mode) {
+	case KVC_STORE_ADD:
+		return present ? KVC_ENOTSTORED : 0;
+	case KVC_STORE_REPLACE:
+		return present ? 0 : KVC_ENOTSTORED;
+	case KVC_STORE_CAS:
+		return !present ? KVC_ENOTFOUND : oh->cas != op->cas ? KVC_EEXISTS : 0;
+	default:
+		return 0;
+	}
+}
+
+static void release(struct kvi_conn *h, struct kvi_opst *st, int retry);
+
+/* Refuse a conditional store (code from store_verdict): let go, change nothing. */
+static void refuse(struct kvi_conn *h, struct kvi_opst *st, int code)
+{
+	st->result = code;
+	st->kind = KVC_STAT_STORE_REFUSED;
+	release(h, st, KVI_AFTER_FINISH);
+}
+
+/* The key is in bucket `which`, slot idx, its object's header oh (NULL: junk
+ * in the slot; expired: its item has expired, so a DELETE clears the slot
+ * but reports the key absent, as GET would, and a store takes it as absent). */
+static void found(struct kvi_conn *h, struct kvi_opst *st, uint32_t which, uint32_t idx, int cached,
+		  const struct kvi_obj_hdr *oh, int expired)
 {
 	if (st->op->type == KVC_OP_PUT) {
+		int verdict = store_verdict(st->op, oh, expired);
+
+		if (verdict) {
+			refuse(h, st, verdict);
+			return;
+		}
 		commit(h, st, which, idx, new_slot(st), cached ? KVC_STAT_PUT_UPDATE_CACHED : KVC_STAT_PUT_UPDATE);
 		return;
 	}
@@ -316,6 +374,10 @@ static void absent(struct kvi_conn *h, struct kvi_opst *st)
 		release(h, st, KVI_AFTER_FINISH);
 		return;
 	}
+	if (store_verdict(st->op, NULL, 0)) {
+		refuse(h, st, store_verdict(st->op, NULL, 0));
+		return;
+	}
 	for (unsigned w = 0; w < st->nb; w++)
 		for (unsigned i = 0; i < KVI_SLOTS_PER_BUCKET; i++)
 			if (st->bk[w].slot[i] == 0) {
@@ -341,13 +403,18 @@ static void locked_all(struct kvi_conn *h, struct kvi_opst *st)
 {
 	if (st->state == KVI_ST_W_LOCK_CACHED) {
 		enum kvi_objcheck res = KVI_OBJ_MATCH;
+		const struct kvi_obj_hdr *oh = (const void *)st->khead;
 
-		if (st->op->type == KVC_OP_DELETE)
+		if (st->op->type == KVC_OP_DELETE) {
 			res = kvi_obj_check(st, &st->cand[0]);
-		else if (!keyhead_is_ours(st))
+			oh = (const void *)st->obj;
+		} else if (!keyhead_is_ours(st)) {
 			res = KVI_OBJ_OTHER; /* another key's entry (a hash collision) */
+		} else if (keyhead_expired(oh)) {
+			res = KVI_OBJ_EXPIRED;
+		}
 		if (st->bk[0].slot[st->loc.idx] == st->loc.slot && (res == KVI_OBJ_MATCH || res == KVI_OBJ_EXPIRED)) {
-			found(h, st, 0, st->loc.idx, 1, res == KVI_OBJ_EXPIRED);
+			found(h, st, 0, st->loc.idx, 1, oh, res == KVI_OBJ_EXPIRED);
 			return;
 		}
 		/* Stale hint: let go and take the general path at once. */
@@ -450,7 +517,7 @@ static void on_keycheck(struct kvi_conn *h, struct kvi_opst *st)
 	const struct kvi_cand *c = kvi_check_round(h, st, &res);
 
 	if (c) { /* an expired item is replaced or removed in place */
-		found(h, st, c->which, c->idx, 0, res == KVI_OBJ_EXPIRED);
+		found(h, st, c->which, c->idx, 0, (const void *)(st->obj + c->loff), res == KVI_OBJ_EXPIRED);
 		return;
 	}
 	if (st->cand_next < st->ncand && kvi_read_cands(h, st, KVI_ST_W_KEYCHECK) != 0)
@@ -474,7 +541,7 @@ static void on_keycheck(struct kvi_conn *h, struct kvi_opst *st)
 
 			if (bad->len <= h->obj_area && kvi_obj_check(st, bad) == KVI_OBJ_BAD) {
 				h->stats.junk_slots++;
-				found(h, st, bad->which, bad->idx, 0, 1);
+				found(h, st, bad->which, bad->idx, 0, NULL, 1);
 				return;
 			}
 		}
@@ -509,6 +576,8 @@ static void on_commit(struct kvi_conn *h, struct kvi_opst *st)
 				st->commit_slot, st->start);
 	else
 		kvi_locache_drop(&h->cache, st->kh.lo, st->kh.hi);
+	if (st->op->type == KVC_OP_PUT)
+		st->op->cas = st->obj_cas; /* the new item's unique */
 	kvi_st_finish(h, st, st->result, st->kind);
 }
 

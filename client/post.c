@@ -103,7 +103,8 @@ void kvi_st_finish(struct kvi_conn *h, struct kvi_opst *st, int status, int kind
 {
 	struct kvc_op *op = st->op;
 
-	if (status && status != KVC_ENOTFOUND && status != KVC_ETRUNC)
+	if (status && status != KVC_ENOTFOUND && status != KVC_ETRUNC &&
+	    !(kind == KVC_STAT_STORE_REFUSED && (status == KVC_ENOTSTORED || status == KVC_EEXISTS)))
 		kind = KVC_STAT_FAILED;
 	h->stats.ops[kind]++;
 	h->stats.round_trips[kind] += st->rtt;

@@ -74,6 +74,7 @@ const char *kvc_stat_name(int kind)
 		[KVC_STAT_DELETE] = "delete",
 		[KVC_STAT_DELETE_MISS] = "delete_miss",
 		[KVC_STAT_FAILED] = "failed",
+		[KVC_STAT_STORE_REFUSED] = "store_refused",
 	};
 
 	return kind >= 0 && kind < KVC_STAT_KINDS ? names[kind] : "unknown";

@@ -134,7 +134,7 @@ uint64_t kvi_obj_checksum(const struct kvi_obj_hdr *h)
 }
 
 void kvi_obj_build(void *buf, const void *key, uint16_t key_len, const void *val, uint32_t val_len,
-		   uint64_t expiry_ms)
+		   uint64_t expiry_ms, uint32_t client_flags, uint64_t cas)
 {
 	struct kvi_obj_hdr *h = buf;
 	unsigned char *p = (unsigned char *)buf + sizeof(*h);
@@ -145,9 +145,19 @@ void kvi_obj_build(void *buf, const void *key, uint16_t key_len, const void *val
 	h->len_exp = (uint64_t)val_len | expiry_ms << KVI_OBJ_VLEN_BITS;
 	h->key_len = (uint8_t)key_len;
 	h->version = KVI_LAYOUT_VERSION;
+	h->client_flags = client_flags;
+	h->cas = cas;
 	memcpy(p, key, key_len);
 	if (val_len)
 		memcpy(p + key_len, val, val_len);
+	h->checksum = kvi_obj_checksum(h);
+}
+
+void kvi_obj_set_cas(void *buf, uint64_t cas)
+{
+	struct kvi_obj_hdr *h = buf;
+
+	h->cas = cas;
 	h->checksum = kvi_obj_checksum(h);
 }
 

@@ -110,6 +110,9 @@
  *
  *   struct kvi_obj_hdr | key bytes | value bytes
  *
+ *   The header (32 bytes, below): checksum, access byte, layout version,
+ *   the server's flags, key length, value length and expiry, the client's
+ *   32-bit flags word, the item's 64-bit CAS unique ("CAS uniques" below).
  *   The checksum (XXH3-64) covers the header from `version` on, the key and the
  *   value; `access` is outside it so readers may update it without rewriting
  *   the object. A reader accepts an object only if the checksum matches, the
@@ -165,7 +168,8 @@
 #include <stdint.h>
 
 #define KVI_REGION_MAGIC 0x4e4f494745525643ull /* "CVREGION" as LE bytes */
-#define KVI_LAYOUT_VERSION 4u /* 2: 20-byte object headers; 3: expiry in milliseconds; 4: 256-byte buckets */
+#define KVI_LAYOUT_VERSION 5u /* 2: 20-byte object headers; 3: expiry in milliseconds; 4: 256-byte buckets;
+				* 5: 32-byte object headers with client flags and CAS unique */
 
 #define KVI_SUPERBLOCK_SIZE 4096u
 #define KVI_BUCKET_SIZE 256u
@@ -304,13 +308,32 @@ enum kvi_obj_flags {
 	KVI_OBJ_F_FETCHED = 1, /* a copy the reclaimer made of an object that had been read */
 };
 
-/* 20 bytes (4-byte aligned: objects start on 16-byte boundaries, and the
- * 64-bit words are read as two halves where a compiler needs it): a header
- * of 32 would make a 16-byte key + 100-byte value object take 160 bytes in the
- * heap instead of 144. The value length and the expiry share one word
- * (kvi_obj_value_len, kvi_obj_expiry_ms): a value is under 1 MiB (a slot's
- * SIZE field), so 20 bits hold its length and 44 bits hold the expiry in
- * milliseconds of the Unix epoch (until the year 2527).
+/* 32 bytes (4-byte aligned: objects start on 16-byte boundaries, and the
+ * 64-bit words are read as two halves where a compiler needs it). The value
+ * length and the expiry share one word (kvi_obj_value_len,
+ * kvi_obj_expiry_ms): a value is under 1 MiB (a slot's SIZE field), so 20
+ * bits hold its length and 44 bits hold the expiry in milliseconds of the
+ * Unix epoch (until the year 2527). client_flags and cas are the memcached
+ * item's flags word and CAS unique; both are inside the checksum, and the
+ * reclaimer's copy keeps them (and every other byte but access, flags and
+ * the checksum) unchanged.
+ *
+ * CAS uniques. Every object a client writes carries a unique that no other
+ * object written while the server runs carries: each extent grant (wire.h
+ * SEG_GRANT) hands out a range of uniques, cas_base .. cas_base + len / 16
+ * - 1, from a 64-bit counter of the server's (server/core_grants.c) that
+ * only grows, by the extent's length in 16-byte units, and starts at 1; an
+ * object at offset o of its extent has unique cas_base + o / 16
+ * (kvi_obj_cas_of). Two objects of one extent start at different offsets;
+ * two extents' ranges are disjoint whatever memory they cover, so reusing a
+ * segment never brings a unique back. A copy the reclaimer makes keeps its
+ * object's unique: it is the same item, not a modification. The counter
+ * counts bytes granted / 16: at 100 GB/s of grants it lasts 90 years; the
+ * server refuses grants (ENOMEM) rather than let it wrap.
+ *
+ * A writer that holds the bucket locks decides conditional stores (add,
+ * replace, cas) from the header of the key's current object, which cannot
+ * change while the locks are held (I1, I3).
  *
  * Expiry (TTL semantics; docs/operations.md "Expiry" says the same to users).
  *   - Clock: each machine's CLOCK_REALTIME, in milliseconds. A writer sets
@@ -331,16 +354,21 @@ enum kvi_obj_flags {
  *     ttl - S - d after its PUT completed (d: the PUT's own duration, its
  *     round trips), and never alive later than ttl + S after that. */
 struct __attribute__((packed, aligned(4))) kvi_obj_hdr {
-	uint64_t checksum; /* XXH3-64 of bytes [offsetof(version), end of value) */
-	uint8_t access;    /* access hint for eviction ("Access tracking"); not checksummed */
-	uint8_t version;   /* KVI_LAYOUT_VERSION */
-	uint8_t flags;     /* enum kvi_obj_flags */
-	uint8_t key_len;   /* 1..KVI_MAX_KEY */
-	uint64_t len_exp;  /* bits 0..19 value length, bits 20..63 expiry (ms, 0 = never) */
+	uint64_t checksum;     /* XXH3-64 of bytes [offsetof(version), end of value) */
+	uint8_t access;        /* access hint for eviction ("Access tracking"); not checksummed */
+	uint8_t version;       /* KVI_LAYOUT_VERSION */
+	uint8_t flags;         /* enum kvi_obj_flags (the server's) */
+	uint8_t key_len;       /* 1..KVI_MAX_KEY */
+	uint64_t len_exp;      /* bits 0..19 value length, bits 20..63 expiry (ms, 0 = never) */
+	uint32_t client_flags; /* the caller's 32-bit flags word (memcached's), stored and returned as is */
+	uint64_t cas;          /* the item's CAS unique ("CAS uniques"); never 0 in an object a client wrote */
 };
-_Static_assert(sizeof(struct kvi_obj_hdr) == 20, "object header layout");
+_Static_assert(sizeof(struct kvi_obj_hdr) == 32, "object header layout");
 _Static_assert(offsetof(struct kvi_obj_hdr, access) == 8, "access is one byte after the checksum");
 _Static_assert(offsetof(struct kvi_obj_hdr, version) == 9, "checksum starts after access");
+_Static_assert(offsetof(struct kvi_obj_hdr, len_exp) == 12, "value length and expiry");
+_Static_assert(offsetof(struct kvi_obj_hdr, client_flags) == 20, "client flags after the length word");
+_Static_assert(offsetof(struct kvi_obj_hdr, cas) == 24, "the CAS unique is the header's last, 8-byte aligned word");
 _Static_assert(KVI_MAX_KEY <= UINT8_MAX, "key_len is one byte");
 #define KVI_OBJ_VLEN_BITS 20
 #define KVI_OBJ_EXPIRY_MAX ((1ull << (64 - KVI_OBJ_VLEN_BITS)) - 1) /* ms; also "far future" */
@@ -427,7 +455,16 @@ uint64_t kvi_obj_checksum(const struct kvi_obj_hdr *h);
 
 /* Build an object in buf (kvi_obj_len bytes): header, key, value, checksum. */
 void kvi_obj_build(void *buf, const void *key, uint16_t key_len, const void *val, uint32_t val_len,
-		   uint64_t expiry_ms);
+		   uint64_t expiry_ms, uint32_t client_flags, uint64_t cas);
+/* Set the CAS unique of an object built in buf (its checksum made right again). */
+void kvi_obj_set_cas(void *buf, uint64_t cas);
+
+/* The CAS unique of an object at region offset obj_off of an extent that
+ * starts at ext_off and was granted with cas_base ("CAS uniques"). */
+static inline uint64_t kvi_obj_cas_of(uint64_t cas_base, uint64_t ext_off, uint64_t obj_off)
+{
+	return cas_base + (obj_off - ext_off) / KVI_OBJ_ALIGN;
+}
 
 /* Verify an object READ into buf (got bytes): lengths inside got, checksum
  * right, version known. Returns 0 or KVC_ECORRUPT. Does not compare keys. */

@@ -20,8 +20,8 @@
 /* 2: the welcome carries the geometry; 3: indexes come in INDEX messages;
  * 4: the join proof's MAC covers the server's address and port; 5: the
  * welcome states the execution bound, renewals name the idle word and
- * LEASE carries flags */
-#define KVI_WIRE_VERSION 5u
+ * LEASE carries flags; 6: SEG_GRANT carries the extent's CAS base */
+#define KVI_WIRE_VERSION 6u
 
 /* rdma_cm limits for RC over IB/RoCE (IB CM REQ/REP/REJ private data). */
 #define KVI_CM_CONNECT_PDATA_MAX 56u
@@ -232,7 +232,10 @@ struct kvi_ctrl_seg_req {
 struct kvi_ctrl_seg_grant {
 	uint64_t off; /* extent offset in the region (KVI_OBJ_ALIGN aligned) */
 	uint64_t len; /* extent length (>= need, <= a segment) */
-	uint64_t unused[3];
+	/* The CAS unique of an object at the extent's start; one at offset o
+	 * has cas_base + o / 16 (layout.h "CAS uniques"). >= 1. */
+	uint64_t cas_base;
+	uint64_t unused[2];
 };
 /* STATS_REQ: one page of the server statistics (STATS answers in arg). */
 struct kvi_ctrl_stats_req {
@@ -341,6 +344,7 @@ KVI_CTRL_ARG_IS(seg_req.need, 0);
 KVI_CTRL_ARG_IS(seg_req.used, 1);
 KVI_CTRL_ARG_IS(seg_grant.off, 0);
 KVI_CTRL_ARG_IS(seg_grant.len, 1);
+KVI_CTRL_ARG_IS(seg_grant.cas_base, 2);
 KVI_CTRL_ARG_IS(stats_req.page, 0);
 KVI_CTRL_ARG_IS(seg_return.used, 0);
 KVI_CTRL_ARG_IS(lease_renew.epoch, 0);

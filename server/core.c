@@ -173,6 +173,7 @@ int kvs_core_create(void *region_base, uint64_t region_size, const struct kvs_co
 	c->high = c->nsegs * c->o.reclaim_high_pct / 100;
 	if (c->high <= c->low)
 		c->high = c->low + 1;
+	c->cas_next = 1; /* 0 is no unique (layout.h "CAS uniques") */
 	c->quota = c->geo.heap_size / 100 * c->o.client_quota_pct;
 	if (c->quota < 2 * c->geo.segment_size)
 		c->quota = 2 * c->geo.segment_size;

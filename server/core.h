@@ -131,7 +131,8 @@ void kvs_core_destroy(struct kvs_core *c);
  *
  *   SEG_REQ    seg_req (wire.h): the current extent's tail past `used` may
  *              be given back
- *           -> SEG_GRANT seg_grant: off 16-byte aligned, len >= need
+ *           -> SEG_GRANT seg_grant: off 16-byte aligned, len >= need, and
+ *              the extent's CAS uniques from cas_base (layout.h "CAS uniques")
  *           -> ERROR status = KVC_EAGAIN (no free segment right now:
  *              reclamation is running; ask again shortly), KVC_ENOMEM (live
  *              data fills the heap and eviction is off, or no reclaimer

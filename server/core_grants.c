@@ -173,6 +173,14 @@ int kvs_core_seg_request_locked(struct kvs_core *c, uint32_t id, const struct kv
 		kvs_core_reply_error(req, resp, KVC_EAGAIN);
 		return 0;
 	}
+	/* Uniques are never given twice (layout.h "CAS uniques"): a counter
+	 * that could wrap with this grant stops the grants instead (at 100
+	 * GB/s of grants, after 90 years). */
+	if (c->cas_next > UINT64_MAX - c->geo.segment_size / KVI_OBJ_ALIGN) {
+		c->grants_refused++;
+		kvs_core_reply_error(req, resp, KVC_ENOMEM);
+		return 0;
+	}
 	kvs_segtab_tick(c->segs, now);
 	rc = kvs_segtab_grant(c->segs, &cl->x, req->seg_req.need, req->seg_req.used,
 			      over ? KVS_GRANT_OVER_QUOTA : KVS_GRANT_CLIENT, now);
@@ -197,6 +205,8 @@ int kvs_core_seg_request_locked(struct kvs_core *c, uint32_t id, const struct kv
 	resp->seq = req->seq;
 	resp->seg_grant.off = cl->x.off;
 	resp->seg_grant.len = cl->x.len;
+	resp->seg_grant.cas_base = c->cas_next;
+	c->cas_next += cl->x.len / KVI_OBJ_ALIGN;
 	kvi_ev_dbg("granted", "client=%u bytes=%" PRIu64 " offset=%#" PRIx64, id, cl->x.len, cl->x.off);
 	return 0;
 }

@@ -201,6 +201,46 @@ KVC_EXPORT int kvc_put(kvc_t *h, const void *key, size_t key_len, const void *va
 /* Remove; KVC_ENOTFOUND if absent. */
 KVC_EXPORT int kvc_delete(kvc_t *h, const void *key, size_t key_len);
 
+/* Memcached's item semantics. Every item carries a 32-bit flags word (the
+ * caller's, stored and returned as is; 0 for kvc_put) and a 64-bit CAS
+ * unique, never 0, that every store of the key changes and that is never
+ * given again while the server runs (reclaiming memory does not bring an old
+ * one back; a server restart starts over). The conditional stores decide
+ * under the key's bucket locks, so they are linearizable with kvc_put,
+ * kvc_delete and each other. An expired item is absent to them, as to GET.
+ *
+ * kvc_get_item: kvc_get that also returns the item's flags and unique (each
+ * out-parameter may be NULL). */
+KVC_EXPORT int kvc_get_item(kvc_t *h, const void *key, size_t key_len, void *buf, size_t buf_len,
+			    size_t *value_len, uint32_t *flags, uint64_t *cas);
+
+enum kvc_store_mode {
+	KVC_STORE_SET = 0,     /* store (kvc_put) */
+	KVC_STORE_ADD = 1,     /* only if the key is absent, else KVC_ENOTSTORED */
+	KVC_STORE_REPLACE = 2, /* only if the key is present, else KVC_ENOTSTORED */
+	KVC_STORE_CAS = 3,     /* only if the item's unique is `cas`: else KVC_EEXISTS, or
+				* KVC_ENOTFOUND when the key is absent */
+};
+/* Store value under key with flags and ttl_ms (as kvc_put) as mode says
+ * (enum kvc_store_mode); cas: for KVC_STORE_CAS the unique the item must
+ * have (from kvc_get_item), else ignored. On 0, *new_cas (if not NULL)
+ * receives the new item's unique. A refused store (KVC_ENOTSTORED,
+ * KVC_EEXISTS, KVC_ENOTFOUND) changed nothing.
+ *
+ * Round trips (RDMA doorbells waited for; control-path calls for memory
+ * aside, as for kvc_put). GET and kvc_get_item: 1 with a valid cached
+ * location, else 2 (buckets, then the object; a miss with no fingerprint
+ * match: 1). A store of any mode: 2 when the key's location is cached and
+ * valid (lock + re-read the slot + read the item's header and key, one
+ * doorbell; then commit or release); else 2 when no slot's fingerprint
+ * matches (absent: an insert, or a refused REPLACE / CAS) and 3 when one
+ * does (lock + buckets, read the matching objects under the locks, commit or
+ * release). A store that is refused costs the same as one that is not: the
+ * last doorbell releases the locks instead of writing the slot. Conflicts,
+ * full buckets and resizes add round trips as for kvc_put. */
+KVC_EXPORT int kvc_store(kvc_t *h, int mode, const void *key, size_t key_len, const void *value, size_t value_len,
+			 uint32_t flags, uint64_t ttl_ms, uint64_t cas, uint64_t *new_cas);
+
 /* Largest value the server accepts for a key of key_len bytes (with several
  * servers: the smallest of the joined servers'; 0 while none is joined). */
 KVC_EXPORT size_t kvc_max_value(const kvc_t *h, size_t key_len);
@@ -221,6 +261,14 @@ struct kvc_op {
 	size_t buf_len;    /* GET: its size */
 	void *user;        /* yours */
 	int status;        /* 0 or a KVC_ code, set on completion */
+	/* Memcached's item fields (kvc_store, kvc_get_item). PUT: mode (enum
+	 * kvc_store_mode; 0 is a plain store) and the flags word to store. GET:
+	 * flags is set to the item's. cas -- PUT with KVC_STORE_CAS: the unique
+	 * the item must have; set on completion with status 0 to the item's
+	 * unique (GET: the one read; PUT: the new item's). */
+	int mode;
+	uint32_t flags;
+	uint64_t cas;
 };
 
 /* Start op. KVC_EAGAIN when `depth` operations are in flight or finished but
@@ -266,6 +314,9 @@ enum kvc_stat_kind {
 	KVC_STAT_DELETE,
 	KVC_STAT_DELETE_MISS,
 	KVC_STAT_FAILED, /* any operation that ended with an error */
+	/* A conditional store refused by the item it found under the locks
+	 * (KVC_ENOTSTORED, KVC_EEXISTS, KVC_ENOTFOUND): not a failure. */
+	KVC_STAT_STORE_REFUSED,
 	KVC_STAT_KINDS
 };
 

@@ -43,7 +43,9 @@ extern "C" {
 	X(ENOAUTH, -23, "server requires authentication: give a secret file")               \
 	X(ESTALE, -24, "proof timestamp outside the server's window: check the clocks")     \
 	X(EREPLAY, -25, "proof already used: the server saw this hello before")             \
-	X(EFENCED, -26, "fenced: this client's lease ran out (it stalled or lost the server) and the server cut it off; the handle rejoins on the next call")
+	X(EFENCED, -26, "fenced: this client's lease ran out (it stalled or lost the server) and the server cut it off; the handle rejoins on the next call") \
+	X(ENOTSTORED, -27, "not stored: add found the key present, or replace found it absent") \
+	X(EEXISTS, -28, "exists: the item changed since its CAS unique was read; nothing was stored")
 
 enum kvc_errno {
 	KVC_OK = 0,

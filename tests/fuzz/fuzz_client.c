@@ -121,7 +121,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 					off = data_off;
 				memset(val, 0xa0 + s, vl);
 				kvi_obj_build(region + off, other ? (const void *)"another key" : key,
-					      other ? 11 : (key_len ? key_len : 1), val, vl, 0);
+					      other ? 11 : (key_len ? key_len : 1), val, vl, 0, 0, 1 + s);
 				units = (len + KVI_SLOT_SIZE_UNIT - 1) / KVI_SLOT_SIZE_UNIT;
 				if (!other && npl < NSLOTS)
 					pl[npl++] = (struct planted){ vl, (uint8_t)(0xa0 + s) };

@@ -108,7 +108,7 @@ static void object(const uint8_t *data, size_t got)
 
 			FUZZ_CHECK(o, "out of memory");
 			kvi_obj_build(o, b + sizeof(h), h.key_len, b + sizeof(h) + h.key_len, kvi_obj_value_len(&h),
-				      kvi_obj_expiry_ms(&h));
+				      kvi_obj_expiry_ms(&h), h.client_flags, h.cas);
 			FUZZ_CHECK(memcmp(o, b, offsetof(struct kvi_obj_hdr, access)) == 0 &&
 					   memcmp(o + KVI_OBJ_CSUM_FROM, b + KVI_OBJ_CSUM_FROM, n - KVI_OBJ_CSUM_FROM) == 0,
 				   "verified object differs from the one built from its fields");

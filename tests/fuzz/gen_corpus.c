@@ -38,7 +38,7 @@ static void wire(void)
 					   .heap_size = (1ull << 30) - KVI_SUPERBLOCK_SIZE - 16384ull * KVI_BUCKET_SIZE,
 					   .segment_size = 1u << 20, .hash_seed = 0x5eed5eed5eed5eedull } };
 	struct kvi_ctrl cv = { .type = KVI_CTRL_SEG_GRANT, .seq = 3,
-			       .seg_grant = { .off = 1u << 20, .len = 1u << 20 } };
+			       .seg_grant = { .off = 1u << 20, .len = 1u << 20, .cas_base = 1 } };
 	char name[32];
 
 	kvi_wire_hello_encode(&h, &(struct kvi_hello){ .role = KVI_ROLE_CLIENT });
@@ -84,7 +84,7 @@ static void layout(void)
 	slot = kvi_slot_make(0xabc, sb.heap_off + 4096, n);
 	memcpy(buf + sizeof(sb), &slot, 8);
 	kvi_obj_build(buf + sizeof(sb) + 8, "key", 3, "0123456789012345678901234567890123456789012345678901234567890123"
-					 "456789012345678901234567890123456789", 100, 0);
+					 "456789012345678901234567890123456789", 100, 0, 7, 1);
 	put("fuzz_layout", "object_100", buf, sizeof(sb) + 8 + kvi_slot_read_len(slot));
 
 	n = kvi_obj_len(250, 0);
@@ -95,7 +95,7 @@ static void layout(void)
 		char key[250];
 
 		memset(key, 'k', sizeof(key));
-		kvi_obj_build(buf + sizeof(sb) + 8, key, 250, NULL, 0, 1234567890u);
+		kvi_obj_build(buf + sizeof(sb) + 8, key, 250, NULL, 0, 1234567890u, 0xdeadbeefu, (1ull << 40) + 5);
 	}
 	put("fuzz_layout", "object_longkey_heapend", buf, sizeof(sb) + 8 + n);
 }

@@ -142,6 +142,74 @@ Test(reclaim, superseded_versions_are_dropped_and_the_key_keeps_its_last_value)
 	kvc_destroy(b);
 }
 
+/* A copy the reclaimer makes is the same item: its flags word and CAS unique
+ * stay what the store gave it (layout.h "CAS uniques"), and a cas store
+ * with that unique still succeeds on the copy. */
+Test(reclaim, a_copy_forward_keeps_the_flags_and_the_unique)
+{
+	kvc_t *a = client(NULL, 0), *b = client(NULL, 0);
+	char v[200], got[256];
+	uint64_t cas = 0, got_cas = 0;
+	uint32_t flags = 0;
+	size_t n = 0;
+
+	for (unsigned i = 0; i < 500; i++) {
+		value_of(v, sizeof(v), "k", i);
+		cr_assert_eq(kvc_store(a, KVC_STORE_SET, "k", 1, v, strlen(v), 0xc0ffee00u + i, 0, 0, &cas), 0);
+	}
+	cr_assert_eq(kvc_get(b, "k", 1, got, sizeof(got), &n), 0); /* read: it is kept */
+	cr_assert_eq(kvc_get(b, "k", 1, got, sizeof(got), &n), 0); /* carries the access mark */
+	kvc_destroy(a);
+	cr_assert_gt(reclaim_all(), 0);
+	cr_assert_eq(stats().rc.moved, 1, "the last version, read, copied forward");
+	cr_assert_eq(kvc_get_item(b, "k", 1, got, sizeof(got), &n, &flags, &got_cas), 0);
+	cr_expect_eq(flags, 0xc0ffee00u + 499);
+	cr_expect_eq(got_cas, cas, "the copy kept the unique");
+	cr_expect_eq(kvc_store(b, KVC_STORE_CAS, "k", 1, "x", 1, 0, 0, cas, NULL), 0, "cas on the copy");
+	kvc_destroy(b);
+}
+
+static int cmp_u64(const void *x, const void *y)
+{
+	uint64_t a = *(const uint64_t *)x, b = *(const uint64_t *)y;
+
+	return a < b ? -1 : a > b;
+}
+
+/* Stores through several times the heap, with segments reclaimed and
+ * handed out again (the same bytes, new extents): no unique ever comes back. */
+Test(reclaim, uniques_never_repeat_across_memory_reuse)
+{
+	enum { N = 48000, KEYS = 40 };
+	const struct kvi_geometry *sb = kvs_core_geometry(env.srv.core);
+	kvc_t *a = client(NULL, 0), *b = client(NULL, 1024);
+	static uint64_t seen[N];
+	char key[16], v[200];
+	uint64_t footprint = 0;
+
+	for (unsigned i = 0; i < N; i++) {
+		kvc_t *c = i % 2 ? a : b;
+		int rc;
+
+		snprintf(key, sizeof(key), "u%u", i % KEYS);
+		value_of(v, sizeof(v), key, i);
+		footprint += kvi_obj_footprint(kvi_obj_len((uint32_t)strlen(key), (uint32_t)strlen(v)));
+		if (i % 3000 == 2999)
+			(void)reclaim_all();
+		rc = kvc_store(c, i < KEYS ? KVC_STORE_ADD : KVC_STORE_REPLACE, key, strlen(key), v, strlen(v), i, 0, 0,
+			       &seen[i]);
+		cr_assert_eq(rc, 0, "store %u: %s", i, kvc_err_name(rc));
+		cr_assert_neq(seen[i], 0);
+	}
+	cr_assert_gt(footprint, 2 * sb->heap_size, "the heap was written over several times");
+	cr_assert_gt(stats().rc.segments, sb->heap_size / sb->segment_size, "segments were reused");
+	qsort(seen, N, sizeof(seen[0]), cmp_u64);
+	for (unsigned i = 1; i < N; i++)
+		cr_assert_neq(seen[i], seen[i - 1], "a unique came back after memory reuse");
+	kvc_destroy(a);
+	kvc_destroy(b);
+}
+
 Test(reclaim, cold_items_are_evicted_and_read_items_copied_forward)
 {
 	kvc_t *a = client(NULL, 0), *b = client(NULL, 1024);
@@ -1188,6 +1256,7 @@ Test(reclaim, junk_in_a_lock_word_does_not_stop_reclamation)
  * time; it must not then accept an object that lies over live ones. Here a
  * torn object's value embeds a checksum-valid header whose length covers
  * the live object after it: the walk keeps the live one. */
+#define FAKE_VAL_AT (16 + sizeof(struct kvi_obj_hdr) + 3)
 Test(reclaim, a_value_embedding_a_valid_header_does_not_hide_the_live_object_after_it)
 {
 	const struct kvi_geometry *sb = kvs_core_geometry(env.srv.core);
@@ -1199,13 +1268,13 @@ Test(reclaim, a_value_embedding_a_valid_header_does_not_hide_the_live_object_aft
 
 	memset(seg, 0, sizeof(seg));
 	/* B: live, at 256, named by a slot (below). */
-	kvi_obj_build(seg + 256, "live", 4, "value-Bx", 8, 0);
+	kvi_obj_build(seg + 256, "live", 4, "value-Bx", 8, 0, 0, 1);
 	/* A: a torn object at 0 (its header never arrived) whose value bytes,
-	 * at 16, hold a header that makes the next 20 + 3 + 600 bytes -- B
+	 * at 16, hold a header that makes the next header + 3 + 600 bytes -- B
 	 * included -- one checksum-valid object. */
-	memset(seg + 39, 'x', 256 - 39);
-	memcpy(fake_val, seg + 39, sizeof(fake_val));
-	kvi_obj_build(seg + 16, "bad", 3, fake_val, sizeof(fake_val), 0);
+	memset(seg + FAKE_VAL_AT, 'x', 256 - FAKE_VAL_AT);
+	memcpy(fake_val, seg + FAKE_VAL_AT, sizeof(fake_val));
+	kvi_obj_build(seg + 16, "bad", 3, fake_val, sizeof(fake_val), 0, 0, 2);
 	cr_assert_eq(kvi_obj_verify(seg + 16, sizeof(seg) - 16), 0, "the fake verifies");
 	cr_assert_eq(memcmp(seg + 256 + 9, &(uint8_t){ KVI_LAYOUT_VERSION }, 1), 0, "B is intact");
 	kvi_key_hash("live", 4, sb->hash_seed, sb->bucket_count, &kh);
