@@ -288,7 +288,7 @@ static uint64_t copy_room(struct kvs_reclaimer *r, uint64_t len)
  * starts unread again; that it was read before is kept in its flags (for
  * evicted_unfetched). It is written by an RDMA WRITE posted before the slot
  * WRITE that publishes it (layout.h I3), like any client's object. */
-static uint64_t copy_forward(struct kvs_reclaimer *r, struct item *it)
+static uint64_t copy_forward(struct kvs_reclaimer *r, struct item *it, int fetched)
 {
 	struct kvi_obj_hdr *h = (void *)(r->snap + it->pos);
 	uint64_t at = copy_room(r, it->len), ns;
@@ -296,7 +296,8 @@ static uint64_t copy_forward(struct kvs_reclaimer *r, struct item *it)
 	if (!at)
 		return 0;
 	h->access = 0;
-	h->flags |= KVI_OBJ_F_FETCHED;
+	if (fetched) /* a cold object copied along (keep_cold) stays unfetched */
+		h->flags |= KVI_OBJ_F_FETCHED;
 	h->checksum = kvi_obj_checksum(h);
 	it->copy_at = at;
 	ns = kvi_slot_make(kvi_slot_fp(it->slot), at, it->len);
@@ -339,7 +340,7 @@ static uint64_t decide(struct kvs_reclaimer *r, struct item *it, const struct kv
 		return 0;
 	}
 	if (r->no_evict || ((access || r->keep_cold) && *copied + it->len <= seg_bytes / 8 * COPY_LIMIT_EIGHTHS)) {
-		ns = copy_forward(r, it);
+		ns = copy_forward(r, it, fetched);
 		if (ns) {
 			*copied += kvi_obj_footprint(it->len);
 			st->moved++;

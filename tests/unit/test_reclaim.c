@@ -302,6 +302,26 @@ Test(reclaim, a_batch_that_switches_every_slot_of_its_buckets_copies_every_item_
 	kvc_destroy(b);
 }
 
+/* The header flags of the object of key's slot (asserting there is one). */
+static uint8_t obj_flags_of(const char *key)
+{
+	struct kvi_keyhash kh = kvt_hash_of(&env, key);
+
+	for (unsigned w = 0; w < 2; w++)
+		for (unsigned i = 0; i < KVI_SLOTS_PER_BUCKET; i++) {
+			uint64_t sl = *kvt_slot_ptr(&env, kh.b[w], i);
+			const struct kvi_obj_hdr *h;
+
+			if (!sl || kvi_slot_fp(sl) != (kh.fp & ((1u << KVI_SLOT_FP_BITS) - 1)))
+				continue;
+			h = (const void *)(kvt_base(&env) + kvi_slot_obj_off(sl));
+			if (h->key_len == strlen(key) && memcmp(h + 1, key, h->key_len) == 0)
+				return h->flags;
+		}
+	cr_assert_fail("%s has no slot", key);
+	return 0;
+}
+
 Test(reclaim, expired_items_are_cleared_and_counted)
 {
 	kvc_t *a = client(NULL, 0);
@@ -321,6 +341,9 @@ Test(reclaim, expired_items_are_cleared_and_counted)
 	cr_expect_eq(st.rc.expired_unfetched, 20);
 	cr_expect_eq(st.rc.evictions, 0, "a segment of mostly garbage evicts nothing");
 	cr_expect_eq(st.rc.moved, 1, "the one live item, unread, was kept");
+	/* ... and its copy was not taken for one that had been read: evicted
+	 * later, it counts as evicted_unfetched. */
+	cr_expect_eq(obj_flags_of("forever") & KVI_OBJ_F_FETCHED, 0, "an unread item's copy is marked fetched");
 	for (unsigned i = 0; i < 20; i++) {
 		snprintf(k, sizeof(k), "ttl-%u", i);
 		cr_expect_eq(kvt_key_slots(&env, k, NULL, 0, NULL), 0, "%s still has a slot", k);
