@@ -110,6 +110,157 @@ Test(lincheck, history_lines_round_trip)
 	cr_expect_neq(lc_parse("c=1 k=1 op=G r=0 v=0 ttl=0 inv=5 cmp=2", &b), 0, "completes before it starts");
 }
 
+/* ---- memcached items: uniques and conditional stores ---------------------- */
+
+/* o with its item fields: uniq (a store's new unique, a GET's read one) and
+ * expect (CAS) */
+static struct lc_op U(struct lc_op o, uint64_t uniq, uint64_t expect)
+{
+	o.uniq = uniq;
+	o.expect = expect;
+	return o;
+}
+
+#define SET(key, v, u, ttl, inv, cmp) U(mk(LC_PUT, key, 0, v, ttl, inv, cmp), u, 0)
+#define GETU(key, v, u, inv, cmp) U(mk(LC_GET, key, LC_OK, v, 0, inv, cmp), u, 0)
+#define MISS(key, inv, cmp) mk(LC_GET, key, LC_ABSENT, 0, 0, inv, cmp)
+#define ADD(key, r, v, u, ttl, inv, cmp) U(mk(LC_ADD, key, r, v, ttl, inv, cmp), u, 0)
+#define REPL(key, r, v, u, ttl, inv, cmp) U(mk(LC_REPLACE, key, r, v, ttl, inv, cmp), u, 0)
+#define CAS(key, r, v, u, e, inv, cmp) U(mk(LC_CAS, key, r, v, 0, inv, cmp), u, e)
+#define DEL(key, r, inv, cmp) mk(LC_DELETE, key, r, 0, 0, inv, cmp)
+
+Test(lincheck, items_legal_histories_pass)
+{
+	/* one client through every verb and refusal, in turn */
+	CHECK(1, SET(1, 1, 11, 0, 0, 1), GETU(1, 1, 11, 2, 3), CAS(1, LC_OK, 2, 12, 11, 4, 5), GETU(1, 2, 12, 6, 7),
+	      CAS(1, LC_EXISTS, 0, 0, 11, 8, 9), REPL(1, LC_OK, 3, 13, 0, 10, 11), DEL(1, LC_OK, 12, 13),
+	      CAS(1, LC_ABSENT, 0, 0, 13, 14, 15), REPL(1, LC_NOTSTORED, 0, 0, 0, 16, 17),
+	      ADD(1, LC_OK, 4, 14, 0, 18, 19), ADD(1, LC_NOTSTORED, 0, 0, 0, 20, 21), GETU(1, 4, 14, 22, 23));
+	/* two CAS racing from one read: one stores, the other finds another unique */
+	CHECK(1, SET(1, 1, 11, 0, 0, 1), GETU(1, 1, 11, 2, 3), CAS(1, LC_EXISTS, 0, 0, 11, 4, 10),
+	      CAS(1, LC_OK, 2, 12, 11, 5, 9), GETU(1, 2, 12, 11, 12));
+	/* two ADD racing on an absent key: one stores */
+	CHECK(1, ADD(1, LC_NOTSTORED, 0, 0, 0, 0, 10), ADD(1, LC_OK, 2, 12, 0, 1, 9), GETU(1, 2, 12, 11, 12));
+	/* concurrent with a SET, a REPLACE may find the key either way */
+	CHECK(1, REPL(1, LC_OK, 2, 12, 0, 0, 10), SET(1, 1, 11, 0, 1, 9), GETU(1, 2, 12, 11, 12));
+	CHECK(1, REPL(1, LC_NOTSTORED, 0, 0, 0, 0, 10), SET(1, 1, 11, 0, 1, 9), GETU(1, 1, 11, 11, 12));
+	/* an expired item is absent to conditional stores: ADD stores, REPLACE
+	 * and CAS are refused; alive, the other way round */
+	CHECK(1, SET(1, 1, 11, 100, 0, 1), ADD(1, LC_NOTSTORED, 0, 0, 0, 50, 51), ADD(1, LC_OK, 2, 12, 0, 200, 201),
+	      GETU(1, 2, 12, 300, 301));
+	CHECK(1, SET(1, 1, 11, 100, 0, 1), REPL(1, LC_OK, 2, 12, 100, 50, 51), CAS(1, LC_ABSENT, 0, 0, 12, 200, 201),
+	      REPL(1, LC_NOTSTORED, 0, 0, 0, 202, 203), MISS(1, 204, 205));
+	/* a store with a TTL sets its own expiry: REPLACE's item lives 100 ms from
+	 * its own point */
+	CHECK(1, SET(1, 1, 11, 100, 0, 1), REPL(1, LC_OK, 2, 12, 100, 90, 91), GETU(1, 2, 12, 150, 151),
+	      MISS(1, 200, 201));
+	/* GETs that record no unique check values only (histories without items) */
+	CHECK(1, SET(1, 1, 11, 0, 0, 1), mk(LC_GET, 1, LC_OK, 1, 0, 2, 3), SET(1, 2, 12, 0, 4, 5),
+	      mk(LC_GET, 1, LC_OK, 2, 0, 6, 7));
+}
+
+Test(lincheck, items_illegal_histories_are_caught)
+{
+	/* two CAS with the same expected unique both store */
+	CHECK(0, SET(1, 1, 11, 0, 0, 1), CAS(1, LC_OK, 2, 12, 11, 2, 10), CAS(1, LC_OK, 3, 13, 11, 3, 11));
+	/* ... even one after the other, or after a newer store */
+	CHECK(0, SET(1, 1, 11, 0, 0, 1), CAS(1, LC_OK, 2, 12, 11, 2, 3), CAS(1, LC_OK, 3, 13, 11, 4, 5));
+	CHECK(0, SET(1, 1, 11, 0, 0, 1), SET(1, 2, 12, 0, 2, 3), CAS(1, LC_OK, 3, 13, 11, 4, 5));
+	/* CAS refusals that lie: EXISTS with the item's own unique; NOTFOUND on a live item */
+	CHECK(0, SET(1, 1, 11, 0, 0, 1), CAS(1, LC_EXISTS, 0, 0, 11, 2, 3));
+	CHECK(0, SET(1, 1, 11, 0, 0, 1), CAS(1, LC_ABSENT, 0, 0, 11, 2, 3));
+	CHECK(0, SET(1, 1, 11, 100, 0, 1), CAS(1, LC_ABSENT, 0, 0, 11, 50, 51));
+	/* ADD stores while a live value is present (without, and with a TTL not run out) */
+	CHECK(0, SET(1, 1, 11, 0, 0, 1), ADD(1, LC_OK, 2, 12, 0, 2, 3));
+	CHECK(0, SET(1, 1, 11, 100, 0, 1), ADD(1, LC_OK, 2, 12, 0, 50, 51));
+	/* two racing ADDs on an absent key both store */
+	CHECK(0, ADD(1, LC_OK, 1, 11, 0, 0, 10), ADD(1, LC_OK, 2, 12, 0, 1, 9));
+	/* ADD refused on an absent key: never stored, deleted, expired */
+	CHECK(0, ADD(1, LC_NOTSTORED, 0, 0, 0, 0, 1));
+	CHECK(0, SET(1, 1, 11, 0, 0, 1), DEL(1, LC_OK, 2, 3), ADD(1, LC_NOTSTORED, 0, 0, 0, 4, 5));
+	CHECK(0, SET(1, 1, 11, 100, 0, 1), ADD(1, LC_NOTSTORED, 0, 0, 0, 200, 201));
+	/* REPLACE stores on an absent key: never stored, deleted, expired */
+	CHECK(0, REPL(1, LC_OK, 1, 11, 0, 0, 1));
+	CHECK(0, SET(1, 1, 11, 0, 0, 1), DEL(1, LC_OK, 2, 3), REPL(1, LC_OK, 2, 12, 0, 4, 5));
+	CHECK(0, SET(1, 1, 11, 100, 0, 1), REPL(1, LC_OK, 2, 12, 0, 200, 201));
+	/* REPLACE refused on a live item */
+	CHECK(0, SET(1, 1, 11, 0, 0, 1), REPL(1, LC_NOTSTORED, 0, 0, 0, 2, 3));
+	/* a GET returns a unique no store produced */
+	CHECK(0, SET(1, 1, 11, 0, 0, 1), GETU(1, 1, 19, 2, 3));
+	/* ... or a stale one after a newer store completed: the values are equal,
+	 * the uniques tell them apart (without uniques it passes) */
+	CHECK(0, SET(1, 1, 11, 0, 0, 1), SET(1, 1, 12, 0, 2, 3), GETU(1, 1, 11, 4, 5));
+	CHECK(1, SET(1, 1, 11, 0, 0, 1), SET(1, 1, 12, 0, 2, 3), GETU(1, 1, 0, 4, 5));
+	/* ... or the unique of what a CAS replaced */
+	CHECK(0, SET(1, 1, 11, 0, 0, 1), CAS(1, LC_OK, 1, 12, 11, 2, 3), GETU(1, 1, 11, 4, 5));
+	/* two stores told one unique (of one key, of two keys) */
+	CHECK(0, SET(1, 1, 11, 0, 0, 1), SET(1, 2, 11, 0, 2, 3));
+	CHECK(0, SET(1, 1, 11, 0, 0, 1), SET(2, 2, 11, 0, 2, 3));
+	/* a GET of one key returns the unique of another key's item */
+	CHECK(0, SET(1, 1, 11, 0, 0, 1), SET(2, 1, 12, 0, 0, 1), GETU(2, 1, 11, 2, 3));
+}
+
+Test(lincheck, items_with_unknown_outcomes)
+{
+	/* a CAS whose outcome is unknown may have stored: its unique, not told,
+	 * is learnt from the first GET that sees its item ... */
+	CHECK(1, SET(1, 1, 11, 0, 0, 1), CAS(1, 0, 2, 0, 11, 2, -1), GETU(1, 2, 17, 10, 11), GETU(1, 2, 17, 12, 13));
+	/* ... and cannot change afterwards */
+	CHECK(0, SET(1, 1, 11, 0, 0, 1), CAS(1, 0, 2, 0, 11, 2, -1), GETU(1, 2, 17, 10, 11), GETU(1, 2, 18, 12, 13));
+	/* ... nor be one another store was told */
+	CHECK(0, SET(1, 1, 11, 0, 0, 1), CAS(1, 0, 2, 0, 11, 2, -1), SET(1, 3, 13, 0, 20, 21), GETU(1, 2, 13, 10, 11));
+	/* or it may not have stored */
+	CHECK(1, SET(1, 1, 11, 0, 0, 1), CAS(1, 0, 2, 0, 11, 2, -1), GETU(1, 1, 11, 10, 11));
+	/* if it stored, its condition held: not after another CAS took the unique away */
+	CHECK(1, SET(1, 1, 11, 0, 0, 1), CAS(1, 0, 2, 0, 11, 2, -1), CAS(1, LC_OK, 3, 13, 11, 5, 6),
+	      GETU(1, 3, 13, 7, 8));
+	CHECK(0, SET(1, 1, 11, 0, 0, 1), CAS(1, 0, 2, 0, 11, 2, -1), CAS(1, LC_OK, 3, 13, 11, 5, 6),
+	      GETU(1, 3, 13, 7, 8), GETU(1, 2, 17, 10, 11));
+	/* a CAS of the unique an unknown store made: the unique learnt by a GET */
+	CHECK(1, SET(1, 1, 11, 0, 0, 1), SET(1, 2, 0, 0, 2, -1), GETU(1, 2, 17, 10, 11), CAS(1, LC_OK, 3, 13, 17, 12, 13),
+	      GETU(1, 3, 13, 14, 15));
+	CHECK(0, SET(1, 1, 11, 0, 0, 1), SET(1, 2, 0, 0, 2, -1), GETU(1, 2, 17, 10, 11), CAS(1, LC_OK, 3, 13, 18, 12, 13));
+	/* an ADD whose outcome is unknown cannot have stored over a live item ... */
+	CHECK(0, SET(1, 1, 11, 0, 0, 1), ADD(1, 0, 2, 0, 0, 2, -1), GETU(1, 2, 17, 10, 11));
+	/* ... but over an expired one it can, or not at all */
+	CHECK(1, SET(1, 1, 11, 100, 0, 1), ADD(1, 0, 2, 0, 0, 2, -1), GETU(1, 2, 17, 200, 201));
+	CHECK(1, SET(1, 1, 11, 100, 0, 1), ADD(1, 0, 2, 0, 0, 2, -1), MISS(1, 200, 201));
+	/* a REPLACE whose outcome is unknown cannot have stored on an absent key */
+	CHECK(0, REPL(1, 0, 2, 0, 0, 0, -1), GETU(1, 2, 17, 10, 11));
+	CHECK(1, SET(1, 1, 11, 0, 0, 1), REPL(1, 0, 2, 0, 0, 0, -1), GETU(1, 2, 17, 10, 11));
+}
+
+Test(lincheck, item_history_lines)
+{
+	struct lc_op a = CAS(3, LC_EXISTS, 9, 0, 77, 1.5, 2.5), b;
+	struct lc_op g = GETU(3, 9, 123456789012345ull, 1.5, -1);
+	const char *old = "c=2 k=5 op=G r=0 v=42 ttl=0 inv=100 cmp=200\n";
+	char line[LC_LINE_MAX];
+
+	lc_format(&a, line, sizeof(line));
+	cr_assert_eq(lc_parse(line, &b), 0, "%s", line);
+	cr_expect(memcmp(&a, &b, sizeof(a)) == 0, "%s", line);
+	cr_expect(strstr(line, " cas=77\n") != NULL, "%s", line);
+	lc_format(&g, line, sizeof(line));
+	cr_assert_eq(lc_parse(line, &b), 0, "%s", line);
+	cr_expect(memcmp(&g, &b, sizeof(g)) == 0, "%s", line);
+	/* a line without item fields reads and writes as it always did */
+	cr_assert_eq(lc_parse(old, &b), 0);
+	cr_expect_eq(b.uniq, 0);
+	lc_format(&b, line, sizeof(line));
+	cr_expect_str_eq(line, old);
+	cr_expect_eq(lc_parse("c=1 k=1 op=A r=2 v=0 ttl=0 inv=1 cmp=2", &b), 0);
+	cr_expect_eq(b.kind, LC_ADD);
+	cr_expect_eq(lc_parse("c=1 k=1 op=R r=0 v=5 ttl=9 inv=1 cmp=-1 u=4\r\n", &b), 0);
+	cr_expect(b.kind == LC_REPLACE && b.uniq == 4 && b.cmp == LC_NEVER);
+	cr_expect_neq(lc_parse("c=1 k=1 op=C r=0 v=5 ttl=0 inv=1 cmp=2 u=4", &b), 0, "a CAS names its expected unique");
+	cr_expect_neq(lc_parse("c=1 k=1 op=A r=3 v=0 ttl=0 inv=1 cmp=2", &b), 0, "ADD is not refused with EXISTS");
+	cr_expect_neq(lc_parse("c=1 k=1 op=R r=1 v=0 ttl=0 inv=1 cmp=2", &b), 0, "REPLACE is not refused with ABSENT");
+	cr_expect_neq(lc_parse("c=1 k=1 op=G r=2 v=0 ttl=0 inv=1 cmp=2", &b), 0);
+	cr_expect_neq(lc_parse("c=1 k=1 op=G r=0 v=0 ttl=0 inv=1 cmp=2 cas=3", &b), 0, "cas= only on a CAS");
+	cr_expect_neq(lc_parse("c=1 k=1 op=G r=0 v=0 ttl=0 inv=1 cmp=2 x", &b), 0, "trailing words");
+}
+
 /* ---- concurrent histories of real clients ---------------------------------- */
 
 #define THREADS 4
