@@ -4,8 +4,10 @@
  * few milliseconds expiring mid-history, READs and WRITEs stretched at random
  * by hooks, and (every other seed) the server's reclaimer moving items
  * underneath; then histories with two operations in flight per client and
- * commits executing late while the reclaimer runs. Every history
- * must be linearizable (lincheck.h for the model). */
+ * commits executing late while the reclaimer runs; then histories of
+ * memcached items (kvc_get_item, conditional stores, CAS read-modify-write
+ * loops) with the reclaimer running. Every history must be linearizable
+ * (lincheck.h for the model). */
 #include <criterion/criterion.h>
 #include <inttypes.h>
 #include <pthread.h>
@@ -541,4 +543,262 @@ Test(lincheck, concurrent_histories_of_real_clients_are_linearizable, .timeout =
 Test(lincheck, histories_with_commits_landing_late_while_the_reclaimer_runs, .timeout = 300)
 {
 	histories(8, 110, 100);
+}
+
+/* ---- memcached items over real clients ------------------------------------- */
+
+/* Clients mix kvc_get_item, SET, DELETE, ADD, REPLACE and read-modify-write
+ * loops (kvc_get_item, then CAS with the unique read; retried on EXISTS) on
+ * a few hot keys (and now and then a few cold ones, whose items live long
+ * enough to be copied forward), a third of the stores with TTLs of a few
+ * milliseconds, while the reclaimer moves items underneath. Every history, uniques
+ * included, must be linearizable. */
+#define ITEM_THREADS 4
+#define ITEM_HOT 3  /* keys most operations go to */
+#define ITEM_COLD 8 /* keys written seldom: their items stay long enough to be copied forward */
+#define ITEM_OPS 300 /* recorded operations per client and history */
+#define ITEM_SEEDS 10
+
+/* what the clients' conditional stores met, over all histories */
+struct item_counts {
+	uint64_t add[2], repl[2], cas[3]; /* [0] stored; add, repl: [1] not stored; cas: [1] exists, [2] not found */
+	uint64_t unknown, failed, rmw_retries;
+};
+
+struct item_worker {
+	pthread_t t;
+	struct kvt_env *env;
+	unsigned id;
+	uint64_t seed;
+	struct lc_op ops[ITEM_OPS];
+	size_t n;
+	struct item_counts c;
+	uint32_t stores; /* values: (id << 32) | stores, distinct in a history */
+	int broken; /* the handle must be replaced */
+	const char *why;
+};
+
+/* Record o (invoked at o->inv) with outcome rc; cas: the unique a GET read or
+ * a store was told. */
+static void item_record(struct item_worker *w, struct lc_op *o, int rc, uint64_t cas)
+{
+	o->cmp = lc_now_ns();
+	if (rc == KVC_EUNKNOWN) {
+		o->cmp = LC_NEVER;
+		w->c.unknown++;
+		w->broken = 1;
+	} else if (rc == KVC_ECORRUPT) {
+		w->why = "KVC_ECORRUPT: a slot names an object that is not there";
+		return;
+	} else if (rc && rc != KVC_ENOTFOUND && rc != KVC_ENOTSTORED && rc != KVC_EEXISTS) {
+		w->c.failed++; /* changed nothing: left out; the handle may be broken */
+		w->broken = 1;
+		return;
+	}
+	if (rc == 0 && o->kind != LC_DELETE)
+		o->uniq = cas;
+	switch (rc) {
+	case 0:
+		o->result = LC_OK;
+		break;
+	case KVC_ENOTFOUND:
+		o->result = LC_ABSENT;
+		if (o->kind != LC_GET && o->kind != LC_DELETE && o->kind != LC_CAS)
+			w->why = "a SET, ADD or REPLACE answered KVC_ENOTFOUND";
+		break;
+	case KVC_ENOTSTORED:
+		o->result = LC_NOTSTORED;
+		if (o->kind != LC_ADD && o->kind != LC_REPLACE)
+			w->why = "KVC_ENOTSTORED from neither ADD nor REPLACE";
+		break;
+	case KVC_EEXISTS:
+		o->result = LC_EXISTS;
+		if (o->kind != LC_CAS)
+			w->why = "KVC_EEXISTS from no CAS";
+		break;
+	}
+	if (o->cmp != LC_NEVER && o->kind == LC_ADD)
+		w->c.add[o->result == LC_OK ? 0 : 1]++;
+	if (o->cmp != LC_NEVER && o->kind == LC_REPLACE)
+		w->c.repl[o->result == LC_OK ? 0 : 1]++;
+	if (o->cmp != LC_NEVER && o->kind == LC_CAS)
+		w->c.cas[o->result == LC_OK ? 0 : o->result == LC_EXISTS ? 1 : 2]++;
+	if (w->n < ITEM_OPS)
+		w->ops[w->n++] = *o;
+	else /* dropping one that took effect would make the history lie */
+		w->why = "more operations than the history holds";
+}
+
+/* kvc_get_item into the history; 0 with *cas the unique read */
+static int item_get(struct item_worker *w, kvc_t *h, unsigned key, const char *k, uint64_t *cas)
+{
+	struct lc_op o = { .key = key, .client = (uint16_t)w->id, .kind = LC_GET };
+	char got[3100];
+	size_t len = 0;
+	int rc;
+
+	*cas = 0;
+	o.inv = lc_now_ns();
+	rc = kvc_get_item(h, k, strlen(k), got, sizeof(got) - 1, &len, NULL, cas);
+	got[rc == 0 ? len : 0] = '\0';
+	if (rc == 0 && sscanf(got, "v%" SCNu64 ":", &o.value) != 1)
+		w->why = "a GET returned bytes no client wrote";
+	item_record(w, &o, rc, *cas);
+	return rc;
+}
+
+/* A store of mode (expect: CAS's unique) into the history; its value is
+ * unique to this client and step. */
+static int item_store(struct item_worker *w, kvc_t *h, uint64_t *rng, unsigned key, const char *k, int mode,
+		      uint64_t expect)
+{
+	static const uint8_t kind[] = { [KVC_STORE_SET] = LC_PUT, [KVC_STORE_ADD] = LC_ADD,
+					[KVC_STORE_REPLACE] = LC_REPLACE, [KVC_STORE_CAS] = LC_CAS };
+	struct lc_op o = { .key = key, .client = (uint16_t)w->id, .kind = kind[mode], .expect = expect };
+	uint64_t ttl = lc_rand(rng) % 3 == 0 ? 1 + lc_rand(rng) % 8 : 0, cas = 0;
+	char v[3100];
+	int rc;
+
+	o.value = ((uint64_t)w->id << 32) | ++w->stores;
+	o.ttl_ns = ttl * MSN;
+	snprintf(v, sizeof(v), "v%" PRIu64 ":%0*u", o.value, (int)(lc_rand(rng) % 3000), 0);
+	o.inv = lc_now_ns();
+	rc = kvc_store(h, mode, k, strlen(k), v, strlen(v), (uint32_t)o.value, ttl, expect, &cas);
+	item_record(w, &o, rc, cas);
+	return rc;
+}
+
+#define RMW_TRIES 4
+
+static void *item_worker_main(void *arg)
+{
+	struct item_worker *w = arg;
+	struct kvi_local_hooks hk = { .before_op = stretch, .after_read = hold_read };
+	uint64_t rng = w->seed * 0x9e3779b97f4a7c15ull + w->id + 1000;
+	kvc_t *h = NULL;
+	char k[16];
+
+	hook_rng = rng ^ 0x5555;
+	/* room for a whole read-modify-write loop */
+	while (w->n + 2 * RMW_TRIES <= ITEM_OPS && !w->why) {
+		unsigned key = lc_rand(&rng) % 16 ? (unsigned)(lc_rand(&rng) % ITEM_HOT)
+						 : ITEM_HOT + (unsigned)(lc_rand(&rng) % ITEM_COLD);
+		unsigned dice = (unsigned)(lc_rand(&rng) % 100);
+		uint64_t cas;
+
+		if (!h && kvt_env_client(w->env, &hk, lc_rand(&rng) % 2 ? 64 : 0, 1, &h)) {
+			w->why = "cannot open a client";
+			break;
+		}
+		snprintf(k, sizeof(k), "item-%u", key);
+		if (dice < 25) {
+			item_get(w, h, key, k, &cas);
+		} else if (dice < 40) {
+			item_store(w, h, &rng, key, k, KVC_STORE_SET, 0);
+		} else if (dice < 50) {
+			struct lc_op o = { .key = key, .client = (uint16_t)w->id, .kind = LC_DELETE };
+
+			o.inv = lc_now_ns();
+			item_record(w, &o, kvc_delete(h, k, strlen(k)), 0);
+		} else if (dice < 62) {
+			item_store(w, h, &rng, key, k, KVC_STORE_ADD, 0);
+		} else if (dice < 74) {
+			item_store(w, h, &rng, key, k, KVC_STORE_REPLACE, 0);
+		} else {
+			/* read-modify-write: CAS with the unique read, again while
+			 * another client's store got in between; ADD when absent */
+			for (unsigned t = 0; t < RMW_TRIES && !w->broken; t++) {
+				int rc = item_get(w, h, key, k, &cas);
+
+				if (w->broken)
+					break;
+				rc = rc == KVC_ENOTFOUND ? item_store(w, h, &rng, key, k, KVC_STORE_ADD, 0)
+							 : item_store(w, h, &rng, key, k, KVC_STORE_CAS, cas);
+				if (rc != KVC_EEXISTS && rc != KVC_ENOTSTORED)
+					break;
+				w->c.rmw_retries++;
+			}
+		}
+		if (w->broken) { /* a new handle; its locks released as kvserver does */
+			uint32_t id = kvi_client_conn(h, 0)->rm->client_id;
+
+			kvc_destroy(h);
+			h = NULL;
+			kvt_env_fence_locks(w->env, id);
+			w->broken = 0;
+			continue;
+		}
+		/* let TTLs run out mid-history and segments settle */
+		usleep((useconds_t)(lc_rand(&rng) % 3000));
+	}
+	kvc_destroy(h);
+	return NULL;
+}
+
+Test(lincheck, item_histories_with_conditional_stores_and_the_reclaimer, .timeout = 300)
+{
+	struct lc_op *all = malloc(sizeof(struct lc_op) * ITEM_THREADS * ITEM_OPS);
+	uint64_t ops = 0, states = 0, reclaimed = 0, moved = 0, expired = 0;
+	struct item_counts c = { 0 };
+
+	cr_assert(all);
+	for (uint64_t seed = 1; seed <= ITEM_SEEDS; seed++) {
+		struct kvs_core_opts o = { .segment_size = 64u << 10, .max_op_ms = 50, .quarantine_ms = 110,
+					   .no_evict = 1 };
+		static struct item_worker w[ITEM_THREADS];
+		struct kvs_reclaimer *rcl = NULL;
+		struct kvs_core_stats cs;
+		struct lc_report rep;
+		struct kvt_env env;
+		void *rret = NULL;
+		pthread_t rt;
+		size_t n = 0;
+
+		cr_assert_eq(kvt_env_init_opts(&env, 2, &o), 0);
+		g_stop = 0;
+		cr_assert_eq(kvt_env_reclaimer(&env, NULL, &rcl), 0);
+		cr_assert_eq(pthread_create(&rt, NULL, reclaimer_main, rcl), 0);
+		for (unsigned i = 0; i < ITEM_THREADS; i++) {
+			w[i] = (struct item_worker){ .env = &env, .id = i + 1, .seed = seed };
+			cr_assert_eq(pthread_create(&w[i].t, NULL, item_worker_main, &w[i]), 0);
+		}
+		for (unsigned i = 0; i < ITEM_THREADS; i++)
+			pthread_join(w[i].t, NULL);
+		__atomic_store_n(&g_stop, 1, __ATOMIC_RELEASE);
+		pthread_join(rt, &rret);
+		cr_assert_null(rret, "%s", (const char *)rret);
+		for (unsigned i = 0; i < ITEM_THREADS; i++) {
+			cr_assert_null(w[i].why, "seed %" PRIu64 " client %u: %s", seed, i + 1, w[i].why);
+			memcpy(all + n, w[i].ops, w[i].n * sizeof(struct lc_op));
+			n += w[i].n;
+			for (unsigned j = 0; j < 2; j++) {
+				c.add[j] += w[i].c.add[j];
+				c.repl[j] += w[i].c.repl[j];
+			}
+			for (unsigned j = 0; j < 3; j++)
+				c.cas[j] += w[i].c.cas[j];
+			c.unknown += w[i].c.unknown;
+			c.failed += w[i].c.failed;
+			c.rmw_retries += w[i].c.rmw_retries;
+		}
+		kvs_core_stats(env.srv.core, &cs);
+		reclaimed += cs.rc.segments;
+		moved += cs.rc.moved;
+		expired += cs.rc.expired;
+		cr_assert_eq(lc_check(all, n, 2000000, &rep), 1, "seed %" PRIu64 ": %s", seed, rep.why);
+		ops += n;
+		states += rep.states;
+		kvs_reclaim_destroy(rcl);
+		kvt_env_fini(&env);
+	}
+	/* the conditional stores met both of their answers */
+	cr_expect(c.add[0] && c.add[1] && c.repl[0] && c.repl[1] && c.cas[0] && c.cas[1]);
+	printf("lincheck items: %d histories, %" PRIu64 " operations (%" PRIu64 " unknown outcomes, %" PRIu64
+	       " failed and left out), %" PRIu64 " search states; add %" PRIu64 " stored / %" PRIu64
+	       " not stored, replace %" PRIu64 " / %" PRIu64 ", cas %" PRIu64 " stored / %" PRIu64 " exists / %" PRIu64
+	       " not found, %" PRIu64 " read-modify-write retries; %" PRIu64 " segments reclaimed meanwhile (%" PRIu64
+	       " items moved, %" PRIu64 " expired): 0 violations\n",
+	       ITEM_SEEDS, ops, c.unknown, c.failed, states, c.add[0], c.add[1], c.repl[0], c.repl[1], c.cas[0],
+	       c.cas[1], c.cas[2], c.rmw_retries, reclaimed, moved, expired);
+	free(all);
 }
