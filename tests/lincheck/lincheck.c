@@ -13,8 +13,9 @@
 
 /* The model's state after some prefix of a linearization. */
 struct lstate {
-	uint64_t cur;    /* index of the PUT whose value is current, or NONE (absent) */
+	uint64_t cur;    /* index of the store whose item is current, or NONE (absent) */
 	uint64_t lo, hi; /* the current item's expiry lies in [lo, hi] (ns); unused without TTL */
+	uint64_t uniq;   /* the current item's unique; 0: not known yet (see lincheck.h) */
 	uint64_t t;      /* linearization point of the last operation */
 };
 
@@ -25,6 +26,10 @@ struct memo {
 
 struct search {
 	const struct lc_op *op; /* this key's operations, by invocation */
+	/* GET and CAS: 1 when the unique they read or expect was told to a
+	 * store of this key, so that an item whose unique is not known cannot
+	 * have it */
+	uint8_t *owned;
 	size_t m, words;
 	uint64_t *done; /* bitset: linearized */
 	size_t ndone;
@@ -89,6 +94,86 @@ static int has_ttl(const struct search *s, const struct lstate *st)
 	return st->cur != NONE && s->op[st->cur].ttl_ns != 0;
 }
 
+static int is_store(int kind)
+{
+	return kind == LC_PUT || kind == LC_ADD || kind == LC_REPLACE || kind == LC_CAS;
+}
+
+/* Can the current item be alive at g? Then narrow its expiry (E > g). */
+static int alive_at(const struct search *s, const struct lstate *st, uint64_t g, struct lstate *nx)
+{
+	if (st->cur == NONE)
+		return 0;
+	if (has_ttl(s, st)) {
+		if (st->hi <= g)
+			return 0; /* expired by then for sure */
+		if (nx->lo < g + 1)
+			nx->lo = g + 1;
+	}
+	return 1;
+}
+
+/* Can the key be absent at a point >= *g: no item, or it expired (E <= the
+ * point, which must then be at least the window's start)? Moves *g there. */
+static int absent_from(const struct search *s, const struct lstate *st, uint64_t *g)
+{
+	if (st->cur == NONE)
+		return 1;
+	if (!has_ttl(s, st))
+		return 0;
+	if (*g < st->lo)
+		*g = st->lo;
+	return 1;
+}
+
+/* Could the current item's unique be u? Once known it is; before (a store
+ * whose outcome is unknown made it), any unique no store of the key was told. */
+static int uniq_may_be(const struct lstate *st, uint64_t u, int owned)
+{
+	return st->uniq ? st->uniq == u : !owned;
+}
+
+static void set_absent(struct lstate *nx)
+{
+	nx->cur = NONE; /* an expired item is dead for every later point */
+	nx->lo = nx->hi = nx->uniq = 0;
+}
+
+/* Store i takes effect at g: its item is current. */
+static void store_at(const struct search *s, size_t i, uint64_t g, struct lstate *nx)
+{
+	const struct lc_op *o = &s->op[i];
+
+	nx->cur = i;
+	nx->lo = o->inv + o->ttl_ns;
+	nx->hi = o->cmp == LC_NEVER ? UINT64_MAX : o->cmp + o->ttl_ns + MS;
+	nx->uniq = o->uniq;
+	nx->t = g;
+}
+
+/* A store whose outcome is unknown: it takes effect where its condition can
+ * hold, else it changes nothing (never taking effect at all is the same as
+ * being placed last: see lincheck.h). */
+static int step_unknown_store(const struct search *s, size_t i, const struct lstate *st, uint64_t g,
+			      struct lstate *nx)
+{
+	const struct lc_op *o = &s->op[i];
+	uint64_t ga = g;
+
+	if (o->kind == LC_PUT || (o->kind == LC_ADD && absent_from(s, st, &ga))) {
+		store_at(s, i, o->kind == LC_ADD ? ga : g, nx);
+		return 1;
+	}
+	if ((o->kind == LC_REPLACE || (o->kind == LC_CAS && uniq_may_be(st, o->expect, s->owned[i]))) &&
+	    alive_at(s, st, g, nx)) {
+		store_at(s, i, g, nx);
+		return 1;
+	}
+	*nx = *st; /* refused: nothing changes */
+	nx->t = g;
+	return 1;
+}
+
 /* Apply operation i at the earliest point >= max(t, its invocation) that its
  * result allows; 0 if its result is impossible in state st. */
 static int step(const struct search *s, size_t i, const struct lstate *st, struct lstate *nx)
@@ -98,40 +183,68 @@ static int step(const struct search *s, size_t i, const struct lstate *st, struc
 	int unknown = o->cmp == LC_NEVER;
 
 	*nx = *st;
-	if (o->kind == LC_PUT) {
-		nx->cur = i;
-		nx->lo = o->inv + o->ttl_ns;
-		nx->hi = unknown ? UINT64_MAX : o->cmp + o->ttl_ns + MS;
-		nx->t = g;
-		return 1;
-	}
+	if (is_store(o->kind) && unknown)
+		return step_unknown_store(s, i, st, g, nx);
 	if (o->kind == LC_DELETE && unknown) { /* removed, or found nothing: absent either way */
-		nx->cur = NONE;
+		set_absent(nx);
 		nx->t = g;
 		return 1;
 	}
-	if (o->result == LC_OK) { /* GET hit, or DELETE of a live item */
-		if (st->cur == NONE || (o->kind == LC_GET && s->op[st->cur].value != o->value))
-			return 0;
-		if (has_ttl(s, st)) {
-			if (st->hi <= g)
-				return 0; /* expired by then for sure */
-			if (nx->lo < g + 1)
-				nx->lo = g + 1; /* E > g */
+	switch (o->kind) {
+	case LC_PUT:
+		store_at(s, i, g, nx);
+		return 1;
+	case LC_ADD:
+		if (o->result == LC_OK) {
+			if (!absent_from(s, st, &g))
+				return 0;
+			store_at(s, i, g, nx);
+			return 1;
 		}
-		if (o->kind == LC_DELETE)
-			nx->cur = NONE;
+		if (!alive_at(s, st, g, nx)) /* LC_NOTSTORED: a live item */
+			return 0;
+		nx->t = g;
+		return 1;
+	case LC_REPLACE:
+	case LC_CAS:
+		if (o->result == LC_OK || o->result == LC_EXISTS) {
+			if (!alive_at(s, st, g, nx))
+				return 0;
+			if (o->kind == LC_CAS && o->result == LC_OK && !uniq_may_be(st, o->expect, s->owned[i]))
+				return 0;
+			if (o->kind == LC_CAS && o->result == LC_EXISTS && st->uniq == o->expect)
+				return 0; /* (an item whose unique is not known may have another) */
+			if (o->result == LC_OK)
+				store_at(s, i, g, nx);
+			else
+				nx->t = g;
+			return 1;
+		}
+		break; /* refused for want of an item (REPLACE: LC_NOTSTORED, CAS: LC_ABSENT) */
+	case LC_GET:
+	case LC_DELETE:
+		if (o->result != LC_OK)
+			break;
+		if (!alive_at(s, st, g, nx))
+			return 0;
+		if (o->kind == LC_DELETE) {
+			set_absent(nx);
+		} else {
+			if (s->op[st->cur].value != o->value)
+				return 0;
+			if (o->uniq) { /* the item's unique: known, or learnt here */
+				if (!uniq_may_be(st, o->uniq, s->owned[i]))
+					return 0;
+				nx->uniq = o->uniq;
+			}
+		}
 		nx->t = g;
 		return 1;
 	}
-	/* Absent: no item, or the item had expired (E <= g). */
-	if (st->cur != NONE) {
-		if (!has_ttl(s, st))
-			return 0;
-		if (g < st->lo)
-			g = st->lo; /* E <= g needs g >= the window's start */
-	}
-	nx->cur = NONE; /* an expired item is dead for every later point */
+	/* Absent: no item, or the item had expired. */
+	if (!absent_from(s, st, &g))
+		return 0;
+	set_absent(nx);
 	nx->t = g;
 	return 1;
 }
@@ -179,33 +292,124 @@ static int by_key_then_inv(const void *a, const void *b)
 	return 0;
 }
 
+static int cmp_u64(const void *a, const void *b)
+{
+	uint64_t x = *(const uint64_t *)a, y = *(const uint64_t *)b;
+
+	return x < y ? -1 : x > y;
+}
+
+/* s->owned: which GETs and CASes read or expect a unique told to a store of
+ * this key. */
+static int find_owned(struct search *s)
+{
+	uint64_t *told = malloc(sizeof(uint64_t) * (s->m ? s->m : 1));
+	size_t nt = 0;
+
+	s->owned = calloc(s->m ? s->m : 1, 1);
+	if (!told || !s->owned) {
+		free(told);
+		return -1;
+	}
+	for (size_t i = 0; i < s->m; i++)
+		if (is_store(s->op[i].kind) && s->op[i].uniq)
+			told[nt++] = s->op[i].uniq;
+	qsort(told, nt, sizeof(*told), cmp_u64);
+	for (size_t i = 0; i < s->m; i++) {
+		uint64_t u = s->op[i].kind == LC_GET ? s->op[i].uniq : s->op[i].kind == LC_CAS ? s->op[i].expect : 0;
+
+		s->owned[i] = u && bsearch(&u, told, nt, sizeof(*told), cmp_u64) != NULL;
+	}
+	free(told);
+	return 0;
+}
+
 static int check_key(const struct lc_op *op, size_t m, uint64_t budget, struct lc_report *rep)
 {
 	struct search s = { .op = op, .m = m, .words = (m + 63) / 64, .budget = budget };
 	struct lstate st = { .cur = NONE };
-	int r;
+	int r = -1;
 
-	s.done = calloc(s.words, sizeof(uint64_t));
-	if (!s.done)
-		return -1;
-	r = dfs(&s, &st);
+	s.done = calloc(s.words ? s.words : 1, sizeof(uint64_t));
+	if (s.done && find_owned(&s) == 0)
+		r = dfs(&s, &st);
 	rep->states += s.states;
 	free(s.done);
+	free(s.owned);
 	free(s.memo.k);
+	return r;
+}
+
+/* Uniques across the whole history (lincheck.h): no two stores told the
+ * same one, and every operation that names one -- the store told it, GETs
+ * that returned it -- is of one key. 1 if so; 0 with rep filled; -1 out of
+ * memory. */
+struct told {
+	uint64_t uniq;
+	uint32_t key;
+	uint8_t store;
+};
+
+static int by_uniq_stores_first(const void *a, const void *b)
+{
+	const struct told *x = a, *y = b;
+
+	if (x->uniq != y->uniq)
+		return x->uniq < y->uniq ? -1 : 1;
+	return (int)y->store - (int)x->store;
+}
+
+static int check_uniques(const struct lc_op *ops, size_t n, struct lc_report *rep)
+{
+	struct told *t = malloc(sizeof(*t) * (n ? n : 1));
+	size_t nt = 0;
+	int r = 1;
+
+	if (!t)
+		return -1;
+	for (size_t i = 0; i < n; i++)
+		if (ops[i].uniq && (is_store(ops[i].kind) || (ops[i].kind == LC_GET && ops[i].result == LC_OK)))
+			t[nt++] = (struct told){ .uniq = ops[i].uniq, .key = ops[i].key,
+						 .store = (uint8_t)is_store(ops[i].kind) };
+	qsort(t, nt, sizeof(*t), by_uniq_stores_first);
+	for (size_t i = 1; i < nt && r == 1; i++) {
+		if (t[i].uniq != t[i - 1].uniq)
+			continue;
+		if (t[i].store) {
+			rep->bad_key = t[i].key;
+			snprintf(rep->why, sizeof(rep->why), "two stores (keys %" PRIu32 " and %" PRIu32
+				 ") were told one unique %" PRIu64, t[i - 1].key, t[i].key, t[i].uniq);
+			r = 0;
+		} else if (t[i].key != t[i - 1].key) {
+			rep->bad_key = t[i].key;
+			snprintf(rep->why, sizeof(rep->why), "a GET of key %" PRIu32 " returned unique %" PRIu64
+				 " of key %" PRIu32 "'s item", t[i].key, t[i].uniq, t[i - 1].key);
+			r = 0;
+		}
+	}
+	free(t);
 	return r;
 }
 
 int lc_check(struct lc_op *ops, size_t n, uint64_t max_states, struct lc_report *rep)
 {
 	size_t i = 0;
+	int r;
 
 	memset(rep, 0, sizeof(*rep));
 	rep->ok = 1;
 	rep->ops = n;
 	qsort(ops, n, sizeof(*ops), by_key_then_inv);
+	r = check_uniques(ops, n, rep);
+	if (r != 1) {
+		rep->ok = 0;
+		rep->truncated = r < 0;
+		if (r < 0)
+			snprintf(rep->why, sizeof(rep->why), "out of memory");
+		return r;
+	}
 	while (i < n) {
 		size_t j = i;
-		int r;
 
 		while (j < n && ops[j].key == ops[i].key)
 			j++;
@@ -224,32 +428,74 @@ int lc_check(struct lc_op *ops, size_t n, uint64_t max_states, struct lc_report 
 	return 1;
 }
 
+static const char kind_letter[] = "?PDGARC";
+
 void lc_format(const struct lc_op *op, char *buf, size_t len)
 {
-	static const char kind[] = "?PDG";
+	int w = snprintf(buf, len,
+			 "c=%u k=%" PRIu32 " op=%c r=%u v=%" PRIu64 " ttl=%" PRIu64 " inv=%" PRIu64 " cmp=%" PRId64,
+			 op->client, op->key, op->kind <= LC_CAS ? kind_letter[op->kind] : '?', op->result, op->value,
+			 op->ttl_ns, op->inv, op->cmp == LC_NEVER ? (int64_t)-1 : (int64_t)op->cmp);
 
-	snprintf(buf, len, "c=%u k=%" PRIu32 " op=%c r=%u v=%" PRIu64 " ttl=%" PRIu64 " inv=%" PRIu64 " cmp=%" PRId64 "\n",
-		 op->client, op->key, kind[op->kind & 3], op->result, op->value, op->ttl_ns, op->inv,
-		 op->cmp == LC_NEVER ? (int64_t)-1 : (int64_t)op->cmp);
+	/* item fields only when set: histories without items keep their lines */
+	if (w >= 0 && (size_t)w < len && op->uniq)
+		w += snprintf(buf + w, len - (size_t)w, " u=%" PRIu64, op->uniq);
+	if (w >= 0 && (size_t)w < len && op->kind == LC_CAS)
+		w += snprintf(buf + w, len - (size_t)w, " cas=%" PRIu64, op->expect);
+	if (w >= 0 && (size_t)w < len)
+		snprintf(buf + w, len - (size_t)w, "\n");
+}
+
+/* Which results each kind may have (bit per enum lc_result). P keeps
+ * accepting LC_ABSENT, which it always did (its result is ignored). */
+static unsigned results_of(int kind)
+{
+	switch (kind) {
+	case LC_PUT:
+	case LC_DELETE:
+	case LC_GET:
+		return 1u << LC_OK | 1u << LC_ABSENT;
+	case LC_ADD:
+	case LC_REPLACE:
+		return 1u << LC_OK | 1u << LC_NOTSTORED;
+	case LC_CAS:
+		return 1u << LC_OK | 1u << LC_ABSENT | 1u << LC_EXISTS;
+	}
+	return 0;
 }
 
 int lc_parse(const char *line, struct lc_op *op)
 {
 	unsigned c, r;
-	char k;
+	char k, *kp;
 	int64_t cmp;
+	int end = 0;
+	const char *p;
 
 	memset(op, 0, sizeof(*op));
-	if (sscanf(line, "c=%u k=%" SCNu32 " op=%c r=%u v=%" SCNu64 " ttl=%" SCNu64 " inv=%" SCNu64 " cmp=%" SCNd64, &c,
-		   &op->key, &k, &r, &op->value, &op->ttl_ns, &op->inv, &cmp) != 8)
+	if (sscanf(line, "c=%u k=%" SCNu32 " op=%c r=%u v=%" SCNu64 " ttl=%" SCNu64 " inv=%" SCNu64 " cmp=%" SCNd64 "%n",
+		   &c, &op->key, &k, &r, &op->value, &op->ttl_ns, &op->inv, &cmp, &end) != 8 || !end)
 		return -1;
 	op->client = (uint16_t)c;
 	op->result = (uint8_t)r;
-	op->kind = k == 'P' ? LC_PUT : k == 'D' ? LC_DELETE : k == 'G' ? LC_GET : 0;
+	kp = k ? strchr(kind_letter + 1, k) : NULL;
+	op->kind = kp ? (uint8_t)(kp - kind_letter) : 0;
 	op->cmp = cmp < 0 ? LC_NEVER : (uint64_t)cmp;
-	if (!op->kind || r > LC_ABSENT || (cmp >= 0 && op->cmp < op->inv))
+	if (!op->kind || r > LC_EXISTS || !(results_of(op->kind) >> r & 1) || (cmp >= 0 && op->cmp < op->inv))
 		return -1;
-	return 0;
+	/* then the optional fields, in order, and nothing else */
+	p = line + end;
+	end = 0;
+	if (sscanf(p, " u=%" SCNu64 "%n", &op->uniq, &end) == 1 && end)
+		p += end;
+	end = 0;
+	if (op->kind == LC_CAS) {
+		if (sscanf(p, " cas=%" SCNu64 "%n", &op->expect, &end) != 1 || !end)
+			return -1;
+		p += end;
+	}
+	p += strspn(p, " \t\r\n");
+	return *p ? -1 : 0;
 }
 
 uint64_t lc_now_ns(void)

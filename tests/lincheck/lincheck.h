@@ -2,22 +2,45 @@
  * Wing & Gong search with memoisation (as Lowe and Porcupine do), per key
  * (linearizability is local: a history is linearizable iff each key's
  * sub-history is), with TTLs modelled as common/layout.h "Expiry" defines
- * them.
+ * them, and memcached's items (kvclient.h kvc_store, kvc_get_item).
  *
- * The model of one key: absent, or a value v with an expiry E_v. E_v is not
- * observed directly: a PUT submitted at some moment inside [invoke, complete]
- * by the same clock sets E_v = that moment + ttl rounded up to the next
- * millisecond, so E_v lies in [invoke + ttl, complete + ttl + 1 ms]. The search
- * narrows that window as reads observe the item alive (E_v > their point) or
- * expired (E_v <= their point). Every operation is given a linearization point
- * inside its interval, non-decreasing along the order: the earliest possible
- * one, which is never worse for what follows (a read that needs the item
- * expired takes the earliest point after the window's start).
+ * The model of one key: absent, or an item -- a value v, a CAS unique u and
+ * an expiry E_v. E_v is not observed directly: a store submitted at some
+ * moment inside [invoke, complete] by the same clock sets E_v = that moment +
+ * ttl rounded up to the next millisecond, so E_v lies in [invoke + ttl,
+ * complete + ttl + 1 ms]. The search narrows that window as reads observe the
+ * item alive (E_v > their point) or expired (E_v <= their point); an expired
+ * item is absent to every operation, conditional stores included. Every
+ * operation is given a linearization point inside its interval,
+ * non-decreasing along the order: the earliest possible one, which is never
+ * worse for what follows (an operation that needs the item expired takes the
+ * earliest point after the window's start).
  *
- * Outcomes: a write with an unknown outcome (KVC_EUNKNOWN, or a process killed
- * mid-operation) completes at +infinity: it may take effect at any point after
- * its invocation, or never (placed last, it changes nothing observed).
- * Operations that failed cleanly are left out of the history by the caller. */
+ * Uniques: every store that took effect made an item with a unique no other
+ * store has. A store's unique is the one its client was told (0: not
+ * recorded, or its outcome is unknown); a GET that hit returns the item's.
+ * So a GET's unique names the very store it saw, which is much stronger than
+ * its value: it must be the current item's. A unique that no recorded store
+ * of the key was told can only be that of a store whose outcome is unknown:
+ * the first operation that sees such an item binds its unique, and later ones
+ * must agree (that two such stores got distinct uniques is not checked: their
+ * values tell them apart). Across the whole history, no two stores may have
+ * been told the same unique, and a GET of one key cannot return a unique a
+ * store of another key was told. Unique 0 in a GET: not recorded, only its
+ * value is checked (histories without uniques check as they always did).
+ *
+ * Conditional stores decide at their linearization point: ADD stores only if
+ * the key is absent (else LC_NOTSTORED), REPLACE only if it is present (else
+ * LC_NOTSTORED), CAS only if the item's unique is the expected one (else
+ * LC_EXISTS, or LC_ABSENT when there is no live item). A refused store
+ * changes nothing.
+ *
+ * Outcomes: a store or delete with an unknown outcome (KVC_EUNKNOWN, or a
+ * process killed mid-operation) completes at +infinity: it may take effect at
+ * any point after its invocation, or never (placed last, it changes nothing
+ * observed); a conditional one that takes effect does so at a point where its
+ * condition holds. Operations that failed cleanly are left out of the history
+ * by the caller. */
 #ifndef KVT_LINCHECK_H
 #define KVT_LINCHECK_H
 
@@ -27,20 +50,29 @@
 #define LC_NEVER UINT64_MAX /* complete time of an operation whose outcome is unknown */
 
 enum lc_kind {
-	LC_PUT = 1,    /* value (!= 0), ttl_ns (0 = none); result ignored */
-	LC_DELETE = 2, /* result: LC_OK (removed a live item) or LC_ABSENT */
-	LC_GET = 3,    /* result: LC_OK with value, or LC_ABSENT */
+	LC_PUT = 1,     /* a plain store (SET): value (!= 0), ttl_ns (0 = none), uniq; result ignored */
+	LC_DELETE = 2,  /* result: LC_OK (removed a live item) or LC_ABSENT */
+	LC_GET = 3,     /* result: LC_OK with value and uniq (0: not recorded), or LC_ABSENT */
+	LC_ADD = 4,     /* as LC_PUT if absent; result LC_OK (stored) or LC_NOTSTORED */
+	LC_REPLACE = 5, /* as LC_PUT if present; result LC_OK (stored) or LC_NOTSTORED */
+	LC_CAS = 6,     /* as LC_PUT if the item's unique is expect; result LC_OK (stored),
+			 * LC_EXISTS (another unique) or LC_ABSENT (no live item) */
 };
-enum lc_result { LC_OK = 0, LC_ABSENT = 1 };
+/* KVC_ codes: 0, KVC_ENOTFOUND, KVC_ENOTSTORED, KVC_EEXISTS. A result is
+ * ignored when the outcome is unknown (cmp = LC_NEVER). */
+enum lc_result { LC_OK = 0, LC_ABSENT = 1, LC_NOTSTORED = 2, LC_EXISTS = 3 };
 
 struct lc_op {
 	uint32_t key;   /* any id: histories are split by it */
 	uint8_t kind;   /* enum lc_kind */
 	uint8_t result; /* enum lc_result */
 	uint16_t client;
-	uint64_t value;  /* PUT: the value written; GET: the value read (LC_OK) */
-	uint64_t ttl_ns; /* PUT */
+	uint64_t value;  /* stores: the value written; GET: the value read (LC_OK) */
+	uint64_t ttl_ns; /* stores */
 	uint64_t inv, cmp; /* CLOCK_REALTIME ns; cmp = LC_NEVER if unknown */
+	uint64_t uniq;   /* stores that stored: the new item's unique; GET (LC_OK): the one
+			  * read; 0 = not known */
+	uint64_t expect; /* LC_CAS: the unique the item must have */
 };
 
 struct lc_report {
@@ -63,7 +95,16 @@ uint64_t lc_now_ns(void);
 uint64_t lc_rand(uint64_t *state);
 
 /* A history file: one operation per line, as lc_format writes it, so that
- * processes record separately and one checker reads them all. */
+ * processes record separately and one checker reads them all:
+ *
+ *   c=CLIENT k=KEY op=KIND r=RESULT v=VALUE ttl=TTL_NS inv=NS cmp=NS [u=UNIQ] [cas=EXPECT]
+ *
+ * KIND: P (store), D (delete), G (get), A (add), R (replace), C (cas); RESULT:
+ * enum lc_result; cmp=-1: outcome unknown. u= and cas= are written only when
+ * not 0, so a history without items reads as it always did; cas= only on C.
+ * lc_parse returns -1 for a line that is not one of these. LC_LINE_MAX bounds
+ * a line. */
+#define LC_LINE_MAX 256
 void lc_format(const struct lc_op *op, char *buf, size_t len);
 int lc_parse(const char *line, struct lc_op *op);
 

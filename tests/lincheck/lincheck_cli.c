@@ -1,8 +1,25 @@
-/* lincheck: check history files (one operation per line, lincheck.h) and,
- * when a key's history is not linearizable, print the shortest prefix of it
- * (by invocation) that already is not, so that the culprit is near its end.
+/* lincheck: check history files and, when a key's history is not
+ * linearizable, print the shortest prefix of it (by invocation) that already
+ * is not, so that the culprit is near its end.
  *
- *   lincheck FILE...      exit 0 linearizable, 1 not, 2 bad input or budget */
+ *   lincheck FILE...      exit 0 linearizable, 1 not, 2 bad input or budget
+ *
+ * One operation per line (lincheck.h lc_format):
+ *
+ *   c=CLIENT k=KEY op=KIND r=RESULT v=VALUE ttl=TTL_NS inv=NS cmp=NS [u=UNIQ] [cas=EXPECT]
+ *
+ *   op  P store (set), D delete, G get, A add, R replace, C cas
+ *   r   0 ok; 1 absent (G miss, D of no live item, C on no live item);
+ *       2 not stored (A on a live item, R on none); 3 exists (C: another unique)
+ *   cmp -1: the outcome is unknown (it may or may not have taken effect)
+ *   u   stores: the unique the client was told; G: the unique read (absent or
+ *       0: not recorded, the value alone is checked)
+ *   cas C only: the unique the item had to have
+ *
+ * Lines without u= and cas= are the histories of plain PUT / DELETE / GET,
+ * checked as they always were. A history whose uniques conflict across keys
+ * (two stores told one unique, or a GET returning another key's) is reported
+ * by its first line; the prefix shown is then that key's whole history. */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -27,7 +44,7 @@ int main(int argc, char **argv)
 	struct lc_op *ops = NULL, *k = NULL;
 	size_t n = 0, cap = 0, m = 0, lo, hi;
 	struct lc_report rep;
-	char line[256];
+	char line[LC_LINE_MAX];
 	int r;
 
 	for (int a = 1; a < argc; a++) {

@@ -4,8 +4,10 @@
  * few milliseconds expiring mid-history, READs and WRITEs stretched at random
  * by hooks, and (every other seed) the server's reclaimer moving items
  * underneath; then histories with two operations in flight per client and
- * commits executing late while the reclaimer runs. Every history
- * must be linearizable (lincheck.h for the model). */
+ * commits executing late while the reclaimer runs; then histories of
+ * memcached items (kvc_get_item, conditional stores, CAS read-modify-write
+ * loops) with the reclaimer running. Every history must be linearizable
+ * (lincheck.h for the model). */
 #include <criterion/criterion.h>
 #include <inttypes.h>
 #include <pthread.h>
@@ -108,6 +110,157 @@ Test(lincheck, history_lines_round_trip)
 	cr_expect(memcmp(&a, &b, sizeof(a)) == 0, "%s", line);
 	cr_expect_neq(lc_parse("c=1 k=1 op=X r=0 v=0 ttl=0 inv=1 cmp=2", &b), 0);
 	cr_expect_neq(lc_parse("c=1 k=1 op=G r=0 v=0 ttl=0 inv=5 cmp=2", &b), 0, "completes before it starts");
+}
+
+/* ---- memcached items: uniques and conditional stores ---------------------- */
+
+/* o with its item fields: uniq (a store's new unique, a GET's read one) and
+ * expect (CAS) */
+static struct lc_op U(struct lc_op o, uint64_t uniq, uint64_t expect)
+{
+	o.uniq = uniq;
+	o.expect = expect;
+	return o;
+}
+
+#define SET(key, v, u, ttl, inv, cmp) U(mk(LC_PUT, key, 0, v, ttl, inv, cmp), u, 0)
+#define GETU(key, v, u, inv, cmp) U(mk(LC_GET, key, LC_OK, v, 0, inv, cmp), u, 0)
+#define MISS(key, inv, cmp) mk(LC_GET, key, LC_ABSENT, 0, 0, inv, cmp)
+#define ADD(key, r, v, u, ttl, inv, cmp) U(mk(LC_ADD, key, r, v, ttl, inv, cmp), u, 0)
+#define REPL(key, r, v, u, ttl, inv, cmp) U(mk(LC_REPLACE, key, r, v, ttl, inv, cmp), u, 0)
+#define CAS(key, r, v, u, e, inv, cmp) U(mk(LC_CAS, key, r, v, 0, inv, cmp), u, e)
+#define DEL(key, r, inv, cmp) mk(LC_DELETE, key, r, 0, 0, inv, cmp)
+
+Test(lincheck, items_legal_histories_pass)
+{
+	/* one client through every verb and refusal, in turn */
+	CHECK(1, SET(1, 1, 11, 0, 0, 1), GETU(1, 1, 11, 2, 3), CAS(1, LC_OK, 2, 12, 11, 4, 5), GETU(1, 2, 12, 6, 7),
+	      CAS(1, LC_EXISTS, 0, 0, 11, 8, 9), REPL(1, LC_OK, 3, 13, 0, 10, 11), DEL(1, LC_OK, 12, 13),
+	      CAS(1, LC_ABSENT, 0, 0, 13, 14, 15), REPL(1, LC_NOTSTORED, 0, 0, 0, 16, 17),
+	      ADD(1, LC_OK, 4, 14, 0, 18, 19), ADD(1, LC_NOTSTORED, 0, 0, 0, 20, 21), GETU(1, 4, 14, 22, 23));
+	/* two CAS racing from one read: one stores, the other finds another unique */
+	CHECK(1, SET(1, 1, 11, 0, 0, 1), GETU(1, 1, 11, 2, 3), CAS(1, LC_EXISTS, 0, 0, 11, 4, 10),
+	      CAS(1, LC_OK, 2, 12, 11, 5, 9), GETU(1, 2, 12, 11, 12));
+	/* two ADD racing on an absent key: one stores */
+	CHECK(1, ADD(1, LC_NOTSTORED, 0, 0, 0, 0, 10), ADD(1, LC_OK, 2, 12, 0, 1, 9), GETU(1, 2, 12, 11, 12));
+	/* concurrent with a SET, a REPLACE may find the key either way */
+	CHECK(1, REPL(1, LC_OK, 2, 12, 0, 0, 10), SET(1, 1, 11, 0, 1, 9), GETU(1, 2, 12, 11, 12));
+	CHECK(1, REPL(1, LC_NOTSTORED, 0, 0, 0, 0, 10), SET(1, 1, 11, 0, 1, 9), GETU(1, 1, 11, 11, 12));
+	/* an expired item is absent to conditional stores: ADD stores, REPLACE
+	 * and CAS are refused; alive, the other way round */
+	CHECK(1, SET(1, 1, 11, 100, 0, 1), ADD(1, LC_NOTSTORED, 0, 0, 0, 50, 51), ADD(1, LC_OK, 2, 12, 0, 200, 201),
+	      GETU(1, 2, 12, 300, 301));
+	CHECK(1, SET(1, 1, 11, 100, 0, 1), REPL(1, LC_OK, 2, 12, 100, 50, 51), CAS(1, LC_ABSENT, 0, 0, 12, 200, 201),
+	      REPL(1, LC_NOTSTORED, 0, 0, 0, 202, 203), MISS(1, 204, 205));
+	/* a store with a TTL sets its own expiry: REPLACE's item lives 100 ms from
+	 * its own point */
+	CHECK(1, SET(1, 1, 11, 100, 0, 1), REPL(1, LC_OK, 2, 12, 100, 90, 91), GETU(1, 2, 12, 150, 151),
+	      MISS(1, 200, 201));
+	/* GETs that record no unique check values only (histories without items) */
+	CHECK(1, SET(1, 1, 11, 0, 0, 1), mk(LC_GET, 1, LC_OK, 1, 0, 2, 3), SET(1, 2, 12, 0, 4, 5),
+	      mk(LC_GET, 1, LC_OK, 2, 0, 6, 7));
+}
+
+Test(lincheck, items_illegal_histories_are_caught)
+{
+	/* two CAS with the same expected unique both store */
+	CHECK(0, SET(1, 1, 11, 0, 0, 1), CAS(1, LC_OK, 2, 12, 11, 2, 10), CAS(1, LC_OK, 3, 13, 11, 3, 11));
+	/* ... even one after the other, or after a newer store */
+	CHECK(0, SET(1, 1, 11, 0, 0, 1), CAS(1, LC_OK, 2, 12, 11, 2, 3), CAS(1, LC_OK, 3, 13, 11, 4, 5));
+	CHECK(0, SET(1, 1, 11, 0, 0, 1), SET(1, 2, 12, 0, 2, 3), CAS(1, LC_OK, 3, 13, 11, 4, 5));
+	/* CAS refusals that lie: EXISTS with the item's own unique; NOTFOUND on a live item */
+	CHECK(0, SET(1, 1, 11, 0, 0, 1), CAS(1, LC_EXISTS, 0, 0, 11, 2, 3));
+	CHECK(0, SET(1, 1, 11, 0, 0, 1), CAS(1, LC_ABSENT, 0, 0, 11, 2, 3));
+	CHECK(0, SET(1, 1, 11, 100, 0, 1), CAS(1, LC_ABSENT, 0, 0, 11, 50, 51));
+	/* ADD stores while a live value is present (without, and with a TTL not run out) */
+	CHECK(0, SET(1, 1, 11, 0, 0, 1), ADD(1, LC_OK, 2, 12, 0, 2, 3));
+	CHECK(0, SET(1, 1, 11, 100, 0, 1), ADD(1, LC_OK, 2, 12, 0, 50, 51));
+	/* two racing ADDs on an absent key both store */
+	CHECK(0, ADD(1, LC_OK, 1, 11, 0, 0, 10), ADD(1, LC_OK, 2, 12, 0, 1, 9));
+	/* ADD refused on an absent key: never stored, deleted, expired */
+	CHECK(0, ADD(1, LC_NOTSTORED, 0, 0, 0, 0, 1));
+	CHECK(0, SET(1, 1, 11, 0, 0, 1), DEL(1, LC_OK, 2, 3), ADD(1, LC_NOTSTORED, 0, 0, 0, 4, 5));
+	CHECK(0, SET(1, 1, 11, 100, 0, 1), ADD(1, LC_NOTSTORED, 0, 0, 0, 200, 201));
+	/* REPLACE stores on an absent key: never stored, deleted, expired */
+	CHECK(0, REPL(1, LC_OK, 1, 11, 0, 0, 1));
+	CHECK(0, SET(1, 1, 11, 0, 0, 1), DEL(1, LC_OK, 2, 3), REPL(1, LC_OK, 2, 12, 0, 4, 5));
+	CHECK(0, SET(1, 1, 11, 100, 0, 1), REPL(1, LC_OK, 2, 12, 0, 200, 201));
+	/* REPLACE refused on a live item */
+	CHECK(0, SET(1, 1, 11, 0, 0, 1), REPL(1, LC_NOTSTORED, 0, 0, 0, 2, 3));
+	/* a GET returns a unique no store produced */
+	CHECK(0, SET(1, 1, 11, 0, 0, 1), GETU(1, 1, 19, 2, 3));
+	/* ... or a stale one after a newer store completed: the values are equal,
+	 * the uniques tell them apart (without uniques it passes) */
+	CHECK(0, SET(1, 1, 11, 0, 0, 1), SET(1, 1, 12, 0, 2, 3), GETU(1, 1, 11, 4, 5));
+	CHECK(1, SET(1, 1, 11, 0, 0, 1), SET(1, 1, 12, 0, 2, 3), GETU(1, 1, 0, 4, 5));
+	/* ... or the unique of what a CAS replaced */
+	CHECK(0, SET(1, 1, 11, 0, 0, 1), CAS(1, LC_OK, 1, 12, 11, 2, 3), GETU(1, 1, 11, 4, 5));
+	/* two stores told one unique (of one key, of two keys) */
+	CHECK(0, SET(1, 1, 11, 0, 0, 1), SET(1, 2, 11, 0, 2, 3));
+	CHECK(0, SET(1, 1, 11, 0, 0, 1), SET(2, 2, 11, 0, 2, 3));
+	/* a GET of one key returns the unique of another key's item */
+	CHECK(0, SET(1, 1, 11, 0, 0, 1), SET(2, 1, 12, 0, 0, 1), GETU(2, 1, 11, 2, 3));
+}
+
+Test(lincheck, items_with_unknown_outcomes)
+{
+	/* a CAS whose outcome is unknown may have stored: its unique, not told,
+	 * is learnt from the first GET that sees its item ... */
+	CHECK(1, SET(1, 1, 11, 0, 0, 1), CAS(1, 0, 2, 0, 11, 2, -1), GETU(1, 2, 17, 10, 11), GETU(1, 2, 17, 12, 13));
+	/* ... and cannot change afterwards */
+	CHECK(0, SET(1, 1, 11, 0, 0, 1), CAS(1, 0, 2, 0, 11, 2, -1), GETU(1, 2, 17, 10, 11), GETU(1, 2, 18, 12, 13));
+	/* ... nor be one another store was told */
+	CHECK(0, SET(1, 1, 11, 0, 0, 1), CAS(1, 0, 2, 0, 11, 2, -1), SET(1, 3, 13, 0, 20, 21), GETU(1, 2, 13, 10, 11));
+	/* or it may not have stored */
+	CHECK(1, SET(1, 1, 11, 0, 0, 1), CAS(1, 0, 2, 0, 11, 2, -1), GETU(1, 1, 11, 10, 11));
+	/* if it stored, its condition held: not after another CAS took the unique away */
+	CHECK(1, SET(1, 1, 11, 0, 0, 1), CAS(1, 0, 2, 0, 11, 2, -1), CAS(1, LC_OK, 3, 13, 11, 5, 6),
+	      GETU(1, 3, 13, 7, 8));
+	CHECK(0, SET(1, 1, 11, 0, 0, 1), CAS(1, 0, 2, 0, 11, 2, -1), CAS(1, LC_OK, 3, 13, 11, 5, 6),
+	      GETU(1, 3, 13, 7, 8), GETU(1, 2, 17, 10, 11));
+	/* a CAS of the unique an unknown store made: the unique learnt by a GET */
+	CHECK(1, SET(1, 1, 11, 0, 0, 1), SET(1, 2, 0, 0, 2, -1), GETU(1, 2, 17, 10, 11), CAS(1, LC_OK, 3, 13, 17, 12, 13),
+	      GETU(1, 3, 13, 14, 15));
+	CHECK(0, SET(1, 1, 11, 0, 0, 1), SET(1, 2, 0, 0, 2, -1), GETU(1, 2, 17, 10, 11), CAS(1, LC_OK, 3, 13, 18, 12, 13));
+	/* an ADD whose outcome is unknown cannot have stored over a live item ... */
+	CHECK(0, SET(1, 1, 11, 0, 0, 1), ADD(1, 0, 2, 0, 0, 2, -1), GETU(1, 2, 17, 10, 11));
+	/* ... but over an expired one it can, or not at all */
+	CHECK(1, SET(1, 1, 11, 100, 0, 1), ADD(1, 0, 2, 0, 0, 2, -1), GETU(1, 2, 17, 200, 201));
+	CHECK(1, SET(1, 1, 11, 100, 0, 1), ADD(1, 0, 2, 0, 0, 2, -1), MISS(1, 200, 201));
+	/* a REPLACE whose outcome is unknown cannot have stored on an absent key */
+	CHECK(0, REPL(1, 0, 2, 0, 0, 0, -1), GETU(1, 2, 17, 10, 11));
+	CHECK(1, SET(1, 1, 11, 0, 0, 1), REPL(1, 0, 2, 0, 0, 0, -1), GETU(1, 2, 17, 10, 11));
+}
+
+Test(lincheck, item_history_lines)
+{
+	struct lc_op a = CAS(3, LC_EXISTS, 9, 0, 77, 1.5, 2.5), b;
+	struct lc_op g = GETU(3, 9, 123456789012345ull, 1.5, -1);
+	const char *old = "c=2 k=5 op=G r=0 v=42 ttl=0 inv=100 cmp=200\n";
+	char line[LC_LINE_MAX];
+
+	lc_format(&a, line, sizeof(line));
+	cr_assert_eq(lc_parse(line, &b), 0, "%s", line);
+	cr_expect(memcmp(&a, &b, sizeof(a)) == 0, "%s", line);
+	cr_expect(strstr(line, " cas=77\n") != NULL, "%s", line);
+	lc_format(&g, line, sizeof(line));
+	cr_assert_eq(lc_parse(line, &b), 0, "%s", line);
+	cr_expect(memcmp(&g, &b, sizeof(g)) == 0, "%s", line);
+	/* a line without item fields reads and writes as it always did */
+	cr_assert_eq(lc_parse(old, &b), 0);
+	cr_expect_eq(b.uniq, 0);
+	lc_format(&b, line, sizeof(line));
+	cr_expect_str_eq(line, old);
+	cr_expect_eq(lc_parse("c=1 k=1 op=A r=2 v=0 ttl=0 inv=1 cmp=2", &b), 0);
+	cr_expect_eq(b.kind, LC_ADD);
+	cr_expect_eq(lc_parse("c=1 k=1 op=R r=0 v=5 ttl=9 inv=1 cmp=-1 u=4\r\n", &b), 0);
+	cr_expect(b.kind == LC_REPLACE && b.uniq == 4 && b.cmp == LC_NEVER);
+	cr_expect_neq(lc_parse("c=1 k=1 op=C r=0 v=5 ttl=0 inv=1 cmp=2 u=4", &b), 0, "a CAS names its expected unique");
+	cr_expect_neq(lc_parse("c=1 k=1 op=A r=3 v=0 ttl=0 inv=1 cmp=2", &b), 0, "ADD is not refused with EXISTS");
+	cr_expect_neq(lc_parse("c=1 k=1 op=R r=1 v=0 ttl=0 inv=1 cmp=2", &b), 0, "REPLACE is not refused with ABSENT");
+	cr_expect_neq(lc_parse("c=1 k=1 op=G r=2 v=0 ttl=0 inv=1 cmp=2", &b), 0);
+	cr_expect_neq(lc_parse("c=1 k=1 op=G r=0 v=0 ttl=0 inv=1 cmp=2 cas=3", &b), 0, "cas= only on a CAS");
+	cr_expect_neq(lc_parse("c=1 k=1 op=G r=0 v=0 ttl=0 inv=1 cmp=2 x", &b), 0, "trailing words");
 }
 
 /* ---- concurrent histories of real clients ---------------------------------- */
@@ -390,4 +543,262 @@ Test(lincheck, concurrent_histories_of_real_clients_are_linearizable, .timeout =
 Test(lincheck, histories_with_commits_landing_late_while_the_reclaimer_runs, .timeout = 300)
 {
 	histories(8, 110, 100);
+}
+
+/* ---- memcached items over real clients ------------------------------------- */
+
+/* Clients mix kvc_get_item, SET, DELETE, ADD, REPLACE and read-modify-write
+ * loops (kvc_get_item, then CAS with the unique read; retried on EXISTS) on
+ * a few hot keys (and now and then a few cold ones, whose items live long
+ * enough to be copied forward), a third of the stores with TTLs of a few
+ * milliseconds, while the reclaimer moves items underneath. Every history, uniques
+ * included, must be linearizable. */
+#define ITEM_THREADS 4
+#define ITEM_HOT 3  /* keys most operations go to */
+#define ITEM_COLD 8 /* keys written seldom: their items stay long enough to be copied forward */
+#define ITEM_OPS 300 /* recorded operations per client and history */
+#define ITEM_SEEDS 10
+
+/* what the clients' conditional stores met, over all histories */
+struct item_counts {
+	uint64_t add[2], repl[2], cas[3]; /* [0] stored; add, repl: [1] not stored; cas: [1] exists, [2] not found */
+	uint64_t unknown, failed, rmw_retries;
+};
+
+struct item_worker {
+	pthread_t t;
+	struct kvt_env *env;
+	unsigned id;
+	uint64_t seed;
+	struct lc_op ops[ITEM_OPS];
+	size_t n;
+	struct item_counts c;
+	uint32_t stores; /* values: (id << 32) | stores, distinct in a history */
+	int broken; /* the handle must be replaced */
+	const char *why;
+};
+
+/* Record o (invoked at o->inv) with outcome rc; cas: the unique a GET read or
+ * a store was told. */
+static void item_record(struct item_worker *w, struct lc_op *o, int rc, uint64_t cas)
+{
+	o->cmp = lc_now_ns();
+	if (rc == KVC_EUNKNOWN) {
+		o->cmp = LC_NEVER;
+		w->c.unknown++;
+		w->broken = 1;
+	} else if (rc == KVC_ECORRUPT) {
+		w->why = "KVC_ECORRUPT: a slot names an object that is not there";
+		return;
+	} else if (rc && rc != KVC_ENOTFOUND && rc != KVC_ENOTSTORED && rc != KVC_EEXISTS) {
+		w->c.failed++; /* changed nothing: left out; the handle may be broken */
+		w->broken = 1;
+		return;
+	}
+	if (rc == 0 && o->kind != LC_DELETE)
+		o->uniq = cas;
+	switch (rc) {
+	case 0:
+		o->result = LC_OK;
+		break;
+	case KVC_ENOTFOUND:
+		o->result = LC_ABSENT;
+		if (o->kind != LC_GET && o->kind != LC_DELETE && o->kind != LC_CAS)
+			w->why = "a SET, ADD or REPLACE answered KVC_ENOTFOUND";
+		break;
+	case KVC_ENOTSTORED:
+		o->result = LC_NOTSTORED;
+		if (o->kind != LC_ADD && o->kind != LC_REPLACE)
+			w->why = "KVC_ENOTSTORED from neither ADD nor REPLACE";
+		break;
+	case KVC_EEXISTS:
+		o->result = LC_EXISTS;
+		if (o->kind != LC_CAS)
+			w->why = "KVC_EEXISTS from no CAS";
+		break;
+	}
+	if (o->cmp != LC_NEVER && o->kind == LC_ADD)
+		w->c.add[o->result == LC_OK ? 0 : 1]++;
+	if (o->cmp != LC_NEVER && o->kind == LC_REPLACE)
+		w->c.repl[o->result == LC_OK ? 0 : 1]++;
+	if (o->cmp != LC_NEVER && o->kind == LC_CAS)
+		w->c.cas[o->result == LC_OK ? 0 : o->result == LC_EXISTS ? 1 : 2]++;
+	if (w->n < ITEM_OPS)
+		w->ops[w->n++] = *o;
+	else /* dropping one that took effect would make the history lie */
+		w->why = "more operations than the history holds";
+}
+
+/* kvc_get_item into the history; 0 with *cas the unique read */
+static int item_get(struct item_worker *w, kvc_t *h, unsigned key, const char *k, uint64_t *cas)
+{
+	struct lc_op o = { .key = key, .client = (uint16_t)w->id, .kind = LC_GET };
+	char got[3100];
+	size_t len = 0;
+	int rc;
+
+	*cas = 0;
+	o.inv = lc_now_ns();
+	rc = kvc_get_item(h, k, strlen(k), got, sizeof(got) - 1, &len, NULL, cas);
+	got[rc == 0 ? len : 0] = '\0';
+	if (rc == 0 && sscanf(got, "v%" SCNu64 ":", &o.value) != 1)
+		w->why = "a GET returned bytes no client wrote";
+	item_record(w, &o, rc, *cas);
+	return rc;
+}
+
+/* A store of mode (expect: CAS's unique) into the history; its value is
+ * unique to this client and step. */
+static int item_store(struct item_worker *w, kvc_t *h, uint64_t *rng, unsigned key, const char *k, int mode,
+		      uint64_t expect)
+{
+	static const uint8_t kind[] = { [KVC_STORE_SET] = LC_PUT, [KVC_STORE_ADD] = LC_ADD,
+					[KVC_STORE_REPLACE] = LC_REPLACE, [KVC_STORE_CAS] = LC_CAS };
+	struct lc_op o = { .key = key, .client = (uint16_t)w->id, .kind = kind[mode], .expect = expect };
+	uint64_t ttl = lc_rand(rng) % 3 == 0 ? 1 + lc_rand(rng) % 8 : 0, cas = 0;
+	char v[3100];
+	int rc;
+
+	o.value = ((uint64_t)w->id << 32) | ++w->stores;
+	o.ttl_ns = ttl * MSN;
+	snprintf(v, sizeof(v), "v%" PRIu64 ":%0*u", o.value, (int)(lc_rand(rng) % 3000), 0);
+	o.inv = lc_now_ns();
+	rc = kvc_store(h, mode, k, strlen(k), v, strlen(v), (uint32_t)o.value, ttl, expect, &cas);
+	item_record(w, &o, rc, cas);
+	return rc;
+}
+
+#define RMW_TRIES 4
+
+static void *item_worker_main(void *arg)
+{
+	struct item_worker *w = arg;
+	struct kvi_local_hooks hk = { .before_op = stretch, .after_read = hold_read };
+	uint64_t rng = w->seed * 0x9e3779b97f4a7c15ull + w->id + 1000;
+	kvc_t *h = NULL;
+	char k[16];
+
+	hook_rng = rng ^ 0x5555;
+	/* room for a whole read-modify-write loop */
+	while (w->n + 2 * RMW_TRIES <= ITEM_OPS && !w->why) {
+		unsigned key = lc_rand(&rng) % 16 ? (unsigned)(lc_rand(&rng) % ITEM_HOT)
+						 : ITEM_HOT + (unsigned)(lc_rand(&rng) % ITEM_COLD);
+		unsigned dice = (unsigned)(lc_rand(&rng) % 100);
+		uint64_t cas;
+
+		if (!h && kvt_env_client(w->env, &hk, lc_rand(&rng) % 2 ? 64 : 0, 1, &h)) {
+			w->why = "cannot open a client";
+			break;
+		}
+		snprintf(k, sizeof(k), "item-%u", key);
+		if (dice < 25) {
+			item_get(w, h, key, k, &cas);
+		} else if (dice < 40) {
+			item_store(w, h, &rng, key, k, KVC_STORE_SET, 0);
+		} else if (dice < 50) {
+			struct lc_op o = { .key = key, .client = (uint16_t)w->id, .kind = LC_DELETE };
+
+			o.inv = lc_now_ns();
+			item_record(w, &o, kvc_delete(h, k, strlen(k)), 0);
+		} else if (dice < 62) {
+			item_store(w, h, &rng, key, k, KVC_STORE_ADD, 0);
+		} else if (dice < 74) {
+			item_store(w, h, &rng, key, k, KVC_STORE_REPLACE, 0);
+		} else {
+			/* read-modify-write: CAS with the unique read, again while
+			 * another client's store got in between; ADD when absent */
+			for (unsigned t = 0; t < RMW_TRIES && !w->broken; t++) {
+				int rc = item_get(w, h, key, k, &cas);
+
+				if (w->broken)
+					break;
+				rc = rc == KVC_ENOTFOUND ? item_store(w, h, &rng, key, k, KVC_STORE_ADD, 0)
+							 : item_store(w, h, &rng, key, k, KVC_STORE_CAS, cas);
+				if (rc != KVC_EEXISTS && rc != KVC_ENOTSTORED)
+					break;
+				w->c.rmw_retries++;
+			}
+		}
+		if (w->broken) { /* a new handle; its locks released as kvserver does */
+			uint32_t id = kvi_client_conn(h, 0)->rm->client_id;
+
+			kvc_destroy(h);
+			h = NULL;
+			kvt_env_fence_locks(w->env, id);
+			w->broken = 0;
+			continue;
+		}
+		/* let TTLs run out mid-history and segments settle */
+		usleep((useconds_t)(lc_rand(&rng) % 3000));
+	}
+	kvc_destroy(h);
+	return NULL;
+}
+
+Test(lincheck, item_histories_with_conditional_stores_and_the_reclaimer, .timeout = 300)
+{
+	struct lc_op *all = malloc(sizeof(struct lc_op) * ITEM_THREADS * ITEM_OPS);
+	uint64_t ops = 0, states = 0, reclaimed = 0, moved = 0, expired = 0;
+	struct item_counts c = { 0 };
+
+	cr_assert(all);
+	for (uint64_t seed = 1; seed <= ITEM_SEEDS; seed++) {
+		struct kvs_core_opts o = { .segment_size = 64u << 10, .max_op_ms = 50, .quarantine_ms = 110,
+					   .no_evict = 1 };
+		static struct item_worker w[ITEM_THREADS];
+		struct kvs_reclaimer *rcl = NULL;
+		struct kvs_core_stats cs;
+		struct lc_report rep;
+		struct kvt_env env;
+		void *rret = NULL;
+		pthread_t rt;
+		size_t n = 0;
+
+		cr_assert_eq(kvt_env_init_opts(&env, 2, &o), 0);
+		g_stop = 0;
+		cr_assert_eq(kvt_env_reclaimer(&env, NULL, &rcl), 0);
+		cr_assert_eq(pthread_create(&rt, NULL, reclaimer_main, rcl), 0);
+		for (unsigned i = 0; i < ITEM_THREADS; i++) {
+			w[i] = (struct item_worker){ .env = &env, .id = i + 1, .seed = seed };
+			cr_assert_eq(pthread_create(&w[i].t, NULL, item_worker_main, &w[i]), 0);
+		}
+		for (unsigned i = 0; i < ITEM_THREADS; i++)
+			pthread_join(w[i].t, NULL);
+		__atomic_store_n(&g_stop, 1, __ATOMIC_RELEASE);
+		pthread_join(rt, &rret);
+		cr_assert_null(rret, "%s", (const char *)rret);
+		for (unsigned i = 0; i < ITEM_THREADS; i++) {
+			cr_assert_null(w[i].why, "seed %" PRIu64 " client %u: %s", seed, i + 1, w[i].why);
+			memcpy(all + n, w[i].ops, w[i].n * sizeof(struct lc_op));
+			n += w[i].n;
+			for (unsigned j = 0; j < 2; j++) {
+				c.add[j] += w[i].c.add[j];
+				c.repl[j] += w[i].c.repl[j];
+			}
+			for (unsigned j = 0; j < 3; j++)
+				c.cas[j] += w[i].c.cas[j];
+			c.unknown += w[i].c.unknown;
+			c.failed += w[i].c.failed;
+			c.rmw_retries += w[i].c.rmw_retries;
+		}
+		kvs_core_stats(env.srv.core, &cs);
+		reclaimed += cs.rc.segments;
+		moved += cs.rc.moved;
+		expired += cs.rc.expired;
+		cr_assert_eq(lc_check(all, n, 2000000, &rep), 1, "seed %" PRIu64 ": %s", seed, rep.why);
+		ops += n;
+		states += rep.states;
+		kvs_reclaim_destroy(rcl);
+		kvt_env_fini(&env);
+	}
+	/* the conditional stores met both of their answers */
+	cr_expect(c.add[0] && c.add[1] && c.repl[0] && c.repl[1] && c.cas[0] && c.cas[1]);
+	printf("lincheck items: %d histories, %" PRIu64 " operations (%" PRIu64 " unknown outcomes, %" PRIu64
+	       " failed and left out), %" PRIu64 " search states; add %" PRIu64 " stored / %" PRIu64
+	       " not stored, replace %" PRIu64 " / %" PRIu64 ", cas %" PRIu64 " stored / %" PRIu64 " exists / %" PRIu64
+	       " not found, %" PRIu64 " read-modify-write retries; %" PRIu64 " segments reclaimed meanwhile (%" PRIu64
+	       " items moved, %" PRIu64 " expired): 0 violations\n",
+	       ITEM_SEEDS, ops, c.unknown, c.failed, states, c.add[0], c.add[1], c.repl[0], c.repl[1], c.cas[0],
+	       c.cas[1], c.cas[2], c.rmw_retries, reclaimed, moved, expired);
+	free(all);
 }
