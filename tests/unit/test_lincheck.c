@@ -670,10 +670,20 @@ static int item_store(struct item_worker *w, kvc_t *h, uint64_t *rng, unsigned k
 
 #define RMW_TRIES 4
 
+/* ... and break the connection at about one operation in 400: writes then
+ * end with unknown outcomes (KVC_EUNKNOWN), which the checker must place, and
+ * the broken handle is replaced as a rejoining client would be. */
+static int stretch_break(void *arg, struct kvi_rmem *rm, const struct kvi_rop *op)
+{
+	if (lc_rand(&hook_rng) % 400 == 0)
+		return KVC_ESERVERGONE;
+	return stretch(arg, rm, op);
+}
+
 static void *item_worker_main(void *arg)
 {
 	struct item_worker *w = arg;
-	struct kvi_local_hooks hk = { .before_op = stretch, .after_read = hold_read };
+	struct kvi_local_hooks hk = { .before_op = stretch_break, .after_read = hold_read };
 	uint64_t rng = w->seed * 0x9e3779b97f4a7c15ull + w->id + 1000;
 	kvc_t *h = NULL;
 	char k[16];
@@ -725,6 +735,7 @@ static void *item_worker_main(void *arg)
 			kvc_destroy(h);
 			h = NULL;
 			kvt_env_fence_locks(w->env, id);
+			kvs_core_client_left(w->env->srv.core, id); /* its extent sealed, as kvserver does */
 			w->broken = 0;
 			continue;
 		}
