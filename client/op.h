@@ -187,6 +187,9 @@ uint64_t kvi_read_len(const struct kvi_conn *h, uint64_t slot);
 unsigned kvi_collect_cands(const struct kvi_conn *h, struct kvi_opst *st);
 int kvi_read_cands(struct kvi_conn *h, struct kvi_opst *st, int state);
 enum kvi_objcheck kvi_obj_check(const struct kvi_opst *st, const struct kvi_cand *c);
+/* The expiry part of kvi_obj_check, for a header already known to be the
+ * key's (layout.h "Expiry"): MATCH (alive), EXPIRED, or for a GET UNSURE. */
+enum kvi_objcheck kvi_expiry_check(const struct kvi_opst *st, uint64_t expiry_ms);
 /* Check the candidates read in the last round: the one holding the key (*res is
  * KVI_OBJ_MATCH, KVI_OBJ_EXPIRED or KVI_OBJ_UNSURE), or NULL; unreadable ones
  * are counted in cand_bad. */

@@ -91,7 +91,7 @@ int kvi_read_cands(struct kvi_conn *h, struct kvi_opst *st, int state)
  * was before that post; in between, unknown (read again). A writer holds the
  * bucket locks, so its object is current at every moment until its commit:
  * now is such a moment. */
-static enum kvi_objcheck expiry_check(const struct kvi_opst *st, uint64_t expiry_ms)
+enum kvi_objcheck kvi_expiry_check(const struct kvi_opst *st, uint64_t expiry_ms)
 {
 	uint64_t real, exp_ns, t0;
 
@@ -120,7 +120,7 @@ enum kvi_objcheck kvi_obj_check(const struct kvi_opst *st, const struct kvi_cand
 		return KVI_OBJ_BAD;
 	if (oh->key_len != op->key_len || memcmp(buf + sizeof(*oh), op->key, op->key_len) != 0)
 		return KVI_OBJ_OTHER;
-	return expiry_check(st, kvi_obj_expiry_ms(oh));
+	return kvi_expiry_check(st, kvi_obj_expiry_ms(oh));
 }
 
 const struct kvi_cand *kvi_check_round(const struct kvi_conn *h, struct kvi_opst *st, enum kvi_objcheck *res)

@@ -100,15 +100,6 @@ static int keyhead_is_ours(const struct kvi_opst *st)
 	       memcmp(st->khead + sizeof(*oh), st->op->key, st->op->key_len) == 0;
 }
 
-/* Has the item whose header a cached store read expired? We hold the lock:
- * any moment decides (layout.h "Expiry"), as kvi_obj_check does for a writer. */
-static int keyhead_expired(const struct kvi_obj_hdr *oh)
-{
-	uint64_t exp = kvi_obj_expiry_ms(oh);
-
-	return exp && (exp >= UINT64_MAX / 1000000u ? UINT64_MAX : exp * 1000000u) <= kvi_real_ns();
-}
-
 void kvi_write_start(struct kvi_conn *h, struct kvi_opst *st)
 {
 	const struct kvi_loc *l = kvi_locache_get(&h->cache, st->kh.lo, st->kh.hi);
@@ -366,7 +357,7 @@ static void on_expcheck(struct kvi_conn *h, struct kvi_opst *st)
 static void absent(struct kvi_conn *h, struct kvi_opst *st)
 {
 	unsigned free_n[2] = { 0, 0 }, pick;
-	int first[2] = { -1, -1 };
+	int first[2] = { -1, -1 }, verdict;
 
 	if (st->op->type == KVC_OP_DELETE) {
 		st->result = KVC_ENOTFOUND;
@@ -374,8 +365,8 @@ static void absent(struct kvi_conn *h, struct kvi_opst *st)
 		release(h, st, KVI_AFTER_FINISH);
 		return;
 	}
-	if (store_verdict(st->op, NULL, 0)) {
-		refuse(h, st, store_verdict(st->op, NULL, 0));
+	if ((verdict = store_verdict(st->op, NULL, 0)) != 0) {
+		refuse(h, st, verdict);
 		return;
 	}
 	for (unsigned w = 0; w < st->nb; w++)
@@ -410,8 +401,9 @@ static void locked_all(struct kvi_conn *h, struct kvi_opst *st)
 			oh = (const void *)st->obj;
 		} else if (!keyhead_is_ours(st)) {
 			res = KVI_OBJ_OTHER; /* another key's entry (a hash collision) */
-		} else if (keyhead_expired(oh)) {
-			res = KVI_OBJ_EXPIRED;
+		} else {
+			/* We hold the lock: any moment decides (layout.h "Expiry"). */
+			res = kvi_expiry_check(st, kvi_obj_expiry_ms(oh));
 		}
 		if (st->bk[0].slot[st->loc.idx] == st->loc.slot && (res == KVI_OBJ_MATCH || res == KVI_OBJ_EXPIRED)) {
 			found(h, st, 0, st->loc.idx, 1, oh, res == KVI_OBJ_EXPIRED);

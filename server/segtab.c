@@ -86,7 +86,6 @@ static void check_counts(const struct kvs_segtab *t)
 	KVI_INVARIANT(t->n.free + t->n.open + t->n.sealed + t->n.reclaiming + t->n.quarantined + t->n.index ==
 			      t->o.nsegs,
 		      "every segment is counted in exactly one state");
-	(void)t;
 }
 
 static void q_push_tail(struct kvs_segtab *t, struct queue *q, uint32_t i)
