@@ -95,3 +95,87 @@ int kvc_delete(kvc_t *h, const void *key, size_t key_len)
 
 	return run_one(h, &op);
 }
+
+static int arith(kvc_t *h, int type, const void *key, size_t key_len, uint64_t delta, uint64_t *value)
+{
+	struct kvc_op op = { .type = type, .key = key, .key_len = key_len, .delta = delta };
+	int rc = run_one(h, &op);
+
+	if (rc == 0 && value)
+		*value = op.result;
+	return rc;
+}
+
+int kvc_incr(kvc_t *h, const void *key, size_t key_len, uint64_t delta, uint64_t *value)
+{
+	return arith(h, KVC_OP_INCR, key, key_len, delta, value);
+}
+
+int kvc_decr(kvc_t *h, const void *key, size_t key_len, uint64_t delta, uint64_t *value)
+{
+	return arith(h, KVC_OP_DECR, key, key_len, delta, value);
+}
+
+int kvc_touch(kvc_t *h, const void *key, size_t key_len, uint64_t ttl_ms)
+{
+	struct kvc_op op = { .type = KVC_OP_TOUCH, .key = key, .key_len = key_len, .ttl_ms = ttl_ms };
+
+	return run_one(h, &op);
+}
+
+int kvc_gat(kvc_t *h, const void *key, size_t key_len, uint64_t ttl_ms, void *buf, size_t buf_len,
+	    size_t *value_len, uint32_t *flags, uint64_t *cas)
+{
+	struct kvc_op op = { .type = KVC_OP_GAT, .key = key, .key_len = key_len, .ttl_ms = ttl_ms,
+			     .buf = buf, .buf_len = buf_len };
+	int rc = run_one(h, &op);
+
+	if (value_len && (rc == 0 || rc == KVC_ETRUNC))
+		*value_len = op.value_len;
+	if (rc == 0 && flags)
+		*flags = op.flags;
+	if (rc == 0 && cas)
+		*cas = op.cas;
+	return rc;
+}
+
+int kvc_run_batch(kvc_t *h, struct kvc_op *const *ops, unsigned n)
+{
+	struct kvc_op *done[64];
+	unsigned next = 0, finished = 0;
+	int rc;
+
+	if (!h || (n && !ops))
+		return KVC_EINVAL;
+	for (unsigned i = 0; i < n; i++)
+		if (!ops[i])
+			return KVC_EINVAL;
+	if (kvc_inflight(h))
+		return KVC_EBUSY;
+	while (finished < n) {
+		/* Start what the depth allows; an op refused for a reason of its
+		 * own (a bad key, a broken connection) finishes with it. */
+		while (next < n) {
+			int started = kvc_submit_many(h, ops + next, n - next);
+
+			if (started < 0)
+				return started;
+			next += (unsigned)started;
+			if (next == n || ops[next]->status == KVC_EAGAIN)
+				break;
+			next++; /* ops[next]->status says why it did not start */
+			finished++;
+		}
+		rc = kvc_poll(h, done, sizeof(done) / sizeof(done[0]), -1);
+		if (rc < 0)
+			return rc;
+		finished += (unsigned)rc;
+	}
+	return 0;
+}
+
+int kvc_flush_all(kvc_t *h, uint64_t delay_ms)
+{
+	(void)h, (void)delay_ms;
+	return KVC_ENOTSUP; /* replaced by the server's flush (issue 20) */
+}

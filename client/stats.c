@@ -75,6 +75,9 @@ const char *kvc_stat_name(int kind)
 		[KVC_STAT_DELETE_MISS] = "delete_miss",
 		[KVC_STAT_FAILED] = "failed",
 		[KVC_STAT_STORE_REFUSED] = "store_refused",
+		[KVC_STAT_RMW] = "rmw",
+		[KVC_STAT_RMW_CACHED] = "rmw_cached",
+		[KVC_STAT_RMW_MISS] = "rmw_miss",
 	};
 
 	return kind >= 0 && kind < KVC_STAT_KINDS ? names[kind] : "unknown";

@@ -220,6 +220,12 @@ enum kvc_store_mode {
 	KVC_STORE_REPLACE = 2, /* only if the key is present, else KVC_ENOTSTORED */
 	KVC_STORE_CAS = 3,     /* only if the item's unique is `cas`: else KVC_EEXISTS, or
 				* KVC_ENOTFOUND when the key is absent */
+	/* Add value after (APPEND) or before (PREPEND) the item's, keeping its
+	 * flags and expiry (flags and ttl_ms are ignored); KVC_ENOTSTORED when
+	 * the key is absent, KVC_EVALSIZE when the result would be too long.
+	 * A non-zero `cas` must also equal the item's unique (else KVC_EEXISTS). */
+	KVC_STORE_APPEND = 4,
+	KVC_STORE_PREPEND = 5,
 };
 /* Store value under key with flags and ttl_ms (as kvc_put) as mode says
  * (enum kvc_store_mode); cas: for KVC_STORE_CAS the unique the item must
@@ -241,6 +247,47 @@ enum kvc_store_mode {
 KVC_EXPORT int kvc_store(kvc_t *h, int mode, const void *key, size_t key_len, const void *value, size_t value_len,
 			 uint32_t flags, uint64_t ttl_ms, uint64_t cas, uint64_t *new_cas);
 
+/* Read-modify-write calls. Each decides and writes under the key's bucket
+ * locks, from the whole item read under them (so, like the stores above,
+ * linearizable with every other write of the key), and writes a new object:
+ * objects are never modified in place (layout.h I3). Round trips: 2 when the
+ * key's location is cached and valid (lock + re-read the slot + read the
+ * item, one doorbell; then write the new object + the slot + unlock, one
+ * doorbell); else 3 when the key is present (lock + buckets; read the
+ * fingerprint-matching objects; write + commit) and 2 when it is absent.
+ *
+ * kvc_incr / kvc_decr: memcached's arithmetic. The value must be a decimal
+ * number of at most 20 digits that fits 64 bits (trailing spaces allowed),
+ * else KVC_ENONNUMERIC; incr wraps at 2^64, decr stops at 0. The result is
+ * stored in decimal (its length may change), with the item's flags and
+ * expiry, and a new CAS unique; *value (if not NULL) receives it.
+ * KVC_ENOTFOUND when the key is absent. */
+KVC_EXPORT int kvc_incr(kvc_t *h, const void *key, size_t key_len, uint64_t delta, uint64_t *value);
+KVC_EXPORT int kvc_decr(kvc_t *h, const void *key, size_t key_len, uint64_t delta, uint64_t *value);
+/* kvc_touch: give the item a new expiry, ttl_ms from now (0: never), keeping
+ * its value, flags and CAS unique (as memcached's touch does). kvc_gat (get
+ * and touch): the same, and return the item as kvc_get_item does (on
+ * KVC_ETRUNC the touch was made; *value_len says the length). KVC_ENOTFOUND
+ * when the key is absent. */
+KVC_EXPORT int kvc_touch(kvc_t *h, const void *key, size_t key_len, uint64_t ttl_ms);
+KVC_EXPORT int kvc_gat(kvc_t *h, const void *key, size_t key_len, uint64_t ttl_ms, void *buf, size_t buf_len,
+		       size_t *value_len, uint32_t *flags, uint64_t *cas);
+
+/* Run ops (any types) together and wait until every one finished: a
+ * multi-get is kvc_run_batch of GETs. Returns 0 when all ran (each op's
+ * status says how it went), or KVC_EINVAL / KVC_EBUSY (the handle has
+ * asynchronous operations in flight) with none started. The ops go out
+ * through kvc_submit_many, at most the handle's depth at a time. */
+struct kvc_op;
+KVC_EXPORT int kvc_run_batch(kvc_t *h, struct kvc_op *const *ops, unsigned n);
+
+/* memcached's flush_all: every item written before the flush takes effect
+ * is gone for every client -- at once (delay_ms 0: when the call returns,
+ * no GET finds one) or delay_ms from now. Sent to every server of the
+ * handle; the server does the work off its event loop (GETs go on). 0 when
+ * every server accepted it, else the first failure. */
+KVC_EXPORT int kvc_flush_all(kvc_t *h, uint64_t delay_ms);
+
 /* Largest value the server accepts for a key of key_len bytes (with several
  * servers: the smallest of the joined servers'; 0 while none is joined). */
 KVC_EXPORT size_t kvc_max_value(const kvc_t *h, size_t key_len);
@@ -248,7 +295,24 @@ KVC_EXPORT size_t kvc_max_value(const kvc_t *h, size_t key_len);
 /* Asynchronous interface: submit many, poll completions. The kvc_op and every
  * buffer it names belong to the library from kvc_submit until kvc_poll returns
  * the op; then status (and for GET value_len) hold the result. */
-enum kvc_op_type { KVC_OP_GET = 1, KVC_OP_PUT = 2, KVC_OP_DELETE = 3 };
+enum kvc_op_type {
+	KVC_OP_GET = 1,
+	KVC_OP_PUT = 2, /* any store (mode) */
+	KVC_OP_DELETE = 3,
+	KVC_OP_INCR = 4, /* kvc_incr: delta in, result out */
+	KVC_OP_DECR = 5, /* kvc_decr */
+	KVC_OP_TOUCH = 6, /* kvc_touch: ttl_ms */
+	KVC_OP_GAT = 7,   /* kvc_gat: ttl_ms; buf, buf_len as GET */
+};
+
+/* INCR / DECR: bits of kvc_op.mode. */
+enum kvc_arith_mode {
+	/* On a miss, store `initial` (in decimal) with `flags` and ttl_ms, and
+	 * report it as the result (memcached meta's "ma N"). */
+	KVC_ARITH_VIVIFY = 1,
+	/* On a hit, also give the item a new expiry, ttl_ms from now (0: never). */
+	KVC_ARITH_TOUCH = 2,
+};
 
 struct kvc_op {
 	int type; /* enum kvc_op_type */
@@ -269,6 +333,14 @@ struct kvc_op {
 	int mode;
 	uint32_t flags;
 	uint64_t cas;
+	/* INCR / DECR: delta (in), initial (in, with KVC_ARITH_VIVIFY), and
+	 * the item's new value (out, with status 0). */
+	uint64_t delta;
+	uint64_t initial;
+	uint64_t result;
+	/* GET, GAT: set with status 0 to the item's expiry, CLOCK_REALTIME
+	 * milliseconds (0: never), e.g. for memcached meta's remaining TTL. */
+	uint64_t expiry_ms;
 };
 
 /* Start op. KVC_EAGAIN when `depth` operations are in flight or finished but
@@ -317,6 +389,13 @@ enum kvc_stat_kind {
 	/* A conditional store refused by the item it found under the locks
 	 * (KVC_ENOTSTORED, KVC_EEXISTS, KVC_ENOTFOUND): not a failure. */
 	KVC_STAT_STORE_REFUSED,
+	/* Read-modify-writes (append, prepend, incr, decr, touch, gat) done:
+	 * through the buckets, through a cached location; and those that found
+	 * the key absent (KVC_ENOTFOUND / KVC_ENOTSTORED; a vivifying incr that
+	 * stored its initial value counts as PUT_INSERT). */
+	KVC_STAT_RMW,
+	KVC_STAT_RMW_CACHED,
+	KVC_STAT_RMW_MISS,
 	KVC_STAT_KINDS
 };
 

@@ -45,7 +45,8 @@ extern "C" {
 	X(EREPLAY, -25, "proof already used: the server saw this hello before")             \
 	X(EFENCED, -26, "fenced: this client's lease ran out (it stalled or lost the server) and the server cut it off; the handle rejoins on the next call") \
 	X(ENOTSTORED, -27, "not stored: add found the key present, or replace found it absent") \
-	X(EEXISTS, -28, "exists: the item changed since its CAS unique was read; nothing was stored")
+	X(EEXISTS, -28, "exists: the item changed since its CAS unique was read; nothing was stored") \
+	X(ENONNUMERIC, -29, "cannot increment or decrement a non-numeric value")
 
 enum kvc_errno {
 	KVC_OK = 0,
