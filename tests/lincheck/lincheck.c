@@ -9,15 +9,21 @@
 #include <xxhash.h>
 
 #define MS 1000000ull
-#define NONE UINT32_MAX
 
-/* The model's state after some prefix of a linearization. */
+/* The model's state after some prefix of a linearization. The item is held
+ * by value (not by the store that made it): an INCR's item has a value no
+ * store wrote, a TOUCH's an expiry no store set. A plain struct without
+ * padding, all of it meaningful (fields of an absent item, and lo/hi of
+ * one without TTL, are 0): the memo hashes its bytes. */
 struct lstate {
-	uint64_t cur;    /* index of the store whose item is current, or NONE (absent) */
-	uint64_t lo, hi; /* the current item's expiry lies in [lo, hi] (ns); unused without TTL */
+	uint64_t value;  /* the current item's value */
+	uint64_t lo, hi; /* the current item's expiry lies in [lo, hi] (ns); 0 without TTL */
 	uint64_t uniq;   /* the current item's unique; 0: not known yet (see lincheck.h) */
 	uint64_t t;      /* linearization point of the last operation */
+	uint32_t present; /* 1: an item (alive or not: its expiry window says) */
+	uint32_t has_ttl; /* 1: it expires, somewhen in [lo, hi] */
 };
+_Static_assert(sizeof(struct lstate) == 6 * sizeof(uint64_t), "struct lstate has padding: the memo hashes it");
 
 struct memo {
 	uint64_t *k; /* pairs of 64-bit halves of a 128-bit hash; 0,0 = empty */
@@ -27,8 +33,8 @@ struct memo {
 struct search {
 	const struct lc_op *op; /* this key's operations, by invocation */
 	/* GET and CAS: 1 when the unique they read or expect was told to a
-	 * store of this key, so that an item whose unique is not known cannot
-	 * have it */
+	 * store (or INCR / DECR) of this key, so that an item whose unique is
+	 * not known cannot have it */
 	uint8_t *owned;
 	size_t m, words;
 	uint64_t *done; /* bitset: linearized */
@@ -89,22 +95,29 @@ static int is_done(const struct search *s, size_t i)
 	return (s->done[i / 64] >> (i % 64)) & 1;
 }
 
-static int has_ttl(const struct search *s, const struct lstate *st)
-{
-	return st->cur != NONE && s->op[st->cur].ttl_ns != 0;
-}
-
 static int is_store(int kind)
 {
 	return kind == LC_PUT || kind == LC_ADD || kind == LC_REPLACE || kind == LC_CAS;
 }
 
-/* Can the current item be alive at g? Then narrow its expiry (E > g). */
-static int alive_at(const struct search *s, const struct lstate *st, uint64_t g, struct lstate *nx)
+static int is_arith(int kind)
 {
-	if (st->cur == NONE)
+	return kind == LC_INCR || kind == LC_DECR;
+}
+
+/* Operations that make an item with a new unique, the one their client was
+ * told: stores and arithmetic (TOUCH keeps the item's). */
+static int makes_unique(int kind)
+{
+	return is_store(kind) || is_arith(kind);
+}
+
+/* Can the current item be alive at g? Then narrow its expiry (E > g). */
+static int alive_at(const struct lstate *st, uint64_t g, struct lstate *nx)
+{
+	if (!st->present)
 		return 0;
-	if (has_ttl(s, st)) {
+	if (st->has_ttl) {
 		if (st->hi <= g)
 			return 0; /* expired by then for sure */
 		if (nx->lo < g + 1)
@@ -115,11 +128,11 @@ static int alive_at(const struct search *s, const struct lstate *st, uint64_t g,
 
 /* Can the key be absent at a point >= *g: no item, or it expired (E <= the
  * point, which must then be at least the window's start)? Moves *g there. */
-static int absent_from(const struct search *s, const struct lstate *st, uint64_t *g)
+static int absent_from(const struct lstate *st, uint64_t *g)
 {
-	if (st->cur == NONE)
+	if (!st->present)
 		return 1;
-	if (!has_ttl(s, st))
+	if (!st->has_ttl)
 		return 0;
 	if (*g < st->lo)
 		*g = st->lo;
@@ -135,8 +148,19 @@ static int uniq_may_be(const struct lstate *st, uint64_t u, int owned)
 
 static void set_absent(struct lstate *nx)
 {
-	nx->cur = NONE; /* an expired item is dead for every later point */
-	nx->lo = nx->hi = nx->uniq = 0;
+	uint64_t t = nx->t;
+
+	memset(nx, 0, sizeof(*nx)); /* an expired item is dead for every later point */
+	nx->t = t;
+}
+
+/* Operation o, submitted somewhen in [inv, cmp], gives the item an expiry
+ * ttl from then, rounded up to the next millisecond (0: never). */
+static void expiry_from(const struct lc_op *o, struct lstate *nx)
+{
+	nx->has_ttl = o->ttl_ns != 0;
+	nx->lo = nx->has_ttl ? o->inv + o->ttl_ns : 0;
+	nx->hi = !nx->has_ttl ? 0 : o->cmp == LC_NEVER ? UINT64_MAX : o->cmp + o->ttl_ns + MS;
 }
 
 /* Store i takes effect at g: its item is current. */
@@ -144,11 +168,20 @@ static void store_at(const struct search *s, size_t i, uint64_t g, struct lstate
 {
 	const struct lc_op *o = &s->op[i];
 
-	nx->cur = i;
-	nx->lo = o->inv + o->ttl_ns;
-	nx->hi = o->cmp == LC_NEVER ? UINT64_MAX : o->cmp + o->ttl_ns + MS;
+	nx->present = 1;
+	nx->value = o->value;
+	expiry_from(o, nx);
 	nx->uniq = o->uniq;
 	nx->t = g;
+}
+
+/* memcached's arithmetic on the item's number: INCR wraps at 2^64, DECR
+ * stops at 0. */
+static uint64_t arith(const struct lc_op *o, uint64_t v)
+{
+	if (o->kind == LC_INCR)
+		return v + o->delta;
+	return o->delta > v ? 0 : v - o->delta;
 }
 
 /* A store whose outcome is unknown: it takes effect where its condition can
@@ -160,16 +193,36 @@ static int step_unknown_store(const struct search *s, size_t i, const struct lst
 	const struct lc_op *o = &s->op[i];
 	uint64_t ga = g;
 
-	if (o->kind == LC_PUT || (o->kind == LC_ADD && absent_from(s, st, &ga))) {
+	if (o->kind == LC_PUT || (o->kind == LC_ADD && absent_from(st, &ga))) {
 		store_at(s, i, o->kind == LC_ADD ? ga : g, nx);
 		return 1;
 	}
 	if ((o->kind == LC_REPLACE || (o->kind == LC_CAS && uniq_may_be(st, o->expect, s->owned[i]))) &&
-	    alive_at(s, st, g, nx)) {
+	    alive_at(st, g, nx)) {
 		store_at(s, i, g, nx);
 		return 1;
 	}
 	*nx = *st; /* refused: nothing changes */
+	nx->t = g;
+	return 1;
+}
+
+/* An INCR, DECR or TOUCH whose outcome is unknown: on a live item it may
+ * take effect (the arithmetic's unique was never told: 0, learnt later),
+ * else it found nothing and changed nothing. */
+static int step_unknown_rmw(const struct search *s, size_t i, const struct lstate *st, uint64_t g,
+			    struct lstate *nx)
+{
+	const struct lc_op *o = &s->op[i];
+
+	if (alive_at(st, g, nx)) {
+		if (o->kind == LC_TOUCH) {
+			expiry_from(o, nx);
+		} else {
+			nx->value = arith(o, st->value);
+			nx->uniq = 0;
+		}
+	}
 	nx->t = g;
 	return 1;
 }
@@ -185,6 +238,8 @@ static int step(const struct search *s, size_t i, const struct lstate *st, struc
 	*nx = *st;
 	if (is_store(o->kind) && unknown)
 		return step_unknown_store(s, i, st, g, nx);
+	if ((is_arith(o->kind) || o->kind == LC_TOUCH) && unknown)
+		return step_unknown_rmw(s, i, st, g, nx);
 	if (o->kind == LC_DELETE && unknown) { /* removed, or found nothing: absent either way */
 		set_absent(nx);
 		nx->t = g;
@@ -196,19 +251,19 @@ static int step(const struct search *s, size_t i, const struct lstate *st, struc
 		return 1;
 	case LC_ADD:
 		if (o->result == LC_OK) {
-			if (!absent_from(s, st, &g))
+			if (!absent_from(st, &g))
 				return 0;
 			store_at(s, i, g, nx);
 			return 1;
 		}
-		if (!alive_at(s, st, g, nx)) /* LC_NOTSTORED: a live item */
+		if (!alive_at(st, g, nx)) /* LC_NOTSTORED: a live item */
 			return 0;
 		nx->t = g;
 		return 1;
 	case LC_REPLACE:
 	case LC_CAS:
 		if (o->result == LC_OK || o->result == LC_EXISTS) {
-			if (!alive_at(s, st, g, nx))
+			if (!alive_at(st, g, nx))
 				return 0;
 			if (o->kind == LC_CAS && o->result == LC_OK && !uniq_may_be(st, o->expect, s->owned[i]))
 				return 0;
@@ -221,16 +276,33 @@ static int step(const struct search *s, size_t i, const struct lstate *st, struc
 			return 1;
 		}
 		break; /* refused for want of an item (REPLACE: LC_NOTSTORED, CAS: LC_ABSENT) */
+	case LC_INCR:
+	case LC_DECR:
+	case LC_TOUCH:
+		if (o->result != LC_OK)
+			break;
+		if (!alive_at(st, g, nx))
+			return 0;
+		if (o->kind == LC_TOUCH) { /* value and unique stay */
+			expiry_from(o, nx);
+		} else { /* a new item, with the old one's expiry */
+			if (arith(o, st->value) != o->value)
+				return 0;
+			nx->value = o->value;
+			nx->uniq = o->uniq;
+		}
+		nx->t = g;
+		return 1;
 	case LC_GET:
 	case LC_DELETE:
 		if (o->result != LC_OK)
 			break;
-		if (!alive_at(s, st, g, nx))
+		if (!alive_at(st, g, nx))
 			return 0;
 		if (o->kind == LC_DELETE) {
 			set_absent(nx);
 		} else {
-			if (s->op[st->cur].value != o->value)
+			if (st->value != o->value)
 				return 0;
 			if (o->uniq) { /* the item's unique: known, or learnt here */
 				if (!uniq_may_be(st, o->uniq, s->owned[i]))
@@ -242,7 +314,7 @@ static int step(const struct search *s, size_t i, const struct lstate *st, struc
 		return 1;
 	}
 	/* Absent: no item, or the item had expired. */
-	if (!absent_from(s, st, &g))
+	if (!absent_from(st, &g))
 		return 0;
 	set_absent(nx);
 	nx->t = g;
@@ -299,8 +371,8 @@ static int cmp_u64(const void *a, const void *b)
 	return x < y ? -1 : x > y;
 }
 
-/* s->owned: which GETs and CASes read or expect a unique told to a store of
- * this key. */
+/* s->owned: which GETs and CASes read or expect a unique told to a store
+ * (or INCR / DECR) of this key. */
 static int find_owned(struct search *s)
 {
 	uint64_t *told = malloc(sizeof(uint64_t) * (s->m ? s->m : 1));
@@ -312,7 +384,7 @@ static int find_owned(struct search *s)
 		return -1;
 	}
 	for (size_t i = 0; i < s->m; i++)
-		if (is_store(s->op[i].kind) && s->op[i].uniq)
+		if (makes_unique(s->op[i].kind) && s->op[i].uniq)
 			told[nt++] = s->op[i].uniq;
 	qsort(told, nt, sizeof(*told), cmp_u64);
 	for (size_t i = 0; i < s->m; i++) {
@@ -327,7 +399,7 @@ static int find_owned(struct search *s)
 static int check_key(const struct lc_op *op, size_t m, uint64_t budget, struct lc_report *rep)
 {
 	struct search s = { .op = op, .m = m, .words = (m + 63) / 64, .budget = budget };
-	struct lstate st = { .cur = NONE };
+	struct lstate st = { .present = 0 };
 	int r = -1;
 
 	s.done = calloc(s.words ? s.words : 1, sizeof(uint64_t));
@@ -340,10 +412,10 @@ static int check_key(const struct lc_op *op, size_t m, uint64_t budget, struct l
 	return r;
 }
 
-/* Uniques across the whole history (lincheck.h): no two stores told the
- * same one, and every operation that names one -- the store told it, GETs
- * that returned it -- is of one key. 1 if so; 0 with rep filled; -1 out of
- * memory. */
+/* Uniques across the whole history (lincheck.h): no two stores (INCR and
+ * DECR count as stores here) told the same one, and every operation that
+ * names one -- the store told it, GETs that returned it -- is of one key.
+ * 1 if so; 0 with rep filled; -1 out of memory. */
 struct told {
 	uint64_t uniq;
 	uint32_t key;
@@ -368,9 +440,9 @@ static int check_uniques(const struct lc_op *ops, size_t n, struct lc_report *re
 	if (!t)
 		return -1;
 	for (size_t i = 0; i < n; i++)
-		if (ops[i].uniq && (is_store(ops[i].kind) || (ops[i].kind == LC_GET && ops[i].result == LC_OK)))
+		if (ops[i].uniq && (makes_unique(ops[i].kind) || (ops[i].kind == LC_GET && ops[i].result == LC_OK)))
 			t[nt++] = (struct told){ .uniq = ops[i].uniq, .key = ops[i].key,
-						 .store = (uint8_t)is_store(ops[i].kind) };
+						 .store = (uint8_t)makes_unique(ops[i].kind) };
 	qsort(t, nt, sizeof(*t), by_uniq_stores_first);
 	for (size_t i = 1; i < nt && r == 1; i++) {
 		if (t[i].uniq != t[i - 1].uniq)
@@ -428,13 +500,14 @@ int lc_check(struct lc_op *ops, size_t n, uint64_t max_states, struct lc_report 
 	return 1;
 }
 
-static const char kind_letter[] = "?PDGARC";
+static const char kind_letter[] = "?PDGARCIET"; /* by enum lc_kind */
+_Static_assert(sizeof(kind_letter) == LC_TOUCH + 2, "a letter for every kind");
 
 void lc_format(const struct lc_op *op, char *buf, size_t len)
 {
 	int w = snprintf(buf, len,
 			 "c=%u k=%" PRIu32 " op=%c r=%u v=%" PRIu64 " ttl=%" PRIu64 " inv=%" PRIu64 " cmp=%" PRId64,
-			 op->client, op->key, op->kind <= LC_CAS ? kind_letter[op->kind] : '?', op->result, op->value,
+			 op->client, op->key, op->kind <= LC_TOUCH ? kind_letter[op->kind] : '?', op->result, op->value,
 			 op->ttl_ns, op->inv, op->cmp == LC_NEVER ? (int64_t)-1 : (int64_t)op->cmp);
 
 	/* item fields only when set: histories without items keep their lines */
@@ -442,6 +515,8 @@ void lc_format(const struct lc_op *op, char *buf, size_t len)
 		w += snprintf(buf + w, len - (size_t)w, " u=%" PRIu64, op->uniq);
 	if (w >= 0 && (size_t)w < len && op->kind == LC_CAS)
 		w += snprintf(buf + w, len - (size_t)w, " cas=%" PRIu64, op->expect);
+	if (w >= 0 && (size_t)w < len && (op->kind == LC_INCR || op->kind == LC_DECR))
+		w += snprintf(buf + w, len - (size_t)w, " d=%" PRIu64, op->delta);
 	if (w >= 0 && (size_t)w < len)
 		snprintf(buf + w, len - (size_t)w, "\n");
 }
@@ -454,6 +529,9 @@ static unsigned results_of(int kind)
 	case LC_PUT:
 	case LC_DELETE:
 	case LC_GET:
+	case LC_INCR:
+	case LC_DECR:
+	case LC_TOUCH:
 		return 1u << LC_OK | 1u << LC_ABSENT;
 	case LC_ADD:
 	case LC_REPLACE:
@@ -486,11 +564,20 @@ int lc_parse(const char *line, struct lc_op *op)
 	/* then the optional fields, in order, and nothing else */
 	p = line + end;
 	end = 0;
-	if (sscanf(p, " u=%" SCNu64 "%n", &op->uniq, &end) == 1 && end)
+	if (sscanf(p, " u=%" SCNu64 "%n", &op->uniq, &end) == 1 && end) {
+		if (op->kind == LC_TOUCH)
+			return -1; /* a TOUCH keeps the item's unique and is told none */
 		p += end;
+	}
 	end = 0;
 	if (op->kind == LC_CAS) {
 		if (sscanf(p, " cas=%" SCNu64 "%n", &op->expect, &end) != 1 || !end)
+			return -1;
+		p += end;
+	}
+	end = 0;
+	if (is_arith(op->kind)) {
+		if (sscanf(p, " d=%" SCNu64 "%n", &op->delta, &end) != 1 || !end)
 			return -1;
 		p += end;
 	}
