@@ -105,6 +105,13 @@ static int is_arith(int kind)
 	return kind == LC_INCR || kind == LC_DECR;
 }
 
+/* Reads that return the item's value and unique: GET, and GAT (which also
+ * touches it). */
+static int is_read(int kind)
+{
+	return kind == LC_GET || kind == LC_GAT;
+}
+
 /* Operations that make an item with a new unique, the one their client was
  * told: stores and arithmetic (TOUCH keeps the item's). */
 static int makes_unique(int kind)
@@ -207,16 +214,16 @@ static int step_unknown_store(const struct search *s, size_t i, const struct lst
 	return 1;
 }
 
-/* An INCR, DECR or TOUCH whose outcome is unknown: on a live item it may
- * take effect (the arithmetic's unique was never told: 0, learnt later),
- * else it found nothing and changed nothing. */
+/* An INCR, DECR, TOUCH or GAT whose outcome is unknown: on a live item it
+ * may take effect (the arithmetic's unique was never told: 0, learnt
+ * later), else it found nothing and changed nothing. */
 static int step_unknown_rmw(const struct search *s, size_t i, const struct lstate *st, uint64_t g,
 			    struct lstate *nx)
 {
 	const struct lc_op *o = &s->op[i];
 
 	if (alive_at(st, g, nx)) {
-		if (o->kind == LC_TOUCH) {
+		if (o->kind == LC_TOUCH || o->kind == LC_GAT) {
 			expiry_from(o, nx);
 		} else {
 			nx->value = arith(o, st->value);
@@ -238,7 +245,7 @@ static int step(const struct search *s, size_t i, const struct lstate *st, struc
 	*nx = *st;
 	if (is_store(o->kind) && unknown)
 		return step_unknown_store(s, i, st, g, nx);
-	if ((is_arith(o->kind) || o->kind == LC_TOUCH) && unknown)
+	if ((is_arith(o->kind) || o->kind == LC_TOUCH || o->kind == LC_GAT) && unknown)
 		return step_unknown_rmw(s, i, st, g, nx);
 	if (o->kind == LC_DELETE && unknown) { /* removed, or found nothing: absent either way */
 		set_absent(nx);
@@ -294,6 +301,7 @@ static int step(const struct search *s, size_t i, const struct lstate *st, struc
 		nx->t = g;
 		return 1;
 	case LC_GET:
+	case LC_GAT:
 	case LC_DELETE:
 		if (o->result != LC_OK)
 			break;
@@ -309,6 +317,8 @@ static int step(const struct search *s, size_t i, const struct lstate *st, struc
 					return 0;
 				nx->uniq = o->uniq;
 			}
+			if (o->kind == LC_GAT) /* and touched it */
+				expiry_from(o, nx);
 		}
 		nx->t = g;
 		return 1;
@@ -388,7 +398,7 @@ static int find_owned(struct search *s)
 			told[nt++] = s->op[i].uniq;
 	qsort(told, nt, sizeof(*told), cmp_u64);
 	for (size_t i = 0; i < s->m; i++) {
-		uint64_t u = s->op[i].kind == LC_GET ? s->op[i].uniq : s->op[i].kind == LC_CAS ? s->op[i].expect : 0;
+		uint64_t u = is_read(s->op[i].kind) ? s->op[i].uniq : s->op[i].kind == LC_CAS ? s->op[i].expect : 0;
 
 		s->owned[i] = u && bsearch(&u, told, nt, sizeof(*told), cmp_u64) != NULL;
 	}
@@ -440,7 +450,7 @@ static int check_uniques(const struct lc_op *ops, size_t n, struct lc_report *re
 	if (!t)
 		return -1;
 	for (size_t i = 0; i < n; i++)
-		if (ops[i].uniq && (makes_unique(ops[i].kind) || (ops[i].kind == LC_GET && ops[i].result == LC_OK)))
+		if (ops[i].uniq && (makes_unique(ops[i].kind) || (is_read(ops[i].kind) && ops[i].result == LC_OK)))
 			t[nt++] = (struct told){ .uniq = ops[i].uniq, .key = ops[i].key,
 						 .store = (uint8_t)makes_unique(ops[i].kind) };
 	qsort(t, nt, sizeof(*t), by_uniq_stores_first);
@@ -500,14 +510,14 @@ int lc_check(struct lc_op *ops, size_t n, uint64_t max_states, struct lc_report 
 	return 1;
 }
 
-static const char kind_letter[] = "?PDGARCIET"; /* by enum lc_kind */
-_Static_assert(sizeof(kind_letter) == LC_TOUCH + 2, "a letter for every kind");
+static const char kind_letter[] = "?PDGARCIETK"; /* by enum lc_kind */
+_Static_assert(sizeof(kind_letter) == LC_GAT + 2, "a letter for every kind");
 
 void lc_format(const struct lc_op *op, char *buf, size_t len)
 {
 	int w = snprintf(buf, len,
 			 "c=%u k=%" PRIu32 " op=%c r=%u v=%" PRIu64 " ttl=%" PRIu64 " inv=%" PRIu64 " cmp=%" PRId64,
-			 op->client, op->key, op->kind <= LC_TOUCH ? kind_letter[op->kind] : '?', op->result, op->value,
+			 op->client, op->key, op->kind <= LC_GAT ? kind_letter[op->kind] : '?', op->result, op->value,
 			 op->ttl_ns, op->inv, op->cmp == LC_NEVER ? (int64_t)-1 : (int64_t)op->cmp);
 
 	/* item fields only when set: histories without items keep their lines */
@@ -529,6 +539,7 @@ static unsigned results_of(int kind)
 	case LC_PUT:
 	case LC_DELETE:
 	case LC_GET:
+	case LC_GAT:
 	case LC_INCR:
 	case LC_DECR:
 	case LC_TOUCH:

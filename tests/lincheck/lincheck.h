@@ -35,7 +35,7 @@
  * LC_EXISTS, or LC_ABSENT when there is no live item). A refused store
  * changes nothing.
  *
- * Read-modify-writes (kvclient.h kvc_incr, kvc_decr, kvc_touch) decide at
+ * Read-modify-writes (kvclient.h kvc_incr, kvc_decr, kvc_touch, kvc_gat) decide at
  * their linearization point too, on a live item, else they report LC_ABSENT
  * and change nothing. The model holds the item's value as a number: the
  * recorders store decimal ASCII of the number they record, so an item
@@ -46,7 +46,8 @@
  * delta) and the new item's unique, a unique like a store's; the item keeps
  * its expiry window. TOUCH gives the live item a new expiry, ttl from its
  * point (a window [invoke + ttl, complete + ttl + 1 ms] as a store's; ttl 0:
- * never), keeping value and unique. With an unknown outcome they take effect
+ * never), keeping value and unique; GAT (kvc_gat) is a GET that touches the
+ * item it returns. With an unknown outcome they take effect
  * on a live item at any point after invocation, or never (an INCR's new
  * unique, not told, is then learnt as an unknown store's is).
  *
@@ -76,6 +77,7 @@ enum lc_kind {
 			 * or LC_ABSENT */
 	LC_DECR = 8,    /* as LC_INCR, subtracting (at 0 it stops) */
 	LC_TOUCH = 9,   /* ttl_ns (0 = never); result LC_OK (a live item got it) or LC_ABSENT */
+	LC_GAT = 10,    /* get and touch: as LC_GET, and a hit gives the item ttl_ns as TOUCH */
 };
 /* KVC_ codes: 0, KVC_ENOTFOUND, KVC_ENOTSTORED, KVC_EEXISTS. A result is
  * ignored when the outcome is unknown (cmp = LC_NEVER). */
@@ -86,12 +88,12 @@ struct lc_op {
 	uint8_t kind;   /* enum lc_kind */
 	uint8_t result; /* enum lc_result */
 	uint16_t client;
-	uint64_t value;  /* stores: the value written; GET: the value read (LC_OK);
+	uint64_t value;  /* stores: the value written; GET, GAT: the value read (LC_OK);
 			  * INCR, DECR: the new value told (LC_OK) */
-	uint64_t ttl_ns; /* stores, TOUCH */
+	uint64_t ttl_ns; /* stores, TOUCH, GAT */
 	uint64_t inv, cmp; /* CLOCK_REALTIME ns; cmp = LC_NEVER if unknown */
 	uint64_t uniq;   /* stores that stored, INCR / DECR (LC_OK): the new item's unique;
-			  * GET (LC_OK): the one read; 0 = not known */
+			  * GET, GAT (LC_OK): the one read; 0 = not known */
 	uint64_t expect; /* LC_CAS: the unique the item must have */
 	uint64_t delta;  /* LC_INCR, LC_DECR */
 };
@@ -121,7 +123,8 @@ uint64_t lc_rand(uint64_t *state);
  *   c=CLIENT k=KEY op=KIND r=RESULT v=VALUE ttl=TTL_NS inv=NS cmp=NS [u=UNIQ] [cas=EXPECT] [d=DELTA]
  *
  * KIND: P (store), D (delete), G (get), A (add), R (replace), C (cas), I
- * (incr), E (decr), T (touch: ttl= its new TTL); RESULT: enum lc_result;
+ * (incr), E (decr), T (touch: ttl= its new TTL), K (gat: G with ttl= as T);
+ * RESULT: enum lc_result;
  * cmp=-1: outcome unknown. u= is written only when not 0, so a history
  * without items reads as it always did, and never on T; cas= only and
  * always on C, d= only and always on I and E.

@@ -9,12 +9,13 @@
  *   c=CLIENT k=KEY op=KIND r=RESULT v=VALUE ttl=TTL_NS inv=NS cmp=NS [u=UNIQ] [cas=EXPECT] [d=DELTA]
  *
  *   op  P store (set), D delete, G get, A add, R replace, C cas, I incr,
- *       E decr (v: the new value told), T touch (ttl: the new TTL, 0 never)
+ *       E decr (v: the new value told), T touch (ttl: the new TTL, 0 never),
+ *       K gat (G and T in one)
  *   r   0 ok; 1 absent (G miss, D of no live item, C on no live item,
- *       I / E / T on no live item);
+ *       I / E / T / K on no live item);
  *       2 not stored (A on a live item, R on none); 3 exists (C: another unique)
  *   cmp -1: the outcome is unknown (it may or may not have taken effect)
- *   u   stores, I and E: the unique the client was told; G: the unique read (absent or
+ *   u   stores, I and E: the unique the client was told; G, K: the unique read (absent or
  *       0: not recorded, the value alone is checked)
  *   cas C only: the unique the item had to have
  *   d   I and E only: the delta

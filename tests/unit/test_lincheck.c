@@ -276,6 +276,8 @@ static struct lc_op D(struct lc_op o, uint64_t delta)
 #define INCR(key, r, v, u, d, inv, cmp) D(U(mk(LC_INCR, key, r, v, 0, inv, cmp), u, 0), d)
 #define DECR(key, r, v, u, d, inv, cmp) D(U(mk(LC_DECR, key, r, v, 0, inv, cmp), u, 0), d)
 #define TOUCH(key, r, ttl, inv, cmp) mk(LC_TOUCH, key, r, 0, ttl, inv, cmp)
+/* GAT read v with unique u and touched the item to ttl ms */
+#define GAT(key, r, v, u, ttl, inv, cmp) U(mk(LC_GAT, key, r, v, ttl, inv, cmp), u, 0)
 
 Test(lincheck, rmw_legal_histories_pass)
 {
@@ -306,6 +308,10 @@ Test(lincheck, rmw_legal_histories_pass)
 	/* the arithmetic's unique is an item's like a store's: CAS with it */
 	CHECK(1, SET(1, 5, 11, 0, 0, 1), INCR(1, LC_OK, 6, 12, 1, 2, 3), CAS(1, LC_EXISTS, 0, 0, 11, 4, 5),
 	      CAS(1, LC_OK, 9, 13, 12, 6, 7), DECR(1, LC_OK, 8, 14, 1, 8, 9), GETU(1, 8, 14, 10, 11));
+	/* get-and-touch: reads the item and gives it a new expiry */
+	CHECK(1, SET(1, 5, 11, 100, 0, 1), GAT(1, LC_OK, 5, 11, 500, 50, 51), GETU(1, 5, 11, 300, 301),
+	      GAT(1, LC_OK, 5, 11, 10, 302, 303), MISS(1, 400, 401), GAT(1, LC_ABSENT, 0, 0, 0, 402, 403));
+	CHECK(1, SET(1, 5, 0, 0, 0, -1), GAT(1, LC_OK, 5, 17, 0, 10, 11), GETU(1, 5, 17, 12, 13));
 	/* ADD after an incr's item expired; REPLACE of a touched one */
 	CHECK(1, SET(1, 5, 11, 100, 0, 1), INCR(1, LC_OK, 6, 12, 1, 2, 3), ADD(1, LC_OK, 7, 13, 0, 200, 201),
 	      REPL(1, LC_OK, 8, 14, 10, 202, 203), TOUCH(1, LC_OK, 0, 204, 205), GETU(1, 8, 14, 300, 301));
@@ -349,6 +355,13 @@ Test(lincheck, rmw_illegal_histories_are_caught)
 	CHECK(0, SET(1, 5, 11, 100, 0, 1), TOUCH(1, LC_OK, 500, 50, 51), MISS(1, 150, 151));
 	CHECK(0, SET(1, 5, 11, 0, 0, 1), TOUCH(1, LC_OK, 100, 10, 11), GETU(1, 5, 11, 200, 201));
 	CHECK(0, SET(1, 5, 11, 100, 0, 1), TOUCH(1, LC_OK, 200, 50, 51), GETU(1, 5, 11, 300, 301));
+	/* a GAT that read what is not there, or whose touch was not made */
+	CHECK(0, SET(1, 5, 11, 0, 0, 1), GAT(1, LC_OK, 6, 11, 0, 2, 3));
+	CHECK(0, SET(1, 5, 11, 0, 0, 1), GAT(1, LC_OK, 5, 12, 0, 2, 3));
+	CHECK(0, SET(1, 5, 11, 100, 0, 1), GAT(1, LC_OK, 5, 11, 1000, 200, 201));
+	CHECK(0, SET(1, 5, 11, 0, 0, 1), GAT(1, LC_ABSENT, 0, 0, 0, 2, 3));
+	CHECK(0, SET(1, 5, 11, 100, 0, 1), GAT(1, LC_OK, 5, 11, 500, 50, 51), MISS(1, 300, 301));
+	CHECK(0, SET(1, 5, 11, 0, 0, 1), GAT(1, LC_OK, 5, 11, 50, 2, 3), GETU(1, 5, 11, 200, 201));
 	/* a touch that changed the value or the unique */
 	CHECK(0, SET(1, 5, 11, 0, 0, 1), TOUCH(1, LC_OK, 0, 2, 3), GETU(1, 5, 19, 4, 5));
 	CHECK(0, SET(1, 5, 11, 0, 0, 1), TOUCH(1, LC_OK, 0, 2, 3), GETU(1, 6, 11, 4, 5));
@@ -371,6 +384,8 @@ Test(lincheck, rmw_with_unknown_outcomes)
 	/* a touch whose outcome is unknown: the item lives on, or expires as it would have */
 	CHECK(1, SET(1, 5, 11, 100, 0, 1), TOUCH(1, 0, 0, 50, -1), GETU(1, 5, 11, 500, 501));
 	CHECK(1, SET(1, 5, 11, 100, 0, 1), TOUCH(1, 0, 0, 50, -1), MISS(1, 500, 501));
+	CHECK(1, SET(1, 5, 11, 100, 0, 1), GAT(1, 0, 0, 0, 0, 50, -1), GETU(1, 5, 11, 500, 501));
+	CHECK(1, SET(1, 5, 11, 100, 0, 1), GAT(1, 0, 0, 0, 0, 50, -1), MISS(1, 500, 501));
 	/* ... but it cannot bring an expired item back */
 	CHECK(0, SET(1, 5, 11, 100, 0, 1), MISS(1, 150, 151), TOUCH(1, 0, 0, 152, -1), GETU(1, 5, 11, 500, 501));
 }
@@ -379,7 +394,8 @@ Test(lincheck, rmw_history_lines)
 {
 	struct lc_op in[] = { INCR(3, LC_OK, 18446744073709551615ull, 99, 7, 1.5, 2.5),
 			      DECR(3, LC_ABSENT, 0, 0, 1, 1.5, -1), TOUCH(3, LC_OK, 250, 1, 2),
-			      TOUCH(3, LC_ABSENT, 0, 1, -1) }, b;
+			      TOUCH(3, LC_ABSENT, 0, 1, -1), GAT(3, LC_OK, 8, 1234, 9, 1, 2), GAT(3, LC_ABSENT, 0, 0, 9, 1, 2) },
+		     b;
 	char line[LC_LINE_MAX];
 
 	for (size_t i = 0; i < sizeof(in) / sizeof(in[0]); i++) {
@@ -391,6 +407,8 @@ Test(lincheck, rmw_history_lines)
 	cr_expect(strstr(line, " op=I ") && strstr(line, " u=99 d=7\n"), "%s", line);
 	lc_format(&in[2], line, sizeof(line));
 	cr_expect(strstr(line, " op=T ") && strstr(line, " ttl=250000000 "), "%s", line);
+	lc_format(&in[4], line, sizeof(line));
+	cr_expect(strstr(line, " op=K ") && strstr(line, " ttl=9000000 ") && strstr(line, " u=1234\n"), "%s", line);
 	cr_expect_eq(lc_parse("c=1 k=1 op=E r=0 v=4 ttl=0 inv=1 cmp=2 u=5 d=1", &b), 0);
 	cr_expect(b.kind == LC_DECR && b.value == 4 && b.uniq == 5 && b.delta == 1);
 	cr_expect_neq(lc_parse("c=1 k=1 op=I r=0 v=4 ttl=0 inv=1 cmp=2 u=5", &b), 0, "an INCR names its delta");
@@ -398,6 +416,7 @@ Test(lincheck, rmw_history_lines)
 	cr_expect_neq(lc_parse("c=1 k=1 op=T r=0 v=0 ttl=0 inv=1 cmp=2 u=5", &b), 0, "a TOUCH is told no unique");
 	cr_expect_neq(lc_parse("c=1 k=1 op=I r=2 v=0 ttl=0 inv=1 cmp=2 d=1", &b), 0, "INCR is not refused NOTSTORED");
 	cr_expect_neq(lc_parse("c=1 k=1 op=T r=3 v=0 ttl=0 inv=1 cmp=2", &b), 0, "TOUCH is not refused EXISTS");
+	cr_expect_neq(lc_parse("c=1 k=1 op=K r=2 v=0 ttl=0 inv=1 cmp=2", &b), 0, "GAT is not refused NOTSTORED");
 	cr_expect_neq(lc_parse("c=1 k=1 op=E r=0 v=0 ttl=0 inv=1 cmp=2 d=1 cas=3", &b), 0, "cas= only on a CAS");
 }
 
@@ -702,9 +721,9 @@ Test(lincheck, histories_with_commits_landing_late_while_the_reclaimer_runs, .ti
 /* what the clients' conditional stores met, over all histories */
 struct item_counts {
 	uint64_t add[2], repl[2], cas[3]; /* [0] stored; add, repl: [1] not stored; cas: [1] exists, [2] not found */
-	uint64_t arith[2], touch[2]; /* incr and decr, touch: [0] done, [1] not found */
+	uint64_t arith[2], touch[2], gat[2]; /* incr and decr, touch, gat: [0] done, [1] not found */
 	uint64_t arith_uniq;         /* incrs and decrs told their new unique */
-	uint64_t rmw_unknown;        /* incrs, decrs and touches with unknown outcomes */
+	uint64_t rmw_unknown;        /* incrs, decrs, touches and gats with unknown outcomes */
 	uint64_t unknown, failed, rmw_retries;
 };
 
@@ -730,7 +749,7 @@ static void item_record(struct item_worker *w, struct lc_op *o, int rc, uint64_t
 	if (rc == KVC_EUNKNOWN) {
 		o->cmp = LC_NEVER;
 		w->c.unknown++;
-		if (o->kind == LC_INCR || o->kind == LC_DECR || o->kind == LC_TOUCH)
+		if (o->kind == LC_INCR || o->kind == LC_DECR || o->kind == LC_TOUCH || o->kind == LC_GAT)
 			w->c.rmw_unknown++;
 		w->broken = 1;
 	} else if (rc == KVC_ECORRUPT) {
@@ -778,6 +797,8 @@ static void item_record(struct item_worker *w, struct lc_op *o, int rc, uint64_t
 		w->c.arith_uniq++;
 	if (o->cmp != LC_NEVER && o->kind == LC_TOUCH)
 		w->c.touch[o->result == LC_OK ? 0 : 1]++;
+	if (o->cmp != LC_NEVER && o->kind == LC_GAT)
+		w->c.gat[o->result == LC_OK ? 0 : 1]++;
 	if (w->n < ITEM_OPS)
 		w->ops[w->n++] = *o;
 	else /* dropping one that took effect would make the history lie */
@@ -847,13 +868,13 @@ static int item_store(struct item_worker *w, kvc_t *h, uint64_t *rng, unsigned k
 
 #define RMW_TRIES 4
 
-/* An incr, decr or touch into the history. Half the arithmetic goes
+/* An incr, decr, touch or gat into the history. Half the arithmetic goes
  * through kvc_run_batch, which tells the new unique too, half through
  * kvc_incr / kvc_decr (the unique not recorded); a delta is now and then
  * near 2^64 (incr wraps, decr stops at 0). */
 static void item_rmw(struct item_worker *w, kvc_t *h, uint64_t *rng, unsigned key, const char *k)
 {
-	unsigned dice = (unsigned)(lc_rand(rng) % 7);
+	unsigned dice = (unsigned)(lc_rand(rng) % 8);
 	struct lc_op o = { .key = key, .client = (uint16_t)w->id };
 	struct kvc_op op = { .key = k, .key_len = strlen(k) };
 	struct kvc_op *one = &op;
@@ -868,7 +889,22 @@ static void item_rmw(struct item_worker *w, kvc_t *h, uint64_t *rng, unsigned ke
 		item_record(w, &o, kvc_touch(h, k, strlen(k), ttl), 0);
 		return;
 	}
-	o.kind = dice < 5 ? LC_INCR : LC_DECR;
+	if (dice < 3) { /* gat */
+		uint64_t ttl = lc_rand(rng) % 2 ? 1 + lc_rand(rng) % 8 : 0, cas = 0;
+		char got[3100];
+		size_t len = 0;
+
+		o.kind = LC_GAT;
+		o.ttl_ns = ttl * MSN;
+		o.inv = lc_now_ns();
+		rc = kvc_gat(h, k, strlen(k), ttl, got, sizeof(got) - 1, &len, NULL, &cas);
+		got[rc == 0 ? len : 0] = '\0';
+		if (rc == 0 && !item_value(w, got, &o.value))
+			w->why = "a GAT returned bytes no client wrote";
+		item_record(w, &o, rc, cas);
+		return;
+	}
+	o.kind = dice < 6 ? LC_INCR : LC_DECR;
 	o.delta = lc_rand(rng) % 10 ? 1 + lc_rand(rng) % 5 : UINT64_MAX - lc_rand(rng) % 5;
 	o.inv = lc_now_ns();
 	if (lc_rand(rng) % 2) {
@@ -1031,6 +1067,7 @@ static void item_histories(int counters, uint64_t seeds, struct item_totals *t)
 				c->repl[j] += w[i].c.repl[j];
 				c->arith[j] += w[i].c.arith[j];
 				c->touch[j] += w[i].c.touch[j];
+				c->gat[j] += w[i].c.gat[j];
 			}
 			for (unsigned j = 0; j < 3; j++)
 				c->cas[j] += w[i].c.cas[j];
@@ -1092,14 +1129,15 @@ Test(lincheck, counter_histories_with_incr_decr_touch_and_the_reclaimer, .timeou
 
 	item_histories(1, COUNTER_SEEDS, &t);
 	/* incr / decr and touch met items and missed them; the batch told uniques */
-	cr_expect(c->arith[0] && c->arith[1] && c->touch[0] && c->touch[1] && c->arith_uniq);
+	cr_expect(c->arith[0] && c->arith[1] && c->touch[0] && c->touch[1] && c->gat[0] && c->gat[1] && c->arith_uniq);
 	cr_expect(c->add[0] && c->cas[0] && c->cas[1]);
 	printf("lincheck counters: %d histories, %" PRIu64 " operations (%" PRIu64 " unknown outcomes, %" PRIu64
-	       " of them incr/decr/touch; %" PRIu64 " failed and left out), %" PRIu64 " search states; incr/decr %" PRIu64 " done (%" PRIu64
-	       " told their unique) / %" PRIu64 " not found, touch %" PRIu64 " / %" PRIu64 ", add %" PRIu64
-	       " / %" PRIu64 ", replace %" PRIu64 " / %" PRIu64 ", cas %" PRIu64 " / %" PRIu64 " / %" PRIu64 "; %" PRIu64
-	       " segments reclaimed (%" PRIu64 " items moved, %" PRIu64 " expired); %.1f s: 0 violations\n",
-	       COUNTER_SEEDS, t.ops, c->unknown, c->rmw_unknown, c->failed, t.states, c->arith[0], c->arith_uniq, c->arith[1],
-	       c->touch[0], c->touch[1], c->add[0], c->add[1], c->repl[0], c->repl[1], c->cas[0], c->cas[1], c->cas[2],
-	       t.reclaimed, t.moved, t.expired, t.seconds);
+	       " of them incr/decr/touch/gat; %" PRIu64 " failed and left out), %" PRIu64 " search states; incr/decr %" PRIu64
+	       " done (%" PRIu64 " told their unique) / %" PRIu64 " not found, touch %" PRIu64 " / %" PRIu64
+	       ", gat %" PRIu64 " / %" PRIu64 ", add %" PRIu64 " / %" PRIu64 ", replace %" PRIu64 " / %" PRIu64
+	       ", cas %" PRIu64 " / %" PRIu64 " / %" PRIu64 "; %" PRIu64 " segments reclaimed (%" PRIu64
+	       " items moved, %" PRIu64 " expired); %.1f s: 0 violations\n",
+	       COUNTER_SEEDS, t.ops, c->unknown, c->rmw_unknown, c->failed, t.states, c->arith[0], c->arith_uniq,
+	       c->arith[1], c->touch[0], c->touch[1], c->gat[0], c->gat[1], c->add[0], c->add[1], c->repl[0],
+	       c->repl[1], c->cas[0], c->cas[1], c->cas[2], t.reclaimed, t.moved, t.expired, t.seconds);
 }
