@@ -234,6 +234,40 @@ static int step_unknown_rmw(const struct search *s, size_t i, const struct lstat
 	return 1;
 }
 
+/* Operation i found the live item st holds and told LC_OK: can it have,
+ * and what did it make of the item (in nx)? */
+static int on_live_item(const struct search *s, size_t i, const struct lstate *st, struct lstate *nx)
+{
+	const struct lc_op *o = &s->op[i];
+
+	switch (o->kind) {
+	case LC_DELETE:
+		set_absent(nx);
+		return 1;
+	case LC_TOUCH: /* value and unique stay */
+		expiry_from(o, nx);
+		return 1;
+	case LC_INCR:
+	case LC_DECR: /* a new item, with the old one's expiry */
+		if (arith(o, st->value) != o->value)
+			return 0;
+		nx->value = o->value;
+		nx->uniq = o->uniq;
+		return 1;
+	}
+	/* GET, GAT: the item's value, and its unique -- known, or learnt here */
+	if (st->value != o->value)
+		return 0;
+	if (o->uniq) {
+		if (!uniq_may_be(st, o->uniq, s->owned[i]))
+			return 0;
+		nx->uniq = o->uniq;
+	}
+	if (o->kind == LC_GAT) /* and touched it */
+		expiry_from(o, nx);
+	return 1;
+}
+
 /* Apply operation i at the earliest point >= max(t, its invocation) that its
  * result allows; 0 if its result is impossible in state st. */
 static int step(const struct search *s, size_t i, const struct lstate *st, struct lstate *nx)
@@ -283,43 +317,16 @@ static int step(const struct search *s, size_t i, const struct lstate *st, struc
 			return 1;
 		}
 		break; /* refused for want of an item (REPLACE: LC_NOTSTORED, CAS: LC_ABSENT) */
+	case LC_GET:
+	case LC_GAT:
+	case LC_DELETE:
 	case LC_INCR:
 	case LC_DECR:
 	case LC_TOUCH:
 		if (o->result != LC_OK)
 			break;
-		if (!alive_at(st, g, nx))
+		if (!alive_at(st, g, nx) || !on_live_item(s, i, st, nx))
 			return 0;
-		if (o->kind == LC_TOUCH) { /* value and unique stay */
-			expiry_from(o, nx);
-		} else { /* a new item, with the old one's expiry */
-			if (arith(o, st->value) != o->value)
-				return 0;
-			nx->value = o->value;
-			nx->uniq = o->uniq;
-		}
-		nx->t = g;
-		return 1;
-	case LC_GET:
-	case LC_GAT:
-	case LC_DELETE:
-		if (o->result != LC_OK)
-			break;
-		if (!alive_at(st, g, nx))
-			return 0;
-		if (o->kind == LC_DELETE) {
-			set_absent(nx);
-		} else {
-			if (st->value != o->value)
-				return 0;
-			if (o->uniq) { /* the item's unique: known, or learnt here */
-				if (!uniq_may_be(st, o->uniq, s->owned[i]))
-					return 0;
-				nx->uniq = o->uniq;
-			}
-			if (o->kind == LC_GAT) /* and touched it */
-				expiry_from(o, nx);
-		}
 		nx->t = g;
 		return 1;
 	}
