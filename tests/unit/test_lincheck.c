@@ -711,7 +711,8 @@ Test(lincheck, histories_with_commits_landing_late_while_the_reclaimer_runs, .ti
  * milliseconds, while the reclaimer moves items underneath. Every history, uniques
  * included, must be linearizable. The counter histories store decimal
  * numbers and add incr, decr (told the new value and, half of them, through
- * the batch interface, the new unique) and touch to the mix. */
+ * the batch interface, the new unique; two of one key in one batch now and
+ * then), touch and gat to the mix. */
 #define ITEM_THREADS 4
 #define ITEM_HOT 3  /* keys most operations go to */
 #define ITEM_COLD 8 /* keys written seldom: their items stay long enough to be copied forward */
@@ -723,6 +724,7 @@ struct item_counts {
 	uint64_t add[2], repl[2], cas[3]; /* [0] stored; add, repl: [1] not stored; cas: [1] exists, [2] not found */
 	uint64_t arith[2], touch[2], gat[2]; /* incr and decr, touch, gat: [0] done, [1] not found */
 	uint64_t arith_uniq;         /* incrs and decrs told their new unique */
+	uint64_t pairs;              /* batches of two of them on one key */
 	uint64_t rmw_unknown;        /* incrs, decrs, touches and gats with unknown outcomes */
 	uint64_t unknown, failed, rmw_retries;
 };
@@ -867,6 +869,7 @@ static int item_store(struct item_worker *w, kvc_t *h, uint64_t *rng, unsigned k
 }
 
 #define RMW_TRIES 4
+#define ITEM_DEPTH 2 /* a batch of two read-modify-writes (counters) */
 
 /* An incr, decr, touch or gat into the history. Half the arithmetic goes
  * through kvc_run_batch, which tells the new unique too, half through
@@ -877,7 +880,6 @@ static void item_rmw(struct item_worker *w, kvc_t *h, uint64_t *rng, unsigned ke
 	unsigned dice = (unsigned)(lc_rand(rng) % 8);
 	struct lc_op o = { .key = key, .client = (uint16_t)w->id };
 	struct kvc_op op = { .key = k, .key_len = strlen(k) };
-	struct kvc_op *one = &op;
 	int rc;
 
 	if (dice < 2) { /* touch */
@@ -908,13 +910,26 @@ static void item_rmw(struct item_worker *w, kvc_t *h, uint64_t *rng, unsigned ke
 	o.delta = lc_rand(rng) % 10 ? 1 + lc_rand(rng) % 5 : UINT64_MAX - lc_rand(rng) % 5;
 	o.inv = lc_now_ns();
 	if (lc_rand(rng) % 2) {
+		/* half of these with an increment of the same key in the same
+		 * batch: two read-modify-writes of one key in flight at once */
+		struct kvc_op op2 = { .type = KVC_OP_INCR, .key = k, .key_len = strlen(k), .delta = 1 + lc_rand(rng) % 5 };
+		struct kvc_op *both[2] = { &op, &op2 };
+		struct lc_op o2 = { .key = key, .client = (uint16_t)w->id, .kind = LC_INCR, .delta = op2.delta };
+		unsigned n = lc_rand(rng) % 2 ? 2 : 1;
+
 		op.type = o.kind == LC_INCR ? KVC_OP_INCR : KVC_OP_DECR;
 		op.delta = o.delta;
-		rc = kvc_run_batch(h, &one, 1);
-		if (rc == 0)
-			rc = op.status;
-		o.value = op.result;
-		item_record(w, &o, rc, rc == 0 ? op.cas : 0);
+		o2.inv = o.inv;
+		w->c.pairs += n == 2;
+		rc = kvc_run_batch(h, both, n);
+		for (unsigned j = 0; j < n; j++) {
+			struct kvc_op *x = both[j];
+			struct lc_op *r = j ? &o2 : &o;
+			int xrc = rc ? rc : x->status;
+
+			r->value = x->result;
+			item_record(w, r, xrc, xrc == 0 ? x->cas : 0);
+		}
 		return;
 	}
 	rc = o.kind == LC_INCR ? kvc_incr(h, k, strlen(k), o.delta, &o.value)
@@ -949,7 +964,8 @@ static void *item_worker_main(void *arg)
 		int rmw = w->counters && lc_rand(&rng) % 100 < 35; /* else the items' mix */
 		uint64_t cas;
 
-		if (!h && kvt_env_client(w->env, &hk, lc_rand(&rng) % 2 ? 64 : 0, 1, &h)) {
+		if (!h && kvt_env_client(w->env, &hk, lc_rand(&rng) % 2 ? 64 : 0,
+					   w->counters ? ITEM_DEPTH : 1, &h)) {
 			w->why = "cannot open a client";
 			break;
 		}
@@ -1072,6 +1088,7 @@ static void item_histories(int counters, uint64_t seeds, struct item_totals *t)
 			for (unsigned j = 0; j < 3; j++)
 				c->cas[j] += w[i].c.cas[j];
 			c->arith_uniq += w[i].c.arith_uniq;
+			c->pairs += w[i].c.pairs;
 			c->rmw_unknown += w[i].c.rmw_unknown;
 			c->unknown += w[i].c.unknown;
 			c->failed += w[i].c.failed;
@@ -1129,15 +1146,16 @@ Test(lincheck, counter_histories_with_incr_decr_touch_and_the_reclaimer, .timeou
 
 	item_histories(1, COUNTER_SEEDS, &t);
 	/* incr / decr and touch met items and missed them; the batch told uniques */
-	cr_expect(c->arith[0] && c->arith[1] && c->touch[0] && c->touch[1] && c->gat[0] && c->gat[1] && c->arith_uniq);
+	cr_expect(c->arith[0] && c->arith[1] && c->touch[0] && c->touch[1] && c->gat[0] && c->gat[1] && c->arith_uniq &&
+		  c->pairs);
 	cr_expect(c->add[0] && c->cas[0] && c->cas[1]);
 	printf("lincheck counters: %d histories, %" PRIu64 " operations (%" PRIu64 " unknown outcomes, %" PRIu64
 	       " of them incr/decr/touch/gat; %" PRIu64 " failed and left out), %" PRIu64 " search states; incr/decr %" PRIu64
-	       " done (%" PRIu64 " told their unique) / %" PRIu64 " not found, touch %" PRIu64 " / %" PRIu64
+	       " done (%" PRIu64 " told their unique, %" PRIu64 " batches of two) / %" PRIu64 " not found, touch %" PRIu64 " / %" PRIu64
 	       ", gat %" PRIu64 " / %" PRIu64 ", add %" PRIu64 " / %" PRIu64 ", replace %" PRIu64 " / %" PRIu64
 	       ", cas %" PRIu64 " / %" PRIu64 " / %" PRIu64 "; %" PRIu64 " segments reclaimed (%" PRIu64
 	       " items moved, %" PRIu64 " expired); %.1f s: 0 violations\n",
 	       COUNTER_SEEDS, t.ops, c->unknown, c->rmw_unknown, c->failed, t.states, c->arith[0], c->arith_uniq,
-	       c->arith[1], c->touch[0], c->touch[1], c->gat[0], c->gat[1], c->add[0], c->add[1], c->repl[0],
+	       c->pairs, c->arith[1], c->touch[0], c->touch[1], c->gat[0], c->gat[1], c->add[0], c->add[1], c->repl[0],
 	       c->repl[1], c->cas[0], c->cas[1], c->cas[2], t.reclaimed, t.moved, t.expired, t.seconds);
 }
