@@ -223,15 +223,45 @@ static int step_unknown_rmw(const struct search *s, size_t i, const struct lstat
 	const struct lc_op *o = &s->op[i];
 
 	if (alive_at(st, g, nx)) {
-		if (o->kind == LC_TOUCH || o->kind == LC_GAT) {
+		if (o->kind == LC_TOUCH || o->kind == LC_GAT || (o->mode & LC_ARITH_TOUCH))
 			expiry_from(o, nx);
-		} else {
+		if (is_arith(o->kind)) {
 			nx->value = arith(o, st->value);
 			nx->uniq = 0;
 		}
+	} else if (is_arith(o->kind) && (o->mode & LC_VIVIFY)) {
+		return 0; /* it stored its initial value: step_vivify */
 	}
 	nx->t = g;
 	return 1;
+}
+
+/* The other way an INCR or DECR with LC_VIVIFY may have gone: it found no
+ * live item and stored its initial value (told as the new value). */
+static int step_vivify(const struct search *s, size_t i, const struct lstate *st, struct lstate *nx)
+{
+	const struct lc_op *o = &s->op[i];
+	uint64_t g = st->t > o->inv ? st->t : o->inv;
+	int unknown = o->cmp == LC_NEVER;
+
+	if (!absent_from(st, &g) || (!unknown && (o->result != LC_OK || o->value != o->initial)))
+		return 0;
+	*nx = *st;
+	set_absent(nx);
+	nx->present = 1;
+	nx->value = o->initial;
+	expiry_from(o, nx);
+	nx->uniq = unknown ? 0 : o->uniq;
+	nx->t = g;
+	return 1;
+}
+
+/* How many ways operation o may have gone, each a step of its own: an
+ * arithmetic that vivifies may have found the item or stored its initial
+ * value; the rest (by their results, and unknown ones by the state) one. */
+static unsigned ways(const struct lc_op *o)
+{
+	return is_arith(o->kind) && (o->mode & LC_VIVIFY) ? 2 : 1;
 }
 
 /* Operation i found the live item st holds and told LC_OK: can it have,
@@ -248,11 +278,13 @@ static int on_live_item(const struct search *s, size_t i, const struct lstate *s
 		expiry_from(o, nx);
 		return 1;
 	case LC_INCR:
-	case LC_DECR: /* a new item, with the old one's expiry */
+	case LC_DECR: /* a new item, with the old one's expiry (or ttl_ns) */
 		if (arith(o, st->value) != o->value)
 			return 0;
 		nx->value = o->value;
 		nx->uniq = o->uniq;
+		if (o->mode & LC_ARITH_TOUCH)
+			expiry_from(o, nx);
 		return 1;
 	}
 	/* GET, GAT: the item's value, and its unique -- known, or learnt here */
@@ -323,8 +355,11 @@ static int step(const struct search *s, size_t i, const struct lstate *st, struc
 	case LC_INCR:
 	case LC_DECR:
 	case LC_TOUCH:
-		if (o->result != LC_OK)
+		if (o->result != LC_OK) {
+			if (is_arith(o->kind) && (o->mode & LC_VIVIFY))
+				return 0; /* a miss stores: never LC_ABSENT */
 			break;
+		}
 		if (!alive_at(st, g, nx) || !on_live_item(s, i, st, nx))
 			return 0;
 		nx->t = g;
@@ -350,22 +385,24 @@ static int dfs(struct search *s, const struct lstate *st)
 		if (!is_done(s, i) && s->op[i].cmp < minc)
 			minc = s->op[i].cmp;
 	for (size_t i = 0; i < s->m; i++) {
-		struct lstate nx;
-		int r;
-
 		if (is_done(s, i))
 			continue;
 		if (s->op[i].inv > minc)
 			break; /* ops are by invocation: none later can come next */
-		if (!step(s, i, st, &nx) || nx.t > minc)
-			continue; /* impossible, or some pending op would end before this point */
-		s->done[i / 64] |= 1ull << (i % 64);
-		s->ndone++;
-		r = seen(s, &nx) ? 0 : dfs(s, &nx);
-		s->done[i / 64] &= ~(1ull << (i % 64));
-		s->ndone--;
-		if (r)
-			return r;
+		for (unsigned way = 0; way < ways(&s->op[i]); way++) {
+			struct lstate nx;
+			int r;
+
+			if (!(way ? step_vivify(s, i, st, &nx) : step(s, i, st, &nx)) || nx.t > minc)
+				continue; /* impossible, or some pending op would end before this point */
+			s->done[i / 64] |= 1ull << (i % 64);
+			s->ndone++;
+			r = seen(s, &nx) ? 0 : dfs(s, &nx);
+			s->done[i / 64] &= ~(1ull << (i % 64));
+			s->ndone--;
+			if (r)
+				return r;
+		}
 	}
 	return 0;
 }
@@ -532,8 +569,12 @@ void lc_format(const struct lc_op *op, char *buf, size_t len)
 		w += snprintf(buf + w, len - (size_t)w, " u=%" PRIu64, op->uniq);
 	if (w >= 0 && (size_t)w < len && op->kind == LC_CAS)
 		w += snprintf(buf + w, len - (size_t)w, " cas=%" PRIu64, op->expect);
-	if (w >= 0 && (size_t)w < len && (op->kind == LC_INCR || op->kind == LC_DECR))
+	if (w >= 0 && (size_t)w < len && is_arith(op->kind))
 		w += snprintf(buf + w, len - (size_t)w, " d=%" PRIu64, op->delta);
+	if (w >= 0 && (size_t)w < len && is_arith(op->kind) && op->mode)
+		w += snprintf(buf + w, len - (size_t)w, " m=%" PRIu32, op->mode);
+	if (w >= 0 && (size_t)w < len && is_arith(op->kind) && (op->mode & LC_VIVIFY))
+		w += snprintf(buf + w, len - (size_t)w, " n=%" PRIu64, op->initial);
 	if (w >= 0 && (size_t)w < len)
 		snprintf(buf + w, len - (size_t)w, "\n");
 }
@@ -598,6 +639,18 @@ int lc_parse(const char *line, struct lc_op *op)
 		if (sscanf(p, " d=%" SCNu64 "%n", &op->delta, &end) != 1 || !end)
 			return -1;
 		p += end;
+		end = 0;
+		if (sscanf(p, " m=%" SCNu32 "%n", &op->mode, &end) == 1 && end) {
+			if (!op->mode || op->mode > (LC_VIVIFY | LC_ARITH_TOUCH))
+				return -1;
+			p += end;
+		}
+		end = 0;
+		if (op->mode & LC_VIVIFY) {
+			if (sscanf(p, " n=%" SCNu64 "%n", &op->initial, &end) != 1 || !end)
+				return -1;
+			p += end;
+		}
 	}
 	p += strspn(p, " \t\r\n");
 	return *p ? -1 : 0;

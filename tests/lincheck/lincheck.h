@@ -47,7 +47,11 @@
  * its expiry window. TOUCH gives the live item a new expiry, ttl from its
  * point (a window [invoke + ttl, complete + ttl + 1 ms] as a store's; ttl 0:
  * never), keeping value and unique; GAT (kvc_gat) is a GET that touches the
- * item it returns. With an unknown outcome they take effect
+ * item it returns. The arithmetic's modes (kvc_op.mode): with LC_ARITH_TOUCH
+ * a hit also touches the item (ttl_ns), with LC_VIVIFY a miss stores
+ * `initial` (with ttl_ns, a new unique) and tells it as the new value, so it
+ * is never LC_ABSENT; told LC_OK, it may have done either (the search tries
+ * both). With an unknown outcome they take effect
  * on a live item at any point after invocation, or never (an INCR's new
  * unique, not told, is then learnt as an unknown store's is).
  *
@@ -79,6 +83,11 @@ enum lc_kind {
 	LC_TOUCH = 9,   /* ttl_ns (0 = never); result LC_OK (a live item got it) or LC_ABSENT */
 	LC_GAT = 10,    /* get and touch: as LC_GET, and a hit gives the item ttl_ns as TOUCH */
 };
+/* LC_INCR / LC_DECR: bits of mode, as kvclient.h's KVC_ARITH_* */
+enum lc_arith_mode {
+	LC_VIVIFY = 1,      /* on a miss store initial (ttl_ns), told as the new value */
+	LC_ARITH_TOUCH = 2, /* on a hit give the item ttl_ns as TOUCH does */
+};
 /* KVC_ codes: 0, KVC_ENOTFOUND, KVC_ENOTSTORED, KVC_EEXISTS. A result is
  * ignored when the outcome is unknown (cmp = LC_NEVER). */
 enum lc_result { LC_OK = 0, LC_ABSENT = 1, LC_NOTSTORED = 2, LC_EXISTS = 3 };
@@ -90,12 +99,15 @@ struct lc_op {
 	uint16_t client;
 	uint64_t value;  /* stores: the value written; GET, GAT: the value read (LC_OK);
 			  * INCR, DECR: the new value told (LC_OK) */
-	uint64_t ttl_ns; /* stores, TOUCH, GAT */
+	uint64_t ttl_ns; /* stores, TOUCH, GAT; INCR / DECR with a mode */
 	uint64_t inv, cmp; /* CLOCK_REALTIME ns; cmp = LC_NEVER if unknown */
 	uint64_t uniq;   /* stores that stored, INCR / DECR (LC_OK): the new item's unique;
 			  * GET, GAT (LC_OK): the one read; 0 = not known */
 	uint64_t expect; /* LC_CAS: the unique the item must have */
 	uint64_t delta;  /* LC_INCR, LC_DECR */
+	uint64_t initial; /* LC_INCR, LC_DECR with LC_VIVIFY */
+	uint32_t mode;   /* LC_INCR, LC_DECR: enum lc_arith_mode bits */
+	uint32_t spare;  /* 0 (no padding: records are compared bytewise) */
 };
 
 struct lc_report {
@@ -120,14 +132,16 @@ uint64_t lc_rand(uint64_t *state);
 /* A history file: one operation per line, as lc_format writes it, so that
  * processes record separately and one checker reads them all:
  *
- *   c=CLIENT k=KEY op=KIND r=RESULT v=VALUE ttl=TTL_NS inv=NS cmp=NS [u=UNIQ] [cas=EXPECT] [d=DELTA]
+ *   c=CLIENT k=KEY op=KIND r=RESULT v=VALUE ttl=TTL_NS inv=NS cmp=NS [u=UNIQ] [cas=EXPECT]
+ *   [d=DELTA [m=MODE [n=INITIAL]]]
  *
  * KIND: P (store), D (delete), G (get), A (add), R (replace), C (cas), I
  * (incr), E (decr), T (touch: ttl= its new TTL), K (gat: G with ttl= as T);
  * RESULT: enum lc_result;
  * cmp=-1: outcome unknown. u= is written only when not 0, so a history
  * without items reads as it always did, and never on T; cas= only and
- * always on C, d= only and always on I and E.
+ * always on C, d= only and always on I and E; m= (I and E, when not 0) and
+ * n= (exactly when m= has LC_VIVIFY) follow it.
  * lc_parse returns -1 for a line that is not one of these. LC_LINE_MAX bounds
  * a line. */
 #define LC_LINE_MAX 256

@@ -6,7 +6,8 @@
  *
  * One operation per line (lincheck.h lc_format):
  *
- *   c=CLIENT k=KEY op=KIND r=RESULT v=VALUE ttl=TTL_NS inv=NS cmp=NS [u=UNIQ] [cas=EXPECT] [d=DELTA]
+ *   c=CLIENT k=KEY op=KIND r=RESULT v=VALUE ttl=TTL_NS inv=NS cmp=NS [u=UNIQ] [cas=EXPECT]
+ *   [d=DELTA [m=MODE [n=INITIAL]]]
  *
  *   op  P store (set), D delete, G get, A add, R replace, C cas, I incr,
  *       E decr (v: the new value told), T touch (ttl: the new TTL, 0 never),
@@ -19,6 +20,8 @@
  *       0: not recorded, the value alone is checked)
  *   cas C only: the unique the item had to have
  *   d   I and E only: the delta
+ *   m   I and E: 1 vivify (a miss stores n= with ttl=), 2 touch (a hit gets
+ *       ttl=), 3 both; absent: 0
  *
  * Lines without u= and cas= are the histories of plain PUT / DELETE / GET,
  * checked as they always were. A history whose uniques conflict across keys

@@ -276,6 +276,15 @@ static struct lc_op D(struct lc_op o, uint64_t delta)
 #define INCR(key, r, v, u, d, inv, cmp) D(U(mk(LC_INCR, key, r, v, 0, inv, cmp), u, 0), d)
 #define DECR(key, r, v, u, d, inv, cmp) D(U(mk(LC_DECR, key, r, v, 0, inv, cmp), u, 0), d)
 #define TOUCH(key, r, ttl, inv, cmp) mk(LC_TOUCH, key, r, 0, ttl, inv, cmp)
+/* o with the arithmetic's mode: initial (LC_VIVIFY) and ttl ms */
+static struct lc_op M(struct lc_op o, uint32_t mode, uint64_t initial, uint64_t ttl_ms)
+{
+	o.mode = mode;
+	o.initial = initial;
+	o.ttl_ns = ttl_ms * MSN;
+	return o;
+}
+
 /* GAT read v with unique u and touched the item to ttl ms */
 #define GAT(key, r, v, u, ttl, inv, cmp) U(mk(LC_GAT, key, r, v, ttl, inv, cmp), u, 0)
 
@@ -390,11 +399,52 @@ Test(lincheck, rmw_with_unknown_outcomes)
 	CHECK(0, SET(1, 5, 11, 100, 0, 1), MISS(1, 150, 151), TOUCH(1, 0, 0, 152, -1), GETU(1, 5, 11, 500, 501));
 }
 
+/* kvc_op.mode of INCR / DECR: vivify on a miss, touch on a hit */
+Test(lincheck, rmw_arithmetic_modes)
+{
+	/* vivify: a miss stores the initial value (with its own TTL), a hit counts */
+	CHECK(1, M(INCR(1, LC_OK, 7, 11, 1, 0, 1), LC_VIVIFY, 7, 100), GETU(1, 7, 11, 2, 3),
+	      M(INCR(1, LC_OK, 8, 12, 1, 4, 5), LC_VIVIFY, 7, 0), GETU(1, 8, 12, 50, 51), MISS(1, 150, 151),
+	      M(DECR(1, LC_OK, 7, 13, 1, 152, 153), LC_VIVIFY, 7, 0), GETU(1, 7, 13, 1000, 1001));
+	/* ... so it is never absent, and a hit must count, a miss tell the initial value */
+	CHECK(0, M(INCR(1, LC_ABSENT, 0, 0, 1, 0, 1), LC_VIVIFY, 7, 0));
+	CHECK(0, M(INCR(1, LC_OK, 8, 11, 1, 0, 1), LC_VIVIFY, 7, 0));
+	CHECK(0, SET(1, 5, 11, 0, 0, 1), M(INCR(1, LC_OK, 7, 12, 1, 2, 3), LC_VIVIFY, 7, 0));
+	/* two racing on a miss: one stores, the other counts on its item */
+	CHECK(1, M(INCR(1, LC_OK, 7, 11, 1, 0, 10), LC_VIVIFY, 7, 0), M(INCR(1, LC_OK, 8, 12, 1, 1, 9), LC_VIVIFY, 7, 0));
+	CHECK(0, M(INCR(1, LC_OK, 7, 11, 1, 0, 10), LC_VIVIFY, 7, 0), M(INCR(1, LC_OK, 7, 12, 1, 1, 9), LC_VIVIFY, 7, 0));
+	/* when the initial value is what the count would give, either may have
+	 * happened: the search tries both (here only the miss fits the read after) */
+	CHECK(1, SET(1, 6, 11, 100, 0, 1), M(INCR(1, LC_OK, 7, 12, 1, 99, 103), LC_VIVIFY, 7, 0),
+	      GETU(1, 7, 12, 500, 501));
+	CHECK(1, SET(1, 6, 11, 100, 0, 1), M(INCR(1, LC_OK, 7, 12, 1, 99, 103), LC_VIVIFY, 7, 0), MISS(1, 500, 501));
+	/* unknown: counted, stored the initial value, or nothing */
+	CHECK(1, MISS(1, 0, 1), M(INCR(1, 0, 0, 0, 1, 2, -1), LC_VIVIFY, 7, 0), GETU(1, 7, 17, 10, 11));
+	CHECK(1, MISS(1, 0, 1), M(INCR(1, 0, 0, 0, 1, 2, -1), LC_VIVIFY, 7, 0), MISS(1, 10, 11));
+	CHECK(0, MISS(1, 0, 1), M(INCR(1, 0, 0, 0, 1, 2, -1), LC_VIVIFY, 7, 0), GETU(1, 8, 17, 10, 11));
+	CHECK(1, SET(1, 5, 11, 0, 0, 1), M(INCR(1, 0, 0, 0, 1, 2, -1), LC_VIVIFY, 7, 0), GETU(1, 6, 17, 10, 11));
+	CHECK(0, SET(1, 5, 11, 0, 0, 1), M(INCR(1, 0, 0, 0, 1, 2, -1), LC_VIVIFY, 7, 0), GETU(1, 7, 17, 10, 11));
+	/* touch: a hit also gives the item the TTL; a miss is still a miss */
+	CHECK(1, SET(1, 5, 11, 100, 0, 1), M(INCR(1, LC_OK, 6, 12, 1, 50, 51), LC_ARITH_TOUCH, 0, 0),
+	      GETU(1, 6, 12, 500, 501), M(DECR(1, LC_OK, 5, 13, 1, 502, 503), LC_ARITH_TOUCH, 0, 10), MISS(1, 600, 601),
+	      M(INCR(1, LC_ABSENT, 0, 0, 1, 602, 603), LC_ARITH_TOUCH, 0, 10));
+	CHECK(0, SET(1, 5, 11, 100, 0, 1), M(INCR(1, LC_OK, 6, 12, 1, 50, 51), LC_ARITH_TOUCH, 0, 0), MISS(1, 500, 501));
+	CHECK(0, SET(1, 5, 11, 0, 0, 1), M(INCR(1, LC_OK, 6, 12, 1, 50, 51), LC_ARITH_TOUCH, 0, 10),
+	      GETU(1, 6, 12, 500, 501));
+	/* both: a miss stores, a hit counts and touches */
+	CHECK(1, M(INCR(1, LC_OK, 3, 11, 1, 0, 1), LC_VIVIFY | LC_ARITH_TOUCH, 3, 10), MISS(1, 50, 51),
+	      M(INCR(1, LC_OK, 3, 12, 1, 52, 53), LC_VIVIFY | LC_ARITH_TOUCH, 3, 0),
+	      M(INCR(1, LC_OK, 4, 13, 1, 54, 55), LC_VIVIFY | LC_ARITH_TOUCH, 3, 10), GETU(1, 4, 13, 60, 61),
+	      MISS(1, 100, 101));
+}
+
 Test(lincheck, rmw_history_lines)
 {
 	struct lc_op in[] = { INCR(3, LC_OK, 18446744073709551615ull, 99, 7, 1.5, 2.5),
 			      DECR(3, LC_ABSENT, 0, 0, 1, 1.5, -1), TOUCH(3, LC_OK, 250, 1, 2),
-			      TOUCH(3, LC_ABSENT, 0, 1, -1), GAT(3, LC_OK, 8, 1234, 9, 1, 2), GAT(3, LC_ABSENT, 0, 0, 9, 1, 2) },
+			      TOUCH(3, LC_ABSENT, 0, 1, -1), GAT(3, LC_OK, 8, 1234, 9, 1, 2), GAT(3, LC_ABSENT, 0, 0, 9, 1, 2),
+			      M(INCR(3, LC_OK, 5, 6, 1, 1, 2), LC_VIVIFY | LC_ARITH_TOUCH, 5, 3),
+			      M(DECR(3, LC_OK, 5, 6, 1, 1, 2), LC_ARITH_TOUCH, 0, 3) },
 		     b;
 	char line[LC_LINE_MAX];
 
@@ -409,6 +459,14 @@ Test(lincheck, rmw_history_lines)
 	cr_expect(strstr(line, " op=T ") && strstr(line, " ttl=250000000 "), "%s", line);
 	lc_format(&in[4], line, sizeof(line));
 	cr_expect(strstr(line, " op=K ") && strstr(line, " ttl=9000000 ") && strstr(line, " u=1234\n"), "%s", line);
+	lc_format(&in[6], line, sizeof(line));
+	cr_expect(strstr(line, " ttl=3000000 ") && strstr(line, " u=6 d=1 m=3 n=5\n"), "%s", line);
+	lc_format(&in[7], line, sizeof(line));
+	cr_expect(strstr(line, " d=1 m=2\n"), "%s", line);
+	cr_expect_neq(lc_parse("c=1 k=1 op=I r=0 v=4 ttl=0 inv=1 cmp=2 u=5 d=1 m=1", &b), 0, "vivify names n=");
+	cr_expect_neq(lc_parse("c=1 k=1 op=I r=0 v=4 ttl=0 inv=1 cmp=2 u=5 d=1 m=2 n=4", &b), 0, "n= only with vivify");
+	cr_expect_neq(lc_parse("c=1 k=1 op=I r=0 v=4 ttl=0 inv=1 cmp=2 u=5 d=1 m=4", &b), 0, "modes 1, 2, 3");
+	cr_expect_neq(lc_parse("c=1 k=1 op=I r=0 v=4 ttl=0 inv=1 cmp=2 u=5 d=1 m=0", &b), 0, "m=0 is not written");
 	cr_expect_eq(lc_parse("c=1 k=1 op=E r=0 v=4 ttl=0 inv=1 cmp=2 u=5 d=1", &b), 0);
 	cr_expect(b.kind == LC_DECR && b.value == 4 && b.uniq == 5 && b.delta == 1);
 	cr_expect_neq(lc_parse("c=1 k=1 op=I r=0 v=4 ttl=0 inv=1 cmp=2 u=5", &b), 0, "an INCR names its delta");
@@ -725,6 +783,7 @@ struct item_counts {
 	uint64_t arith[2], touch[2], gat[2]; /* incr and decr, touch, gat: [0] done, [1] not found */
 	uint64_t arith_uniq;         /* incrs and decrs told their new unique */
 	uint64_t pairs;              /* batches of two of them on one key */
+	uint64_t arith_modes;        /* of them with vivify or touch */
 	uint64_t rmw_unknown;        /* incrs, decrs, touches and gats with unknown outcomes */
 	uint64_t unknown, failed, rmw_retries;
 };
@@ -919,6 +978,14 @@ static void item_rmw(struct item_worker *w, kvc_t *h, uint64_t *rng, unsigned ke
 
 		op.type = o.kind == LC_INCR ? KVC_OP_INCR : KVC_OP_DECR;
 		op.delta = o.delta;
+		/* and the modes: vivify on a miss, touch on a hit */
+		op.mode = (int)(lc_rand(rng) % 4);
+		op.initial = lc_rand(rng) % 10;
+		op.ttl_ms = op.mode && lc_rand(rng) % 2 ? 1 + lc_rand(rng) % 8 : 0;
+		o.mode = (uint32_t)op.mode;
+		o.initial = op.mode & KVC_ARITH_VIVIFY ? op.initial : 0;
+		o.ttl_ns = op.mode ? op.ttl_ms * MSN : 0;
+		w->c.arith_modes += op.mode != 0;
 		o2.inv = o.inv;
 		w->c.pairs += n == 2;
 		rc = kvc_run_batch(h, both, n);
@@ -1089,6 +1156,7 @@ static void item_histories(int counters, uint64_t seeds, struct item_totals *t)
 				c->cas[j] += w[i].c.cas[j];
 			c->arith_uniq += w[i].c.arith_uniq;
 			c->pairs += w[i].c.pairs;
+			c->arith_modes += w[i].c.arith_modes;
 			c->rmw_unknown += w[i].c.rmw_unknown;
 			c->unknown += w[i].c.unknown;
 			c->failed += w[i].c.failed;
@@ -1147,15 +1215,16 @@ Test(lincheck, counter_histories_with_incr_decr_touch_and_the_reclaimer, .timeou
 	item_histories(1, COUNTER_SEEDS, &t);
 	/* incr / decr and touch met items and missed them; the batch told uniques */
 	cr_expect(c->arith[0] && c->arith[1] && c->touch[0] && c->touch[1] && c->gat[0] && c->gat[1] && c->arith_uniq &&
-		  c->pairs);
+		  c->pairs && c->arith_modes);
 	cr_expect(c->add[0] && c->cas[0] && c->cas[1]);
 	printf("lincheck counters: %d histories, %" PRIu64 " operations (%" PRIu64 " unknown outcomes, %" PRIu64
 	       " of them incr/decr/touch/gat; %" PRIu64 " failed and left out), %" PRIu64 " search states; incr/decr %" PRIu64
-	       " done (%" PRIu64 " told their unique, %" PRIu64 " batches of two) / %" PRIu64 " not found, touch %" PRIu64 " / %" PRIu64
+	       " done (%" PRIu64 " told their unique, %" PRIu64 " batches of two, %" PRIu64 " vivify/touch) / %" PRIu64
+	       " not found, touch %" PRIu64 " / %" PRIu64
 	       ", gat %" PRIu64 " / %" PRIu64 ", add %" PRIu64 " / %" PRIu64 ", replace %" PRIu64 " / %" PRIu64
 	       ", cas %" PRIu64 " / %" PRIu64 " / %" PRIu64 "; %" PRIu64 " segments reclaimed (%" PRIu64
 	       " items moved, %" PRIu64 " expired); %.1f s: 0 violations\n",
 	       COUNTER_SEEDS, t.ops, c->unknown, c->rmw_unknown, c->failed, t.states, c->arith[0], c->arith_uniq,
-	       c->pairs, c->arith[1], c->touch[0], c->touch[1], c->gat[0], c->gat[1], c->add[0], c->add[1], c->repl[0],
+	       c->pairs, c->arith_modes, c->arith[1], c->touch[0], c->touch[1], c->gat[0], c->gat[1], c->add[0], c->add[1], c->repl[0],
 	       c->repl[1], c->cas[0], c->cas[1], c->cas[2], t.reclaimed, t.moved, t.expired, t.seconds);
 }
