@@ -92,8 +92,7 @@ int kvi_conn_attach(struct kvi_conn *h, struct kvi_rmem *rm)
 	if (rc)
 		return rc;
 	lb = kvi_rmem_lbuf(rm, NULL);
-	h->one = lb + scratch * o->depth;
-	*h->one = 1;
+	h->mark_sink = (uint64_t *)(void *)(lb + scratch * o->depth);
 	for (unsigned i = 0; i < o->depth; i++) {
 		unsigned char *s = lb + i * scratch;
 

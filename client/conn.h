@@ -40,7 +40,8 @@ struct kvi_opst;
  * segment might have been reclaimed and reused (segtab.h), and the WRITE
  * would land in someone else's bytes. Late marks are dropped (sampling). */
 struct kvi_mark {
-	uint64_t off;      /* region offset of the access byte */
+	uint64_t off;      /* region offset of the access byte (its 8-byte word) */
+	uint64_t word;     /* that word as the GET read it (access byte 0) */
 	uint64_t deadline; /* ns */
 };
 
@@ -78,7 +79,7 @@ struct kvi_conn {
 	 * changes, so a WRITE may read it whenever the NIC gets to it. */
 	struct kvi_mark marks[KVI_MARKS];
 	unsigned mark_head, mark_count;
-	uint8_t *one;
+	uint64_t *mark_sink; /* where mark CASes return what they found (never read) */
 	struct kvc_stats stats;
 	uint64_t rng;
 

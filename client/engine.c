@@ -53,7 +53,7 @@ static int check_op(const struct kvi_conn *h, const struct kvc_op *op)
 		return KVC_EKEYSIZE;
 	switch (op->type) {
 	case KVC_OP_GET:
-		return op->buf_len && !op->buf ? KVC_EINVAL : 0;
+		return (op->buf_len && !op->buf) || (op->meta & ~(uint32_t)KVC_META_RECACHE) ? KVC_EINVAL : 0;
 	case KVC_OP_PUT:
 		if ((op->value_len && !op->value) || op->mode < KVC_STORE_SET || op->mode > KVC_STORE_PREPEND)
 			return KVC_EINVAL;
@@ -62,6 +62,7 @@ static int check_op(const struct kvi_conn *h, const struct kvc_op *op)
 			return KVC_EVALSIZE;
 		return 0;
 	case KVC_OP_DELETE:
+		return op->meta & ~(uint32_t)KVC_META_INVALIDATE ? KVC_EINVAL : 0;
 	case KVC_OP_TOUCH:
 		return 0;
 	case KVC_OP_INCR:

@@ -56,6 +56,7 @@ enum kvi_state {
 	KVI_ST_W_LOCK_OLD,   /* mixed mode: CAS-lock and READ the old bucket(s) of unmigrated choices */
 	KVI_ST_STALE,        /* met a mark its index view cannot explain: wait for a new view (nothing posted) */
 	KVI_ST_GROW,         /* both buckets full: asked the server to grow; wait for a new index (nothing posted) */
+	KVI_ST_GET_WIN,      /* GET delivered: CAS for the item's recache token (layout.h "Recache tokens") */
 };
 
 /* What the slot an insert committed to held. */
@@ -170,6 +171,7 @@ struct kvi_opst {
 	 * held (enum kvi_took), and whether a GET miss found its item expired. */
 	uint8_t took;
 	uint8_t saw_expired;
+	uint64_t win_off; /* KVI_ST_GET_WIN: region offset of the word the token's CAS works on */
 
 	/* Commit decision, and the result reported once the locks are released. */
 	uint32_t commit_which, commit_idx;

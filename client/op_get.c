@@ -19,6 +19,7 @@
  * bucket found UNMIGRATED is read from the old index in one more doorbell,
  * and an old bucket found MOVED by then from the new one again. Locations
  * found in an old bucket are not cached (the cache names current buckets). */
+#include <stddef.h>
 #include <string.h>
 
 #include "conn.h"
@@ -76,6 +77,51 @@ void kvi_get_start(struct kvi_conn *h, struct kvi_opst *st)
 		st->slot_posted = st->posted;
 }
 
+/* Try to win the item's recache token (layout.h "Recache tokens"): CAS the
+ * word of its access byte from what was read (expect) to that with the
+ * token (and the read mark) set. */
+static void post_win(struct kvi_conn *h, struct kvi_opst *st, uint64_t expect)
+{
+	struct kvi_rop op = kvi_rop_cas(st->win_off, &st->w[0], expect, expect | KVI_ACCESS_WIN | KVI_ACCESS_READ);
+
+	st->w[1] = expect;
+	kvi_st_post(h, st, &op, 1, KVI_ST_GET_WIN);
+}
+
+/* The token's CAS completed: won, someone else has it, or the access byte
+ * changed under us (a read mark: try again, a few times); anything else in
+ * the word changed means the memory is no longer this object's: no token. */
+static void on_win(struct kvi_conn *h, struct kvi_opst *st)
+{
+	uint64_t got = st->w[0], expect = st->w[1];
+
+	if (got == expect) {
+		st->op->item |= KVC_ITEM_WON;
+	} else if ((got & ~(uint64_t)0xff) == (expect & ~(uint64_t)0xff)) {
+		if (got & KVI_ACCESS_WIN) {
+			st->op->item |= KVC_ITEM_WIN_SENT;
+		} else if (++st->lock_tries < 4) {
+			post_win(h, st, got);
+			return;
+		}
+	}
+	kvi_st_finish(h, st, st->result, st->kind);
+}
+
+/* Does the GET of this item contend for its recache token: a stale item, or
+ * (KVC_META_RECACHE) one whose remaining TTL is below recache_ms? */
+static int contends(const struct kvc_op *op, const struct kvi_obj_hdr *oh)
+{
+	uint64_t exp = kvi_obj_expiry_ms(oh), now_ms;
+
+	if (oh->flags & KVI_OBJ_F_STALE)
+		return 1;
+	if (!(op->meta & KVC_META_RECACHE) || exp == 0)
+		return 0;
+	now_ms = kvi_real_ns() / 1000000u;
+	return exp <= now_ms || exp - now_ms < op->recache_ms;
+}
+
 /* Copy the value of the matching object in c out to the caller. */
 static void deliver(struct kvi_conn *h, struct kvi_opst *st, const struct kvi_cand *c, int kind)
 {
@@ -83,11 +129,15 @@ static void deliver(struct kvi_conn *h, struct kvi_opst *st, const struct kvi_ca
 	const struct kvi_obj_hdr *oh = (const struct kvi_obj_hdr *)(const void *)buf;
 	struct kvc_op *op = st->op;
 	int status = 0;
+	uint64_t word;
 
 	op->value_len = kvi_obj_value_len(oh);
 	op->flags = oh->client_flags;
 	op->cas = oh->cas;
 	op->expiry_ms = kvi_obj_expiry_ms(oh);
+	op->item = ((oh->access & KVI_ACCESS_READ) || (oh->flags & KVI_OBJ_F_FETCHED) ? KVC_ITEM_FETCHED : 0) |
+		   (oh->flags & KVI_OBJ_F_STALE ? KVC_ITEM_STALE : 0) |
+		   (oh->access & KVI_ACCESS_WIN ? KVC_ITEM_WIN_SENT : 0);
 	if (op->value_len > op->buf_len)
 		status = KVC_ETRUNC;
 	else if (op->value_len)
@@ -100,10 +150,22 @@ static void deliver(struct kvi_conn *h, struct kvi_opst *st, const struct kvi_ca
 	if (st->epoch == h->cur.ix.epoch && (st->cached || !(st->old & (1u << c->which))))
 		kvi_locache_put(&h->cache, st->kh.lo, st->kh.hi, st->cached ? st->loc.bucket : st->b[c->which],
 				st->cached ? st->loc.idx : c->idx, c->slot, st->start);
+	/* The recache token: one more round trip, only when contended (its
+	 * CAS sets the read mark too). */
+	if (!(oh->access & KVI_ACCESS_WIN) && contends(op, oh)) {
+		st->result = status;
+		st->kind = kind;
+		st->lock_tries = 0;
+		st->win_off = kvi_slot_obj_off(c->slot) + offsetof(struct kvi_obj_hdr, access);
+		memcpy(&word, buf + offsetof(struct kvi_obj_hdr, access), sizeof(word));
+		post_win(h, st, word);
+		return;
+	}
 	/* First read since the item was written (or copied forward): tell the
 	 * reclaimer it is in use. */
+	memcpy(&word, buf + offsetof(struct kvi_obj_hdr, access), sizeof(word));
 	if (oh->access == 0)
-		kvi_mark_access(h, kvi_slot_obj_off(c->slot), st->deadline);
+		kvi_mark_access(h, kvi_slot_obj_off(c->slot), word, st->deadline);
 	kvi_st_finish(h, st, status, kind);
 }
 
@@ -243,6 +305,9 @@ void kvi_get_step(struct kvi_conn *h, struct kvi_opst *st)
 		break;
 	case KVI_ST_GET_OBJECTS:
 		on_objects(h, st);
+		break;
+	case KVI_ST_GET_WIN:
+		on_win(h, st);
 		break;
 	}
 }

@@ -32,6 +32,8 @@ int kvi_rmw_is(const struct kvc_op *op)
 		return 1;
 	case KVC_OP_PUT:
 		return op->mode == KVC_STORE_APPEND || op->mode == KVC_STORE_PREPEND;
+	case KVC_OP_DELETE:
+		return (op->meta & KVC_META_INVALIDATE) != 0;
 	default:
 		return 0;
 	}
@@ -116,6 +118,12 @@ int kvi_rmw_build(struct kvi_conn *h, struct kvi_opst *st, const struct kvi_obj_
 	const unsigned char *cur = (const unsigned char *)oh;
 	uint32_t klen = oh->key_len, vlen = kvi_obj_value_len(oh), flags = oh->client_flags;
 	uint64_t expiry = kvi_obj_expiry_ms(oh), cas = oh->cas, old_len = kvi_obj_len(klen, vlen);
+	/* A touch keeps the item as it is (its state, its recache token); an
+	 * invalidation makes it stale with no token; anything else is a new
+	 * item. */
+	int same = op->type == KVC_OP_TOUCH || op->type == KVC_OP_GAT;
+	uint8_t access = same ? oh->access & KVI_ACCESS_WIN : 0;
+	uint8_t sflags = same ? oh->flags : op->type == KVC_OP_DELETE ? (uint8_t)(oh->flags | KVI_OBJ_F_STALE) : 0;
 	uint64_t nlen = vlen, counter = 0;
 	char digits[24];
 	struct kvi_obj_hdr *nh;
@@ -142,6 +150,10 @@ int kvi_rmw_build(struct kvi_conn *h, struct kvi_opst *st, const struct kvi_obj_
 	case KVC_OP_GAT:
 		expiry = kvi_expiry_of(op->ttl_ms);
 		break;
+	case KVC_OP_DELETE: /* invalidate */
+		if (op->ttl_ms)
+			expiry = kvi_expiry_of(op->ttl_ms);
+		break;
 	default: /* append, prepend */
 		nlen = (uint64_t)vlen + op->value_len;
 		break;
@@ -151,6 +163,9 @@ int kvi_rmw_build(struct kvi_conn *h, struct kvi_opst *st, const struct kvi_obj_
 	if (op->type == KVC_OP_GAT) {
 		/* The value as the item has it (the touch does not change it). */
 		op->value_len = vlen;
+		op->item = ((oh->access & KVI_ACCESS_READ) || (oh->flags & KVI_OBJ_F_FETCHED) ? KVC_ITEM_FETCHED : 0) |
+			   (oh->flags & KVI_OBJ_F_STALE ? KVC_ITEM_STALE : 0) |
+			   (oh->access & KVI_ACCESS_WIN ? KVC_ITEM_WIN_SENT : 0);
 		if (vlen > op->buf_len)
 			st->result = KVC_ETRUNC; /* the touch is made all the same */
 		else if (vlen)
@@ -182,8 +197,8 @@ int kvi_rmw_build(struct kvi_conn *h, struct kvi_opst *st, const struct kvi_obj_
 		break;
 	}
 	nh = (struct kvi_obj_hdr *)(void *)st->obj;
-	nh->access = 0;
-	nh->flags = 0;
+	nh->access = access;
+	nh->flags = sflags;
 	nh->len_exp = nlen | (expiry > KVI_OBJ_EXPIRY_MAX ? KVI_OBJ_EXPIRY_MAX : expiry) << KVI_OBJ_VLEN_BITS;
 	nh->client_flags = flags;
 	nh->cas = st->obj_cas;

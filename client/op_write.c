@@ -337,6 +337,10 @@ static void found(struct kvi_conn *h, struct kvi_opst *st, uint32_t which, uint3
 		commit(h, st, which, idx, new_slot(st), cached ? KVC_STAT_PUT_UPDATE_CACHED : KVC_STAT_PUT_UPDATE);
 		return;
 	}
+	if (st->op->cas && oh && !expired && oh->cas != st->op->cas) {
+		refuse(h, st, KVC_EEXISTS); /* a DELETE of one version only */
+		return;
+	}
 	st->result = expired ? KVC_ENOTFOUND : 0;
 	commit(h, st, which, idx, 0, expired ? KVC_STAT_DELETE_MISS : KVC_STAT_DELETE);
 }

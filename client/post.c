@@ -31,12 +31,12 @@ void kvi_st_abandon(struct kvi_conn *h, struct kvi_opst *st, int status)
 	kvi_st_finish(h, st, status, KVC_STAT_FAILED);
 }
 
-void kvi_mark_access(struct kvi_conn *h, uint64_t obj_off, uint64_t deadline)
+void kvi_mark_access(struct kvi_conn *h, uint64_t obj_off, uint64_t word, uint64_t deadline)
 {
 	if (!h->o.track_access || h->mark_count == KVI_MARKS)
 		return; /* sampling: a full queue drops the mark */
 	h->marks[(h->mark_head + h->mark_count) % KVI_MARKS] = (struct kvi_mark){
-		.off = obj_off + offsetof(struct kvi_obj_hdr, access), .deadline = deadline };
+		.off = obj_off + offsetof(struct kvi_obj_hdr, access), .word = word, .deadline = deadline };
 	h->mark_count++;
 }
 
@@ -50,7 +50,9 @@ static unsigned add_marks(struct kvi_conn *h, const struct kvi_rop *ops, unsigne
 		h->mark_head = (h->mark_head + 1) % KVI_MARKS;
 		h->mark_count--;
 		if (now < m->deadline) {
-			out[n++] = kvi_rop_write(m->off, h->one, 1);
+			/* A CAS, not a WRITE: it must not clear a recache token
+			 * set since the GET read the byte (layout.h). */
+			out[n++] = kvi_rop_cas(m->off, h->mark_sink, m->word, m->word | KVI_ACCESS_READ);
 			h->stats.access_marks++;
 		}
 	}

@@ -26,6 +26,6 @@ void kvi_st_abandon(struct kvi_conn *h, struct kvi_opst *st, int status);
  * completed)? */
 int kvi_may_hold_locks(const struct kvi_opst *st);
 /* Queue an access mark for the object at obj_off (op_get.c, on a first read). */
-void kvi_mark_access(struct kvi_conn *h, uint64_t obj_off, uint64_t deadline);
+void kvi_mark_access(struct kvi_conn *h, uint64_t obj_off, uint64_t word, uint64_t deadline);
 
 #endif

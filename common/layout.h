@@ -121,11 +121,24 @@
  *   An object is never modified after its slot is written (but for `access`).
  *   Its memory is reused only when its whole segment is reclaimed (below).
  *
+ * Recache tokens (memcached meta's W / Z flags). At most one client at a
+ * time is told it "won" the right to recache a stale item, or one whose TTL
+ * runs low: the GET that would win sets KVI_ACCESS_WIN with an RDMA CAS on
+ * the 8-byte word holding the access byte (the rest of that word -- version,
+ * flags, key length, the value length's low bits -- never changes while the
+ * object lives, so the CAS fails only on a changed access byte, or on memory
+ * no longer this object's); whoever finds the bit set is told someone else
+ * won. Access marks are CASes too (below), so none clears a token. A
+ * reclaimer's copy starts with none, so after a move a second client may
+ * win -- both recache, nothing is lost. A rewrite (set, touch excepted) is a
+ * new item with no token.
+ *
  * Access tracking. `access` is 0 when the object is written (by a client, or
  * as the reclaimer's copy). A GET that reads an object whose access byte is 0
- * sets it to 1 with a 1-byte WRITE riding in a later doorbell of the same
- * handle (no extra round trip, once per object: a marked object is not marked
- * again). The reclaimer keeps (copies forward) the live objects whose word is
+ * sets KVI_ACCESS_READ with an RDMA CAS of the byte's 8-byte word, from the
+ * word it read, riding in a later doorbell of the same handle (no extra
+ * round trip, once per object: a marked object is not marked again; a CAS,
+ * not a 1-byte WRITE, so that it never clears a recache token). The reclaimer keeps (copies forward) the live objects whose word is
  * set and evicts the others: FIFO with reinsertion of what was read, as
  * Segcache and S3-FIFO do. A lost mark only costs that object its second
  * chance. KVI_OBJ_F_FETCHED on a copy records that it had been read before.
@@ -306,6 +319,15 @@ static inline uint64_t kvi_slot_obj_off(uint64_t s)
 enum kvi_obj_flags {
 	KVI_OBJ_F_NONE = 0,
 	KVI_OBJ_F_FETCHED = 1, /* a copy the reclaimer made of an object that had been read */
+	/* The item was invalidated (memcached meta "md I"): still served, as
+	 * stale, until rewritten ("Recache tokens"). Copies keep it. */
+	KVI_OBJ_F_STALE = 2,
+};
+
+/* Bits of the access byte ("Access tracking", "Recache tokens"). */
+enum kvi_obj_access {
+	KVI_ACCESS_READ = 1, /* read since written (the 1-byte mark WRITE sets it) */
+	KVI_ACCESS_WIN = 2,  /* a client was told it won the right to recache the item */
 };
 
 /* 32 bytes (4-byte aligned: objects start on 16-byte boundaries, and the

@@ -198,7 +198,9 @@ KVC_EXPORT int kvc_put(kvc_t *h, const void *key, size_t key_len, const void *va
  * effect -- read the key to learn which, or write it again (both PUT and
  * DELETE are idempotent). Never reported as a plain failure. */
 
-/* Remove; KVC_ENOTFOUND if absent. */
+/* Remove; KVC_ENOTFOUND if absent. (Asynchronously: a DELETE whose
+ * kvc_op.cas is not 0 removes only an item with that unique, else
+ * KVC_EEXISTS; see also KVC_META_INVALIDATE.) */
 KVC_EXPORT int kvc_delete(kvc_t *h, const void *key, size_t key_len);
 
 /* Memcached's item semantics. Every item carries a 32-bit flags word (the
@@ -341,6 +343,36 @@ struct kvc_op {
 	/* GET, GAT: set with status 0 to the item's expiry, CLOCK_REALTIME
 	 * milliseconds (0: never), e.g. for memcached meta's remaining TTL. */
 	uint64_t expiry_ms;
+	/* memcached meta's item states. meta (in): enum kvc_meta bits;
+	 * recache_ms (in): with KVC_META_RECACHE. item (out, GET and GAT with
+	 * status 0 or KVC_ETRUNC): enum kvc_item bits. */
+	uint32_t meta;
+	uint32_t item;
+	uint64_t recache_ms;
+};
+
+/* kvc_op.meta. */
+enum kvc_meta {
+	/* GET: when the item's remaining TTL is below recache_ms, try to win
+	 * the right to recache it (memcached meta "mg R"). */
+	KVC_META_RECACHE = 1,
+	/* DELETE: mark the item stale instead of removing it ("md I"): a new
+	 * CAS unique, served as stale (KVC_ITEM_STALE) until rewritten, with a
+	 * new expiry ttl_ms from now when ttl_ms is not 0. A read-modify-write:
+	 * round trips as kvc_touch. */
+	KVC_META_INVALIDATE = 2,
+};
+
+/* kvc_op.item: what a GET (or GAT) learnt of the item. A GET of a stale
+ * item, or (KVC_META_RECACHE) of one whose TTL runs low, tries to win the
+ * right to recache it: one RDMA CAS, one more round trip, only then. At most
+ * one client at a time wins (best effort: a reclaimer's copy, or a racing
+ * access mark, may let a second one win; layout.h "Recache tokens"). */
+enum kvc_item {
+	KVC_ITEM_FETCHED = 1,  /* read before this GET ("mg h") */
+	KVC_ITEM_STALE = 2,    /* invalidated (KVC_META_INVALIDATE): "X" */
+	KVC_ITEM_WON = 4,      /* this GET won the right to recache: "W" */
+	KVC_ITEM_WIN_SENT = 8, /* another client won it: "Z" */
 };
 
 /* Start op. KVC_EAGAIN when `depth` operations are in flight or finished but

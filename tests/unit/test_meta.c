@@ -1,0 +1,183 @@
+/* memcached meta's item states in libkvclient (kvclient.h enum kvc_meta,
+ * enum kvc_item; layout.h "Recache tokens"): invalidation marks an item
+ * stale, a GET of a stale item -- or, asked, of one whose TTL runs low --
+ * contends for the right to recache it and one client wins, a GET says
+ * whether the item was read before; a DELETE can name the version it
+ * removes. */
+#include <criterion/criterion.h>
+#include <string.h>
+
+#include "dpath_check.h"
+#include "kvclient_errors.h"
+
+static struct kvt_env env;
+
+static void setup(void)
+{
+	cr_assert_eq(kvt_env_init(&env, 16, 0, 64), 0);
+}
+
+static void teardown(void)
+{
+	kvt_env_fini(&env);
+}
+
+TestSuite(meta, .init = setup, .fini = teardown, .timeout = 60);
+
+static int run(kvc_t *c, struct kvc_op *op)
+{
+	struct kvc_op *done;
+
+	op->status = 0;
+	if (kvc_submit(c, op))
+		return -1000;
+	while (kvc_poll(c, &done, 1, -1) == 0)
+		;
+	return op->status;
+}
+
+/* GET k with meta bits; the item bits it learnt. */
+static uint32_t get_item_bits(kvc_t *c, const char *k, uint32_t meta, uint64_t recache_ms, char *v, size_t cap)
+{
+	struct kvc_op op = { .type = KVC_OP_GET, .key = k, .key_len = strlen(k), .buf = v, .buf_len = cap - 1,
+			     .meta = meta, .recache_ms = recache_ms };
+
+	cr_assert_eq(run(c, &op), 0, "GET %s: %s", k, kvc_err_name(op.status));
+	v[op.value_len] = 0;
+	return op.item;
+}
+
+static int invalidate(kvc_t *c, const char *k, uint64_t ttl_ms, uint64_t cas)
+{
+	struct kvc_op op = { .type = KVC_OP_DELETE, .key = k, .key_len = strlen(k), .meta = KVC_META_INVALIDATE,
+			     .ttl_ms = ttl_ms, .cas = cas };
+
+	return run(c, &op);
+}
+
+static void stale_items(unsigned cache)
+{
+	kvc_t *a = kvt_client(&env, NULL, cache, 4), *b = kvt_client(&env, NULL, cache, 4);
+	uint64_t c0 = 0, c1 = 0;
+	uint32_t bits;
+	char v[64];
+
+	cr_expect_eq(invalidate(a, "s", 0, 0), KVC_ENOTFOUND);
+	cr_assert_eq(kvc_store(a, KVC_STORE_SET, "s", 1, "old", 3, 7, 0, 0, &c0), 0);
+	bits = get_item_bits(b, "s", 0, 0, v, sizeof(v));
+	cr_expect_eq(bits, 0, "fresh, unread, not stale");
+	cr_expect_eq(invalidate(a, "s", 0, c0 + 99), KVC_EEXISTS, "a cas that does not match");
+	cr_assert_eq(invalidate(a, "s", 0, c0), 0);
+	/* The first GET of the stale item wins; every later one is told
+	 * someone did. */
+	bits = get_item_bits(b, "s", 0, 0, v, sizeof(v));
+	cr_expect_str_eq(v, "old", "a stale item is still served");
+	cr_expect_eq(bits & (KVC_ITEM_STALE | KVC_ITEM_WON | KVC_ITEM_WIN_SENT), KVC_ITEM_STALE | KVC_ITEM_WON);
+	for (int i = 0; i < 3; i++) {
+		bits = get_item_bits(i % 2 ? a : b, "s", 0, 0, v, sizeof(v));
+		cr_expect_eq(bits & (KVC_ITEM_STALE | KVC_ITEM_WON | KVC_ITEM_WIN_SENT),
+			     KVC_ITEM_STALE | KVC_ITEM_WIN_SENT);
+		cr_expect(bits & KVC_ITEM_FETCHED, "read before");
+	}
+	/* A touch keeps the state and the token; a store makes a new item. */
+	cr_assert_eq(kvc_touch(a, "s", 1, 60000), 0);
+	bits = get_item_bits(b, "s", 0, 0, v, sizeof(v));
+	cr_expect_eq(bits & (KVC_ITEM_STALE | KVC_ITEM_WIN_SENT), KVC_ITEM_STALE | KVC_ITEM_WIN_SENT);
+	cr_assert_eq(kvc_get_item(b, "s", 1, v, sizeof(v), NULL, NULL, &c1), 0);
+	cr_expect_neq(c1, c0, "invalidation bumps the unique");
+	cr_assert_eq(kvc_store(a, KVC_STORE_CAS, "s", 1, "new", 3, 7, 0, c1, NULL), 0);
+	bits = get_item_bits(b, "s", 0, 0, v, sizeof(v));
+	cr_expect_str_eq(v, "new");
+	cr_expect_eq(bits & (KVC_ITEM_STALE | KVC_ITEM_WON | KVC_ITEM_WIN_SENT), 0, "recached: fresh again");
+	kvc_destroy(a);
+	kvc_destroy(b);
+}
+
+Test(meta, stale_items_through_the_buckets)
+{
+	stale_items(0);
+}
+
+Test(meta, stale_items_through_a_cached_location)
+{
+	stale_items(1024);
+}
+
+/* "mg R": the token is contended only below the threshold. */
+Test(meta, recache_when_the_ttl_runs_low)
+{
+	kvc_t *a = kvt_client(&env, NULL, 1024, 4), *b = kvt_client(&env, NULL, 0, 4);
+	struct kvc_stats s0, s1;
+	char v[64];
+
+	cr_assert_eq(kvc_store(a, KVC_STORE_SET, "r", 1, "v", 1, 0, 10000, 0, NULL), 0);
+	cr_expect_eq(get_item_bits(a, "r", 0, 0, v, sizeof(v)) & (KVC_ITEM_WON | KVC_ITEM_WIN_SENT), 0);
+	kvc_get_stats(b, &s0);
+	cr_expect_eq(get_item_bits(b, "r", KVC_META_RECACHE, 5000, v, sizeof(v)) & (KVC_ITEM_WON | KVC_ITEM_WIN_SENT), 0,
+		     "10 s left, threshold 5 s");
+	kvc_get_stats(b, &s1);
+	cr_expect_eq(s1.round_trips[KVC_STAT_GET_HIT] - s0.round_trips[KVC_STAT_GET_HIT], 2, "no token: no CAS");
+	cr_expect_eq(get_item_bits(b, "r", KVC_META_RECACHE, 20000, v, sizeof(v)) & (KVC_ITEM_WON | KVC_ITEM_WIN_SENT),
+		     KVC_ITEM_WON);
+	kvc_get_stats(b, &s0);
+	cr_expect_eq(s0.round_trips[KVC_STAT_GET_HIT] - s1.round_trips[KVC_STAT_GET_HIT], 3, "the token's CAS: one more");
+	cr_expect_eq(get_item_bits(a, "r", KVC_META_RECACHE, 20000, v, sizeof(v)) & (KVC_ITEM_WON | KVC_ITEM_WIN_SENT),
+		     KVC_ITEM_WIN_SENT);
+	cr_expect_eq(get_item_bits(a, "r", 0, 0, v, sizeof(v)) & (KVC_ITEM_WON | KVC_ITEM_WIN_SENT), KVC_ITEM_WIN_SENT,
+		     "Z whenever the token is out");
+	kvc_destroy(a);
+	kvc_destroy(b);
+}
+
+/* Many clients GET a stale item at once: exactly one wins. */
+Test(meta, one_winner_among_racing_gets)
+{
+	enum { N = 4 };
+	kvc_t *c[N];
+	struct kvc_op op[N];
+	char v[N][16];
+	unsigned won = 0, left = N;
+
+	for (unsigned i = 0; i < N; i++)
+		c[i] = kvt_client(&env, NULL, i % 2 ? 1024 : 0, 4);
+	for (unsigned round = 0; round < 50; round++) {
+		char k[16];
+
+		snprintf(k, sizeof(k), "race-%u", round);
+		cr_assert_eq(kvt_put_s(c[0], k, "v"), 0);
+		cr_assert_eq(invalidate(c[1], k, 0, 0), 0);
+		for (unsigned i = 0; i < N; i++) {
+			op[i] = (struct kvc_op){ .type = KVC_OP_GET, .key = k, .key_len = strlen(k), .buf = v[i],
+						 .buf_len = sizeof(v[i]) };
+			cr_assert_eq(kvc_submit(c[i], &op[i]), 0);
+		}
+		for (left = N, won = 0; left;) {
+			for (unsigned i = 0; i < N; i++) {
+				struct kvc_op *d;
+
+				if (kvc_poll(c[i], &d, 1, 0) == 1) {
+					left--;
+					cr_assert_eq(op[i].status, 0);
+					cr_assert(op[i].item & KVC_ITEM_STALE);
+					cr_assert(!!(op[i].item & KVC_ITEM_WON) != !!(op[i].item & KVC_ITEM_WIN_SENT),
+						  "won, or told another did");
+					won += !!(op[i].item & KVC_ITEM_WON);
+				}
+			}
+		}
+		cr_assert_eq(won, 1, "round %u: %u winners", round, won);
+	}
+	for (unsigned i = 0; i < N; i++)
+		kvc_destroy(c[i]);
+}
+
+Test(meta, bad_meta_bits_are_refused)
+{
+	kvc_t *a = kvt_client(&env, NULL, 0, 4);
+	struct kvc_op op = { .type = KVC_OP_GET, .key = "k", .key_len = 1, .meta = KVC_META_INVALIDATE };
+
+	cr_expect_eq(kvc_submit(a, &op), KVC_EINVAL);
+	op = (struct kvc_op){ .type = KVC_OP_DELETE, .key = "k", .key_len = 1, .meta = KVC_META_RECACHE };
+	cr_expect_eq(kvc_submit(a, &op), KVC_EINVAL);
+	kvc_destroy(a);
+}
