@@ -102,7 +102,13 @@ enum kvi_stat_kind {
 	X(INDEX_BUCKETS, "index_buckets", index_buckets, GAUGE, "kvcache_index_buckets", NULL, \
 	  "Buckets of the current index (31 slots each).") \
 	X(INDEX_EPOCH, "index_epoch", index_epoch, GAUGE, "kvcache_index_epoch", NULL, \
-	  "Epoch of the current index (one more per resize).")
+	  "Epoch of the current index (one more per resize).") \
+	X(CMD_FLUSH, "cmd_flush", cmd_flush, COUNTER, "kvcache_flush_requests_total", NULL, \
+	  "flush_all requests accepted, immediate and delayed (memcached's cmd_flush).") \
+	X(FLUSHES, "flushes", flushes, COUNTER, "kvcache_flushes_total", NULL, \
+	  "Flushes done: walks over the index that cleared every slot.") \
+	X(FLUSHED, "flushed", flushed, COUNTER, "kvcache_items_flushed_total", NULL, \
+	  "Items (index slots) cleared by flushes.")
 /* clang-format on */
 
 #endif

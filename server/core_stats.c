@@ -40,6 +40,9 @@ static void kvs_core_stats_locked(struct kvs_core *c, struct kvs_core_stats *out
 		.resizes = c->ix.resizes,
 		.index_buckets = c->ix.cur.bucket_count,
 		.index_epoch = c->ix.cur.epoch,
+		.flush_requests = c->flush_requests,
+		.flushes = c->flush_done,
+		.flushed = c->flush_items,
 	};
 }
 
@@ -97,6 +100,9 @@ void kvs_core_stat_values(const struct kvs_core_stats *st, uint64_t v[KVI_STAT_C
 	v[KVI_STAT_RESIZES] = st->resizes;
 	v[KVI_STAT_INDEX_BUCKETS] = st->index_buckets;
 	v[KVI_STAT_INDEX_EPOCH] = st->index_epoch;
+	v[KVI_STAT_CMD_FLUSH] = st->flush_requests;
+	v[KVI_STAT_FLUSHES] = st->flushes;
+	v[KVI_STAT_FLUSHED] = st->flushed;
 }
 
 static void fill_stats(struct kvs_core *c, uint64_t *v)

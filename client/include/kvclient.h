@@ -453,6 +453,9 @@ struct kvc_server_stats {
 	uint64_t resizes;         /* index resizes completed (each doubles the buckets) */
 	uint64_t index_buckets;   /* buckets of the current index */
 	uint64_t index_epoch;     /* epoch of the current index (1 + resizes begun) */
+	uint64_t cmd_flush;       /* flush_all requests accepted (immediate and delayed) */
+	uint64_t flushes;         /* flushes done (walks that cleared the index) */
+	uint64_t flushed;         /* items (index slots) cleared by them */
 };
 /* With several servers: the sum over the servers that answered (the
  * largest index_epoch and index_buckets); it fails only when none answered.
