@@ -3,6 +3,7 @@
 #include <inttypes.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 
 #include "clock.h"
 #include "kvclient_errors.h"
@@ -40,7 +41,7 @@ struct kvs_flusher {
 	unsigned nix, which;
 	uint64_t cursor;
 	uint64_t walked, cleared, skipped; /* walked: buckets of the indexes finished */
-	uint64_t t_start;
+	uint64_t t_start, cpu_start;
 	/* Buckets found held, tried again later. */
 	struct retry {
 		uint64_t bucket, since;
@@ -183,6 +184,7 @@ static int do_batch(struct kvs_flusher *f, struct kvi_rmem *rm, struct work *w, 
 		ops[n++] = kvi_rop_cas(o, &w->cas[i], 0, me);
 		ops[n++] = kvi_rop_read(o, &w->bk[i], KVI_BUCKET_SIZE);
 	}
+	f->st.doorbells++;
 	if ((rc = kvi_rmem_exec(rm, ops, n, FLUSH_RDMA_MS)))
 		return rc;
 	n = 0;
@@ -203,6 +205,7 @@ static int do_batch(struct kvs_flusher *f, struct kvi_rmem *rm, struct work *w, 
 		f->st.cleared += used;
 		f->st.locked++;
 	}
+	f->st.doorbells += n != 0;
 	if (n && (rc = kvi_rmem_exec(rm, ops, n, FLUSH_RDMA_MS)))
 		return rc;
 	now = kvi_mono_ns();
@@ -234,6 +237,7 @@ static int do_batch(struct kvs_flusher *f, struct kvi_rmem *rm, struct work *w, 
 			keep_for_retry(f, rm, which, bucket[i], since[i] ? since[i] : now, now);
 		}
 	}
+	f->st.doorbells += n != 0;
 	if (n && (rc = kvi_rmem_exec(rm, ops, n, FLUSH_RDMA_MS)))
 		return rc;
 	return (int)done;
@@ -287,6 +291,7 @@ static void finish(struct kvs_flusher *f)
 	f->active = 0;
 	f->st.walks++;
 	f->st.last_ms = ms;
+	f->st.cpu_ns += kvi_clock_ns(CLOCK_THREAD_CPUTIME_ID) - f->cpu_start;
 	kvs_core_flush_end(f->core, f->cleared);
 	kvi_ev_info("flush_done", "ticket=%" PRIu64 " buckets=%" PRIu64 " items=%" PRIu64 " skipped=%" PRIu64
 		    " wall_ms=%" PRIu64, f->ticket, f->walked, f->cleared, f->skipped, ms);
@@ -314,6 +319,7 @@ int kvs_flush_run(struct kvs_flusher *f, struct kvi_rmem *rm, void *work, uint64
 		f->backoff_us = BACKOFF_MIN_US;
 		f->backoff_until = 0;
 		f->t_start = now;
+		f->cpu_start = kvi_clock_ns(CLOCK_THREAD_CPUTIME_ID);
 		kvi_ev_info("flush_begin", "ticket=%" PRIu64 " indexes=%u buckets=%" PRIu64, f->ticket, f->nix,
 			    f->ix[0].bucket_count + (f->nix > 1 ? f->ix[1].bucket_count : 0));
 	}

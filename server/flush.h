@@ -68,7 +68,9 @@ struct kvs_flush_stats {
 	uint64_t held;    /* lock attempts that found a bucket held (retried) */
 	uint64_t skipped; /* buckets given up (held past the patience) */
 	uint64_t repaired; /* junk lock words repaired */
-	uint64_t last_ms; /* wall time of the last walk */
+	uint64_t doorbells; /* loopback round trips */
+	uint64_t last_ms;   /* wall time of the last walk */
+	uint64_t cpu_ns;    /* CPU time of the walks (the calling thread's, from begin to end) */
 };
 
 struct kvs_flusher;

@@ -133,11 +133,12 @@ static int start_flusher(struct kvs_inproc *s)
 int kvs_inproc_ctrl(void *arg, uint32_t client_id, const struct kvi_ctrl *req, struct kvi_ctrl *resp)
 {
 	struct kvs_inproc *s = arg;
-	int rc = 0;
+	int rc = 0, kick;
 
 	pthread_mutex_lock(&s->lock);
 	if (req->type == KVI_CTRL_FLUSH && !s->fl && !kvs_core_has_flusher(s->core))
 		start_flusher(s);
+	kick = req->type == KVI_CTRL_FLUSH && s->fl_running;
 	if (s->members && req->type == KVI_CTRL_LEASE_RENEW)
 		kvs_member_ctrl_renew(s->members, s->core, client_id, s->renew_ms, req, resp);
 	else if (s->members && req->type == KVI_CTRL_LOCK_REPORT)
@@ -145,7 +146,7 @@ int kvs_inproc_ctrl(void *arg, uint32_t client_id, const struct kvi_ctrl *req, s
 	else
 		rc = kvs_core_ctrl(s->core, client_id, req, resp);
 	pthread_mutex_unlock(&s->lock);
-	if (req->type == KVI_CTRL_FLUSH && s->fl_running) {
+	if (kick) {
 		pthread_mutex_lock(&s->fl_mu);
 		s->fl_kick = 1;
 		pthread_cond_signal(&s->fl_cv);
