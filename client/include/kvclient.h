@@ -283,9 +283,15 @@ KVC_EXPORT int kvc_run_batch(kvc_t *h, struct kvc_op *const *ops, unsigned n);
 
 /* memcached's flush_all: every item written before the flush takes effect
  * is gone for every client -- at once (delay_ms 0: when the call returns,
- * no GET finds one) or delay_ms from now. Sent to every server of the
- * handle; the server does the work off its event loop (GETs go on). 0 when
- * every server accepted it, else the first failure. */
+ * no GET finds one) or delay_ms from now (the call returns once scheduled;
+ * a later flush replaces a pending one, an immediate one cancels it). Sent
+ * to every server of the handle; the server does the work off its event
+ * loop (GETs go on; an item written while it runs may survive). Round
+ * trips: one control message per server, then, for delay_ms 0, one per
+ * server every 0.2 to 20 ms until its walk is done. 0 when every server
+ * did it, else the first failure: KVC_ENOTSUP (a server without its
+ * reclaimer thread), KVC_ETIMEDOUT (a walk stopped moving), or the
+ * connection's code. */
 KVC_EXPORT int kvc_flush_all(kvc_t *h, uint64_t delay_ms);
 
 /* Largest value the server accepts for a key of key_len bytes (with several
