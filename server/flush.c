@@ -257,7 +257,7 @@ static int retry_held(struct kvs_flusher *f, struct kvi_rmem *rm, struct work *w
 		unsigned nb = 0, which = list[k].which;
 		int rc;
 
-		/* One index per batch. */
+		/* One index per batch (the list holds the current one's only). */
 		while (k < total && nb < FLUSH_BATCH && list[k].which == which) {
 			bk[nb] = list[k].bucket;
 			since[nb++] = list[k++].since;
@@ -330,16 +330,26 @@ int kvs_flush_run(struct kvs_flusher *f, struct kvi_rmem *rm, void *work, uint64
 	while (looked < KVS_FLUSH_SLICE) {
 		uint64_t bk[FLUSH_BATCH], since[FLUSH_BATCH] = { 0 }, from = f->cursor;
 		unsigned nb = 0, kept = f->nretry;
-		int end = f->which == f->nix;
+		int end;
 
-		/* The end of the indexes, or a retry list without room for a
+		if (f->which == f->nix) {
+			finish(f);
+			return KVS_FLUSH_IDLE;
+		}
+		/* An index is left only once its held buckets are done: an old
+		 * bucket left held could be migrated meanwhile into new buckets
+		 * already walked. */
+		end = f->cursor == f->ix[f->which].bucket_count;
+		if (end && !f->nretry) {
+			f->walked += f->ix[f->which].bucket_count;
+			f->which++;
+			f->cursor = 0;
+			continue;
+		}
+		/* The end of an index, or a retry list without room for a
 		 * batch's held buckets: try the held ones (with a back-off when
 		 * that does not move). */
 		if (end || f->nretry + FLUSH_BATCH > FLUSH_RETRY_MAX) {
-			if (end && !f->nretry) {
-				finish(f);
-				return KVS_FLUSH_IDLE;
-			}
 			rc = retry_held(f, rm, w);
 			if (rc < 0)
 				return rc;
@@ -360,11 +370,6 @@ int kvs_flush_run(struct kvs_flusher *f, struct kvi_rmem *rm, void *work, uint64
 			f->cursor = from;
 			f->nretry = kept;
 			return rc;
-		}
-		if (f->cursor == f->ix[f->which].bucket_count) {
-			f->walked += f->ix[f->which].bucket_count;
-			f->which++;
-			f->cursor = 0;
 		}
 	}
 	kvs_core_flush_progress(f->core, f->walked + f->cursor);

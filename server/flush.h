@@ -42,7 +42,9 @@
  * walk runs (kvs_migrate_hold): it goes on migrating, but starts no resize
  * and retires no index, so the indexes the walk took at its start stay
  * published and in place. Migrating a bucket the walk has not reached moves
- * its items into the current index, which the walk reaches later.
+ * its items into the current index, which the walk reaches later -- and
+ * the walk leaves the previous index only once every bucket of it that it
+ * found held is done, so that none is migrated into buckets already walked.
  *
  * Owned by one thread (the reclaimer's, or a test's); survives reconnections
  * of the loopback (a walk resumes where it was). Memory is not freed by a

@@ -535,6 +535,65 @@ Test(flush_resize, a_flush_during_a_migration_clears_both_indexes)
 	kvc_destroy(b);
 }
 
+/* An old bucket a writer holds while the walk passes: it must be cleared
+ * (or, migrated, found in the new index) -- never migrated into new buckets
+ * the walk already went over. */
+Test(flush_resize, an_old_bucket_held_during_the_walk_is_not_migrated_past_it)
+{
+	kvc_t *a = kvt_client(&env, NULL, 0, 4);
+	uint32_t cap = kvs_core_max_chunks(env.srv.core);
+	uint64_t *chunks = calloc(cap, sizeof(uint64_t)), epoch, b, *lock = NULL, word;
+	struct kvi_index old = { .chunk_off = chunks };
+	struct kvi_rmem *rm;
+	int runs = 0;
+
+	cr_assert_not_null(chunks);
+	put_n(a, "k", NRES);
+	cr_assert_eq(kvs_core_grow(env.srv.core, (index_state(&epoch), epoch)), KVI_GROW_STARTED);
+	for (int i = 0; i < 50 && !(index_state(NULL) == KVI_INDEX_MIGRATING && kvs_migrate_left(mig) < RESIZE_BUCKETS);
+	     i++)
+		run_once();
+	cr_assert_eq(kvs_core_index(env.srv.core, 1, &old, chunks, cap), 0);
+	/* The last old bucket holding items: the migrator has not reached it. */
+	for (b = old.bucket_count - 1; b > 0 && !lock; b--) {
+		struct kvi_bucket *bk = (void *)(kvt_base(&env) + kvi_index_bucket_off(&old, b));
+
+		for (unsigned i = 0; i < KVI_SLOTS_PER_BUCKET && !lock; i++)
+			if (bk->slot[i] && bk->lock == 0)
+				lock = &bk->lock;
+	}
+	cr_assert_not_null(lock);
+	__atomic_store_n(lock, kvi_lock_held_by(4000), __ATOMIC_SEQ_CST);
+	cr_assert_eq(flush_req(kvs_inproc_new_id(&env.srv), 0, 0).flushed.ticket, 1);
+	/* Long enough for the walk to go over every bucket it can, and for
+	 * the migrator to migrate every other one. */
+	while (kvs_migrate_left(mig) > 1 || runs < 200) {
+		run_once();
+		cr_assert_lt(++runs, 100000);
+		usleep(100);
+	}
+	cr_assert(kvs_flush_active(fl), "the walk ended with a bucket held");
+	word = kvi_lock_held_by(4000);
+	cr_assert(__atomic_compare_exchange_n(lock, &word, 0, 0, __ATOMIC_SEQ_CST, __ATOMIC_SEQ_CST));
+	/* The migrator gets there first (over a loopback of the test's). */
+	cr_assert_eq(kvs_inproc_loopback(&env.srv, 4096, NULL, kvs_inproc_new_id(&env.srv), &rm), 0);
+	while (kvs_migrate_left(mig) > 0) {
+		cr_assert_geq(kvs_migrate_run(mig, rm, kvi_rmem_lbuf(rm, NULL), 4096), 0);
+		cr_assert_lt(++runs, 100000);
+		usleep(100);
+	}
+	kvi_rmem_destroy(rm);
+	while (core_stats().flushes == 0) {
+		run_once();
+		cr_assert_lt(++runs, 200000, "the flush never finished");
+	}
+	cr_expect_eq(index_slots(0) + index_slots(1), 0, "a slot survived the flush");
+	cr_expect_eq(core_stats().flushed, NRES);
+	cr_expect_eq(found(a, "k", NRES), 0);
+	free(chunks);
+	kvc_destroy(a);
+}
+
 Test(flush_resize, a_resize_asked_for_during_a_walk_starts_after_it)
 {
 	kvc_t *a = kvt_client(&env, NULL, 0, 4);
