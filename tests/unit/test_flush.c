@@ -129,6 +129,25 @@ Test(flush, immediate_clears_every_item_for_every_client_and_keeps_later_writes)
 	kvc_destroy(c);
 }
 
+/* memcached's curr_items (the clients' reports, less what was removed)
+ * counts what a flush cleared as gone. */
+Test(flush, curr_items_counts_flushed_items_as_gone)
+{
+	kvc_t *a = kvt_client(&env, NULL, 0, 4), *b;
+
+	put_n(a, "k", 100);
+	kvc_destroy(a); /* its counts reach the server at close */
+	b = kvt_client(&env, NULL, 0, 4);
+	cr_assert_eq(server_stats(b).curr_items, 100);
+	cr_assert_eq(kvc_flush_all(b, 0), 0);
+	cr_expect_eq(server_stats(b).curr_items, 0);
+	put_n(b, "new", 10);
+	kvc_destroy(b);
+	a = kvt_client(&env, NULL, 0, 4);
+	cr_expect_eq(server_stats(a).curr_items, 10);
+	kvc_destroy(a);
+}
+
 Test(flush, an_empty_cache_flushes_at_once)
 {
 	kvc_t *a = kvt_client(&env, NULL, 0, 4);
