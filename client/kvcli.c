@@ -3,6 +3,7 @@
  *   kvcli -s HOST[:PORT] get KEY
  *   kvcli -s HOST[:PORT] put KEY VALUE [--ttl SECONDS]     (VALUE "-" reads stdin)
  *   kvcli -s HOST[:PORT] del KEY
+ *   kvcli -s HOST[:PORT] flush_all [DELAY_SECONDS]
  *
  * Exit status: 0 success, 1 key not found, 2 any error (one line on stderr). */
 #include <errno.h>
@@ -21,6 +22,8 @@ static void usage(FILE *f)
 		   "  put KEY VALUE [--ttl SECONDS]  store; VALUE '-' reads it from stdin\n"
 		   "  del KEY                        remove\n"
 		   "  stats                          the server's statistics, one \"STAT name value\" line each\n"
+		   "  flush_all [DELAY_SECONDS]      every item gone (on every server of the list) at\n"
+		   "                                 once, or DELAY_SECONDS from now\n"
 		   "options:\n"
 		   "  -s, --server HOST[:PORT][,...]  kvserver to use (port default %d), or a list of\n"
 		   "                            them: keys are spread over it as libkvclient does\n"
@@ -117,6 +120,22 @@ static int print_stats(const struct kvc_opts *o)
 	return fflush(stdout) == 0 ? 0 : fail("stats", "cannot write to stdout");
 }
 
+/* memcached's flush_all [delay]: returns once every server has done it (or,
+ * with a delay, scheduled it). */
+static int flush_all(const struct kvc_opts *o, uint64_t delay_ms)
+{
+	char err[400];
+	kvc_t *h;
+	int rc;
+
+	rc = kvc_create(o, &h, err, sizeof(err));
+	if (rc)
+		return fail("flush_all", err);
+	rc = kvc_flush_all(h, delay_ms);
+	kvc_destroy(h);
+	return rc ? fail("flush_all", kvc_strerror(rc)) : 0;
+}
+
 int main(int argc, char **argv)
 {
 	static const struct option lo[] = {
@@ -176,12 +195,19 @@ int main(int argc, char **argv)
 	}
 	/* Options may also follow the command (put KEY VALUE --ttl 10). */
 	if (optind >= argc)
-		return fail("no command", "expected get, put, del or stats (see --help)");
+		return fail("no command", "expected get, put, del, stats or flush_all (see --help)");
 	cmd = argv[optind++];
 	if (!o.server && !getenv("KVC_SERVERS") && !getenv("KVC_SERVERS_FILE"))
 		return fail(cmd, "no server given: use -s HOST[:PORT] (or set KVC_SERVERS)");
 	if (strcmp(cmd, "stats") == 0)
 		return optind < argc ? fail(cmd, "unexpected argument") : print_stats(&o);
+	if (strcmp(cmd, "flush_all") == 0) {
+		uint64_t delay_ms = 0;
+
+		if (optind < argc && parse_seconds_ms(argv[optind++], &delay_ms))
+			return fail("invalid delay", "expected seconds, 0 to 1e9 (e.g. 60 or 1.5)");
+		return optind < argc ? fail(cmd, "unexpected argument") : flush_all(&o, delay_ms);
+	}
 	if (optind >= argc)
 		return fail(cmd, "missing KEY");
 	key = argv[optind++];
@@ -203,7 +229,7 @@ int main(int argc, char **argv)
 		if (optind < argc)
 			return fail(what, "unexpected argument after KEY");
 	} else {
-		return fail(cmd, "unknown command: expected get, put, del or stats");
+		return fail(cmd, "unknown command: expected get, put, del, stats or flush_all");
 	}
 	if (strlen(key) == 0 || strlen(key) > KVC_MAX_KEY)
 		return fail(what, kvc_strerror(KVC_EKEYSIZE));

@@ -173,9 +173,3 @@ int kvc_run_batch(kvc_t *h, struct kvc_op *const *ops, unsigned n)
 	}
 	return 0;
 }
-
-int kvc_flush_all(kvc_t *h, uint64_t delay_ms)
-{
-	(void)h, (void)delay_ms;
-	return KVC_ENOTSUP; /* replaced by the server's flush (issue 20) */
-}

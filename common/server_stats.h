@@ -144,7 +144,13 @@ enum kvi_stat_kind {
 	X(CURR_ITEMS, "curr_items", curr_items, GAUGE, "kvcache_current_items", NULL, \
 	  "Items in the index (expired ones until their slot is cleared), from the clients' reports.") \
 	X(TOTAL_ITEMS, "total_items", total_items, COUNTER, "kvcache_items_total", NULL, \
-	  "Items written (stores, incr, decr, append, prepend, touch), from the clients' reports.")
+	  "Items written (stores, incr, decr, append, prepend, touch), from the clients' reports.") \
+	X(CMD_FLUSH, "cmd_flush", cmd_flush, COUNTER, "kvcache_flush_requests_total", NULL, \
+	  "flush_all requests accepted, immediate and delayed (memcached's cmd_flush).") \
+	X(FLUSHES, "flushes", flushes, COUNTER, "kvcache_flushes_total", NULL, \
+	  "Flushes done: walks over the index that cleared every slot.") \
+	X(FLUSHED, "flushed", flushed, COUNTER, "kvcache_items_flushed_total", NULL, \
+	  "Items (index slots) cleared by flushes.")
 /* clang-format on */
 
 #endif

@@ -21,8 +21,10 @@
 /* 2: the welcome carries the geometry; 3: indexes come in INDEX messages;
  * 4: the join proof's MAC covers the server's address and port; 5: the
  * welcome states the execution bound, renewals name the idle word and
- * LEASE carries flags; 6: SEG_GRANT carries the extent's CAS base */
-#define KVI_WIRE_VERSION 7u
+ * LEASE carries flags; 6: SEG_GRANT carries the extent's CAS base;
+ * 7: COUNTS / COUNTED (the clients' memcached counters); 8: FLUSH / FLUSHED
+ * (flush_all) */
+#define KVI_WIRE_VERSION 8u
 
 /* rdma_cm limits for RC over IB/RoCE (IB CM REQ/REP/REJ private data). */
 #define KVI_CM_CONNECT_PDATA_MAX 56u
@@ -163,7 +165,9 @@ enum kvi_ctrl_type {
 	KVI_CTRL_GROWING = 16,     /* server -> client: growing */
 	KVI_CTRL_COUNTS = 17,      /* client -> server: counts */
 	KVI_CTRL_COUNTED = 18,     /* server -> client: the counts were added (no arguments) */
-	KVI_CTRL_TYPE_MAX = 18,
+	KVI_CTRL_FLUSH = 19,       /* client -> server: flush */
+	KVI_CTRL_FLUSHED = 20,     /* server -> client: flushed */
+	KVI_CTRL_TYPE_MAX = 20,
 };
 
 #define KVI_INDEX_CHUNKS_PER_MSG 4u
@@ -321,6 +325,27 @@ struct kvi_ctrl_counts {
 	uint64_t page; /* 0 .. KVI_COUNTS_PAGES - 1 */
 	uint64_t inc[4];
 };
+/* FLUSH: memcached's flush_all (server/flush.h "Flush"), or how one
+ * stands. Answered at once, never after the walk: a client waits for an
+ * immediate flush by asking again (ticket) until FLUSHED says it is done,
+ * as it waits for a grant deferred or a resize. */
+struct kvi_ctrl_flush {
+	/* ticket 0: a new flush, delay_ms from now (0: at once; the latest
+	 * request decides when the pending one takes effect). Else: only
+	 * how the flush of this ticket (a FLUSHED's) stands; delay_ms 0. */
+	uint64_t delay_ms;
+	uint64_t ticket;
+	uint64_t unused[3];
+};
+/* FLUSHED: the answer to FLUSH. An immediate flush is done once done >=
+ * ticket; a delayed one is scheduled (ticket 0, due_ms its delay). */
+struct kvi_ctrl_flushed {
+	uint64_t ticket; /* the walk that carries it out: the first to start after the request; 0: delayed */
+	uint64_t done;   /* walks completed so far */
+	uint64_t walked; /* buckets the running walk has been over: progress (0: none runs) */
+	uint64_t due_ms; /* a delayed flush takes effect in this many ms (0: none pending) */
+	uint64_t unused[1];
+};
 
 /* Host-order views, filled by the decoders after validation. The encoder,
  * the decoder and the STATS pages use the raw words (arg); everything else
@@ -344,6 +369,8 @@ struct kvi_ctrl {
 		struct kvi_ctrl_grow grow;
 		struct kvi_ctrl_growing growing;
 		struct kvi_ctrl_counts counts;
+		struct kvi_ctrl_flush flush;
+		struct kvi_ctrl_flushed flushed;
 	};
 };
 
@@ -387,6 +414,12 @@ KVI_CTRL_ARG_IS(grow.full_pair[1], 3);
 KVI_CTRL_ARG_IS(counts.page, 0);
 KVI_CTRL_ARG_IS(counts.inc[0], 1);
 KVI_CTRL_ARG_IS(growing.verdict, 0);
+KVI_CTRL_ARG_IS(flush.delay_ms, 0);
+KVI_CTRL_ARG_IS(flush.ticket, 1);
+KVI_CTRL_ARG_IS(flushed.ticket, 0);
+KVI_CTRL_ARG_IS(flushed.done, 1);
+KVI_CTRL_ARG_IS(flushed.walked, 2);
+KVI_CTRL_ARG_IS(flushed.due_ms, 3);
 KVI_CTRL_VIEW_IS_5_WORDS(seg_req);
 KVI_CTRL_VIEW_IS_5_WORDS(seg_grant);
 KVI_CTRL_VIEW_IS_5_WORDS(stats_req);
@@ -400,6 +433,8 @@ KVI_CTRL_VIEW_IS_5_WORDS(index);
 KVI_CTRL_VIEW_IS_5_WORDS(grow);
 KVI_CTRL_VIEW_IS_5_WORDS(growing);
 KVI_CTRL_VIEW_IS_5_WORDS(counts);
+KVI_CTRL_VIEW_IS_5_WORDS(flush);
+KVI_CTRL_VIEW_IS_5_WORDS(flushed);
 #undef KVI_CTRL_ARG_IS
 #undef KVI_CTRL_VIEW_IS_5_WORDS
 

@@ -315,6 +315,28 @@ void kvs_core_set_acked(struct kvs_core *c, uint64_t epoch, uint64_t at_ns);
 int kvs_core_acked(struct kvs_core *c, uint64_t epoch, uint64_t *at_ns);
 uint32_t kvs_core_quarantine_ms(const struct kvs_core *c);
 
+/* flush_all (flush.h "Flush" has the semantics; FLUSH in wire.h). The
+ * core keeps what was asked and answers FLUSH at once, in O(1) whatever is
+ * asked (requests coalesce: one walk wanted, one delayed flush pending);
+ * the walk is the flusher's (flush.c), on the reclaimer's thread. Without
+ * a flusher (kvs_core_attach_flusher), FLUSH is answered KVC_ENOTSUP.
+ *   FLUSH flush{delay_ms 0, ticket 0}  -> FLUSHED{ticket = the next walk to
+ *         start, done}: done >= ticket once it is over
+ *   FLUSH flush{delay_ms > 0, ticket 0} -> FLUSHED{ticket 0, due_ms}: the
+ *         pending flush is replaced (the latest request decides)
+ *   FLUSH flush{ticket t}              -> FLUSHED{t, done, walked}: how it stands
+ *   (t beyond the next walk, or a delay with a ticket: KVC_EINVAL). */
+void kvs_core_attach_flusher(struct kvs_core *c);
+int kvs_core_has_flusher(struct kvs_core *c);
+/* The flusher's side: start a walk if one is wanted (or the delayed flush
+ * is due at mono ns `now`): 1 with its ticket, else 0; its progress; its
+ * end (items: the slots it cleared). */
+int kvs_core_flush_begin(struct kvs_core *c, uint64_t now, uint64_t *ticket);
+void kvs_core_flush_progress(struct kvs_core *c, uint64_t walked);
+void kvs_core_flush_end(struct kvs_core *c, uint64_t items);
+/* Milliseconds until a walk should start (0: now), at most max_ms. */
+int kvs_core_flush_next_ms(struct kvs_core *c, uint64_t now, int max_ms);
+
 struct kvs_core_stats {
 	uint64_t segments_total; /* heap_bytes / stride (segment size + one page, heap.h) */
 	uint64_t segments_granted; /* open + sealed + reclaiming (holding objects) */
@@ -336,6 +358,7 @@ struct kvs_core_stats {
 	uint64_t index_epoch;
 	/* memcached's counters, as the clients reported them (COUNTS). */
 	uint64_t counts[KVI_COUNT_N];
+	uint64_t flush_requests, flushes, flushed; /* FLUSH requests accepted; walks done; slots cleared */
 };
 void kvs_core_stats(struct kvs_core *c, struct kvs_core_stats *out);
 /* The wire's statistics (server_stats.h) from st, as STATS reports them and

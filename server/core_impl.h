@@ -6,6 +6,7 @@
  *  core_resize.c   the published indexes, GROW, resize phases, the chunk
  *                  pool, acknowledgements
  *  core_stats.c    counters, STATS replies, the log summary
+ *  core_flush.c    flush_all: what was asked, the walks' progress (flush.h)
  * Functions named _locked expect the caller to hold c->mu. */
 #ifndef KVS_CORE_IMPL_H
 #define KVS_CORE_IMPL_H
@@ -74,6 +75,14 @@ struct kvs_core {
 	 * acked_epoch or later since acked_at (ns). */
 	int acks_required;
 	uint64_t acked_epoch, acked_at;
+	/* flush_all (core_flush.c; flush.h is the walk). O(1) state whatever
+	 * is asked: one pending delayed flush, one walk wanted, counters. */
+	int has_flusher;
+	int flush_wanted;      /* a walk must start (an immediate request, or the delayed one came due) */
+	uint64_t flush_due_ns; /* the pending delayed flush takes effect then (mono ns; 0: none) */
+	uint64_t flush_started, flush_done; /* walks started, completed */
+	uint64_t flush_walked;              /* buckets the running walk has been over */
+	uint64_t flush_requests, flush_items;
 };
 
 /* Free segments only the reclaimer may take (segtab opts.reserve). */
@@ -105,6 +114,9 @@ void kvs_core_poke_locked(struct kvs_core *c);
 
 /* core_resize.c: answer GROW. */
 void kvs_core_grow_ctrl_locked(struct kvs_core *c, uint32_t id, const struct kvi_ctrl *req, struct kvi_ctrl *resp);
+
+/* core_flush.c: answer FLUSH. */
+void kvs_core_flush_ctrl_locked(struct kvs_core *c, const struct kvi_ctrl *req, struct kvi_ctrl *resp);
 
 /* core_stats.c: answer STATS_REQ. */
 int kvs_core_stats_reply_locked(struct kvs_core *c, const struct kvi_ctrl *req, struct kvi_ctrl *resp);

@@ -40,6 +40,9 @@ static void kvs_core_stats_locked(struct kvs_core *c, struct kvs_core_stats *out
 		.resizes = c->ix.resizes,
 		.index_buckets = c->ix.cur.bucket_count,
 		.index_epoch = c->ix.cur.epoch,
+		.flush_requests = c->flush_requests,
+		.flushes = c->flush_done,
+		.flushed = c->flush_items,
 	};
 	memcpy(out->counts, c->counts, sizeof(out->counts));
 }
@@ -142,15 +145,18 @@ void kvs_core_stat_values(const struct kvs_core_stats *st, uint64_t v[KVI_STAT_C
 	KVS_COUNTED_STAT(CAS_BADVAL)
 	KVS_COUNTED_STAT(TOTAL_ITEMS)
 #undef KVS_COUNTED_STAT
-	/* Items in the index: what clients linked, less what they and the
-	 * reclaimer removed (item_counts.h). Before every client has reported
-	 * the difference may dip below 0: shown as 0. */
+	/* Items in the index: what clients linked, less what they, the
+	 * reclaimer and flushes removed (item_counts.h). Before every client
+	 * has reported the difference may dip below 0: shown as 0. */
 	{
-		uint64_t gone = st->counts[KVI_COUNT_ITEMS_UNLINKED] + st->rc.expired + st->rc.evictions;
+		uint64_t gone = st->counts[KVI_COUNT_ITEMS_UNLINKED] + st->rc.expired + st->rc.evictions + st->flushed;
 
 		v[KVI_STAT_CURR_ITEMS] = st->counts[KVI_COUNT_ITEMS_LINKED] > gone
 						 ? st->counts[KVI_COUNT_ITEMS_LINKED] - gone : 0;
 	}
+	v[KVI_STAT_CMD_FLUSH] = st->flush_requests;
+	v[KVI_STAT_FLUSHES] = st->flushes;
+	v[KVI_STAT_FLUSHED] = st->flushed;
 }
 
 static void fill_stats(struct kvs_core *c, uint64_t *v)

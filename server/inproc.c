@@ -16,10 +16,14 @@ int kvs_inproc_init(struct kvs_inproc *s, uint64_t region_bytes, const struct kv
 	memset(s, 0, sizeof(*s));
 	s->next_id = 1;
 	pthread_mutex_init(&s->lock, NULL);
+	pthread_mutex_init(&s->fl_mu, NULL);
+	pthread_cond_init(&s->fl_cv, NULL);
 	s->reg = kvi_local_region_create(region_bytes);
 	if (!s->reg) {
 		snprintf(e->msg, sizeof(e->msg), "cannot map a %llu-byte region", (unsigned long long)region_bytes);
 		pthread_mutex_destroy(&s->lock);
+		pthread_mutex_destroy(&s->fl_mu);
+		pthread_cond_destroy(&s->fl_cv);
 		return KVC_ENOMEM;
 	}
 	rc = kvs_core_create(kvi_local_region_base(s->reg), region_bytes, o, &s->core, e);
@@ -27,6 +31,8 @@ int kvs_inproc_init(struct kvs_inproc *s, uint64_t region_bytes, const struct kv
 		kvi_local_region_destroy(s->reg);
 		s->reg = NULL;
 		pthread_mutex_destroy(&s->lock);
+		pthread_mutex_destroy(&s->fl_mu);
+		pthread_cond_destroy(&s->fl_cv);
 	}
 	return rc;
 }
@@ -37,11 +43,22 @@ void kvs_inproc_fini(struct kvs_inproc *s)
 		__atomic_store_n(&s->rcl_stop, 1, __ATOMIC_RELEASE);
 		pthread_join(s->rcl_thread, NULL);
 	}
+	if (s->fl_running) {
+		pthread_mutex_lock(&s->fl_mu);
+		s->fl_stop = 1;
+		pthread_cond_signal(&s->fl_cv);
+		pthread_mutex_unlock(&s->fl_mu);
+		pthread_join(s->fl_thread, NULL);
+	}
+	kvi_rmem_destroy(s->fl_rm);
 	kvs_reclaim_destroy(s->rcl);
+	kvs_flush_destroy(s->fl);
 	kvs_members_destroy(s->members);
 	kvs_core_destroy(s->core);
 	kvi_local_region_destroy(s->reg);
 	pthread_mutex_destroy(&s->lock);
+	pthread_mutex_destroy(&s->fl_mu);
+	pthread_cond_destroy(&s->fl_cv);
 	memset(s, 0, sizeof(*s));
 }
 
@@ -73,12 +90,55 @@ static void lock_report(struct kvs_inproc *s, uint32_t reporter, const struct kv
 		s->fenced_owner = a.fence_owner;
 }
 
+/* The flush thread: kvs_flush_run whenever there is a walk to do, else
+ * asleep until kicked (a FLUSH) or a delayed flush comes due. */
+static void *flusher_main(void *arg)
+{
+	struct kvs_inproc *s = arg;
+
+	for (;;) {
+		int rc = kvs_flush_run(s->fl, s->fl_rm, kvi_rmem_lbuf(s->fl_rm, NULL), KVS_FLUSH_LBUF);
+		int ms = rc < 0 ? 1000 : kvs_flush_next_ms(s->fl, 1000);
+		struct timespec ts = kvi_abstime_in(CLOCK_REALTIME, ms);
+
+		pthread_mutex_lock(&s->fl_mu);
+		while (ms > 0 && !s->fl_kick && !s->fl_stop)
+			if (pthread_cond_timedwait(&s->fl_cv, &s->fl_mu, &ts))
+				break;
+		s->fl_kick = 0;
+		if (s->fl_stop) {
+			pthread_mutex_unlock(&s->fl_mu);
+			return NULL;
+		}
+		pthread_mutex_unlock(&s->fl_mu);
+	}
+}
+
+/* A FLUSH came and nobody walks yet: the flush thread, over a loopback of
+ * its own. Under s->lock. 0 or a code (then FLUSH is answered KVC_ENOTSUP). */
+static int start_flusher(struct kvs_inproc *s)
+{
+	int rc = kvs_inproc_loopback(s, KVS_FLUSH_LBUF, NULL, kvs_inproc_new_id(s), &s->fl_rm);
+
+	if (rc)
+		return rc;
+	if ((rc = kvs_flush_create(s->core, &s->fl)) != 0)
+		return rc;
+	if (pthread_create(&s->fl_thread, NULL, flusher_main, s))
+		return KVC_ESYS; /* the flusher stays attached: fini frees it */
+	s->fl_running = 1;
+	return 0;
+}
+
 int kvs_inproc_ctrl(void *arg, uint32_t client_id, const struct kvi_ctrl *req, struct kvi_ctrl *resp)
 {
 	struct kvs_inproc *s = arg;
-	int rc = 0;
+	int rc = 0, kick;
 
 	pthread_mutex_lock(&s->lock);
+	if (req->type == KVI_CTRL_FLUSH && !s->fl && !kvs_core_has_flusher(s->core))
+		start_flusher(s);
+	kick = req->type == KVI_CTRL_FLUSH && s->fl_running;
 	if (s->members && req->type == KVI_CTRL_LEASE_RENEW)
 		kvs_member_ctrl_renew(s->members, s->core, client_id, s->renew_ms, req, resp);
 	else if (s->members && req->type == KVI_CTRL_LOCK_REPORT)
@@ -86,6 +146,12 @@ int kvs_inproc_ctrl(void *arg, uint32_t client_id, const struct kvi_ctrl *req, s
 	else
 		rc = kvs_core_ctrl(s->core, client_id, req, resp);
 	pthread_mutex_unlock(&s->lock);
+	if (kick) {
+		pthread_mutex_lock(&s->fl_mu);
+		s->fl_kick = 1;
+		pthread_cond_signal(&s->fl_cv);
+		pthread_mutex_unlock(&s->fl_mu);
+	}
 	return rc;
 }
 
@@ -174,6 +240,11 @@ int kvs_inproc_run_reclaimer(struct kvs_inproc *s)
 	rc = kvs_reclaim_create(s->core, rm, NULL, &s->rcl);
 	if (rc)
 		return rc;
+	/* Flushes on this thread too, unless a flusher walks already. */
+	pthread_mutex_lock(&s->lock);
+	if (!s->fl && !kvs_core_has_flusher(s->core) && kvs_flush_create(s->core, &s->fl) == 0)
+		kvs_reclaim_set_flusher(s->rcl, s->fl);
+	pthread_mutex_unlock(&s->lock);
 	if (pthread_create(&s->rcl_thread, NULL, reclaimer_main, s)) {
 		kvs_reclaim_destroy(s->rcl);
 		s->rcl = NULL;

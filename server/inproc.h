@@ -16,6 +16,7 @@
 #include <stdint.h>
 
 #include "core.h"
+#include "flush.h"
 #include "members.h"
 #include "reclaim.h"
 #include "rmem_local.h"
@@ -37,6 +38,16 @@ struct kvs_inproc {
 	struct kvs_reclaimer *rcl;
 	pthread_t rcl_thread;
 	int rcl_running, rcl_stop;
+	/* flush_all's walks (flush.h): on the reclaimer's thread when it runs
+	 * (kvs_inproc_run_reclaimer), else on a thread of their own started at
+	 * the first FLUSH -- unless the caller attached a flusher of its own
+	 * (a test that runs it beside its migrator). */
+	struct kvs_flusher *fl;
+	struct kvi_rmem *fl_rm; /* the flush thread's loopback */
+	pthread_t fl_thread;
+	pthread_mutex_t fl_mu;
+	pthread_cond_t fl_cv;
+	int fl_running, fl_stop, fl_kick;
 };
 
 /* A region of region_bytes formatted by kvs_core_create with o. 0, or a
@@ -75,8 +86,8 @@ int kvs_inproc_connect(struct kvs_inproc *s, size_t lbuf, const struct kvi_local
 unsigned kvs_inproc_expire(struct kvs_inproc *s, unsigned *lapsed);
 
 /* The server's reclaimer over a loopback of its own, run on a thread of its
- * own until kvs_inproc_fini: kvs_reclaim_run and kvs_core_tick, every
- * 100 us. */
+ * own until kvs_inproc_fini: kvs_reclaim_run (flushes included, when no
+ * flusher runs yet) and kvs_core_tick, every 100 us. */
 int kvs_inproc_run_reclaimer(struct kvs_inproc *s);
 
 #endif

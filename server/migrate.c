@@ -69,6 +69,7 @@ struct kvs_migrator {
 	uint8_t *obj; /* private copy of one object (KVI_MAX_OBJECT bytes) */
 	struct kvs_lockwatch lw; /* old buckets we keep finding held (lockwatch.h) */
 	struct kvs_migrate_stats st;
+	int hold; /* kvs_migrate_hold: a flush walks the published indexes */
 };
 
 int kvs_migrate_create(struct kvs_core *core, const struct kvs_migrate_opts *o, struct kvs_migrator **out)
@@ -566,7 +567,12 @@ int kvs_migrate_run(struct kvs_migrator *m, struct kvi_rmem *rm, void *work, uin
 
 	if (work_len < sizeof(struct work))
 		return KVC_EINVAL;
-	free_retired(m, now);
+	free_retired(m, now); /* indexes no longer published: no walk has them */
+	/* Held (a flush walks the published indexes): a migration goes on, but
+	 * no index is published or unpublished. */
+	if (m->hold && m->phase != P_MIGRATING)
+		return m->phase == P_ROOM ? KVS_MIGRATE_ROOM
+		       : m->phase == P_RETIRE_WAIT ? KVS_MIGRATE_RETIRING : KVS_MIGRATE_IDLE;
 	switch (m->phase) {
 	case P_IDLE:
 		if (kvs_core_resize_phase(m->core) != KVS_RESIZE_WANTED) {
@@ -646,6 +652,11 @@ int kvs_migrate_next_ms(const struct kvs_migrator *m, int max_ms)
 			ms = r;
 	}
 	return ms < max_ms ? ms : max_ms;
+}
+
+void kvs_migrate_hold(struct kvs_migrator *m, int hold)
+{
+	m->hold = hold;
 }
 
 uint64_t kvs_migrate_left(const struct kvs_migrator *m)

@@ -129,6 +129,11 @@ int kvs_migrate_run(struct kvs_migrator *m, struct kvi_rmem *rm, void *work, uin
  * most max_ms. */
 int kvs_migrate_next_ms(const struct kvs_migrator *m, int max_ms);
 
+/* While held (a flush walk runs: flush.h), a migration under way goes on
+ * and finishes, but no resize starts and no index is unpublished, so the
+ * indexes the walk took stay published and in place. */
+void kvs_migrate_hold(struct kvs_migrator *m, int hold);
+
 /* Old buckets left to migrate (0 when none is under way). */
 uint64_t kvs_migrate_left(const struct kvs_migrator *m);
 void kvs_migrate_stats(const struct kvs_migrator *m, struct kvs_migrate_stats *out);

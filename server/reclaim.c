@@ -13,6 +13,7 @@
 #include "layout.h"
 #include "lockwatch.h"
 #include "log.h"
+#include "flush.h"
 #include "migrate.h"
 
 #define LOCK_BATCH 7u          /* buckets per lock doorbell: CAS + READ each, <= 16 ops */
@@ -46,11 +47,14 @@ struct lbuf {
 	uint64_t slotw[LOCK_BATCH * KVI_SLOTS_PER_BUCKET];
 };
 _Static_assert(KVI_SLOTS_PER_BUCKET < 256 && LOCK_BATCH < 256, "slotw packs bucket and slot in a byte each");
+_Static_assert(sizeof(struct lbuf) >= KVS_FLUSH_LBUF && sizeof(struct lbuf) >= KVS_MIGRATE_LBUF,
+	       "the flusher and the migrator work in the reclaimer's buffer");
 
 struct kvs_reclaimer {
 	struct kvs_core *core;
 	struct kvi_rmem *rm;
 	struct kvs_migrator *mig; /* not owned; NULL: no resizing */
+	struct kvs_flusher *fl;   /* not owned; NULL: no flush_all */
 	struct kvs_reclaim_hooks hooks;
 	struct kvi_geometry geo; /* the core's private copy */
 	/* The current index, copied from the core at each segment: the migrator
@@ -128,6 +132,11 @@ fail:
 void kvs_reclaim_set_migrator(struct kvs_reclaimer *r, struct kvs_migrator *m)
 {
 	r->mig = m;
+}
+
+void kvs_reclaim_set_flusher(struct kvs_reclaimer *r, struct kvs_flusher *f)
+{
+	r->fl = f;
 }
 
 void kvs_reclaim_destroy(struct kvs_reclaimer *r)
@@ -699,7 +708,15 @@ int kvs_reclaim_run(struct kvs_reclaimer *r)
 	struct kvs_core_stats cs;
 	int done = 0, skipped = 0, rc;
 
+	/* A flush's slice first; the migrator is held while its walk runs
+	 * (flush.h), and reclamation goes on between slices. */
+	if (r->fl) {
+		rc = kvs_flush_run(r->fl, r->rm, kvi_rmem_lbuf(r->rm, NULL), sizeof(struct lbuf));
+		if (rc < 0)
+			return rc;
+	}
 	if (r->mig) {
+		kvs_migrate_hold(r->mig, r->fl && kvs_flush_active(r->fl));
 		rc = kvs_migrate_run(r->mig, r->rm, kvi_rmem_lbuf(r->rm, NULL), sizeof(struct lbuf));
 		if (rc < 0)
 			return rc;

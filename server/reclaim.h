@@ -66,7 +66,13 @@ void kvs_reclaim_destroy(struct kvs_reclaimer *r);
 struct kvs_migrator;
 void kvs_reclaim_set_migrator(struct kvs_reclaimer *r, struct kvs_migrator *m);
 
-/* Run the migrator's next slice, if any (while it migrates, nothing else);
+/* The flusher (flush.h) that kvs_reclaim_run runs first, through this
+ * reclaimer's loopback; not owned (it outlives reconnections); NULL: none. */
+struct kvs_flusher;
+void kvs_reclaim_set_flusher(struct kvs_reclaimer *r, struct kvs_flusher *f);
+
+/* Run a flush's next slice, if a walk is wanted or runs; then the
+ * migrator's next slice, if any (while it migrates, nothing else);
  * then reclaim while the core wants memory (its watermarks, or a resize's
  * room) and a settled sealed segment exists. Returns the segments
  * reclaimed, or a negative code when the loopback broke (the caller

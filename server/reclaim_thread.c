@@ -9,6 +9,7 @@
 #include <time.h>
 
 #include "clock.h"
+#include "flush.h"
 #include "kvclient_errors.h"
 #include "log.h"
 #include "loopkey.h"
@@ -28,6 +29,7 @@ struct kvs_reclaim_thread {
 	struct kvs_core *core;
 	struct kvs_migrate_opts mo;
 	struct kvs_migrator *mig; /* survives reconnections: a migration resumes */
+	struct kvs_flusher *fl;   /* ... and so does a flush's walk */
 	char host[256], port[16], device[64];
 };
 
@@ -98,6 +100,7 @@ static struct kvs_reclaimer *connect_reclaimer(struct kvs_reclaim_thread *rt)
 		return NULL;
 	}
 	kvs_reclaim_set_migrator(r, rt->mig);
+	kvs_reclaim_set_flusher(r, rt->fl);
 	kvi_ev_info("reclaimer_connected", "client=%u", w.client_id);
 	return r;
 }
@@ -126,11 +129,13 @@ static void *thread_main(void *arg)
 			continue;
 		}
 		/* Wake again when something settles or leaves quarantine, or
-		 * when the migrator has work (at once while it migrates). */
+		 * when the migrator has work (at once while it migrates), or a
+		 * flush (its walk, or a delayed one coming due). */
 		ms = kvs_core_tick(rt->core, IDLE_WAKE_MS);
 		if (ms < 1)
 			ms = 1;
 		ms = kvs_migrate_next_ms(rt->mig, ms);
+		ms = kvs_flush_next_ms(rt->fl, ms);
 	}
 	kvs_reclaim_destroy(r);
 	return NULL;
@@ -145,7 +150,7 @@ int kvs_reclaim_thread_start(struct kvs_reclaim_thread *rt, struct kvs_core *cor
 			     const char *port, const char *device)
 {
 	rt->core = core;
-	if (kvs_migrate_create(core, &rt->mo, &rt->mig))
+	if (kvs_migrate_create(core, &rt->mo, &rt->mig) || kvs_flush_create(core, &rt->fl))
 		return KVC_ENOMEM;
 	snprintf(rt->host, sizeof(rt->host), "%s", host);
 	snprintf(rt->port, sizeof(rt->port), "%s", port);
@@ -168,6 +173,7 @@ void kvs_reclaim_thread_destroy(struct kvs_reclaim_thread *rt)
 		pthread_join(rt->t, NULL);
 	}
 	kvs_migrate_destroy(rt->mig);
+	kvs_flush_destroy(rt->fl);
 	pthread_cond_destroy(&rt->cv);
 	pthread_mutex_destroy(&rt->mu);
 	free(rt);

@@ -3,7 +3,8 @@
  * layout.h I1) and runs reclaim.h whenever the core asks for memory, or when a
  * quarantine or a settling segment comes due. It also owns the migrator
  * (migrate.h), which outlives reconnections of the loopback and runs first:
- * resizes, and the load sampler every KVS_MIGRATE_SAMPLE_MS. Blocking RDMA calls happen here,
+ * resizes, and the load sampler every KVS_MIGRATE_SAMPLE_MS -- and the
+ * flusher (flush.h), which runs before both: flush_all's walks. Blocking RDMA calls happen here,
  * never on the control loop. The connection is made by this thread (the
  * control loop must be running to accept it) and remade if it breaks.
  *

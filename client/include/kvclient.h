@@ -285,9 +285,15 @@ KVC_EXPORT int kvc_run_batch(kvc_t *h, struct kvc_op *const *ops, unsigned n);
 
 /* memcached's flush_all: every item written before the flush takes effect
  * is gone for every client -- at once (delay_ms 0: when the call returns,
- * no GET finds one) or delay_ms from now. Sent to every server of the
- * handle; the server does the work off its event loop (GETs go on). 0 when
- * every server accepted it, else the first failure. */
+ * no GET finds one) or delay_ms from now (the call returns once scheduled;
+ * a later flush replaces a pending one, an immediate one cancels it). Sent
+ * to every server of the handle; the server does the work off its event
+ * loop (GETs go on; an item written while it runs may survive). Round
+ * trips: one control message per server, then, for delay_ms 0, one per
+ * server every 0.2 to 20 ms until its walk is done. 0 when every server
+ * did it, else the first failure: KVC_ENOTSUP (a server without its
+ * reclaimer thread), KVC_ETIMEDOUT (a walk stopped moving), or the
+ * connection's code. */
 KVC_EXPORT int kvc_flush_all(kvc_t *h, uint64_t delay_ms);
 
 /* Largest value the server accepts for a key of key_len bytes (with several
@@ -497,6 +503,9 @@ struct kvc_server_stats {
 	uint64_t get_expired;  /* GET misses that found the item expired */
 	uint64_t curr_items;   /* items in the index (expired ones until cleared) */
 	uint64_t total_items;  /* items written */
+	uint64_t cmd_flush;       /* flush_all requests accepted (immediate and delayed) */
+	uint64_t flushes;         /* flushes done (walks that cleared the index) */
+	uint64_t flushed;         /* items (index slots) cleared by them */
 };
 /* With several servers: the sum over the servers that answered (the
  * largest index_epoch and index_buckets); it fails only when none answered.

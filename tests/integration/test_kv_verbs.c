@@ -265,6 +265,34 @@ Test(kv_verbs, kvcli_exit_codes_and_output)
 		  "one line naming the server: %s", p.all);
 }
 
+/* flush_all through kvserver's reclaimer thread: at once, then later. */
+Test(kv_verbs, kvcli_flush_all_clears_the_server_at_once_or_later)
+{
+	struct kvt_proc srv, p;
+	time_t t0;
+	int rc;
+
+	kvt_start_server(&srv, "7648", NULL);
+	cr_expect_eq(cli(&p, "7648", "put", "a", "1"), 0, "%s", p.all);
+	cr_expect_eq(cli(&p, "7648", "put", "b", "2"), 0, "%s", p.all);
+	cr_expect_eq(cli(&p, "7648", "flush_all", NULL, NULL), 0, "%s", p.all);
+	cr_expect_eq(cli(&p, "7648", "get", "a", NULL), 1, "%s", p.all);
+	cr_expect_eq(cli(&p, "7648", "get", "b", NULL), 1, "%s", p.all);
+	cr_expect_eq(cli(&p, "7648", "put", "c", "3"), 0, "%s", p.all);
+	cr_expect_eq(cli(&p, "7648", "flush_all", "5", NULL), 0, "%s", p.all);
+	cr_expect_eq(cli(&p, "7648", "get", "c", NULL), 0, "before its time: %s", p.all);
+	t0 = time(NULL);
+	while ((rc = cli(&p, "7648", "get", "c", NULL)) == 0 && time(NULL) - t0 < 60)
+		sleep(1);
+	cr_expect_eq(rc, 1, "the delayed flush never took effect: %s", p.all);
+	cr_expect_eq(cli(&p, "7648", "stats", NULL, NULL), 0, "%s", p.all);
+	cr_expect(strstr(p.all, "STAT cmd_flush 2\n") && strstr(p.all, "STAT flushes 2\n") &&
+			  strstr(p.all, "STAT flushed 3\n"),
+		  "%s", p.all);
+	cr_expect_eq(cli(&p, "7648", "flush_all", "soon", NULL), 2, "%s", p.all);
+	stop_server(&srv);
+}
+
 Test(kv_verbs, the_example_program_works_against_a_server)
 {
 	struct kvt_proc srv, p;

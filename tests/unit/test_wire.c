@@ -277,4 +277,9 @@ Test(wire, ctrl_views_lay_their_fields_on_the_argument_words)
 		     (const uint64_t[5]){ 2, 1024, 4ull << 32, 5, 6 });
 	expect_words(&(struct kvi_ctrl){ .type = KVI_CTRL_GROWING, .growing = { .verdict = KVI_GROW_STALE } },
 		     (const uint64_t[5]){ KVI_GROW_STALE });
+	expect_words(&(struct kvi_ctrl){ .type = KVI_CTRL_FLUSH, .flush = { .delay_ms = 1500, .ticket = 3 } },
+		     (const uint64_t[5]){ 1500, 3 });
+	expect_words(&(struct kvi_ctrl){ .type = KVI_CTRL_FLUSHED,
+					 .flushed = { .ticket = 4, .done = 3, .walked = 77, .due_ms = 9 } },
+		     (const uint64_t[5]){ 4, 3, 77, 9 });
 }
