@@ -2,8 +2,9 @@
  *
  * --micro times each kind of key-value operation separately through
  * libkvclient (PUT insert, GET hit without and with a cached location, GET
- * miss, PUT update without and with the cache, DELETE) with the round trips the
- * library counted; --raw times the one-sided verbs doorbells underneath, for
+ * miss, a multi-get, PUT update without and with the cache, memcached's
+ * add / replace / touch / gat / incr / append, DELETE) with the round trips
+ * the library counted; --raw times the one-sided verbs doorbells underneath, for
  * comparison with perftest on the same device. */
 #include <errno.h>
 #include <inttypes.h>
@@ -146,35 +147,89 @@ int kvb_raw(const struct kvb_micro_opts *o)
 
 /* ---- key-value operations through libkvclient ------------------------- */
 
+/* What a phase does to each key: a kvc_op type, or one of these. */
+enum { PH_ADD = 100, PH_REPLACE, PH_APPEND, PH_MGET };
+
 struct phase {
 	const char *name;
-	int op;         /* enum kvc_op_type */
+	int op;         /* enum kvc_op_type, or PH_ */
 	int use_cache;  /* 1: the handle with the location cache */
-	int absent;     /* 1: keys that were never written */
+	const char *keys; /* key prefix: "kvbench-" holds values, "kvbench-ctr-" counters,
+			   * others were never written */
 	int expect;     /* expected status */
 	int stat_kind;  /* enum kvc_stat_kind whose round trips are reported */
-	int warm;       /* 1: one unmeasured GET per key first (fills the location cache) */
+	int warm;       /* 1: one unmeasured GET per key first (fills the location cache);
+			 * 2: one unmeasured PUT of "0" (a counter) */
 };
 
+#define MGET_BATCH 16
+
 static const struct phase phases[] = {
-	{ "put_insert", KVC_OP_PUT, 0, 0, 0, KVC_STAT_PUT_INSERT, 0 },
-	{ "get_hit", KVC_OP_GET, 0, 0, 0, KVC_STAT_GET_HIT, 0 },
-	{ "get_hit_cached", KVC_OP_GET, 1, 0, 0, KVC_STAT_GET_HIT_CACHED, 1 },
-	{ "get_miss", KVC_OP_GET, 0, 1, KVC_ENOTFOUND, KVC_STAT_GET_MISS, 0 },
-	{ "put_update", KVC_OP_PUT, 0, 0, 0, KVC_STAT_PUT_UPDATE, 0 },
-	{ "put_update_cached", KVC_OP_PUT, 1, 0, 0, KVC_STAT_PUT_UPDATE_CACHED, 1 },
-	{ "delete", KVC_OP_DELETE, 0, 0, 0, KVC_STAT_DELETE, 0 },
+	{ "put_insert", KVC_OP_PUT, 0, "kvbench-", 0, KVC_STAT_PUT_INSERT, 0 },
+	{ "get_hit", KVC_OP_GET, 0, "kvbench-", 0, KVC_STAT_GET_HIT, 0 },
+	{ "get_hit_cached", KVC_OP_GET, 1, "kvbench-", 0, KVC_STAT_GET_HIT_CACHED, 1 },
+	{ "get_miss", KVC_OP_GET, 0, "kvbench-absent-", KVC_ENOTFOUND, KVC_STAT_GET_MISS, 0 },
+	{ "mget_16", PH_MGET, 1, "kvbench-", 0, KVC_STAT_GET_HIT_CACHED, 1 },
+	{ "put_update", KVC_OP_PUT, 0, "kvbench-", 0, KVC_STAT_PUT_UPDATE, 0 },
+	{ "put_update_cached", KVC_OP_PUT, 1, "kvbench-", 0, KVC_STAT_PUT_UPDATE_CACHED, 1 },
+	{ "add", PH_ADD, 0, "kvbench-add-", 0, KVC_STAT_PUT_INSERT, 0 },
+	{ "add_refused", PH_ADD, 0, "kvbench-", KVC_ENOTSTORED, KVC_STAT_STORE_REFUSED, 0 },
+	{ "replace_cached", PH_REPLACE, 1, "kvbench-", 0, KVC_STAT_PUT_UPDATE_CACHED, 1 },
+	{ "touch", KVC_OP_TOUCH, 0, "kvbench-", 0, KVC_STAT_RMW, 0 },
+	{ "touch_cached", KVC_OP_TOUCH, 1, "kvbench-", 0, KVC_STAT_RMW_CACHED, 1 },
+	{ "gat", KVC_OP_GAT, 0, "kvbench-", 0, KVC_STAT_RMW, 0 },
+	{ "gat_cached", KVC_OP_GAT, 1, "kvbench-", 0, KVC_STAT_RMW_CACHED, 1 },
+	{ "incr", KVC_OP_INCR, 0, "kvbench-ctr-", 0, KVC_STAT_RMW, 2 },
+	{ "incr_cached", KVC_OP_INCR, 1, "kvbench-ctr-", 0, KVC_STAT_RMW_CACHED, 1 },
+	{ "incr_miss", KVC_OP_INCR, 0, "kvbench-absent-", KVC_ENOTFOUND, KVC_STAT_RMW_MISS, 0 },
+	{ "append", PH_APPEND, 0, "kvbench-", 0, KVC_STAT_RMW, 0 },
+	{ "append_cached", PH_APPEND, 1, "kvbench-", 0, KVC_STAT_RMW_CACHED, 1 },
+	{ "delete", KVC_OP_DELETE, 0, "kvbench-", 0, KVC_STAT_DELETE, 0 },
 };
+
+/* MGET_BATCH GETs of the keys from index i on, in one kvc_run_batch, into
+ * MGET_BATCH buffers of vlen bytes at val: the first failure, or 0. */
+static int mget(kvc_t *h, const char *prefix, uint64_t i, char *val, size_t vlen)
+{
+	char key[MGET_BATCH][48];
+	struct kvc_op op[MGET_BATCH], *ops[MGET_BATCH];
+	int rc;
+
+	for (unsigned k = 0; k < MGET_BATCH; k++) {
+		snprintf(key[k], sizeof(key[k]), "%s%010" PRIu64, prefix, i + k);
+		op[k] = (struct kvc_op){ .type = KVC_OP_GET, .key = key[k], .key_len = strlen(key[k]),
+					 .buf = val + k * vlen, .buf_len = vlen };
+		ops[k] = &op[k];
+	}
+	rc = kvc_run_batch(h, ops, MGET_BATCH);
+	for (unsigned k = 0; k < MGET_BATCH && rc == 0; k++)
+		if (op[k].status && op[k].status != KVC_ETRUNC)
+			rc = op[k].status;
+	return rc;
+}
 
 static int kv_op(kvc_t *h, const struct phase *p, const char *key, char *val, size_t vlen)
 {
 	size_t got;
+	uint64_t v;
 
 	switch (p->op) {
 	case KVC_OP_PUT:
 		return kvc_put(h, key, strlen(key), val, vlen, 0);
 	case KVC_OP_GET:
 		return kvc_get(h, key, strlen(key), val, vlen, &got);
+	case KVC_OP_TOUCH:
+		return kvc_touch(h, key, strlen(key), 0);
+	case KVC_OP_GAT:
+		return kvc_gat(h, key, strlen(key), 0, val, vlen, &got, NULL, NULL);
+	case KVC_OP_INCR:
+		return kvc_incr(h, key, strlen(key), 1, &v);
+	case PH_ADD:
+		return kvc_store(h, KVC_STORE_ADD, key, strlen(key), val, vlen, 0, 0, 0, NULL);
+	case PH_REPLACE:
+		return kvc_store(h, KVC_STORE_REPLACE, key, strlen(key), val, vlen, 0, 0, 0, NULL);
+	case PH_APPEND: /* one byte: the values stay about o->size */
+		return kvc_store(h, KVC_STORE_APPEND, key, strlen(key), val, 1, 0, 0, 0, NULL);
 	default:
 		return kvc_delete(h, key, strlen(key));
 	}
@@ -183,23 +238,28 @@ static int kv_op(kvc_t *h, const struct phase *p, const char *key, char *val, si
 static int run_phase(kvc_t *h, const struct kvb_micro_opts *o, const struct phase *p, char *val, struct kvb_hist *hs)
 {
 	struct kvc_stats before, after;
-	char key[32];
+	char key[48];
 	uint64_t ops;
 
 	for (uint64_t i = 0; p->warm && i < o->ops; i++) {
 		size_t got;
 
-		snprintf(key, sizeof(key), "kvbench-%010" PRIu64, i);
+		snprintf(key, sizeof(key), "%s%010" PRIu64, p->keys, i);
+		if (p->warm == 2 && kvc_put(h, key, strlen(key), "0", 1, 0)) {
+			fprintf(stderr, "kvbench: %s: cannot store counter %s\n", p->name, key);
+			return 1;
+		}
 		kvc_get(h, key, strlen(key), val, o->size, &got);
 	}
 	kvc_get_stats(h, &before);
-	for (uint64_t i = 0; i < o->ops; i++) {
+	for (uint64_t i = 0; p->op == PH_MGET ? i + MGET_BATCH <= o->ops : i < o->ops;
+	     i += p->op == PH_MGET ? MGET_BATCH : 1) {
 		uint64_t t0;
 		int rc;
 
-		snprintf(key, sizeof(key), p->absent ? "kvbench-absent-%010" PRIu64 : "kvbench-%010" PRIu64, i);
+		snprintf(key, sizeof(key), "%s%010" PRIu64, p->keys, i);
 		t0 = kvi_mono_ns();
-		rc = kv_op(h, p, key, val, o->size);
+		rc = p->op == PH_MGET ? mget(h, p->keys, i, val, o->size) : kv_op(h, p, key, val, o->size);
 		kvb_hist_record(hs, kvi_mono_ns() - t0);
 		if (rc != p->expect) {
 			fprintf(stderr, "kvbench: %s of %s failed: %s\n", p->name, key, kvc_strerror(rc));
@@ -220,7 +280,7 @@ int kvb_micro(const struct kvb_micro_opts *o)
 	struct kvc_opts ko;
 	kvc_t *h[2] = { NULL, NULL };
 	struct kvb_hist *hs = malloc(sizeof(*hs));
-	char *val = malloc(o->size);
+	char *val = malloc((size_t)o->size * MGET_BATCH); /* MGET_BATCH values at once */
 	int rc = 0;
 
 	if (!hs || !val) {

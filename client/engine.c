@@ -15,6 +15,7 @@
 #include "lease.h"
 #include "op.h"
 #include "post.h"
+#include "rmw.h"
 
 #define GRANT_RETRY_MIN_US 500u
 #define GRANT_RETRY_MAX_US 20000u
@@ -54,22 +55,26 @@ static int check_op(const struct kvi_conn *h, const struct kvc_op *op)
 	case KVC_OP_GET:
 		return op->buf_len && !op->buf ? KVC_EINVAL : 0;
 	case KVC_OP_PUT:
-		if ((op->value_len && !op->value) || op->mode < KVC_STORE_SET || op->mode > KVC_STORE_CAS)
+		if ((op->value_len && !op->value) || op->mode < KVC_STORE_SET || op->mode > KVC_STORE_PREPEND)
 			return KVC_EINVAL;
 		if (op->value_len > UINT32_MAX || kvi_obj_len((uint32_t)op->key_len, (uint32_t)op->value_len) >
 							   h->max_object)
 			return KVC_EVALSIZE;
 		return 0;
 	case KVC_OP_DELETE:
+	case KVC_OP_TOUCH:
 		return 0;
+	case KVC_OP_INCR:
+	case KVC_OP_DECR:
+		return op->mode & ~(KVC_ARITH_VIVIFY | KVC_ARITH_TOUCH) ? KVC_EINVAL : 0;
+	case KVC_OP_GAT:
+		return op->buf_len && !op->buf ? KVC_EINVAL : 0;
 	default:
 		return KVC_EINVAL;
 	}
 }
 
-/* The writer's clock at submission + ttl, rounded up to the next
- * millisecond (layout.h "Expiry"); 0 = never. */
-static uint64_t expiry_of(uint64_t ttl_ms)
+uint64_t kvi_expiry_of(uint64_t ttl_ms)
 {
 	uint64_t now_ms;
 
@@ -122,7 +127,17 @@ static int submit_hashed(struct kvi_conn *h, struct kvc_op *op, const struct kvi
 		st->obj_cap = obj_cap;
 	}
 	st->kh = *kh;
-	if (op->type == KVC_OP_PUT) {
+	/* A read-modify-write builds its object under the locks (op_rmw.c). */
+	st->rmw = kvi_rmw_is(op);
+	if (st->rmw) {
+		/* It takes its place in our extent under the locks, where it
+		 * must not wait for the server: have room for what it likely
+		 * writes now (a shortfall found there costs a retry). */
+		rc = kvi_extent_room(h, kvi_obj_footprint(kvi_rmw_estimate(op)), &h->step_now);
+		if (rc && rc != KVC_EAGAIN)
+			return rc;
+	}
+	if (op->type == KVC_OP_PUT && !st->rmw) {
 		st->obj_len = (uint32_t)kvi_obj_len((uint32_t)op->key_len, (uint32_t)op->value_len);
 		rc = kvi_obj_room(h, st, st->obj_len);
 		if (rc)
@@ -131,7 +146,7 @@ static int submit_hashed(struct kvi_conn *h, struct kvc_op *op, const struct kvi
 		if (off < 0 && off != KVC_EAGAIN)
 			return (int)off;
 		kvi_obj_build(st->obj, op->key, (uint16_t)op->key_len, op->value, (uint32_t)op->value_len,
-			      expiry_of(op->ttl_ms), op->flags, off >= 0 ? st->obj_cas : 0);
+			      kvi_expiry_of(op->ttl_ms), op->flags, off >= 0 ? st->obj_cas : 0);
 		*built += op->value_len;
 	}
 	op->status = 1; /* in flight */

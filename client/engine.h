@@ -36,6 +36,9 @@ uint64_t kvi_now_ns(void);
  * (kvi_conn.step_now) is read again. */
 #define KVI_STEP_HEAVY_BYTES (64u << 10)
 void kvi_step_clock_refresh(struct kvi_conn *h);
+/* The writer's clock now + ttl_ms, rounded up to the next millisecond
+ * (layout.h "Expiry"): an object's expiry; 0 = never. */
+uint64_t kvi_expiry_of(uint64_t ttl_ms);
 /* CLOCK_REALTIME in ns: the clock of expiries (layout.h "Expiry"). */
 uint64_t kvi_real_ns(void);
 /* Backoff jitter (not for security). */

@@ -94,8 +94,20 @@ static int locks_in_flight(const struct kvi_conn *h)
  * used), and the answer is taken by a later call (KVC_EAGAIN meanwhile). */
 int64_t kvi_reserve(struct kvi_conn *h, uint64_t bytes, uint64_t *nowp, uint64_t *cas)
 {
-	struct kvi_ctrl req = { .type = KVI_CTRL_SEG_REQ, .seg_req = { .need = bytes, .used = h->seg_used } }, resp;
 	uint64_t off;
+	int rc = kvi_extent_room(h, bytes, nowp);
+
+	if (rc)
+		return rc;
+	off = h->seg_off + h->seg_used;
+	h->seg_used += bytes;
+	*cas = kvi_obj_cas_of(h->seg_cas, h->seg_off, off);
+	return (int64_t)off;
+}
+
+int kvi_extent_room(struct kvi_conn *h, uint64_t bytes, uint64_t *nowp)
+{
+	struct kvi_ctrl req = { .type = KVI_CTRL_SEG_REQ, .seg_req = { .need = bytes, .used = h->seg_used } }, resp;
 	int rc;
 
 	if (h->grant_seq) {
@@ -128,14 +140,9 @@ int64_t kvi_reserve(struct kvi_conn *h, uint64_t bytes, uint64_t *nowp, uint64_t
 		rc = kvi_rmem_ctrl_call(h->rm, &req, &resp, KVI_CTRL_TIMEOUT_MS);
 		if (nowp)
 			*nowp = kvi_now_ns();
-		rc = grant_taken(h, rc, &resp, bytes);
-		if (rc)
-			return rc;
+		return grant_taken(h, rc, &resp, bytes);
 	}
-	off = h->seg_off + h->seg_used;
-	h->seg_used += bytes;
-	*cas = kvi_obj_cas_of(h->seg_cas, h->seg_off, off);
-	return (int64_t)off;
+	return 0;
 }
 
 /* Tell the server how much of our extent we used, so that its tail serves

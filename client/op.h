@@ -153,6 +153,11 @@ struct kvi_opst {
 	uint64_t obj_cas;
 	uint32_t obj_len;
 	int obj_written;
+	/* A read-modify-write (op_rmw.c): its object is built under the locks
+	 * (rmw_built: in this attempt, at the start of the object area) and
+	 * written in the commit doorbell. */
+	int rmw;
+	int rmw_built;
 
 	/* Commit decision, and the result reported once the locks are released. */
 	uint32_t commit_which, commit_idx;

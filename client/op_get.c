@@ -87,6 +87,7 @@ static void deliver(struct kvi_conn *h, struct kvi_opst *st, const struct kvi_ca
 	op->value_len = kvi_obj_value_len(oh);
 	op->flags = oh->client_flags;
 	op->cas = oh->cas;
+	op->expiry_ms = kvi_obj_expiry_ms(oh);
 	if (op->value_len > op->buf_len)
 		status = KVC_ETRUNC;
 	else if (op->value_len)

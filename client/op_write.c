@@ -49,6 +49,7 @@
 #include "lock_report.h"
 #include "op.h"
 #include "post.h"
+#include "rmw.h"
 
 #define BACKOFF_MIN_NS 2000ull
 #define BACKOFF_MAX_NS 1000000ull
@@ -100,6 +101,14 @@ static int keyhead_is_ours(const struct kvi_opst *st)
 	       memcmp(st->khead + sizeof(*oh), st->op->key, st->op->key_len) == 0;
 }
 
+/* Does the attempt read the key's whole object under the locks (a DELETE,
+ * to report an expired item absent; a read-modify-write, to compute the new
+ * one)? A store reads only the header and key on its cached path. */
+static int reads_item(const struct kvi_opst *st)
+{
+	return st->rmw || st->op->type == KVC_OP_DELETE;
+}
+
 void kvi_write_start(struct kvi_conn *h, struct kvi_opst *st)
 {
 	const struct kvi_loc *l = kvi_locache_get(&h->cache, st->kh.lo, st->kh.hi);
@@ -107,16 +116,18 @@ void kvi_write_start(struct kvi_conn *h, struct kvi_opst *st)
 	unsigned n = 0;
 
 	st->held = 0;
+	st->rmw_built = 0;
 	kvi_place(h, st); /* the key's buckets in the current index view (kh.b too) */
 	/* A cached PUT trusts the slot word without reading the object, so the
 	 * entry must be too young for its segment to have been reused since
-	 * (locache.h); a cached DELETE reads the object and checks the key. */
+	 * (locache.h); a cached DELETE or read-modify-write reads the object
+	 * and checks the key. */
 	st->cached = l && l->bucket < h->cur.ix.bucket_count && l->idx < KVI_SLOTS_PER_BUCKET &&
 		     (l->bucket == st->kh.b[0] || l->bucket == st->kh.b[1]) &&
-		     (st->op->type == KVC_OP_PUT ? cache_trusted(h, st, l) && keyhead_len(h, st, l->slot)
-						  : (kvi_slot_in_heap(&h->sb, l->slot) &&
-						     kvi_read_len(h, l->slot) <= h->obj_area));
-	if (st->cached && st->op->type == KVC_OP_DELETE && kvi_obj_room(h, st, kvi_read_len(h, l->slot))) {
+		     (!reads_item(st) ? cache_trusted(h, st, l) && keyhead_len(h, st, l->slot)
+				      : (kvi_slot_in_heap(&h->sb, l->slot) &&
+					 kvi_read_len(h, l->slot) <= h->obj_area));
+	if (st->cached && reads_item(st) && kvi_obj_room(h, st, kvi_read_len(h, l->slot))) {
 		kvi_st_finish(h, st, KVC_ENOMEM, KVC_STAT_FAILED); /* nothing held yet */
 		return;
 	}
@@ -126,7 +137,7 @@ void kvi_write_start(struct kvi_conn *h, struct kvi_opst *st)
 		st->b[0] = l->bucket;
 		st->boff[0] = kvi_index_bucket_off(&h->cur.ix, l->bucket);
 	}
-	if (st->op->type == KVC_OP_PUT && !st->obj_written)
+	if (st->op->type == KVC_OP_PUT && !st->rmw && !st->obj_written)
 		ops[n++] = kvi_rop_write(st->obj_off, st->obj, st->obj_len);
 	for (unsigned i = 0; i < st->nb; i++) {
 		ops[n++] = kvi_rop_cas(lock_off(st, i), &st->w[i], 0, held_word(h));
@@ -134,11 +145,12 @@ void kvi_write_start(struct kvi_conn *h, struct kvi_opst *st)
 	}
 	/* A cached PUT reads the object's header and key, under the lock
 	 * (posted after the CAS), to check that the entry is really this key's. */
-	if (st->cached && st->op->type == KVC_OP_PUT)
+	if (st->cached && !reads_item(st))
 		ops[n++] = kvi_rop_read(kvi_slot_obj_off(st->loc.slot), st->khead, keyhead_len(h, st, st->loc.slot));
-	/* A cached DELETE reads the object too: an expired item is absent to the
-	 * caller (as to GET), though its slot is still cleared. */
-	if (st->cached && st->op->type == KVC_OP_DELETE) {
+	/* A cached DELETE reads the object too (an expired item is absent to the
+	 * caller, as to GET, though its slot is still cleared), as does a
+	 * read-modify-write (its new object is computed from it). */
+	if (st->cached && reads_item(st)) {
 		st->ncand = 1;
 		st->cand[0] = (struct kvi_cand){ .slot = st->loc.slot, .idx = st->loc.idx,
 						 .len = (uint32_t)kvi_read_len(h, st->loc.slot) };
@@ -169,8 +181,15 @@ static void release(struct kvi_conn *h, struct kvi_opst *st, int retry)
 /* WRITE the decided slot word and release every lock, in one doorbell. */
 static void commit(struct kvi_conn *h, struct kvi_opst *st, uint32_t which, uint32_t idx, uint64_t slot, int kind)
 {
-	struct kvi_rop ops[3];
+	struct kvi_rop ops[4];
 	unsigned n = 0;
+
+	/* A read-modify-write's object, built under the locks, goes first:
+	 * RC lands it before the slot WRITE that names it (layout.h I3). */
+	if (st->rmw_built && slot) {
+		ops[n++] = kvi_rop_write(st->obj_off, st->obj, st->obj_len);
+		st->obj_written = 1;
+	}
 
 	/* The slot WRITE must not land past the deadline (memory reuse):
 	 * checked against the time now, not the step's. */
@@ -181,7 +200,7 @@ static void commit(struct kvi_conn *h, struct kvi_opst *st, uint32_t which, uint
 	 * (I3: posted with the lock doorbell, or an earlier attempt's). */
 	KVI_INVARIANT(st->nb >= 1 && st->held == (1u << st->nb) - 1 && which < st->nb,
 		      "a commit holds every lock it releases");
-	KVI_INVARIANT(slot == 0 || (st->op->type == KVC_OP_PUT && st->obj_written &&
+	KVI_INVARIANT(slot == 0 || ((st->op->type == KVC_OP_PUT || st->rmw_built) && st->obj_written &&
 				    kvi_slot_obj_off(slot) == st->obj_off && kvi_slot_read_len(slot) >= st->obj_len &&
 				    kvi_slot_fp(slot) == (st->kh.fp & ((1u << KVI_SLOT_FP_BITS) - 1))),
 		      "a committed slot names the object its PUT wrote");
@@ -230,12 +249,83 @@ static void refuse(struct kvi_conn *h, struct kvi_opst *st, int code)
 	release(h, st, KVI_AFTER_FINISH);
 }
 
+/* A read-modify-write could not build its object (kvi_rmw_build's codes):
+ * let go, and try again (a new extent is on its way) or finish. */
+static void rmw_failed(struct kvi_conn *h, struct kvi_opst *st, int rc)
+{
+	switch (rc) {
+	case KVC_EAGAIN:
+		st->lock_tries++; /* back off while the grant arrives */
+		release(h, st, KVI_AFTER_RETRY);
+		return;
+	case KVC_EEXISTS:
+	case KVC_ENONNUMERIC:
+	case KVC_EVALSIZE:
+		refuse(h, st, rc);
+		return;
+	default:
+		st->result = rc;
+		st->kind = KVC_STAT_FAILED;
+		release(h, st, KVI_AFTER_FINISH);
+	}
+}
+
+/* Insert st's object into bucket `which`, slot idx (free, or an expired
+ * item's, or a victim's). A vivifying INCR / DECR builds its object now:
+ * under the locks, where it knows the key is absent. */
+static void insert_at(struct kvi_conn *h, struct kvi_opst *st, uint32_t which, uint32_t idx)
+{
+	int rc = st->rmw ? kvi_rmw_vivify(h, st) : 0;
+
+	if (rc) {
+		rmw_failed(h, st, rc);
+		return;
+	}
+	commit(h, st, which, idx, new_slot(st), KVC_STAT_PUT_INSERT);
+}
+
+static int vivifies(const struct kvc_op *op)
+{
+	return (op->type == KVC_OP_INCR || op->type == KVC_OP_DECR) && (op->mode & KVC_ARITH_VIVIFY);
+}
+
+/* A read-modify-write found the key in bucket `which`, slot idx (oh, expired
+ * as for found()): build the new object and commit it; or, the item absent
+ * (expired, or junk in the slot), clear the slot as a DELETE would and
+ * report the miss -- unless it vivifies, and then its item takes the slot. */
+static void rmw_found(struct kvi_conn *h, struct kvi_opst *st, uint32_t which, uint32_t idx, int cached,
+		      const struct kvi_obj_hdr *oh, int expired)
+{
+	int rc;
+
+	if (!oh || expired) {
+		if (vivifies(st->op)) {
+			insert_at(h, st, which, idx);
+			return;
+		}
+		st->result = kvi_rmw_miss(st->op);
+		commit(h, st, which, idx, 0, KVC_STAT_RMW_MISS);
+		return;
+	}
+	rc = kvi_rmw_build(h, st, oh);
+	if (rc) {
+		rmw_failed(h, st, rc);
+		return;
+	}
+	commit(h, st, which, idx, new_slot(st), cached ? KVC_STAT_RMW_CACHED : KVC_STAT_RMW);
+}
+
 /* The key is in bucket `which`, slot idx, its object's header oh (NULL: junk
  * in the slot; expired: its item has expired, so a DELETE clears the slot
- * but reports the key absent, as GET would, and a store takes it as absent). */
+ * but reports the key absent, as GET would, and a store takes it as absent).
+ * A read-modify-write also has the whole object at oh. */
 static void found(struct kvi_conn *h, struct kvi_opst *st, uint32_t which, uint32_t idx, int cached,
 		  const struct kvi_obj_hdr *oh, int expired)
 {
+	if (st->rmw) {
+		rmw_found(h, st, which, idx, cached, oh, expired);
+		return;
+	}
 	if (st->op->type == KVC_OP_PUT) {
 		int verdict = store_verdict(st->op, oh, expired);
 
@@ -340,8 +430,7 @@ static void on_expcheck(struct kvi_conn *h, struct kvi_opst *st)
 			h->stats.expired_reused++;
 		else
 			h->stats.index_evictions++;
-		commit(h, st, (uint32_t)k / KVI_SLOTS_PER_BUCKET, (uint32_t)k % KVI_SLOTS_PER_BUCKET, new_slot(st),
-		       KVC_STAT_PUT_INSERT);
+		insert_at(h, st, (uint32_t)k / KVI_SLOTS_PER_BUCKET, (uint32_t)k % KVI_SLOTS_PER_BUCKET);
 		return;
 	}
 	if (st->exp_next < st->nb * KVI_SLOTS_PER_BUCKET) {
@@ -359,13 +448,13 @@ static void absent(struct kvi_conn *h, struct kvi_opst *st)
 	unsigned free_n[2] = { 0, 0 }, pick;
 	int first[2] = { -1, -1 }, verdict;
 
-	if (st->op->type == KVC_OP_DELETE) {
-		st->result = KVC_ENOTFOUND;
-		st->kind = KVC_STAT_DELETE_MISS;
+	if (st->op->type == KVC_OP_DELETE || (st->rmw && !vivifies(st->op))) {
+		st->result = st->rmw ? kvi_rmw_miss(st->op) : KVC_ENOTFOUND;
+		st->kind = st->rmw ? KVC_STAT_RMW_MISS : KVC_STAT_DELETE_MISS;
 		release(h, st, KVI_AFTER_FINISH);
 		return;
 	}
-	if ((verdict = store_verdict(st->op, NULL, 0)) != 0) {
+	if (!st->rmw && (verdict = store_verdict(st->op, NULL, 0)) != 0) {
 		refuse(h, st, verdict);
 		return;
 	}
@@ -385,7 +474,7 @@ static void absent(struct kvi_conn *h, struct kvi_opst *st)
 	/* The emptier bucket: keeps both choices balanced, which is what lets
 	 * 2-choice hashing fill ~90% of the slots before a bucket overflows. */
 	pick = free_n[1] > free_n[0] ? 1 : 0;
-	commit(h, st, pick, (uint32_t)first[pick], new_slot(st), KVC_STAT_PUT_INSERT);
+	insert_at(h, st, pick, (uint32_t)first[pick]);
 }
 
 /* Every bucket of the attempt is held: check the cached slot, or look for
@@ -396,7 +485,7 @@ static void locked_all(struct kvi_conn *h, struct kvi_opst *st)
 		enum kvi_objcheck res = KVI_OBJ_MATCH;
 		const struct kvi_obj_hdr *oh = (const void *)st->khead;
 
-		if (st->op->type == KVC_OP_DELETE) {
+		if (reads_item(st)) {
 			res = kvi_obj_check(st, &st->cand[0]);
 			oh = (const void *)st->obj;
 		} else if (!keyhead_is_ours(st)) {
@@ -449,7 +538,7 @@ static void on_lock(struct kvi_conn *h, struct kvi_opst *st)
 	unsigned tried = 0, follow = 0;
 	int busy = -1, stale = 0;
 
-	if (st->op->type == KVC_OP_PUT)
+	if (st->op->type == KVC_OP_PUT && !st->rmw)
 		st->obj_written = 1;
 	for (unsigned i = 0; i < st->nb; i++)
 		if (st->state != KVI_ST_W_LOCK_OLD || (st->old & (1u << i)))
@@ -568,8 +657,8 @@ static void on_commit(struct kvi_conn *h, struct kvi_opst *st)
 				st->commit_slot, st->start);
 	else
 		kvi_locache_drop(&h->cache, st->kh.lo, st->kh.hi);
-	if (st->op->type == KVC_OP_PUT)
-		st->op->cas = st->obj_cas; /* the new item's unique */
+	if ((st->op->type == KVC_OP_PUT || st->rmw) && st->commit_slot)
+		st->op->cas = st->obj_cas; /* the new item's unique (a touch's: the same) */
 	kvi_st_finish(h, st, st->result, st->kind);
 }
 

@@ -103,8 +103,11 @@ void kvi_st_finish(struct kvi_conn *h, struct kvi_opst *st, int status, int kind
 {
 	struct kvc_op *op = st->op;
 
+	/* What the item said (absent, refused, not a number) is not a failure. */
 	if (status && status != KVC_ENOTFOUND && status != KVC_ETRUNC &&
-	    !(kind == KVC_STAT_STORE_REFUSED && (status == KVC_ENOTSTORED || status == KVC_EEXISTS)))
+	    !(kind == KVC_STAT_STORE_REFUSED &&
+	      (status == KVC_ENOTSTORED || status == KVC_EEXISTS || status == KVC_ENONNUMERIC || status == KVC_EVALSIZE)) &&
+	    !(kind == KVC_STAT_RMW_MISS && status == KVC_ENOTSTORED))
 		kind = KVC_STAT_FAILED;
 	h->stats.ops[kind]++;
 	h->stats.round_trips[kind] += st->rtt;

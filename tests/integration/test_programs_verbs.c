@@ -317,6 +317,16 @@ Test(programs_verbs, kvbench_measures_a_running_kvserver)
 	cr_expect_eq(run(&b, argv, 120000), 0, "output: %s", b.all);
 	cr_expect(strstr(b.all, "get_hit ") && strstr(b.all, "put_insert ") && strstr(b.all, "delete "),
 		  "output: %s", b.all);
+	/* memcached's calls, with the round trips kvclient.h states */
+	cr_expect(strstr(b.all, "mget_16 ") && strstr(b.all, "add_refused ") && strstr(b.all, "gat_cached "),
+		  "output: %s", b.all);
+	for (unsigned i = 0; i < 3; i++) {
+		static const char *const cached[] = { "incr_cached ", "touch_cached ", "append_cached " };
+		const char *row = strstr(b.all, cached[i]), *nl = row ? strchr(row, '\n') : NULL;
+
+		cr_expect(row && nl && nl - row > 5 && strncmp(nl - 5, " 2.00", 5) == 0, "%s: 2 round trips: %s",
+			  cached[i], b.all);
+	}
 	printf("%s", b.all);
 	kvt_kill(&srv, SIGTERM);
 	cr_expect_eq(kvt_wait(&srv, 20000), 0, "kvserver output: %s", srv.all);

@@ -351,7 +351,7 @@ Test(items, conditional_stores_batch_in_submit_many)
 	cr_expect_eq(op[3].status, 0);
 	cr_expect_eq(op[3].flags, 5);
 	cr_expect_neq(op[3].cas, 0);
-	op[0].mode = 4;
+	op[0].mode = 99;
 	cr_expect_eq(kvc_submit(a, &op[0]), KVC_EINVAL, "an unknown store mode");
 	kvc_destroy(a);
 }

@@ -1,0 +1,215 @@
+/* Read-modify-writes (kvclient.h: append, prepend, incr, decr, touch, gat):
+ * the new object, computed from the key's current one. op_write.c takes the
+ * locks, reads that object whole (verified, under the locks, where it cannot
+ * change: layout.h I1, I3) and calls here; the new object is then written in
+ * the commit doorbell, ahead of the slot WRITE that names it (RC keeps the
+ * order: I3). Objects are never modified where they lie, so a touch writes a
+ * copy too: only its expiry differs, and it keeps the item's CAS unique (the
+ * same item, as memcached's touch keeps it, and as a reclaimer's copy does).
+ *
+ * The new object is built in place in the operation's object area: the old
+ * one is moved to its start and edited there (header, key and value keep
+ * their order; only the value's bytes change). */
+#include <inttypes.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "conn.h"
+#include "engine.h"
+#include "extent.h"
+#include "kvclient_errors.h"
+#include "op.h"
+#include "rmw.h"
+
+int kvi_rmw_is(const struct kvc_op *op)
+{
+	switch (op->type) {
+	case KVC_OP_INCR:
+	case KVC_OP_DECR:
+	case KVC_OP_TOUCH:
+	case KVC_OP_GAT:
+		return 1;
+	case KVC_OP_PUT:
+		return op->mode == KVC_STORE_APPEND || op->mode == KVC_STORE_PREPEND;
+	default:
+		return 0;
+	}
+}
+
+uint64_t kvi_rmw_estimate(const struct kvc_op *op)
+{
+	/* A counter has at most 20 digits; the rest at least what they add. */
+	uint64_t v = op->type == KVC_OP_INCR || op->type == KVC_OP_DECR ? 20 : op->type == KVC_OP_PUT ? op->value_len : 0;
+
+	return kvi_obj_len((uint32_t)op->key_len, (uint32_t)(v > KVI_MAX_OBJECT ? KVI_MAX_OBJECT : v));
+}
+
+int kvi_rmw_miss(const struct kvc_op *op)
+{
+	return op->type == KVC_OP_PUT ? KVC_ENOTSTORED : KVC_ENOTFOUND;
+}
+
+/* memcached's reading of a counter (its safe_strtoull over the item's
+ * bytes): optional leading blanks and '+', 1..20 digits that fit 64 bits,
+ * then the end or a blank (memcached pads a shortened counter with spaces). */
+static int parse_counter(const unsigned char *p, uint32_t len, uint64_t *v)
+{
+	uint32_t i = 0, digits = 0;
+	uint64_t x = 0;
+
+	while (i < len && p[i] == ' ')
+		i++;
+	if (i < len && p[i] == '+')
+		i++;
+	for (; i < len && p[i] >= '0' && p[i] <= '9'; i++, digits++) {
+		unsigned d = p[i] - '0';
+
+		if (x > (UINT64_MAX - d) / 10)
+			return -1;
+		x = x * 10 + d;
+	}
+	if (digits == 0 || (i < len && p[i] != ' ' && p[i] != '\r' && p[i] != '\n' && p[i] != '\t'))
+		return -1;
+	*v = x;
+	return 0;
+}
+
+/* Move the object cur (cur_len bytes, in st's object area) to the area's
+ * start, with room for need bytes (growing the area keeps it). */
+static int room_keeping(struct kvi_conn *h, struct kvi_opst *st, const unsigned char *cur, uint64_t cur_len,
+			uint64_t need)
+{
+	unsigned char *save;
+	int rc;
+
+	if (need <= st->obj_cap) {
+		memmove(st->obj, cur, cur_len);
+		return 0;
+	}
+	save = malloc(cur_len);
+	if (!save)
+		return KVC_ENOMEM;
+	memcpy(save, cur, cur_len);
+	rc = kvi_obj_room(h, st, need);
+	if (rc == 0)
+		memcpy(st->obj, save, cur_len);
+	free(save);
+	return rc;
+}
+
+/* Take the place of an object of obj_len bytes in our extent. */
+static int place(struct kvi_conn *h, struct kvi_opst *st, uint64_t obj_len)
+{
+	int64_t off = kvi_reserve(h, kvi_obj_footprint(obj_len), NULL, &st->obj_cas);
+
+	if (off < 0)
+		return (int)off;
+	st->obj_off = (uint64_t)off;
+	st->obj_len = (uint32_t)obj_len;
+	return 0;
+}
+
+int kvi_rmw_build(struct kvi_conn *h, struct kvi_opst *st, const struct kvi_obj_hdr *oh)
+{
+	struct kvc_op *op = st->op;
+	const unsigned char *cur = (const unsigned char *)oh;
+	uint32_t klen = oh->key_len, vlen = kvi_obj_value_len(oh), flags = oh->client_flags;
+	uint64_t expiry = kvi_obj_expiry_ms(oh), cas = oh->cas, old_len = kvi_obj_len(klen, vlen);
+	uint64_t nlen = vlen, counter = 0;
+	char digits[24];
+	struct kvi_obj_hdr *nh;
+	unsigned char *val;
+	int rc;
+
+	if (op->cas && op->cas != cas)
+		return KVC_EEXISTS;
+	st->result = 0;
+	switch (op->type) {
+	case KVC_OP_INCR:
+	case KVC_OP_DECR:
+		if (parse_counter(cur + sizeof(*oh) + klen, vlen, &counter))
+			return KVC_ENONNUMERIC;
+		if (op->type == KVC_OP_INCR)
+			counter += op->delta; /* wraps, as memcached's does */
+		else
+			counter = op->delta > counter ? 0 : counter - op->delta;
+		nlen = (uint64_t)snprintf(digits, sizeof(digits), "%" PRIu64, counter);
+		if (op->mode & KVC_ARITH_TOUCH)
+			expiry = kvi_expiry_of(op->ttl_ms);
+		break;
+	case KVC_OP_TOUCH:
+	case KVC_OP_GAT:
+		expiry = kvi_expiry_of(op->ttl_ms);
+		break;
+	default: /* append, prepend */
+		nlen = (uint64_t)vlen + op->value_len;
+		break;
+	}
+	if (kvi_obj_len(klen, 0) + nlen > h->max_object)
+		return KVC_EVALSIZE;
+	if (op->type == KVC_OP_GAT) {
+		/* The value as the item has it (the touch does not change it). */
+		op->value_len = vlen;
+		if (vlen > op->buf_len)
+			st->result = KVC_ETRUNC; /* the touch is made all the same */
+		else if (vlen)
+			memcpy(op->buf, cur + sizeof(*oh) + klen, vlen);
+	}
+	rc = room_keeping(h, st, cur, old_len, kvi_obj_len(klen, (uint32_t)nlen));
+	if (rc == 0)
+		rc = place(h, st, kvi_obj_len(klen, (uint32_t)nlen));
+	if (rc)
+		return rc;
+	val = st->obj + sizeof(*oh) + klen;
+	switch (op->type) {
+	case KVC_OP_INCR:
+	case KVC_OP_DECR:
+		memcpy(val, digits, nlen);
+		op->result = counter;
+		break;
+	case KVC_OP_TOUCH:
+	case KVC_OP_GAT:
+		st->obj_cas = cas; /* the same item: its unique stays */
+		break;
+	default:
+		if (op->mode == KVC_STORE_APPEND) {
+			memcpy(val + vlen, op->value, op->value_len);
+		} else {
+			memmove(val + op->value_len, val, vlen);
+			memcpy(val, op->value, op->value_len);
+		}
+		break;
+	}
+	nh = (struct kvi_obj_hdr *)(void *)st->obj;
+	nh->access = 0;
+	nh->flags = 0;
+	nh->len_exp = nlen | (expiry > KVI_OBJ_EXPIRY_MAX ? KVI_OBJ_EXPIRY_MAX : expiry) << KVI_OBJ_VLEN_BITS;
+	nh->client_flags = flags;
+	nh->cas = st->obj_cas;
+	nh->checksum = kvi_obj_checksum(nh);
+	if (op->type == KVC_OP_GAT) {
+		op->flags = flags;
+		op->cas = cas;
+		op->expiry_ms = kvi_obj_expiry_ms(nh);
+	}
+	st->rmw_built = 1;
+	return 0;
+}
+
+int kvi_rmw_vivify(struct kvi_conn *h, struct kvi_opst *st)
+{
+	struct kvc_op *op = st->op;
+	char digits[24];
+	unsigned n = (unsigned)snprintf(digits, sizeof(digits), "%" PRIu64, op->initial);
+	int rc = place(h, st, kvi_obj_len((uint32_t)op->key_len, n));
+
+	if (rc)
+		return rc;
+	kvi_obj_build(st->obj, op->key, (uint16_t)op->key_len, digits, n, kvi_expiry_of(op->ttl_ms), op->flags,
+		      st->obj_cas);
+	op->result = op->initial;
+	st->result = 0;
+	st->rmw_built = 1;
+	return 0;
+}
