@@ -556,8 +556,8 @@ static void meta_flags(struct kvp_buf *b, const struct kvp_req *r, const struct 
 				now = (uint64_t)ts.tv_sec * 1000u + (uint64_t)ts.tv_nsec / 1000000u;
 				if (op->expiry_ms == 0)
 					kvp_buf_str(b, "-1");
-				else /* whole seconds left, as memcached's clock counts them */
-					kvp_buf_u64(b, op->expiry_ms > now ? (op->expiry_ms - now + 999) / 1000 : 0);
+				else /* whole seconds left (nearest), as memcached's clock counts them */
+					kvp_buf_u64(b, op->expiry_ms > now ? (op->expiry_ms - now + 500) / 1000 : 0);
 			}
 			break;
 		default:

@@ -21,6 +21,10 @@ import subprocess
 import sys
 import time
 
+class Raw(bytes):
+    """A chunk sent without the sentinel: the server is to hang up."""
+
+
 K251 = b"k" * 251
 K250 = b"k" * 250
 BIG = 2 * 1024 * 1024  # over both servers' item size
@@ -54,7 +58,8 @@ SESSIONS = [
     ("version-verbosity", [b"version\r\nverbosity 1\r\nverbosity 1 noreply\r\nverbosity\r\nverbosity 1 2\r\n"]),
     ("quit", [b"set q 0 0 1\r\nx\r\nget q\r\nquit\r\nget q\r\n"]),
     ("http", [b"GET / HTTP/1.1\r\n"]),
-    ("long-line", [b"x" * 3000]),
+    ("long-line", [Raw(b"x" * 3000)]),
+    ("long-get-line", [b"get " + b" ".join(b"g%d" % i for i in range(600)) + b"\r\n"]),
     ("tokens", [b"get " + b" ".join(b"t%d" % i for i in range(30)) + b"\r\n",
                 b"set " + b" ".join(b"t%d" % i for i in range(30)) + b"\r\n"]),
     ("expire-neg", [b"set en 0 -1 1\r\nx\r\nget en\r\n", b"set en2 0 0 1\r\nx\r\nreplace en2 0 -1 1\r\ny\r\nget en2\r\n"]),
@@ -62,7 +67,8 @@ SESSIONS = [
     ("expire-ttl", [b"set et 0 1 1\r\nx\r\nget et\r\n", 2.2, b"get et\r\n"]),
     ("expire-abs-future", [b"set ef 0 %d 1\r\nx\r\nget ef\r\n" % (int(time.time()) + 100)]),
     ("incr-decr", [b"set n 0 0 2\r\n10\r\nincr n 5\r\ndecr n 100\r\nincr n 18446744073709551615\r\nincr n 2\r\n"
-                   b"get n\r\nincr nokey 1\r\ndecr nokey 1\r\nset s 0 0 3\r\nabc\r\nincr s 1\r\nincr n 1 noreply\r\nget n\r\n"
+                   b"incr nokey 1\r\ndecr nokey 1\r\nset s 0 0 3\r\nabc\r\nincr s 1\r\nincr n 1 noreply\r\n"
+                   b"set n 0 0 1\r\n9\r\nincr n 1\r\nget n\r\nincr n 18446744073709551606\r\nincr n 1 noreply\r\nincr n 0\r\n"
                    b"decr\r\nincr n\r\n"], "incr"),
     ("append-prepend", [b"set ap 3 0 1\r\nb\r\nappend ap 0 0 1\r\nc\r\nprepend ap 0 0 1\r\na\r\nget ap\r\n"
                         b"append none 0 0 1\r\nx\r\nprepend none 0 0 1\r\nx\r\n"], "append"),
@@ -77,7 +83,7 @@ SESSIONS = [
     ("mg-errors", [b"mg\r\n", b"mg " + K251 + b"\r\n", b"mg a v v\r\n", b"mg a !\r\n", b"mg a X\r\n", b"mg a T\r\n",
                    b"mg a Tx\r\n", b"mg a " + b" ".join(b"O%d" % i for i in range(19)) + b"\r\n",
                    b"mg a O" + b"x" * 40 + b"\r\n", b"mg a \xff\r\n", b"mg a E1\r\n"]),
-    ("mg-base64", [b"ms YWJj 2 b\r\nhi\r\nmg YWJj b v k\r\nget abc\r\nmg abc k v\r\nmg !!!! b\r\nmg YQ b\r\n"]),
+    ("mg-base64", [b"ms YWJj 2 b\r\nhi\r\nmg YWJj b v k\r\nget abc\r\nmg !!!! b\r\nmg YQ b\r\nmd YWJj b k\r\nget abc\r\n"]),
     ("mg-ttl", [b"ms mt 1 T100\r\nx\r\nmg mt t v\r\nms mt2 1\r\nx\r\nmg mt2 t\r\n"]),
     ("mg-touch", [b"ms mgt 1\r\nx\r\nmg mgt T100 t v\r\nmg none T10 v\r\n"], "touch"),
     ("ms", [b"ms s1 2\r\nhi\r\nms s1 2 F5 T0\r\nho\r\nmg s1 v f\r\nms s1 2 q\r\nhu\r\nms s1 2 O1 k\r\nhx\r\nmn\r\n"]),
@@ -131,7 +137,7 @@ def wait_port(port, proc, what):
     sys.exit(f"{what} does not listen on port {port}")
 
 
-def exchange(addr, chunks, sentinel=True):
+def exchange(addr, chunks):
     """Send the chunks in turn; return everything received."""
     fam = socket.AF_UNIX if isinstance(addr, str) else socket.AF_INET
     s = socket.socket(fam, socket.SOCK_STREAM)
@@ -143,14 +149,17 @@ def exchange(addr, chunks, sentinel=True):
         if isinstance(ch, float):
             time.sleep(ch)
             continue
+        raw = isinstance(ch, Raw)
         try:
-            s.sendall(ch + (b"mn\r\n" if sentinel else b""))
+            s.sendall(ch + (b"" if raw else b"mn\r\n"))
         except (BrokenPipeError, ConnectionResetError):
             closed = True
             break
         # read until this chunk's sentinel (or the server closes)
         buf = b""
-        while not buf.endswith(b"MN\r\n"):
+        # memcached writes out at every mn: wait for all of this chunk's
+        want = len(re.findall(rb"(?:^|\n)mn[ \r]", ch)) + (0 if raw else 1)
+        while raw or not (buf.endswith(b"MN\r\n") and buf.count(b"MN\r\n") >= want):
             try:
                 d = s.recv(1 << 20)
             except ConnectionResetError:
