@@ -366,6 +366,8 @@ static void server_error(struct kvp_buf *b, int rc)
 		line(b, "SERVER_ERROR object too large for cache");
 	else if (rc == KVC_ENOMEM || rc == KVC_EQUOTA || rc == KVC_EINDEXFULL)
 		line(b, "SERVER_ERROR out of memory storing object");
+	else if (rc == KVC_ENOTSUP || rc == KVC_EINVAL) /* a call this library or tier lacks */
+		line(b, "SERVER_ERROR not supported by the tier");
 	else {
 		kvp_buf_str(b, "SERVER_ERROR ");
 		line(b, kvc_strerror(rc));

@@ -15,6 +15,7 @@
 #include "worker.h"
 
 #define READS_PER_EVENT 4
+#define KVP_FALLBACK_MAX_VALUE (1u << 20)
 
 static void conn_close(struct kvp_worker *w, struct kvp_conn *c)
 {
@@ -65,6 +66,11 @@ static int conn_flush(struct kvp_worker *w, struct kvp_conn *c)
 static int conn_read(struct kvp_worker *w, struct kvp_conn *c)
 {
 	size_t max_value = kvc_max_value(w->h, 1);
+
+	/* No server joined (0): take values of memcached's default size; the
+	 * library then answers each store (server gone) as it is. */
+	if (max_value == 0)
+		max_value = KVP_FALLBACK_MAX_VALUE;
 
 	for (int i = 0; i < READS_PER_EVENT && !c->closing && c->out.len < KVP_OUT_HIGH; i++) {
 		char *dst;
