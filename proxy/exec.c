@@ -61,36 +61,30 @@ unsigned kvp_exec_pending(const struct kvp_exec *x)
 	return x->nslots;
 }
 
+/* arr resized to n elements of sz bytes, or return -1 with it unchanged. */
+#define RESIZE(arr, n, sz)                                         \
+	do {                                                       \
+		void *q_ = realloc((arr), (size_t)(n) * (sz));     \
+		if (!q_)                                           \
+			return -1;                                 \
+		(arr) = q_;                                        \
+	} while (0)
+
 static int grow(struct kvp_exec *x, unsigned need)
 {
 	unsigned cap = x->op_cap;
-	struct kvc_op *ops;
-	struct kvc_op **ptrs;
-	void **big;
-	uint32_t *hash;
-	char *gbuf;
 
 	while (cap < need)
 		cap *= 2;
 	if (cap == x->op_cap)
 		return 0;
-	ops = realloc(x->ops, cap * sizeof(*ops));
-	if (ops)
-		x->ops = ops;
-	ptrs = realloc(x->ptrs, cap * sizeof(*ptrs));
-	if (ptrs)
-		x->ptrs = ptrs;
-	big = realloc(x->big, cap * sizeof(*big));
-	if (big)
-		x->big = big;
-	hash = realloc(x->hash, cap * sizeof(*hash));
-	if (hash)
-		x->hash = hash;
-	gbuf = realloc(x->gbuf, (size_t)cap * KVP_GETBUF);
-	if (gbuf)
-		x->gbuf = gbuf;
-	if (!ops || !ptrs || !big || !hash || !gbuf)
-		return -1;
+	/* Each array keeps its old size's contents on failure; op_cap grows
+	 * only once all did, so a failure leaves them all usable. */
+	RESIZE(x->ops, cap, sizeof(*x->ops));
+	RESIZE(x->ptrs, cap, sizeof(*x->ptrs));
+	RESIZE(x->big, cap, sizeof(*x->big));
+	RESIZE(x->hash, cap, sizeof(*x->hash));
+	RESIZE(x->gbuf, cap, KVP_GETBUF);
 	x->op_cap = cap;
 	return 0;
 }

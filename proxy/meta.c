@@ -49,24 +49,14 @@ static int flags(const struct kvp_tokens *t, size_t start, struct kvp_req *r, co
 			r->key_binary = 1;
 			break;
 		}
-		case 'N':
-			if (!kvp_num_i32(arg, alen, &r->vivify_exptime)) {
+		case 'N': /* vivify TTL */
+		case 'T': /* new TTL */
+		case 'R': /* recache TTL: parsed, then refused (meta.h) */
+			if (!kvp_num_i32(arg, alen, o == 'N' ? &r->vivify_exptime : o == 'T' ? &r->exptime : &dummy)) {
 				*err = BAD_TOKEN;
 				bad = 1;
 			}
-			break;
-		case 'T':
-			if (!kvp_num_i32(arg, alen, &r->exptime)) {
-				*err = BAD_TOKEN;
-				bad = 1;
-			}
-			r->has_exptime = 1;
-			break;
-		case 'R':
-			if (!kvp_num_i32(arg, alen, &dummy)) {
-				*err = BAD_TOKEN;
-				bad = 1;
-			}
+			r->has_exptime |= o == 'T';
 			break;
 		case 'q':
 			r->noreply = 1;

@@ -24,6 +24,17 @@ static void noreply_maybe(const struct kvp_tokens *t, struct kvp_req *r)
 		r->noreply = 1;
 }
 
+/* The key (token 1) of a single-key command: 0, or memcached's error for
+ * a key over 250 bytes. */
+static int take_key(const struct kvp_tokens *t, struct kvp_req *r)
+{
+	if (t->l[1] > KVC_MAX_KEY)
+		return error(r, BAD_FORMAT);
+	r->key = t->v[1];
+	r->key_len = t->l[1];
+	return 0;
+}
+
 /* set/add/replace/append/prepend KEY FLAGS EXPTIME BYTES [noreply] and
  * cas KEY FLAGS EXPTIME BYTES CAS [noreply]; then the value and CRLF. */
 static int storage(const char *buf, size_t len, size_t max_value, const struct kvp_tokens *t, int cmd,
@@ -35,10 +46,8 @@ static int storage(const char *buf, size_t len, size_t max_value, const struct k
 	if (nt != want && nt != want + 1)
 		return error(r, "ERROR");
 	noreply_maybe(t, r);
-	if (t->l[1] > KVC_MAX_KEY)
-		return error(r, BAD_FORMAT);
-	r->key = t->v[1];
-	r->key_len = t->l[1];
+	if (take_key(t, r))
+		return KVP_REQUEST;
 	if (!kvp_num_u32(t->v[2], t->l[2], &r->flags) || !kvp_num_i32(t->v[3], t->l[3], &r->exptime) ||
 	    !kvp_num_i32(t->v[4], t->l[4], &vlen))
 		return error(r, BAD_FORMAT);
@@ -128,10 +137,8 @@ static int arith_touch_delete(const struct kvp_tokens *t, int cmd, struct kvp_re
 			return error(r, "ERROR");
 		noreply_maybe(t, r);
 	}
-	if (t->l[1] > KVC_MAX_KEY)
-		return error(r, BAD_FORMAT);
-	r->key = t->v[1];
-	r->key_len = t->l[1];
+	if (take_key(t, r))
+		return KVP_REQUEST;
 	if (cmd == KVP_C_TOUCH) {
 		if (!kvp_num_i32(t->v[2], t->l[2], &r->exptime))
 			return error(r, BAD_EXPTIME);
@@ -171,6 +178,25 @@ static int verbosity(const struct kvp_tokens *t, struct kvp_req *r)
 	return KVP_REQUEST;
 }
 
+enum kind { RETRIEVAL, STORAGE, KEYED, FLUSH, VERBOSITY, BARE, STATS };
+
+static const struct {
+	const char *name;
+	int cmd;      /* enum kvp_cmd */
+	int kind;     /* enum kind: how its line is read */
+} commands[] = {
+	{ "get", KVP_C_GET, RETRIEVAL },      { "bget", KVP_C_GET, RETRIEVAL },
+	{ "gets", KVP_C_GETS, RETRIEVAL },    { "gat", KVP_C_GAT, RETRIEVAL },
+	{ "gats", KVP_C_GATS, RETRIEVAL },    { "set", KVP_C_SET, STORAGE },
+	{ "add", KVP_C_ADD, STORAGE },        { "replace", KVP_C_REPLACE, STORAGE },
+	{ "append", KVP_C_APPEND, STORAGE },  { "prepend", KVP_C_PREPEND, STORAGE },
+	{ "cas", KVP_C_CAS, STORAGE },        { "incr", KVP_C_INCR, KEYED },
+	{ "decr", KVP_C_DECR, KEYED },        { "touch", KVP_C_TOUCH, KEYED },
+	{ "delete", KVP_C_DELETE, KEYED },    { "flush_all", KVP_C_FLUSH, FLUSH },
+	{ "verbosity", KVP_C_VERBOSITY, VERBOSITY }, { "version", KVP_C_VERSION, BARE },
+	{ "quit", KVP_C_QUIT, BARE },         { "stats", KVP_C_STATS, STATS },
+};
+
 /* The line (without its terminator) of a complete command. */
 static int command(const char *buf, size_t len, const char *line, size_t line_len, size_t max_value,
 		   struct kvp_req *r, size_t *used, size_t *need)
@@ -186,56 +212,33 @@ static int command(const char *buf, size_t len, const char *line, size_t line_le
 	cl = t.l[0];
 	if (c[0] == 'm' && cl == 2)
 		return kvp_meta(buf, len, max_value, &t, r, used, need);
-	if (kvp_tok_is(c, cl, "get") || kvp_tok_is(c, cl, "bget"))
-		return retrieval(line, line_len, &t, KVP_C_GET, r);
-	if (kvp_tok_is(c, cl, "gets"))
-		return retrieval(line, line_len, &t, KVP_C_GETS, r);
-	if (kvp_tok_is(c, cl, "gat"))
-		return retrieval(line, line_len, &t, KVP_C_GAT, r);
-	if (kvp_tok_is(c, cl, "gats"))
-		return retrieval(line, line_len, &t, KVP_C_GATS, r);
-	if (c[0] == 'g')
-		return error(r, "ERROR");
-	if (kvp_tok_is(c, cl, "set"))
-		return storage(buf, len, max_value, &t, KVP_C_SET, r, used, need);
-	if (kvp_tok_is(c, cl, "add"))
-		return storage(buf, len, max_value, &t, KVP_C_ADD, r, used, need);
-	if (kvp_tok_is(c, cl, "replace"))
-		return storage(buf, len, max_value, &t, KVP_C_REPLACE, r, used, need);
-	if (kvp_tok_is(c, cl, "append"))
-		return storage(buf, len, max_value, &t, KVP_C_APPEND, r, used, need);
-	if (kvp_tok_is(c, cl, "prepend"))
-		return storage(buf, len, max_value, &t, KVP_C_PREPEND, r, used, need);
-	if (kvp_tok_is(c, cl, "cas"))
-		return storage(buf, len, max_value, &t, KVP_C_CAS, r, used, need);
-	if (kvp_tok_is(c, cl, "incr"))
-		return arith_touch_delete(&t, KVP_C_INCR, r);
-	if (kvp_tok_is(c, cl, "decr"))
-		return arith_touch_delete(&t, KVP_C_DECR, r);
-	if (kvp_tok_is(c, cl, "touch"))
-		return arith_touch_delete(&t, KVP_C_TOUCH, r);
-	if (kvp_tok_is(c, cl, "delete"))
-		return arith_touch_delete(&t, KVP_C_DELETE, r);
-	if (kvp_tok_is(c, cl, "flush_all"))
-		return flush_all(&t, r);
-	if (kvp_tok_is(c, cl, "verbosity"))
-		return verbosity(&t, r);
-	if (kvp_tok_is(c, cl, "version")) {
-		r->cmd = KVP_C_VERSION;
+	for (size_t i = 0; i < sizeof(commands) / sizeof(commands[0]); i++) {
+		if (!kvp_tok_is(c, cl, commands[i].name))
+			continue;
+		switch (commands[i].kind) {
+		case RETRIEVAL:
+			return retrieval(line, line_len, &t, commands[i].cmd, r);
+		case STORAGE:
+			return storage(buf, len, max_value, &t, commands[i].cmd, r, used, need);
+		case KEYED:
+			return arith_touch_delete(&t, commands[i].cmd, r);
+		case FLUSH:
+			return flush_all(&t, r);
+		case VERBOSITY:
+			return verbosity(&t, r);
+		case STATS: /* the sub-command, if any, in keys */
+			r->keys = t.n > 1 ? t.v[1] : line + line_len;
+			r->keys_len = t.n > 1 ? (size_t)(line + line_len - t.v[1]) : 0;
+			break;
+		default:
+			break;
+		}
+		r->cmd = commands[i].cmd;
 		return KVP_REQUEST;
 	}
-	if (kvp_tok_is(c, cl, "quit")) {
-		r->cmd = KVP_C_QUIT;
-		return KVP_REQUEST;
-	}
-	if (kvp_tok_is(c, cl, "stats")) {
-		r->cmd = KVP_C_STATS;
-		r->keys = t.n > 1 ? t.v[1] : line + line_len; /* the sub-command, if any */
-		r->keys_len = t.n > 1 ? (size_t)(line + line_len - t.v[1]) : 0;
-		return KVP_REQUEST;
-	}
-	/* An HTTP request is not ours: memcached hangs up. */
-	if (!t.rest && t.l[t.n - 1] >= 5 && memcmp(t.v[t.n - 1], "HTTP/", 5) == 0)
+	/* An HTTP request is not ours: memcached hangs up -- unless the
+	 * command's first letter is one of its command families. */
+	if (!strchr("gsacidt", c[0]) && !t.rest && t.l[t.n - 1] >= 5 && memcmp(t.v[t.n - 1], "HTTP/", 5) == 0)
 		return KVP_CLOSE;
 	return error(r, "ERROR");
 }

@@ -17,6 +17,17 @@
 #define READS_PER_EVENT 4
 #define KVP_FALLBACK_MAX_VALUE (1u << 20)
 
+/* A read or write's result: 1 bytes moved, 0 the socket would block (or
+ * a signal came), -1 the connection is over. */
+static int io_result(ssize_t n)
+{
+	if (n > 0)
+		return 1;
+	if (n < 0 && (errno == EINTR || errno == EAGAIN || errno == EWOULDBLOCK))
+		return 0;
+	return -1;
+}
+
 static void conn_close(struct kvp_worker *w, struct kvp_conn *c)
 {
 	epoll_ctl(w->ep, EPOLL_CTL_DEL, c->fd, NULL);
@@ -40,13 +51,12 @@ static int conn_flush(struct kvp_worker *w, struct kvp_conn *c)
 {
 	while (c->out.len) {
 		ssize_t n = write(c->fd, c->out.p, c->out.len);
+		int io = io_result(n);
 
-		if (n < 0 && errno == EINTR)
-			continue;
-		if (n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK))
-			break;
-		if (n <= 0)
+		if (io < 0)
 			return -1;
+		if (io == 0) /* level-triggered: EPOLLOUT says when to go on */
+			break;
 		kvp_buf_consume(&c->out, (size_t)n);
 	}
 	if (c->out.oom || c->in.oom)
@@ -76,6 +86,7 @@ static int conn_read(struct kvp_worker *w, struct kvp_conn *c)
 		char *dst;
 		size_t room, used;
 		ssize_t n;
+		int rc;
 
 		if (c->in.len == 0) { /* the common case: nothing pending, read into scratch */
 			dst = w->scratch;
@@ -89,12 +100,11 @@ static int conn_read(struct kvp_worker *w, struct kvp_conn *c)
 			room = c->in.cap - c->in.len;
 		}
 		n = read(c->fd, dst, room);
-		if (n < 0 && errno == EINTR)
-			continue;
-		if (n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK))
-			break;
-		if (n <= 0)
+		rc = io_result(n);
+		if (rc < 0)
 			return -1;
+		if (rc == 0) /* level-triggered: epoll says when there is more */
+			break;
 		if (dst == w->scratch) {
 			used = kvp_conn_process(c, &w->x, max_value, dst, (size_t)n);
 			kvp_buf_add(&c->in, dst + used, (size_t)n - used);

@@ -21,6 +21,9 @@ import subprocess
 import sys
 import time
 
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from proxytest import free_port, wait_port  # noqa: E402
+
 class Raw(bytes):
     """A chunk sent without the sentinel: the server is to hang up."""
 
@@ -115,26 +118,6 @@ def mask(b):
     for rx, rep in MASKS:
         b = rx.sub(rep, b)
     return b
-
-
-def free_port():
-    s = socket.socket()
-    s.bind(("127.0.0.1", 0))
-    p = s.getsockname()[1]
-    s.close()
-    return p
-
-
-def wait_port(port, proc, what):
-    for _ in range(200):
-        if proc.poll() is not None:
-            sys.exit(f"{what} exited at start (status {proc.returncode})")
-        try:
-            socket.create_connection(("127.0.0.1", port), timeout=0.2).close()
-            return
-        except OSError:
-            time.sleep(0.05)
-    sys.exit(f"{what} does not listen on port {port}")
 
 
 def exchange(addr, chunks):

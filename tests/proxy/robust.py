@@ -17,45 +17,21 @@ import subprocess
 import sys
 import time
 
-
-def free_port():
-    s = socket.socket()
-    s.bind(("127.0.0.1", 0))
-    p = s.getsockname()[1]
-    s.close()
-    return p
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from proxytest import free_port, recv_until, wait_port  # noqa: E402
 
 
 def start(kvproxy, *args):
     port = free_port()
     p = subprocess.Popen([kvproxy, "-p", str(port), "-t", "2"] + list(args) + ["local://64"])
-    for _ in range(200):
-        try:
-            socket.create_connection(("127.0.0.1", port), timeout=0.2).close()
-            return p, port
-        except OSError:
-            if p.poll() is not None:
-                sys.exit(f"kvproxy exited at start ({p.returncode})")
-            time.sleep(0.05)
-    sys.exit("kvproxy does not listen")
+    wait_port(port, p, "kvproxy")
+    return p, port
 
 
 def conn(port):
     s = socket.create_connection(("127.0.0.1", port), timeout=10)
     s.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
     return s
-
-
-def recv_until(s, end, limit=1 << 30):
-    buf = b""
-    while not buf.endswith(end):
-        d = s.recv(1 << 20)
-        if not d:
-            break
-        buf += d
-        if len(buf) > limit:
-            break
-    return buf
 
 
 def check(cond, what):
@@ -170,9 +146,7 @@ def main():
             idle.append(conn(port))
         time.sleep(0.5)
         probe.sendall(b"get idle\r\nstats\r\n")
-        r = recv_until(probe, b"END\r\n")
-        if r.count(b"END\r\n") < 2:
-            r += recv_until(probe, b"END\r\n")
+        r = recv_until(probe, b"END\r\n", 2)
         grew = rss_kib(p.pid) - before
         check(b"VALUE idle 0 1\r\nx\r\n" in r and b"STAT curr_connections %d\r\n" % (want + 1) in r,
               f"{want} idle connections held, still serving")
