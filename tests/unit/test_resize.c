@@ -578,9 +578,18 @@ Test(resize, random_ops_during_a_stepwise_migration_read_the_last_acknowledged_w
 		snprintf(k, sizeof(k), "lk-%u", key);
 		op.key_len = strlen(k);
 		snprintf(vals[i], sizeof(vals[i]), "op-%u", i);
-		op.type = kind < 4 ? KVC_OP_GET : kind < 8 ? KVC_OP_PUT : KVC_OP_DELETE;
+		/* memcached's read-modify-writes too: append, touch, incr (on
+		 * values that are not numbers: refused) */
+		op.type = kind < 4 ? KVC_OP_GET : kind < 6 ? KVC_OP_PUT : kind == 6 ? KVC_OP_PUT
+			: kind == 7 ? KVC_OP_TOUCH : kind == 8 ? KVC_OP_INCR : KVC_OP_DELETE;
 		op.value = vals[i];
 		op.value_len = strlen(vals[i]);
+		if (kind == 6 && strlen(model[key]) + 2 < sizeof(model[key])) {
+			op.mode = KVC_STORE_APPEND;
+			op.value = "+a";
+			op.value_len = 2;
+		}
+		op.delta = 1;
 		cr_assert_eq(kvc_submit(h[who], &op), 0);
 		while (kvc_poll(h[who], &done, 1, 0) == 0)
 			if (next_rand() % 3 == 0)
@@ -597,8 +606,23 @@ Test(resize, random_ops_during_a_stepwise_migration_read_the_last_acknowledged_w
 			cr_assert_str_eq(got, model[key], "op %u: GET %s", i, k);
 			break;
 		case KVC_OP_PUT:
+			if (op.mode == KVC_STORE_APPEND) {
+				cr_assert_eq(op.status, model[key][0] ? 0 : KVC_ENOTSTORED, "op %u: APPEND %s: %s", i, k,
+					     kvc_err_name(op.status));
+				if (model[key][0])
+					strcat(model[key], "+a");
+				break;
+			}
 			cr_assert_eq(op.status, 0, "op %u: PUT %s: %s", i, k, kvc_err_name(op.status));
 			strcpy(model[key], vals[i]);
+			break;
+		case KVC_OP_TOUCH:
+			cr_assert_eq(op.status, model[key][0] ? 0 : KVC_ENOTFOUND, "op %u: TOUCH %s: %s", i, k,
+				     kvc_err_name(op.status));
+			break;
+		case KVC_OP_INCR:
+			cr_assert_eq(op.status, model[key][0] ? KVC_ENONNUMERIC : KVC_ENOTFOUND, "op %u: INCR %s: %s", i,
+				     k, kvc_err_name(op.status));
 			break;
 		default:
 			cr_assert_eq(op.status, model[key][0] ? 0 : KVC_ENOTFOUND, "op %u: DELETE %s: %s", i, k,
