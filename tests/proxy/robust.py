@@ -34,9 +34,9 @@ def conn(port):
     return s
 
 
-def check(cond, what):
+def check(cond, what, got=None):
     if not cond:
-        print(f"FAIL {what}")
+        print(f"FAIL {what}" + (f": got {got!r}" if got is not None else ""))
         sys.exit(1)
     print(f"ok   {what}")
 
@@ -91,7 +91,8 @@ def main():
             b.sendall(b"set big%d 7 0 %d\r\n" % (size, size) + v + b"\r\nget big%d big%d\r\n" % (size, size))
             r = recv_until(b, b"END\r\n")
             head = b"VALUE big%d 7 %d\r\n" % (size, size)
-            check(r == b"STORED\r\n" + (head + v + b"\r\n") * 2 + b"END\r\n", f"a value of {size} bytes, twice in one get")
+            check(r == b"STORED\r\n" + (head + v + b"\r\n") * 2 + b"END\r\n",
+                  f"a value of {size} bytes, twice in one get", r[:120])
         big = 4 * 1024 * 1024
         b.sendall(b"set huge 0 0 %d\r\n" % big)
         for _ in range(big // 65536):
