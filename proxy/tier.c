@@ -16,9 +16,14 @@
 #define LOCAL_PREFIX "local://"
 #define RDMA_PREFIX "rdma://"
 #define LOCAL_SEGMENT (1u << 20)
-/* kvserver's default deadline: a worker preempted on a busy machine (tens of
- * ms) must not miss it, or its handle breaks and its ops fail. */
-#define LOCAL_MAX_OP_MS 1000u
+/* A worker preempted on a busy machine (tens of ms) must not miss its
+ * deadline, or its handle breaks and its ops fail (50 ms did, under a loaded
+ * test suite); but reclaimed segments wait twice this before reuse, so a
+ * small heap under a burst of writes wants it short, and reclamation to
+ * start early (LOCAL_RECLAIM_*: per cent of the heap free). */
+#define LOCAL_MAX_OP_MS 250u
+#define LOCAL_RECLAIM_LOW_PCT 10u
+#define LOCAL_RECLAIM_HIGH_PCT 20u
 #define LOCAL_ITEM_BYTES 256u   /* index sized for items of this footprint */
 #define LOCAL_CACHE_ENTRIES (1u << 14)
 
@@ -62,7 +67,8 @@ static int local_start(unsigned long mib, char *err, size_t errlen)
 	uint64_t buckets = ((uint64_t)mib << 20) / LOCAL_ITEM_BYTES / KVI_SLOTS_PER_BUCKET * 2 + 64;
 	uint64_t index = (KVI_SUPERBLOCK_SIZE + buckets * KVI_BUCKET_SIZE + 4095) & ~4095ull;
 	struct kvs_core_opts o = { .buckets = buckets, .segment_size = seg, .max_op_ms = LOCAL_MAX_OP_MS,
-				   .quarantine_ms = 2 * LOCAL_MAX_OP_MS + KVS_QUARANTINE_MARGIN_MS };
+				   .quarantine_ms = 2 * LOCAL_MAX_OP_MS + KVS_QUARANTINE_MARGIN_MS,
+				   .reclaim_low_pct = LOCAL_RECLAIM_LOW_PCT, .reclaim_high_pct = LOCAL_RECLAIM_HIGH_PCT };
 	struct kvi_errbuf e = { { 0 } };
 
 	if (kvs_inproc_init(&local.s, index + nsegs * kvs_heap_stride(seg), &o, &e)) {
