@@ -164,6 +164,7 @@ static int single_op(const struct kvp_req *r, struct kvc_op *op, int *expired, t
 		op->type = r->mode == KVP_C_INCR ? KVC_OP_INCR : KVC_OP_DECR;
 		op->delta = r->delta;
 		op->initial = r->initial;
+		op->cas = r->cas; /* C: only if the item's unique is this (else EX) */
 		if (r->mflags & KVP_MF('N')) {
 			op->mode |= KVC_ARITH_VIVIFY;
 			if (!(r->mflags & KVP_MF('T')))

@@ -213,7 +213,7 @@ int kvp_meta(const char *buf, size_t len, size_t max_value, const struct kvp_tok
 		r->cmd = KVP_C_MD;
 		break;
 	default:
-		if (r->mflags & (KVP_MF('C') | KVP_MF('t')))
+		if (r->mflags & KVP_MF('t')) /* the library does not return an incr's expiry */
 			return error(r, KVP_UNSUPPORTED_FLAG);
 		r->mode = (char)r->cmd;
 		r->cmd = KVP_C_MA;

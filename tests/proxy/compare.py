@@ -103,7 +103,8 @@ SESSIONS = [
             b"md\r\n", b"md " + K251 + b"\r\n", b"md a !\r\n", b"md a Cx\r\n"]),
     ("ma", [b"ms n1 2\r\n10\r\nma n1\r\nma n1 v\r\nma n1 D5 v\r\nma n1 MD D100 v\r\nma n1 M- v\r\nma n1 M+ D3 v O7 k\r\n"
             b"ma none\r\nma none O1 k\r\nma none N0 J42 v\r\nma none v\r\nmg none v\r\nma n1 q\r\nma n1 v q\r\nmn\r\n",
-            b"ma\r\n", b"ma a Dx\r\n", b"ma a Jx\r\n", b"ma a MX\r\n", b"ms s2 1\r\nx\r\nma s2\r\n"], "incr"),
+            b"ma\r\n", b"ma a Dx\r\n", b"ma a Jx\r\n", b"ma a MX\r\n", b"ms s2 1\r\nx\r\nma s2\r\n",
+            b"ma n1 C1 v\r\nma n1 c v\r\nma none C1\r\n"], "incr"),
     ("mn-me", [b"mn\r\nmn extra\r\n"]),
 ]
 

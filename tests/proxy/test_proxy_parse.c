@@ -261,7 +261,9 @@ Test(meta, md_ma_mn)
 	cr_assert_eq(r.mode, KVP_C_DECR);
 	bad("ma k MX\r\n", "CLIENT_ERROR invalid mode for ma M token");
 	bad("ma k Dx\r\n", "CLIENT_ERROR invalid or duplicate flag");
-	bad("ma k C1\r\n", KVP_UNSUPPORTED_FLAG);
+	ok("ma k C12 c\r\n", KVP_C_MA);
+	cr_assert_eq(r.cas, 12);
+	bad("ma k t\r\n", KVP_UNSUPPORTED_FLAG);
 	ok("mn\r\n", KVP_C_MN);
 	bad("mz k\r\n", "ERROR");
 }
