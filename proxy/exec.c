@@ -725,8 +725,14 @@ static void reply_local(struct kvp_exec *x, const struct kvp_slot *s, const stru
 		if (sl == 0) {
 			kvp_stats_fill(&st, x->sh, x->h);
 			kvp_stats_render(b, &st);
+		} else if (kvp_tok_is(sub, sl, "reset")) {
+			kvp_stats_reset(x->sh);
+			line(b, "RESET");
+		} else if (kvp_tok_is(sub, sl, "settings") || kvp_tok_is(sub, sl, "items") ||
+			   kvp_tok_is(sub, sl, "slabs") || kvp_tok_is(sub, sl, "sizes") || kvp_tok_is(sub, sl, "conns")) {
+			line(b, "END"); /* memcached's slab and item classes: none here (monitors expect a list) */
 		} else {
-			line(b, "ERROR"); /* stats items, slabs, ...: nothing of the kind here */
+			line(b, "ERROR");
 		}
 		break;
 	}

@@ -171,7 +171,7 @@ int main(int argc, char **argv)
 	const char *addr = "127.0.0.1", *unix_path = NULL;
 	static struct kvp_worker workers[MAX_THREADS];
 	static struct kvp_counters *ctrs[MAX_THREADS];
-	struct kvp_shared sh = { .workers = ctrs };
+	struct kvp_shared sh = { .workers = ctrs, .reset_mu = PTHREAD_MUTEX_INITIALIZER };
 	struct pollfd pf[2];
 	unsigned npf = 0, next = 0, started = 0;
 	char err[512];

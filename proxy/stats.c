@@ -7,7 +7,24 @@
 
 #include "stats.h"
 
-void kvp_stats_fill(struct kvp_stats *s, const struct kvp_shared *sh, kvc_t *h)
+static void sum(struct kvp_counters *c, const struct kvp_shared *sh)
+{
+	memset(c, 0, sizeof(*c));
+	for (unsigned i = 0; i < sh->threads; i++) {
+#define KVP_SUM_(n) c->n += __atomic_load_n(&sh->workers[i]->n, __ATOMIC_RELAXED);
+		KVP_COUNTERS(KVP_SUM_)
+#undef KVP_SUM_
+	}
+}
+
+void kvp_stats_reset(struct kvp_shared *sh)
+{
+	pthread_mutex_lock(&sh->reset_mu);
+	sum(&sh->base, sh);
+	pthread_mutex_unlock(&sh->reset_mu);
+}
+
+void kvp_stats_fill(struct kvp_stats *s, struct kvp_shared *sh, kvc_t *h)
 {
 	struct kvc_server_stats ss;
 	time_t now = time(NULL);
@@ -20,11 +37,12 @@ void kvp_stats_fill(struct kvp_stats *s, const struct kvp_shared *sh, kvc_t *h)
 	s->total_connections = __atomic_load_n(&sh->total_connections, __ATOMIC_RELAXED);
 	s->rejected_connections = __atomic_load_n(&sh->rejected_connections, __ATOMIC_RELAXED);
 	s->threads = sh->threads;
-	for (unsigned i = 0; i < sh->threads; i++) {
-#define KVP_SUM_(n) s->c.n += __atomic_load_n(&sh->workers[i]->n, __ATOMIC_RELAXED);
-		KVP_COUNTERS(KVP_SUM_)
-#undef KVP_SUM_
-	}
+	sum(&s->c, sh);
+	pthread_mutex_lock(&sh->reset_mu);
+#define KVP_SUB_(n) s->c.n -= sh->base.n;
+	KVP_COUNTERS(KVP_SUB_)
+#undef KVP_SUB_
+	pthread_mutex_unlock(&sh->reset_mu);
 	if (h && kvc_server_stats(h, &ss) == 0) {
 		s->tier_ok = 1;
 		s->bytes = ss.bytes;

@@ -8,6 +8,7 @@
 #ifndef KVP_STATS_H
 #define KVP_STATS_H
 
+#include <pthread.h>
 #include <stdint.h>
 #include <time.h>
 
@@ -30,6 +31,10 @@ struct kvp_counters {
 
 /* What the whole process shares (main.c fills it). */
 struct kvp_shared {
+	/* "stats reset": the counters' sums then, taken off what stats shows
+	 * (the workers' own counters only ever grow: one writer each). */
+	pthread_mutex_t reset_mu;
+	struct kvp_counters base;
 	time_t started;
 	unsigned threads;
 	struct kvp_counters **workers; /* threads of them */
@@ -49,7 +54,9 @@ struct kvp_stats {
 	uint64_t bytes, limit_maxbytes, evictions;
 };
 
-void kvp_stats_fill(struct kvp_stats *s, const struct kvp_shared *sh, kvc_t *h);
+void kvp_stats_fill(struct kvp_stats *s, struct kvp_shared *sh, kvc_t *h);
+/* "stats reset": the counters start again from 0. */
+void kvp_stats_reset(struct kvp_shared *sh);
 /* "STAT name value\r\n" lines and "END\r\n". */
 void kvp_stats_render(struct kvp_buf *b, const struct kvp_stats *s);
 

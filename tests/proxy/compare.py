@@ -106,6 +106,7 @@ SESSIONS = [
             b"ma\r\n", b"ma a Dx\r\n", b"ma a Jx\r\n", b"ma a MX\r\n", b"ms s2 1\r\nx\r\nma s2\r\n",
             b"ma n1 C1 v\r\nma n1 c v\r\nma none C1\r\n"], "incr"),
     ("mn-me", [b"mn\r\nmn extra\r\n"]),
+    ("stats-sub", [b"stats reset\r\nstats nonsense\r\n"]),
 ]
 
 MASKS = [
