@@ -101,6 +101,10 @@ static int conn_read(struct kvp_worker *w, struct kvp_conn *c)
 		}
 		n = read(c->fd, dst, room);
 		rc = io_result(n);
+		if (rc < 0 && n == 0) { /* the client is done sending: answer it, then close */
+			c->closing = 1;
+			break;
+		}
 		if (rc < 0)
 			return -1;
 		if (rc == 0) /* level-triggered: epoll says when there is more */

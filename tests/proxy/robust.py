@@ -72,6 +72,14 @@ def main():
         c.sendall(b"half other\r\n")
         check(recv_until(c, b"END\r\n").startswith(b"VALUE half"), "a stalled get line completes")
 
+        # a client that sends and shuts its side: answered before the close
+        h = conn(port)
+        h.sendall(b"get other\r\n")
+        h.shutdown(socket.SHUT_WR)
+        check(recv_until(h, b"END\r\n") == b"VALUE other 0 2\r\nhi\r\nEND\r\n" and h.recv(10) == b"",
+              "requests before a half-close are answered, then the connection closes")
+        h.close()
+
         # pipeline, in order
         n = 3000
         req = b"".join(b"set p%d 0 0 %d\r\n%d\r\nget p%d\r\n" % (i, len(b"%d" % i), i, i) for i in range(n))
