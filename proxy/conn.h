@@ -22,6 +22,7 @@ struct kvp_conn {
 	size_t need;        /* bytes in wants before a request can be complete (0: unknown) */
 	int closing;        /* quit, or input memcached hangs up on: close once out is written */
 	unsigned events;    /* epoll events registered */
+	struct kvp_conn *prev, *next; /* the worker's connections, to close them at stop */
 };
 
 /* Parse and carry out every complete request in data[0..len), appending

@@ -30,6 +30,12 @@ static int io_result(ssize_t n)
 
 static void conn_close(struct kvp_worker *w, struct kvp_conn *c)
 {
+	if (c->prev)
+		c->prev->next = c->next;
+	else
+		w->conns = c->next;
+	if (c->next)
+		c->next->prev = c->prev;
 	epoll_ctl(w->ep, EPOLL_CTL_DEL, c->fd, NULL);
 	close(c->fd);
 	kvp_buf_free(&c->in);
@@ -152,7 +158,12 @@ static void take_new(struct kvp_worker *w)
 			free(c);
 			close(fds[i]);
 			__atomic_fetch_sub(&w->sh->curr_connections, 1, __ATOMIC_RELAXED);
+			continue;
 		}
+		c->next = w->conns;
+		if (w->conns)
+			w->conns->prev = c;
+		w->conns = c;
 	}
 	free(fds);
 }
@@ -247,6 +258,8 @@ void kvp_worker_stop(struct kvp_worker *w)
 		/* the loop wakes within a second anyway */
 	}
 	pthread_join(w->thread, NULL);
+	while (w->conns)
+		conn_close(w, w->conns);
 	kvp_exec_fini(&w->x);
 	kvp_tier_close(w->h);
 	close(w->ep);

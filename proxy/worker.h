@@ -24,6 +24,7 @@ struct kvp_worker {
 	struct kvp_exec x;
 	struct kvp_shared *sh;
 	char *scratch;
+	struct kvp_conn *conns; /* open connections (conn.h) */
 };
 
 /* Open the worker's handle and start its thread. 0, or -1 with err. */
