@@ -5,6 +5,7 @@
 #include <stdlib.h>
 
 #include "conn.h"
+#include "counts.h"
 #include "engine.h"
 #include "extent.h"
 #include "kvclient_errors.h"
@@ -162,6 +163,7 @@ void kvi_conn_destroy(struct kvi_conn *h)
 {
 	if (!h)
 		return;
+	kvi_counts_flush(h);
 	kvi_return_extent(h);
 	close_handle(h);
 }

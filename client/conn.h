@@ -19,6 +19,7 @@
 #include <stdint.h>
 
 #include "index_view.h"
+#include "item_counts.h"
 #include "kvclient.h"
 #include "layout.h"
 #include "locache.h"
@@ -100,6 +101,16 @@ struct kvi_conn {
 	 * operations may hold locks), its answer not yet taken (0: none). */
 	uint32_t grant_seq;
 	uint64_t grant_sent;
+
+	/* memcached's counters (counts.c; common/item_counts.h): what this
+	 * connection's operations did, what of it the server was told, and the
+	 * COUNTS report outstanding (0: none; it has its own place among
+	 * KVI_CTRL_MAX_OUTSTANDING). */
+	uint64_t counts[KVI_COUNT_N], counts_told[KVI_COUNT_N];
+	uint32_t counts_seq;
+	uint64_t counts_sent, counts_due;
+	unsigned counts_page;
+	int counts_round; /* a round of reports (a page at a time) is under way */
 
 	/* Rejoining (lease.c "Rejoin"). */
 	kvi_dial_fn dial;

@@ -1,6 +1,7 @@
 /* Keeping a connection joined: its lease, the idle word the server reads
  * when the lease ends, and rejoining after the connection broke. */
 #include "conn.h"
+#include "counts.h"
 #include "engine.h"
 #include "kvclient_errors.h"
 #include "lease.h"
@@ -114,6 +115,7 @@ void kvi_lease_tick(struct kvi_conn *h, uint64_t now)
 
 	if (h->rm->broken || refresh_if_stale(h))
 		return;
+	kvi_counts_tick(h, now);
 	/* Lapsed: the next post breaks the connection, or kvc_submit renews. */
 	if (!h->lease_ns || kvi_lease_lapsed(h, now))
 		return;

@@ -58,6 +58,14 @@ enum kvi_state {
 	KVI_ST_GROW,         /* both buckets full: asked the server to grow; wait for a new index (nothing posted) */
 };
 
+/* What the slot an insert committed to held. */
+enum kvi_took {
+	KVI_TOOK_NONE = 0, /* not an insert, or the key's own (expired) slot */
+	KVI_TOOK_FREE,     /* a free slot: one more item */
+	KVI_TOOK_DEAD,     /* another key's expired item, or junk: one item out, one in */
+	KVI_TOOK_LIVE,     /* a live item, evicted */
+};
+
 /* What a writer does once its locks are released (KVI_ST_W_RELEASE). */
 enum kvi_after_release {
 	KVI_AFTER_FINISH = 0, /* finish with st->result / st->kind */
@@ -158,6 +166,10 @@ struct kvi_opst {
 	 * written in the commit doorbell. */
 	int rmw;
 	int rmw_built;
+	/* For memcached's counters (counts.c): what the slot an insert took
+	 * held (enum kvi_took), and whether a GET miss found its item expired. */
+	uint8_t took;
+	uint8_t saw_expired;
 
 	/* Commit decision, and the result reported once the locks are released. */
 	uint32_t commit_which, commit_idx;

@@ -136,6 +136,7 @@ static void on_cached(struct kvi_conn *h, struct kvi_opst *st)
 			deliver(h, st, &st->cand[0], KVC_STAT_GET_HIT_CACHED);
 			return;
 		case KVI_OBJ_EXPIRED:
+			st->saw_expired = 1;
 			kvi_st_finish(h, st, KVC_ENOTFOUND, KVC_STAT_GET_MISS);
 			return;
 		case KVI_OBJ_UNSURE: /* expired during the READ: read again, decided then */
@@ -157,12 +158,14 @@ static void on_objects(struct kvi_conn *h, struct kvi_opst *st)
 	const struct kvi_cand *c = kvi_check_round(h, st, &res);
 
 	if (c) {
-		if (res == KVI_OBJ_MATCH)
+		if (res == KVI_OBJ_MATCH) {
 			deliver(h, st, c, KVC_STAT_GET_HIT);
-		else if (res == KVI_OBJ_UNSURE) /* expired during the READ: read again */
+		} else if (res == KVI_OBJ_UNSURE) { /* expired during the READ: read again */
 			read_buckets(h, st);
-		else
+		} else {
+			st->saw_expired = 1;
 			kvi_st_finish(h, st, KVC_ENOTFOUND, KVC_STAT_GET_MISS);
+		}
 		return;
 	}
 	if (st->cand_next < st->ncand) {

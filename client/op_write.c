@@ -117,6 +117,7 @@ void kvi_write_start(struct kvi_conn *h, struct kvi_opst *st)
 
 	st->held = 0;
 	st->rmw_built = 0;
+	st->took = KVI_TOOK_NONE;
 	kvi_place(h, st); /* the key's buckets in the current index view (kh.b too) */
 	/* A cached PUT trusts the slot word without reading the object, so the
 	 * entry must be too young for its segment to have been reused since
@@ -430,6 +431,7 @@ static void on_expcheck(struct kvi_conn *h, struct kvi_opst *st)
 			h->stats.expired_reused++;
 		else
 			h->stats.index_evictions++;
+		st->took = expired ? KVI_TOOK_DEAD : KVI_TOOK_LIVE;
 		insert_at(h, st, (uint32_t)k / KVI_SLOTS_PER_BUCKET, (uint32_t)k % KVI_SLOTS_PER_BUCKET);
 		return;
 	}
@@ -474,6 +476,7 @@ static void absent(struct kvi_conn *h, struct kvi_opst *st)
 	/* The emptier bucket: keeps both choices balanced, which is what lets
 	 * 2-choice hashing fill ~90% of the slots before a bucket overflows. */
 	pick = free_n[1] > free_n[0] ? 1 : 0;
+	st->took = KVI_TOOK_FREE;
 	insert_at(h, st, pick, (uint32_t)first[pick]);
 }
 

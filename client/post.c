@@ -5,6 +5,7 @@
 #include <string.h>
 
 #include "conn.h"
+#include "counts.h"
 #include "engine.h"
 #include "kvclient_errors.h"
 #include "lease.h"
@@ -109,6 +110,7 @@ void kvi_st_finish(struct kvi_conn *h, struct kvi_opst *st, int status, int kind
 	      (status == KVC_ENOTSTORED || status == KVC_EEXISTS || status == KVC_ENONNUMERIC || status == KVC_EVALSIZE)) &&
 	    !(kind == KVC_STAT_RMW_MISS && status == KVC_ENOTSTORED))
 		kind = KVC_STAT_FAILED;
+	kvi_counts_finish(h, st, status);
 	h->stats.ops[kind]++;
 	h->stats.round_trips[kind] += st->rtt;
 	op->status = status;

@@ -38,6 +38,10 @@ enum kvi_stat_kind {
 	"Heap segments by state: free, open (a writer appends), sealed (holding items), " \
 	"quarantined (reclaimed, reused after the quarantine), index (holding index chunks)."
 
+#define KVI_STAT_COMMANDS_HELP \
+	"Commands the clients reported, by command and outcome (memcached_exporter's " \
+	"memcached_commands_total): GETs never reach the server's CPU, so only the clients can count them."
+
 /* clang-format off */
 #define KVI_SERVER_STATS(X) \
 	X(CPU_NS, "cpu_ns", cpu_ns, NONE, NULL, NULL, \
@@ -55,7 +59,7 @@ enum kvi_stat_kind {
 	X(LIMIT_MAXBYTES, "limit_maxbytes", limit_maxbytes, GAUGE, "kvcache_limit_bytes", NULL, \
 	  "Bytes of the heap: what items may use.") \
 	X(EVICTIONS, "evictions", evictions, COUNTER, "kvcache_items_evicted_total", NULL, \
-	  "Live items removed to free memory for new items.") \
+	  "Live items removed to free memory (the reclaimer) or index slots (a client's insert) for new items.") \
 	X(RECLAIMED, "reclaimed", reclaimed, COUNTER, "kvcache_segments_reclaimed_total", NULL, \
 	  "Segments reclaimed (and quarantined).") \
 	X(EXPIRED_UNFETCHED, "expired_unfetched", expired_unfetched, COUNTER, \
@@ -102,7 +106,45 @@ enum kvi_stat_kind {
 	X(INDEX_BUCKETS, "index_buckets", index_buckets, GAUGE, "kvcache_index_buckets", NULL, \
 	  "Buckets of the current index (31 slots each).") \
 	X(INDEX_EPOCH, "index_epoch", index_epoch, GAUGE, "kvcache_index_epoch", NULL, \
-	  "Epoch of the current index (one more per resize).")
+	  "Epoch of the current index (one more per resize).") \
+	X(CMD_GET, "cmd_get", cmd_get, NONE, NULL, NULL, \
+	  "GETs (multi-get keys, gats) the clients reported: get_hits + get_misses.") \
+	X(GET_HITS, "get_hits", get_hits, COUNTER, "kvcache_commands_total", "command=\"get\",status=\"hit\"", \
+	  KVI_STAT_COMMANDS_HELP) \
+	X(GET_MISSES, "get_misses", get_misses, COUNTER, "kvcache_commands_total", \
+	  "command=\"get\",status=\"miss\"", KVI_STAT_COMMANDS_HELP) \
+	X(CMD_SET, "cmd_set", cmd_set, COUNTER, "kvcache_commands_total", "command=\"set\",status=\"hit\"", \
+	  KVI_STAT_COMMANDS_HELP) \
+	X(TOUCH_HITS, "touch_hits", touch_hits, COUNTER, "kvcache_commands_total", \
+	  "command=\"touch\",status=\"hit\"", KVI_STAT_COMMANDS_HELP) \
+	X(TOUCH_MISSES, "touch_misses", touch_misses, COUNTER, "kvcache_commands_total", \
+	  "command=\"touch\",status=\"miss\"", KVI_STAT_COMMANDS_HELP) \
+	X(DELETE_HITS, "delete_hits", delete_hits, COUNTER, "kvcache_commands_total", \
+	  "command=\"delete\",status=\"hit\"", KVI_STAT_COMMANDS_HELP) \
+	X(DELETE_MISSES, "delete_misses", delete_misses, COUNTER, "kvcache_commands_total", \
+	  "command=\"delete\",status=\"miss\"", KVI_STAT_COMMANDS_HELP) \
+	X(INCR_HITS, "incr_hits", incr_hits, COUNTER, "kvcache_commands_total", \
+	  "command=\"incr\",status=\"hit\"", KVI_STAT_COMMANDS_HELP) \
+	X(INCR_MISSES, "incr_misses", incr_misses, COUNTER, "kvcache_commands_total", \
+	  "command=\"incr\",status=\"miss\"", KVI_STAT_COMMANDS_HELP) \
+	X(DECR_HITS, "decr_hits", decr_hits, COUNTER, "kvcache_commands_total", \
+	  "command=\"decr\",status=\"hit\"", KVI_STAT_COMMANDS_HELP) \
+	X(DECR_MISSES, "decr_misses", decr_misses, COUNTER, "kvcache_commands_total", \
+	  "command=\"decr\",status=\"miss\"", KVI_STAT_COMMANDS_HELP) \
+	X(CAS_HITS, "cas_hits", cas_hits, COUNTER, "kvcache_commands_total", "command=\"cas\",status=\"hit\"", \
+	  KVI_STAT_COMMANDS_HELP) \
+	X(CAS_MISSES, "cas_misses", cas_misses, COUNTER, "kvcache_commands_total", \
+	  "command=\"cas\",status=\"miss\"", KVI_STAT_COMMANDS_HELP) \
+	X(CAS_BADVAL, "cas_badval", cas_badval, COUNTER, "kvcache_commands_total", \
+	  "command=\"cas\",status=\"badval\"", KVI_STAT_COMMANDS_HELP) \
+	X(CMD_TOUCH, "cmd_touch", cmd_touch, NONE, NULL, NULL, \
+	  "Touches and gats the clients reported: touch_hits + touch_misses.") \
+	X(GET_EXPIRED, "get_expired", get_expired, COUNTER, "kvcache_get_expired_total", NULL, \
+	  "GETs that found their item expired (counted in the misses too).") \
+	X(CURR_ITEMS, "curr_items", curr_items, GAUGE, "kvcache_current_items", NULL, \
+	  "Items in the index (expired ones until their slot is cleared), from the clients' reports.") \
+	X(TOTAL_ITEMS, "total_items", total_items, COUNTER, "kvcache_items_total", NULL, \
+	  "Items written (stores, incr, decr, append, prepend, touch), from the clients' reports.")
 /* clang-format on */
 
 #endif

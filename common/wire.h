@@ -13,6 +13,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "item_counts.h"
 #include "layout.h" /* struct kvi_geometry */
 #include "server_stats.h"
 
@@ -21,7 +22,7 @@
  * 4: the join proof's MAC covers the server's address and port; 5: the
  * welcome states the execution bound, renewals name the idle word and
  * LEASE carries flags; 6: SEG_GRANT carries the extent's CAS base */
-#define KVI_WIRE_VERSION 6u
+#define KVI_WIRE_VERSION 7u
 
 /* rdma_cm limits for RC over IB/RoCE (IB CM REQ/REP/REJ private data). */
 #define KVI_CM_CONNECT_PDATA_MAX 56u
@@ -136,9 +137,10 @@ _Static_assert(sizeof(struct kvi_wire_reject) <= KVI_CM_REJECT_PDATA_MAX, "rejec
  * server keeps KVI_CTRL_RECV_DEPTH receives posted per client; a client has at
  * most KVI_CTRL_MAX_OUTSTANDING requests outstanding (one call it waits for,
  * plus, sent without waiting, a lease renewal, a lock report or GROW (they
- * share one place), and a segment request). */
+ * share one place), a segment request, and a COUNTS report). */
 #define KVI_CTRL_RECV_DEPTH 8u
-#define KVI_CTRL_MAX_OUTSTANDING 4u
+#define KVI_CTRL_MAX_OUTSTANDING 5u
+_Static_assert(KVI_CTRL_MAX_OUTSTANDING <= KVI_CTRL_RECV_DEPTH, "the server has a receive for each");
 
 /* What each message's five argument words mean is written once, on its view
  * in struct kvi_ctrl below (the member named after the message). */
@@ -159,7 +161,9 @@ enum kvi_ctrl_type {
 	KVI_CTRL_INDEX = 14,       /* server -> client: index */
 	KVI_CTRL_GROW = 15,        /* client -> server: grow */
 	KVI_CTRL_GROWING = 16,     /* server -> client: growing */
-	KVI_CTRL_TYPE_MAX = 16,
+	KVI_CTRL_COUNTS = 17,      /* client -> server: counts */
+	KVI_CTRL_COUNTED = 18,     /* server -> client: the counts were added (no arguments) */
+	KVI_CTRL_TYPE_MAX = 18,
 };
 
 #define KVI_INDEX_CHUNKS_PER_MSG 4u
@@ -309,6 +313,15 @@ struct kvi_ctrl_growing {
 	uint64_t unused[4];
 };
 
+/* COUNTS: what grew of one page of my memcached counters since my last
+ * report (common/item_counts.h): KVI_COUNTS_PER_PAGE 32-bit increments, two
+ * to a word, low half first (a counter that grew more waits for the next
+ * report for the rest). */
+struct kvi_ctrl_counts {
+	uint64_t page; /* 0 .. KVI_COUNTS_PAGES - 1 */
+	uint64_t inc[4];
+};
+
 /* Host-order views, filled by the decoders after validation. The encoder,
  * the decoder and the STATS pages use the raw words (arg); everything else
  * uses the view of its message type. */
@@ -330,6 +343,7 @@ struct kvi_ctrl {
 		struct kvi_ctrl_index index;
 		struct kvi_ctrl_grow grow;
 		struct kvi_ctrl_growing growing;
+		struct kvi_ctrl_counts counts;
 	};
 };
 
@@ -370,6 +384,8 @@ KVI_CTRL_ARG_IS(grow.epoch, 0);
 KVI_CTRL_ARG_IS(grow.split_next, 1);
 KVI_CTRL_ARG_IS(grow.full_pair[0], 2);
 KVI_CTRL_ARG_IS(grow.full_pair[1], 3);
+KVI_CTRL_ARG_IS(counts.page, 0);
+KVI_CTRL_ARG_IS(counts.inc[0], 1);
 KVI_CTRL_ARG_IS(growing.verdict, 0);
 KVI_CTRL_VIEW_IS_5_WORDS(seg_req);
 KVI_CTRL_VIEW_IS_5_WORDS(seg_grant);
@@ -383,6 +399,7 @@ KVI_CTRL_VIEW_IS_5_WORDS(index_req);
 KVI_CTRL_VIEW_IS_5_WORDS(index);
 KVI_CTRL_VIEW_IS_5_WORDS(grow);
 KVI_CTRL_VIEW_IS_5_WORDS(growing);
+KVI_CTRL_VIEW_IS_5_WORDS(counts);
 #undef KVI_CTRL_ARG_IS
 #undef KVI_CTRL_VIEW_IS_5_WORDS
 

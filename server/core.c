@@ -271,6 +271,9 @@ int kvs_core_ctrl(void *core, uint32_t client_id, const struct kvi_ctrl *req, st
 		kvs_core_grow_ctrl_locked(c, client_id, req, resp);
 		rc = 0;
 		break;
+	case KVI_CTRL_COUNTS:
+		rc = kvs_core_counts_locked(c, req, resp);
+		break;
 	case KVI_CTRL_LEASE_RENEW:
 	case KVI_CTRL_LOCK_REPORT:
 		/* Membership is kvserver's (members.h), not the core's: a core
@@ -287,6 +290,7 @@ int kvs_core_ctrl(void *core, uint32_t client_id, const struct kvi_ctrl *req, st
 	case KVI_CTRL_LOCK_REPORTED:
 	case KVI_CTRL_INDEX:
 	case KVI_CTRL_GROWING:
+	case KVI_CTRL_COUNTED:
 		kvi_ev_warn("ctrl_refused", "client=%u type=%u reason=%s", client_id, req->type, "only the server sends this type");
 		rc = KVC_EPROTO;
 		break;

@@ -334,6 +334,8 @@ struct kvs_core_stats {
 	uint64_t resizes;       /* index resizes completed */
 	uint64_t index_buckets; /* of the current index */
 	uint64_t index_epoch;
+	/* memcached's counters, as the clients reported them (COUNTS). */
+	uint64_t counts[KVI_COUNT_N];
 };
 void kvs_core_stats(struct kvs_core *c, struct kvs_core_stats *out);
 /* The wire's statistics (server_stats.h) from st, as STATS reports them and

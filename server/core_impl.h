@@ -22,6 +22,9 @@ struct kvs_host;
 
 struct kvs_core {
 	pthread_mutex_t mu; /* guards everything below */
+	/* memcached's counters: the sums of what clients reported (COUNTS,
+	 * common/item_counts.h); they outlive the clients. */
+	uint64_t counts[KVI_COUNT_N];
 	uint8_t *base;
 	struct kvi_geometry geo; /* private: the region's superblock may be scribbled on */
 	struct kvs_core_opts o;   /* with defaults filled in */
@@ -105,5 +108,7 @@ void kvs_core_grow_ctrl_locked(struct kvs_core *c, uint32_t id, const struct kvi
 
 /* core_stats.c: answer STATS_REQ. */
 int kvs_core_stats_reply_locked(struct kvs_core *c, const struct kvi_ctrl *req, struct kvi_ctrl *resp);
+/* COUNTS: add a client's report to the totals (core_stats.c). */
+int kvs_core_counts_locked(struct kvs_core *c, const struct kvi_ctrl *req, struct kvi_ctrl *resp);
 
 #endif

@@ -41,6 +41,28 @@ static void kvs_core_stats_locked(struct kvs_core *c, struct kvs_core_stats *out
 		.index_buckets = c->ix.cur.bucket_count,
 		.index_epoch = c->ix.cur.epoch,
 	};
+	memcpy(out->counts, c->counts, sizeof(out->counts));
+}
+
+/* A client's COUNTS report: add it. The increments are statistics, acted on
+ * by nothing, so a client can only skew its own share; each is 32 bits. */
+int kvs_core_counts_locked(struct kvs_core *c, const struct kvi_ctrl *req, struct kvi_ctrl *resp)
+{
+	uint64_t page = req->counts.page;
+
+	if (page >= KVI_COUNTS_PAGES) {
+		kvs_core_reply_error(req, resp, KVC_EINVAL);
+		return 0;
+	}
+	for (unsigned i = 0; i < KVI_COUNTS_PER_PAGE; i++) {
+		uint64_t id = page * KVI_COUNTS_PER_PAGE + i;
+		uint32_t inc = (uint32_t)(req->counts.inc[i / 2] >> (32 * (i % 2)));
+
+		if (id < KVI_COUNT_N)
+			c->counts[id] += inc;
+	}
+	resp->type = KVI_CTRL_COUNTED;
+	return 0;
 }
 
 void kvs_core_stats(struct kvs_core *c, struct kvs_core_stats *out)
@@ -97,6 +119,38 @@ void kvs_core_stat_values(const struct kvs_core_stats *st, uint64_t v[KVI_STAT_C
 	v[KVI_STAT_RESIZES] = st->resizes;
 	v[KVI_STAT_INDEX_BUCKETS] = st->index_buckets;
 	v[KVI_STAT_INDEX_EPOCH] = st->index_epoch;
+	/* memcached's counters, from the clients' reports. A client's insert
+	 * that evicts from a full bucket pair is an eviction too. */
+	v[KVI_STAT_EVICTIONS] += st->counts[KVI_COUNT_INDEX_EVICTIONS];
+#define KVS_COUNTED_STAT(id) v[KVI_STAT_##id] = st->counts[KVI_COUNT_##id];
+	KVS_COUNTED_STAT(CMD_GET)
+	KVS_COUNTED_STAT(GET_HITS)
+	KVS_COUNTED_STAT(GET_MISSES)
+	KVS_COUNTED_STAT(GET_EXPIRED)
+	KVS_COUNTED_STAT(CMD_SET)
+	KVS_COUNTED_STAT(CMD_TOUCH)
+	KVS_COUNTED_STAT(TOUCH_HITS)
+	KVS_COUNTED_STAT(TOUCH_MISSES)
+	KVS_COUNTED_STAT(DELETE_HITS)
+	KVS_COUNTED_STAT(DELETE_MISSES)
+	KVS_COUNTED_STAT(INCR_HITS)
+	KVS_COUNTED_STAT(INCR_MISSES)
+	KVS_COUNTED_STAT(DECR_HITS)
+	KVS_COUNTED_STAT(DECR_MISSES)
+	KVS_COUNTED_STAT(CAS_HITS)
+	KVS_COUNTED_STAT(CAS_MISSES)
+	KVS_COUNTED_STAT(CAS_BADVAL)
+	KVS_COUNTED_STAT(TOTAL_ITEMS)
+#undef KVS_COUNTED_STAT
+	/* Items in the index: what clients linked, less what they and the
+	 * reclaimer removed (item_counts.h). Before every client has reported
+	 * the difference may dip below 0: shown as 0. */
+	{
+		uint64_t gone = st->counts[KVI_COUNT_ITEMS_UNLINKED] + st->rc.expired + st->rc.evictions;
+
+		v[KVI_STAT_CURR_ITEMS] = st->counts[KVI_COUNT_ITEMS_LINKED] > gone
+						 ? st->counts[KVI_COUNT_ITEMS_LINKED] - gone : 0;
+	}
 }
 
 static void fill_stats(struct kvs_core *c, uint64_t *v)

@@ -78,8 +78,10 @@ static const char *const type_names[KVS_METRICS_TYPES] = {
 	[KVI_CTRL_INDEX] = "index",
 	[KVI_CTRL_GROW] = "grow",
 	[KVI_CTRL_GROWING] = "growing",
+	[KVI_CTRL_COUNTS] = "counts",
+	[KVI_CTRL_COUNTED] = "counted",
 };
-_Static_assert(KVI_CTRL_TYPE_MAX == 16, "name the new control type in type_names");
+_Static_assert(KVI_CTRL_TYPE_MAX == 18, "name the new control type in type_names");
 
 const char *kvs_metrics_type_name(unsigned type)
 {
@@ -93,7 +95,7 @@ static int client_request(unsigned t)
 {
 	return t == KVI_CTRL_SEG_REQ || t == KVI_CTRL_STATS_REQ || t == KVI_CTRL_SEG_RETURN ||
 	       t == KVI_CTRL_LEASE_RENEW || t == KVI_CTRL_LOCK_REPORT || t == KVI_CTRL_INDEX_REQ ||
-	       t == KVI_CTRL_GROW;
+	       t == KVI_CTRL_GROW || t == KVI_CTRL_COUNTS;
 }
 
 static void control(struct out *o, const struct kvs_metrics_events *ev)

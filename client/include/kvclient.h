@@ -433,7 +433,7 @@ struct kvc_server_stats {
 	uint64_t bytes_used;     /* index + bytes handed to writers and not yet reclaimed */
 	uint64_t bytes;          /* bytes handed to writers, not yet reclaimed: items and garbage */
 	uint64_t limit_maxbytes; /* heap size */
-	uint64_t evictions;      /* live items dropped to make room (cold: not read since written) */
+	uint64_t evictions;      /* live items dropped to make room: by the reclaimer (cold first), and by clients' inserts into a full bucket pair */
 	uint64_t reclaimed;      /* segments reclaimed */
 	uint64_t expired_unfetched; /* expired items reclaimed that were never read */
 	uint64_t evicted_unfetched; /* evicted items that were never read */
@@ -453,6 +453,18 @@ struct kvc_server_stats {
 	uint64_t resizes;         /* index resizes completed (each doubles the buckets) */
 	uint64_t index_buckets;   /* buckets of the current index */
 	uint64_t index_epoch;     /* epoch of the current index (1 + resizes begun) */
+	/* memcached's, summed from what every client reported (each handle
+	 * reports about once a second, and when destroyed): GETs never reach
+	 * the server's CPU. evictions above includes the clients' evictions
+	 * from full bucket pairs. */
+	uint64_t cmd_get, get_hits, get_misses, cmd_set;
+	uint64_t touch_hits, touch_misses, delete_hits, delete_misses;
+	uint64_t incr_hits, incr_misses, decr_hits, decr_misses;
+	uint64_t cas_hits, cas_misses, cas_badval;
+	uint64_t cmd_touch;
+	uint64_t get_expired;  /* GET misses that found the item expired */
+	uint64_t curr_items;   /* items in the index (expired ones until cleared) */
+	uint64_t total_items;  /* items written */
 };
 /* With several servers: the sum over the servers that answered (the
  * largest index_epoch and index_buckets); it fails only when none answered.

@@ -9,15 +9,21 @@
 #include <xxhash.h>
 
 #define MS 1000000ull
-#define NONE UINT32_MAX
 
-/* The model's state after some prefix of a linearization. */
+/* The model's state after some prefix of a linearization. The item is held
+ * by value (not by the store that made it): an INCR's item has a value no
+ * store wrote, a TOUCH's an expiry no store set. A plain struct without
+ * padding, all of it meaningful (fields of an absent item, and lo/hi of
+ * one without TTL, are 0): the memo hashes its bytes. */
 struct lstate {
-	uint64_t cur;    /* index of the store whose item is current, or NONE (absent) */
-	uint64_t lo, hi; /* the current item's expiry lies in [lo, hi] (ns); unused without TTL */
+	uint64_t value;  /* the current item's value */
+	uint64_t lo, hi; /* the current item's expiry lies in [lo, hi] (ns); 0 without TTL */
 	uint64_t uniq;   /* the current item's unique; 0: not known yet (see lincheck.h) */
 	uint64_t t;      /* linearization point of the last operation */
+	uint32_t present; /* 1: an item (alive or not: its expiry window says) */
+	uint32_t has_ttl; /* 1: it expires, somewhen in [lo, hi] */
 };
+_Static_assert(sizeof(struct lstate) == 6 * sizeof(uint64_t), "struct lstate has padding: the memo hashes it");
 
 struct memo {
 	uint64_t *k; /* pairs of 64-bit halves of a 128-bit hash; 0,0 = empty */
@@ -27,8 +33,8 @@ struct memo {
 struct search {
 	const struct lc_op *op; /* this key's operations, by invocation */
 	/* GET and CAS: 1 when the unique they read or expect was told to a
-	 * store of this key, so that an item whose unique is not known cannot
-	 * have it */
+	 * store (or INCR / DECR) of this key, so that an item whose unique is
+	 * not known cannot have it */
 	uint8_t *owned;
 	size_t m, words;
 	uint64_t *done; /* bitset: linearized */
@@ -89,22 +95,36 @@ static int is_done(const struct search *s, size_t i)
 	return (s->done[i / 64] >> (i % 64)) & 1;
 }
 
-static int has_ttl(const struct search *s, const struct lstate *st)
-{
-	return st->cur != NONE && s->op[st->cur].ttl_ns != 0;
-}
-
 static int is_store(int kind)
 {
 	return kind == LC_PUT || kind == LC_ADD || kind == LC_REPLACE || kind == LC_CAS;
 }
 
-/* Can the current item be alive at g? Then narrow its expiry (E > g). */
-static int alive_at(const struct search *s, const struct lstate *st, uint64_t g, struct lstate *nx)
+static int is_arith(int kind)
 {
-	if (st->cur == NONE)
+	return kind == LC_INCR || kind == LC_DECR;
+}
+
+/* Reads that return the item's value and unique: GET, and GAT (which also
+ * touches it). */
+static int is_read(int kind)
+{
+	return kind == LC_GET || kind == LC_GAT;
+}
+
+/* Operations that make an item with a new unique, the one their client was
+ * told: stores and arithmetic (TOUCH keeps the item's). */
+static int makes_unique(int kind)
+{
+	return is_store(kind) || is_arith(kind);
+}
+
+/* Can the current item be alive at g? Then narrow its expiry (E > g). */
+static int alive_at(const struct lstate *st, uint64_t g, struct lstate *nx)
+{
+	if (!st->present)
 		return 0;
-	if (has_ttl(s, st)) {
+	if (st->has_ttl) {
 		if (st->hi <= g)
 			return 0; /* expired by then for sure */
 		if (nx->lo < g + 1)
@@ -115,11 +135,11 @@ static int alive_at(const struct search *s, const struct lstate *st, uint64_t g,
 
 /* Can the key be absent at a point >= *g: no item, or it expired (E <= the
  * point, which must then be at least the window's start)? Moves *g there. */
-static int absent_from(const struct search *s, const struct lstate *st, uint64_t *g)
+static int absent_from(const struct lstate *st, uint64_t *g)
 {
-	if (st->cur == NONE)
+	if (!st->present)
 		return 1;
-	if (!has_ttl(s, st))
+	if (!st->has_ttl)
 		return 0;
 	if (*g < st->lo)
 		*g = st->lo;
@@ -135,8 +155,19 @@ static int uniq_may_be(const struct lstate *st, uint64_t u, int owned)
 
 static void set_absent(struct lstate *nx)
 {
-	nx->cur = NONE; /* an expired item is dead for every later point */
-	nx->lo = nx->hi = nx->uniq = 0;
+	uint64_t t = nx->t;
+
+	memset(nx, 0, sizeof(*nx)); /* an expired item is dead for every later point */
+	nx->t = t;
+}
+
+/* Operation o, submitted somewhen in [inv, cmp], gives the item an expiry
+ * ttl from then, rounded up to the next millisecond (0: never). */
+static void expiry_from(const struct lc_op *o, struct lstate *nx)
+{
+	nx->has_ttl = o->ttl_ns != 0;
+	nx->lo = nx->has_ttl ? o->inv + o->ttl_ns : 0;
+	nx->hi = !nx->has_ttl ? 0 : o->cmp == LC_NEVER ? UINT64_MAX : o->cmp + o->ttl_ns + MS;
 }
 
 /* Store i takes effect at g: its item is current. */
@@ -144,11 +175,20 @@ static void store_at(const struct search *s, size_t i, uint64_t g, struct lstate
 {
 	const struct lc_op *o = &s->op[i];
 
-	nx->cur = i;
-	nx->lo = o->inv + o->ttl_ns;
-	nx->hi = o->cmp == LC_NEVER ? UINT64_MAX : o->cmp + o->ttl_ns + MS;
+	nx->present = 1;
+	nx->value = o->value;
+	expiry_from(o, nx);
 	nx->uniq = o->uniq;
 	nx->t = g;
+}
+
+/* memcached's arithmetic on the item's number: INCR wraps at 2^64, DECR
+ * stops at 0. */
+static uint64_t arith(const struct lc_op *o, uint64_t v)
+{
+	if (o->kind == LC_INCR)
+		return v + o->delta;
+	return o->delta > v ? 0 : v - o->delta;
 }
 
 /* A store whose outcome is unknown: it takes effect where its condition can
@@ -160,17 +200,103 @@ static int step_unknown_store(const struct search *s, size_t i, const struct lst
 	const struct lc_op *o = &s->op[i];
 	uint64_t ga = g;
 
-	if (o->kind == LC_PUT || (o->kind == LC_ADD && absent_from(s, st, &ga))) {
+	if (o->kind == LC_PUT || (o->kind == LC_ADD && absent_from(st, &ga))) {
 		store_at(s, i, o->kind == LC_ADD ? ga : g, nx);
 		return 1;
 	}
 	if ((o->kind == LC_REPLACE || (o->kind == LC_CAS && uniq_may_be(st, o->expect, s->owned[i]))) &&
-	    alive_at(s, st, g, nx)) {
+	    alive_at(st, g, nx)) {
 		store_at(s, i, g, nx);
 		return 1;
 	}
 	*nx = *st; /* refused: nothing changes */
 	nx->t = g;
+	return 1;
+}
+
+/* An INCR, DECR, TOUCH or GAT whose outcome is unknown: on a live item it
+ * may take effect (the arithmetic's unique was never told: 0, learnt
+ * later), else it found nothing and changed nothing. */
+static int step_unknown_rmw(const struct search *s, size_t i, const struct lstate *st, uint64_t g,
+			    struct lstate *nx)
+{
+	const struct lc_op *o = &s->op[i];
+
+	if (alive_at(st, g, nx)) {
+		if (o->kind == LC_TOUCH || o->kind == LC_GAT || (o->mode & LC_ARITH_TOUCH))
+			expiry_from(o, nx);
+		if (is_arith(o->kind)) {
+			nx->value = arith(o, st->value);
+			nx->uniq = 0;
+		}
+	} else if (is_arith(o->kind) && (o->mode & LC_VIVIFY)) {
+		return 0; /* it stored its initial value: step_vivify */
+	}
+	nx->t = g;
+	return 1;
+}
+
+/* The other way an INCR or DECR with LC_VIVIFY may have gone: it found no
+ * live item and stored its initial value (told as the new value). */
+static int step_vivify(const struct search *s, size_t i, const struct lstate *st, struct lstate *nx)
+{
+	const struct lc_op *o = &s->op[i];
+	uint64_t g = st->t > o->inv ? st->t : o->inv;
+	int unknown = o->cmp == LC_NEVER;
+
+	if (!absent_from(st, &g) || (!unknown && (o->result != LC_OK || o->value != o->initial)))
+		return 0;
+	*nx = *st;
+	set_absent(nx);
+	nx->present = 1;
+	nx->value = o->initial;
+	expiry_from(o, nx);
+	nx->uniq = unknown ? 0 : o->uniq;
+	nx->t = g;
+	return 1;
+}
+
+/* How many ways operation o may have gone, each a step of its own: an
+ * arithmetic that vivifies may have found the item or stored its initial
+ * value; the rest (by their results, and unknown ones by the state) one. */
+static unsigned ways(const struct lc_op *o)
+{
+	return is_arith(o->kind) && (o->mode & LC_VIVIFY) ? 2 : 1;
+}
+
+/* Operation i found the live item st holds and told LC_OK: can it have,
+ * and what did it make of the item (in nx)? */
+static int on_live_item(const struct search *s, size_t i, const struct lstate *st, struct lstate *nx)
+{
+	const struct lc_op *o = &s->op[i];
+
+	switch (o->kind) {
+	case LC_DELETE:
+		set_absent(nx);
+		return 1;
+	case LC_TOUCH: /* value and unique stay */
+		expiry_from(o, nx);
+		return 1;
+	case LC_INCR:
+	case LC_DECR: /* a new item, with the old one's expiry (or ttl_ns) */
+		if (arith(o, st->value) != o->value)
+			return 0;
+		nx->value = o->value;
+		nx->uniq = o->uniq;
+		if (o->mode & LC_ARITH_TOUCH)
+			expiry_from(o, nx);
+		return 1;
+	}
+	/* GET, GAT: the item's value, and its unique -- known, or learnt here */
+	if (st->value != o->value)
+		return 0;
+	if (o->uniq) {
+		if (!uniq_may_be(st, o->uniq, s->owned[i]))
+			return 0;
+		nx->uniq = o->uniq;
+	}
+	if (o->kind == LC_GAT) /* and touched it */
+		expiry_from(o, nx);
 	return 1;
 }
 
@@ -185,6 +311,8 @@ static int step(const struct search *s, size_t i, const struct lstate *st, struc
 	*nx = *st;
 	if (is_store(o->kind) && unknown)
 		return step_unknown_store(s, i, st, g, nx);
+	if ((is_arith(o->kind) || o->kind == LC_TOUCH || o->kind == LC_GAT) && unknown)
+		return step_unknown_rmw(s, i, st, g, nx);
 	if (o->kind == LC_DELETE && unknown) { /* removed, or found nothing: absent either way */
 		set_absent(nx);
 		nx->t = g;
@@ -196,19 +324,19 @@ static int step(const struct search *s, size_t i, const struct lstate *st, struc
 		return 1;
 	case LC_ADD:
 		if (o->result == LC_OK) {
-			if (!absent_from(s, st, &g))
+			if (!absent_from(st, &g))
 				return 0;
 			store_at(s, i, g, nx);
 			return 1;
 		}
-		if (!alive_at(s, st, g, nx)) /* LC_NOTSTORED: a live item */
+		if (!alive_at(st, g, nx)) /* LC_NOTSTORED: a live item */
 			return 0;
 		nx->t = g;
 		return 1;
 	case LC_REPLACE:
 	case LC_CAS:
 		if (o->result == LC_OK || o->result == LC_EXISTS) {
-			if (!alive_at(s, st, g, nx))
+			if (!alive_at(st, g, nx))
 				return 0;
 			if (o->kind == LC_CAS && o->result == LC_OK && !uniq_may_be(st, o->expect, s->owned[i]))
 				return 0;
@@ -222,27 +350,23 @@ static int step(const struct search *s, size_t i, const struct lstate *st, struc
 		}
 		break; /* refused for want of an item (REPLACE: LC_NOTSTORED, CAS: LC_ABSENT) */
 	case LC_GET:
+	case LC_GAT:
 	case LC_DELETE:
-		if (o->result != LC_OK)
+	case LC_INCR:
+	case LC_DECR:
+	case LC_TOUCH:
+		if (o->result != LC_OK) {
+			if (is_arith(o->kind) && (o->mode & LC_VIVIFY))
+				return 0; /* a miss stores: never LC_ABSENT */
 			break;
-		if (!alive_at(s, st, g, nx))
-			return 0;
-		if (o->kind == LC_DELETE) {
-			set_absent(nx);
-		} else {
-			if (s->op[st->cur].value != o->value)
-				return 0;
-			if (o->uniq) { /* the item's unique: known, or learnt here */
-				if (!uniq_may_be(st, o->uniq, s->owned[i]))
-					return 0;
-				nx->uniq = o->uniq;
-			}
 		}
+		if (!alive_at(st, g, nx) || !on_live_item(s, i, st, nx))
+			return 0;
 		nx->t = g;
 		return 1;
 	}
 	/* Absent: no item, or the item had expired. */
-	if (!absent_from(s, st, &g))
+	if (!absent_from(st, &g))
 		return 0;
 	set_absent(nx);
 	nx->t = g;
@@ -261,22 +385,24 @@ static int dfs(struct search *s, const struct lstate *st)
 		if (!is_done(s, i) && s->op[i].cmp < minc)
 			minc = s->op[i].cmp;
 	for (size_t i = 0; i < s->m; i++) {
-		struct lstate nx;
-		int r;
-
 		if (is_done(s, i))
 			continue;
 		if (s->op[i].inv > minc)
 			break; /* ops are by invocation: none later can come next */
-		if (!step(s, i, st, &nx) || nx.t > minc)
-			continue; /* impossible, or some pending op would end before this point */
-		s->done[i / 64] |= 1ull << (i % 64);
-		s->ndone++;
-		r = seen(s, &nx) ? 0 : dfs(s, &nx);
-		s->done[i / 64] &= ~(1ull << (i % 64));
-		s->ndone--;
-		if (r)
-			return r;
+		for (unsigned way = 0; way < ways(&s->op[i]); way++) {
+			struct lstate nx;
+			int r;
+
+			if (!(way ? step_vivify(s, i, st, &nx) : step(s, i, st, &nx)) || nx.t > minc)
+				continue; /* impossible, or some pending op would end before this point */
+			s->done[i / 64] |= 1ull << (i % 64);
+			s->ndone++;
+			r = seen(s, &nx) ? 0 : dfs(s, &nx);
+			s->done[i / 64] &= ~(1ull << (i % 64));
+			s->ndone--;
+			if (r)
+				return r;
+		}
 	}
 	return 0;
 }
@@ -299,8 +425,8 @@ static int cmp_u64(const void *a, const void *b)
 	return x < y ? -1 : x > y;
 }
 
-/* s->owned: which GETs and CASes read or expect a unique told to a store of
- * this key. */
+/* s->owned: which GETs and CASes read or expect a unique told to a store
+ * (or INCR / DECR) of this key. */
 static int find_owned(struct search *s)
 {
 	uint64_t *told = malloc(sizeof(uint64_t) * (s->m ? s->m : 1));
@@ -312,11 +438,11 @@ static int find_owned(struct search *s)
 		return -1;
 	}
 	for (size_t i = 0; i < s->m; i++)
-		if (is_store(s->op[i].kind) && s->op[i].uniq)
+		if (makes_unique(s->op[i].kind) && s->op[i].uniq)
 			told[nt++] = s->op[i].uniq;
 	qsort(told, nt, sizeof(*told), cmp_u64);
 	for (size_t i = 0; i < s->m; i++) {
-		uint64_t u = s->op[i].kind == LC_GET ? s->op[i].uniq : s->op[i].kind == LC_CAS ? s->op[i].expect : 0;
+		uint64_t u = is_read(s->op[i].kind) ? s->op[i].uniq : s->op[i].kind == LC_CAS ? s->op[i].expect : 0;
 
 		s->owned[i] = u && bsearch(&u, told, nt, sizeof(*told), cmp_u64) != NULL;
 	}
@@ -327,7 +453,7 @@ static int find_owned(struct search *s)
 static int check_key(const struct lc_op *op, size_t m, uint64_t budget, struct lc_report *rep)
 {
 	struct search s = { .op = op, .m = m, .words = (m + 63) / 64, .budget = budget };
-	struct lstate st = { .cur = NONE };
+	struct lstate st = { .present = 0 };
 	int r = -1;
 
 	s.done = calloc(s.words ? s.words : 1, sizeof(uint64_t));
@@ -340,10 +466,10 @@ static int check_key(const struct lc_op *op, size_t m, uint64_t budget, struct l
 	return r;
 }
 
-/* Uniques across the whole history (lincheck.h): no two stores told the
- * same one, and every operation that names one -- the store told it, GETs
- * that returned it -- is of one key. 1 if so; 0 with rep filled; -1 out of
- * memory. */
+/* Uniques across the whole history (lincheck.h): no two stores (INCR and
+ * DECR count as stores here) told the same one, and every operation that
+ * names one -- the store told it, GETs that returned it -- is of one key.
+ * 1 if so; 0 with rep filled; -1 out of memory. */
 struct told {
 	uint64_t uniq;
 	uint32_t key;
@@ -368,9 +494,9 @@ static int check_uniques(const struct lc_op *ops, size_t n, struct lc_report *re
 	if (!t)
 		return -1;
 	for (size_t i = 0; i < n; i++)
-		if (ops[i].uniq && (is_store(ops[i].kind) || (ops[i].kind == LC_GET && ops[i].result == LC_OK)))
+		if (ops[i].uniq && (makes_unique(ops[i].kind) || (is_read(ops[i].kind) && ops[i].result == LC_OK)))
 			t[nt++] = (struct told){ .uniq = ops[i].uniq, .key = ops[i].key,
-						 .store = (uint8_t)is_store(ops[i].kind) };
+						 .store = (uint8_t)makes_unique(ops[i].kind) };
 	qsort(t, nt, sizeof(*t), by_uniq_stores_first);
 	for (size_t i = 1; i < nt && r == 1; i++) {
 		if (t[i].uniq != t[i - 1].uniq)
@@ -428,13 +554,14 @@ int lc_check(struct lc_op *ops, size_t n, uint64_t max_states, struct lc_report 
 	return 1;
 }
 
-static const char kind_letter[] = "?PDGARC";
+static const char kind_letter[] = "?PDGARCIETK"; /* by enum lc_kind */
+_Static_assert(sizeof(kind_letter) == LC_GAT + 2, "a letter for every kind");
 
 void lc_format(const struct lc_op *op, char *buf, size_t len)
 {
 	int w = snprintf(buf, len,
 			 "c=%u k=%" PRIu32 " op=%c r=%u v=%" PRIu64 " ttl=%" PRIu64 " inv=%" PRIu64 " cmp=%" PRId64,
-			 op->client, op->key, op->kind <= LC_CAS ? kind_letter[op->kind] : '?', op->result, op->value,
+			 op->client, op->key, op->kind <= LC_GAT ? kind_letter[op->kind] : '?', op->result, op->value,
 			 op->ttl_ns, op->inv, op->cmp == LC_NEVER ? (int64_t)-1 : (int64_t)op->cmp);
 
 	/* item fields only when set: histories without items keep their lines */
@@ -442,6 +569,12 @@ void lc_format(const struct lc_op *op, char *buf, size_t len)
 		w += snprintf(buf + w, len - (size_t)w, " u=%" PRIu64, op->uniq);
 	if (w >= 0 && (size_t)w < len && op->kind == LC_CAS)
 		w += snprintf(buf + w, len - (size_t)w, " cas=%" PRIu64, op->expect);
+	if (w >= 0 && (size_t)w < len && is_arith(op->kind))
+		w += snprintf(buf + w, len - (size_t)w, " d=%" PRIu64, op->delta);
+	if (w >= 0 && (size_t)w < len && is_arith(op->kind) && op->mode)
+		w += snprintf(buf + w, len - (size_t)w, " m=%" PRIu32, op->mode);
+	if (w >= 0 && (size_t)w < len && is_arith(op->kind) && (op->mode & LC_VIVIFY))
+		w += snprintf(buf + w, len - (size_t)w, " n=%" PRIu64, op->initial);
 	if (w >= 0 && (size_t)w < len)
 		snprintf(buf + w, len - (size_t)w, "\n");
 }
@@ -454,6 +587,10 @@ static unsigned results_of(int kind)
 	case LC_PUT:
 	case LC_DELETE:
 	case LC_GET:
+	case LC_GAT:
+	case LC_INCR:
+	case LC_DECR:
+	case LC_TOUCH:
 		return 1u << LC_OK | 1u << LC_ABSENT;
 	case LC_ADD:
 	case LC_REPLACE:
@@ -486,13 +623,34 @@ int lc_parse(const char *line, struct lc_op *op)
 	/* then the optional fields, in order, and nothing else */
 	p = line + end;
 	end = 0;
-	if (sscanf(p, " u=%" SCNu64 "%n", &op->uniq, &end) == 1 && end)
+	if (sscanf(p, " u=%" SCNu64 "%n", &op->uniq, &end) == 1 && end) {
+		if (op->kind == LC_TOUCH)
+			return -1; /* a TOUCH keeps the item's unique and is told none */
 		p += end;
+	}
 	end = 0;
 	if (op->kind == LC_CAS) {
 		if (sscanf(p, " cas=%" SCNu64 "%n", &op->expect, &end) != 1 || !end)
 			return -1;
 		p += end;
+	}
+	end = 0;
+	if (is_arith(op->kind)) {
+		if (sscanf(p, " d=%" SCNu64 "%n", &op->delta, &end) != 1 || !end)
+			return -1;
+		p += end;
+		end = 0;
+		if (sscanf(p, " m=%" SCNu32 "%n", &op->mode, &end) == 1 && end) {
+			if (!op->mode || op->mode > (LC_VIVIFY | LC_ARITH_TOUCH))
+				return -1;
+			p += end;
+		}
+		end = 0;
+		if (op->mode & LC_VIVIFY) {
+			if (sscanf(p, " n=%" SCNu64 "%n", &op->initial, &end) != 1 || !end)
+				return -1;
+			p += end;
+		}
 	}
 	p += strspn(p, " \t\r\n");
 	return *p ? -1 : 0;

@@ -7,14 +7,21 @@
  * One operation per line (lincheck.h lc_format):
  *
  *   c=CLIENT k=KEY op=KIND r=RESULT v=VALUE ttl=TTL_NS inv=NS cmp=NS [u=UNIQ] [cas=EXPECT]
+ *   [d=DELTA [m=MODE [n=INITIAL]]]
  *
- *   op  P store (set), D delete, G get, A add, R replace, C cas
- *   r   0 ok; 1 absent (G miss, D of no live item, C on no live item);
+ *   op  P store (set), D delete, G get, A add, R replace, C cas, I incr,
+ *       E decr (v: the new value told), T touch (ttl: the new TTL, 0 never),
+ *       K gat (G and T in one)
+ *   r   0 ok; 1 absent (G miss, D of no live item, C on no live item,
+ *       I / E / T / K on no live item);
  *       2 not stored (A on a live item, R on none); 3 exists (C: another unique)
  *   cmp -1: the outcome is unknown (it may or may not have taken effect)
- *   u   stores: the unique the client was told; G: the unique read (absent or
+ *   u   stores, I and E: the unique the client was told; G, K: the unique read (absent or
  *       0: not recorded, the value alone is checked)
  *   cas C only: the unique the item had to have
+ *   d   I and E only: the delta
+ *   m   I and E: 1 vivify (a miss stores n= with ttl=), 2 touch (a hit gets
+ *       ttl=), 3 both; absent: 0
  *
  * Lines without u= and cas= are the histories of plain PUT / DELETE / GET,
  * checked as they always were. A history whose uniques conflict across keys

@@ -444,3 +444,50 @@ Test(cluster, a_list_changed_while_servers_drain_is_refused_when_it_would_not_fi
 	cr_assert_eq(kvc_set_servers(cl, list2, err, sizeof(err)), 0, "%s", err);
 	cr_assert_eq(kvc_server_count(cl), 64);
 }
+
+/* memcached's counters (client/counts.c) are each server's own: a handle
+ * reports to every server what it did there, and kvc_server_stats sums
+ * the servers. */
+Test(cluster, memcached_counters_are_summed_over_servers, .init = make_plain, .fini = fini)
+{
+	struct kvc_server_stats all, one;
+	unsigned on[NSRV] = { 0 };
+	char k[32], got[64];
+	kvc_t *again;
+	struct kvc_opts o;
+
+	for (unsigned i = 0; i < 300; i++) {
+		snprintf(k, sizeof(k), "key-%u", i);
+		on[kvc_key_server(cl, k, strlen(k))]++;
+		cr_assert_eq(kvt_put_s(cl, k, "v"), 0);
+		cr_assert_eq(kvt_get_s(cl, k, got, sizeof(got)), 0);
+	}
+	for (unsigned i = 0; i < 100; i++) {
+		snprintf(k, sizeof(k), "absent-%u", i);
+		cr_assert_eq(kvt_get_s(cl, k, got, sizeof(got)), KVC_ENOTFOUND);
+	}
+	/* A handle reports what is left when it closes. */
+	kvc_destroy(cl);
+	kvc_opts_init(&o);
+	cr_assert_eq(kvi_client_new(&o, &again), 0);
+	cl = again;
+	for (unsigned i = 0; i < NSRV; i++) {
+		kvi_dial_fn fn;
+		void *arg;
+
+		cr_assert_eq(kvt_env_dial(&envs[i], &fn, &arg), 0);
+		cr_assert_eq(kvi_client_add(cl, names[i], 1, fn, arg, free), 0);
+	}
+	for (unsigned s = 0; s < NSRV; s++) {
+		cr_assert_eq(kvc_server_stats_at(cl, s, &one), 0);
+		cr_expect_eq(one.get_hits, on[s], "server %u", s);
+		cr_expect_eq(one.cmd_set, on[s], "server %u", s);
+		cr_expect_eq(one.curr_items, on[s], "server %u", s);
+	}
+	cr_assert_eq(kvc_server_stats(cl, &all), 0);
+	cr_expect_eq(all.get_hits, 300);
+	cr_expect_eq(all.get_misses, 100);
+	cr_expect_eq(all.cmd_get, 400);
+	cr_expect_eq(all.curr_items, 300);
+	cr_expect_eq(all.total_items, 300);
+}

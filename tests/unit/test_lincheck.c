@@ -6,8 +6,9 @@
  * underneath; then histories with two operations in flight per client and
  * commits executing late while the reclaimer runs; then histories of
  * memcached items (kvc_get_item, conditional stores, CAS read-modify-write
- * loops) with the reclaimer running. Every history must be linearizable
- * (lincheck.h for the model). */
+ * loops) with the reclaimer running; then the same with counters (incr,
+ * decr, touch mixed in). Every history must be linearizable (lincheck.h for
+ * the model). */
 #include <criterion/criterion.h>
 #include <inttypes.h>
 #include <pthread.h>
@@ -261,6 +262,220 @@ Test(lincheck, item_history_lines)
 	cr_expect_neq(lc_parse("c=1 k=1 op=G r=2 v=0 ttl=0 inv=1 cmp=2", &b), 0);
 	cr_expect_neq(lc_parse("c=1 k=1 op=G r=0 v=0 ttl=0 inv=1 cmp=2 cas=3", &b), 0, "cas= only on a CAS");
 	cr_expect_neq(lc_parse("c=1 k=1 op=G r=0 v=0 ttl=0 inv=1 cmp=2 x", &b), 0, "trailing words");
+}
+
+/* ---- read-modify-writes: incr, decr, touch --------------------------------- */
+
+static struct lc_op D(struct lc_op o, uint64_t delta)
+{
+	o.delta = delta;
+	return o;
+}
+
+/* INCR / DECR told the new value v and the new unique u; TOUCH to ttl ms */
+#define INCR(key, r, v, u, d, inv, cmp) D(U(mk(LC_INCR, key, r, v, 0, inv, cmp), u, 0), d)
+#define DECR(key, r, v, u, d, inv, cmp) D(U(mk(LC_DECR, key, r, v, 0, inv, cmp), u, 0), d)
+#define TOUCH(key, r, ttl, inv, cmp) mk(LC_TOUCH, key, r, 0, ttl, inv, cmp)
+/* o with the arithmetic's mode: initial (LC_VIVIFY) and ttl ms */
+static struct lc_op M(struct lc_op o, uint32_t mode, uint64_t initial, uint64_t ttl_ms)
+{
+	o.mode = mode;
+	o.initial = initial;
+	o.ttl_ns = ttl_ms * MSN;
+	return o;
+}
+
+/* GAT read v with unique u and touched the item to ttl ms */
+#define GAT(key, r, v, u, ttl, inv, cmp) U(mk(LC_GAT, key, r, v, ttl, inv, cmp), u, 0)
+
+Test(lincheck, rmw_legal_histories_pass)
+{
+	/* one client: the arithmetic, decr stopping at 0, incr wrapping at 2^64 */
+	CHECK(1, SET(1, 5, 11, 0, 0, 1), INCR(1, LC_OK, 8, 12, 3, 2, 3), GETU(1, 8, 12, 4, 5),
+	      DECR(1, LC_OK, 6, 13, 2, 6, 7), DECR(1, LC_OK, 0, 14, 10, 8, 9), GETU(1, 0, 14, 10, 11),
+	      SET(1, UINT64_MAX - 1, 15, 0, 12, 13), INCR(1, LC_OK, 1, 16, 3, 14, 15), GETU(1, 1, 16, 16, 17));
+	/* on no item, or a deleted or expired one: absent, changing nothing */
+	CHECK(1, INCR(1, LC_ABSENT, 0, 0, 1, 0, 1), DECR(1, LC_ABSENT, 0, 0, 1, 2, 3), TOUCH(1, LC_ABSENT, 0, 4, 5),
+	      MISS(1, 6, 7));
+	CHECK(1, SET(1, 5, 11, 0, 0, 1), DEL(1, LC_OK, 2, 3), INCR(1, LC_ABSENT, 0, 0, 1, 4, 5));
+	CHECK(1, SET(1, 5, 11, 100, 0, 1), INCR(1, LC_ABSENT, 0, 0, 1, 200, 201), TOUCH(1, LC_ABSENT, 500, 202, 203),
+	      MISS(1, 204, 205));
+	/* two concurrent increments: each told its own step, in either order */
+	CHECK(1, SET(1, 10, 11, 0, 0, 1), INCR(1, LC_OK, 13, 13, 2, 2, 10), INCR(1, LC_OK, 11, 12, 1, 3, 9),
+	      GETU(1, 13, 13, 11, 12));
+	CHECK(1, SET(1, 10, 11, 0, 0, 1), INCR(1, LC_OK, 12, 12, 2, 2, 10), INCR(1, LC_OK, 13, 13, 1, 3, 9),
+	      GETU(1, 13, 13, 11, 12));
+	/* incr keeps the item's expiry: gone at 150 after a TTL of 100 */
+	CHECK(1, SET(1, 5, 11, 100, 0, 1), INCR(1, LC_OK, 6, 12, 1, 50, 51), GETU(1, 6, 12, 60, 61), MISS(1, 150, 151));
+	/* touch: a new expiry from its own point, value and unique kept; 0: never */
+	CHECK(1, SET(1, 5, 11, 100, 0, 1), TOUCH(1, LC_OK, 200, 50, 51), GETU(1, 5, 11, 150, 151), MISS(1, 260, 261));
+	CHECK(1, SET(1, 5, 11, 100, 0, 1), TOUCH(1, LC_OK, 0, 50, 51), GETU(1, 5, 11, 5000, 5001));
+	CHECK(1, SET(1, 5, 11, 0, 0, 1), TOUCH(1, LC_OK, 100, 10, 11), GETU(1, 5, 11, 50, 51), MISS(1, 200, 201));
+	/* a touch racing the item's expiry may find it either way */
+	CHECK(1, SET(1, 5, 11, 100, 0, 1), TOUCH(1, LC_OK, 500, 99, 102), GETU(1, 5, 11, 300, 301));
+	CHECK(1, SET(1, 5, 11, 100, 0, 1), TOUCH(1, LC_ABSENT, 500, 99, 102), MISS(1, 300, 301));
+	/* the arithmetic's unique is an item's like a store's: CAS with it */
+	CHECK(1, SET(1, 5, 11, 0, 0, 1), INCR(1, LC_OK, 6, 12, 1, 2, 3), CAS(1, LC_EXISTS, 0, 0, 11, 4, 5),
+	      CAS(1, LC_OK, 9, 13, 12, 6, 7), DECR(1, LC_OK, 8, 14, 1, 8, 9), GETU(1, 8, 14, 10, 11));
+	/* get-and-touch: reads the item and gives it a new expiry */
+	CHECK(1, SET(1, 5, 11, 100, 0, 1), GAT(1, LC_OK, 5, 11, 500, 50, 51), GETU(1, 5, 11, 300, 301),
+	      GAT(1, LC_OK, 5, 11, 10, 302, 303), MISS(1, 400, 401), GAT(1, LC_ABSENT, 0, 0, 0, 402, 403));
+	CHECK(1, SET(1, 5, 0, 0, 0, -1), GAT(1, LC_OK, 5, 17, 0, 10, 11), GETU(1, 5, 17, 12, 13));
+	/* ADD after an incr's item expired; REPLACE of a touched one */
+	CHECK(1, SET(1, 5, 11, 100, 0, 1), INCR(1, LC_OK, 6, 12, 1, 2, 3), ADD(1, LC_OK, 7, 13, 0, 200, 201),
+	      REPL(1, LC_OK, 8, 14, 10, 202, 203), TOUCH(1, LC_OK, 0, 204, 205), GETU(1, 8, 14, 300, 301));
+}
+
+Test(lincheck, rmw_illegal_histories_are_caught)
+{
+	/* a lost increment: two increments of 1, one after the other, both told 11 */
+	CHECK(0, SET(1, 10, 11, 0, 0, 1), INCR(1, LC_OK, 11, 12, 1, 2, 3), INCR(1, LC_OK, 11, 13, 1, 4, 5));
+	/* ... or concurrent (both read 10) */
+	CHECK(0, SET(1, 10, 11, 0, 0, 1), INCR(1, LC_OK, 11, 12, 1, 2, 10), INCR(1, LC_OK, 11, 13, 1, 3, 9));
+	/* ... or seen by a read after both */
+	CHECK(0, SET(1, 10, 11, 0, 0, 1), INCR(1, LC_OK, 11, 12, 1, 2, 10), INCR(1, LC_OK, 12, 13, 1, 3, 9),
+	      GETU(1, 11, 12, 11, 12));
+	/* a double-applied increment (told 11, the item says 12) */
+	CHECK(0, SET(1, 10, 11, 0, 0, 1), INCR(1, LC_OK, 11, 12, 1, 2, 3), mk(LC_GET, 1, LC_OK, 12, 0, 4, 5));
+	/* ... and one whose outcome is unknown applies once at most */
+	CHECK(0, SET(1, 10, 11, 0, 0, 1), INCR(1, 0, 0, 0, 1, 2, -1), mk(LC_GET, 1, LC_OK, 12, 0, 4, 5));
+	/* wrong arithmetic: no wrap, a decr below 0, a decr by the wrong delta */
+	CHECK(0, SET(1, UINT64_MAX, 11, 0, 0, 1), INCR(1, LC_OK, UINT64_MAX, 12, 1, 2, 3));
+	CHECK(0, SET(1, 3, 11, 0, 0, 1), DECR(1, LC_OK, UINT64_MAX - 1, 12, 5, 2, 3));
+	CHECK(0, SET(1, 9, 11, 0, 0, 1), DECR(1, LC_OK, 7, 12, 1, 2, 3));
+	/* told OK with no item: never stored, deleted, expired */
+	CHECK(0, INCR(1, LC_OK, 1, 11, 1, 0, 1));
+	CHECK(0, SET(1, 5, 11, 0, 0, 1), DEL(1, LC_OK, 2, 3), DECR(1, LC_OK, 4, 12, 1, 4, 5));
+	CHECK(0, SET(1, 5, 11, 100, 0, 1), INCR(1, LC_OK, 6, 12, 1, 200, 201));
+	/* told absent on a live item */
+	CHECK(0, SET(1, 5, 11, 0, 0, 1), INCR(1, LC_ABSENT, 0, 0, 1, 2, 3));
+	CHECK(0, SET(1, 5, 11, 100, 0, 1), TOUCH(1, LC_ABSENT, 0, 50, 51));
+	/* an incr that extended the item's life (it keeps the expiry) */
+	CHECK(0, SET(1, 5, 11, 100, 0, 1), INCR(1, LC_OK, 6, 12, 1, 50, 51), GETU(1, 6, 12, 200, 201));
+	/* an incr's item with the old unique, or a unique another store was told */
+	CHECK(0, SET(1, 5, 11, 0, 0, 1), INCR(1, LC_OK, 6, 12, 1, 2, 3), GETU(1, 6, 11, 4, 5));
+	CHECK(0, SET(1, 5, 11, 0, 0, 1), INCR(1, LC_OK, 6, 11, 1, 2, 3));
+	/* a CAS with the unique an incr replaced */
+	CHECK(0, SET(1, 5, 11, 0, 0, 1), INCR(1, LC_OK, 6, 12, 1, 2, 3), CAS(1, LC_OK, 9, 13, 11, 4, 5));
+	/* a touch that brought a dead item back */
+	CHECK(0, SET(1, 5, 11, 100, 0, 1), TOUCH(1, LC_OK, 1000, 200, 201));
+	CHECK(0, SET(1, 5, 11, 100, 0, 1), MISS(1, 150, 151), TOUCH(1, LC_OK, 1000, 152, 153), GETU(1, 5, 11, 160, 161));
+	/* a touch that was not made: the old expiry still holds, or the new one does not */
+	CHECK(0, SET(1, 5, 11, 100, 0, 1), TOUCH(1, LC_OK, 500, 50, 51), MISS(1, 150, 151));
+	CHECK(0, SET(1, 5, 11, 0, 0, 1), TOUCH(1, LC_OK, 100, 10, 11), GETU(1, 5, 11, 200, 201));
+	CHECK(0, SET(1, 5, 11, 100, 0, 1), TOUCH(1, LC_OK, 200, 50, 51), GETU(1, 5, 11, 300, 301));
+	/* a GAT that read what is not there, or whose touch was not made */
+	CHECK(0, SET(1, 5, 11, 0, 0, 1), GAT(1, LC_OK, 6, 11, 0, 2, 3));
+	CHECK(0, SET(1, 5, 11, 0, 0, 1), GAT(1, LC_OK, 5, 12, 0, 2, 3));
+	CHECK(0, SET(1, 5, 11, 100, 0, 1), GAT(1, LC_OK, 5, 11, 1000, 200, 201));
+	CHECK(0, SET(1, 5, 11, 0, 0, 1), GAT(1, LC_ABSENT, 0, 0, 0, 2, 3));
+	CHECK(0, SET(1, 5, 11, 100, 0, 1), GAT(1, LC_OK, 5, 11, 500, 50, 51), MISS(1, 300, 301));
+	CHECK(0, SET(1, 5, 11, 0, 0, 1), GAT(1, LC_OK, 5, 11, 50, 2, 3), GETU(1, 5, 11, 200, 201));
+	/* a touch that changed the value or the unique */
+	CHECK(0, SET(1, 5, 11, 0, 0, 1), TOUCH(1, LC_OK, 0, 2, 3), GETU(1, 5, 19, 4, 5));
+	CHECK(0, SET(1, 5, 11, 0, 0, 1), TOUCH(1, LC_OK, 0, 2, 3), GETU(1, 6, 11, 4, 5));
+}
+
+Test(lincheck, rmw_with_unknown_outcomes)
+{
+	/* an incr whose outcome is unknown took effect (its unique learnt), or never did */
+	CHECK(1, SET(1, 5, 11, 0, 0, 1), INCR(1, 0, 0, 0, 1, 2, -1), GETU(1, 6, 17, 10, 11), GETU(1, 6, 17, 12, 13));
+	CHECK(1, SET(1, 5, 11, 0, 0, 1), INCR(1, 0, 0, 0, 1, 2, -1), GETU(1, 5, 11, 10, 11));
+	/* ... but not undone once seen, nor before its invocation */
+	CHECK(0, SET(1, 5, 11, 0, 0, 1), INCR(1, 0, 0, 0, 1, 2, -1), GETU(1, 6, 17, 10, 11), GETU(1, 5, 11, 12, 13));
+	CHECK(0, SET(1, 5, 11, 0, 0, 1), mk(LC_GET, 1, LC_OK, 6, 0, 2, 3), INCR(1, 0, 0, 0, 1, 4, -1));
+	/* ... nor on an absent key */
+	CHECK(0, INCR(1, 0, 0, 0, 1, 0, -1), mk(LC_GET, 1, LC_OK, 1, 0, 10, 11));
+	/* a later incr told the result of both */
+	CHECK(1, SET(1, 5, 11, 0, 0, 1), DECR(1, 0, 0, 0, 2, 2, -1), INCR(1, LC_OK, 4, 12, 1, 10, 11));
+	CHECK(1, SET(1, 5, 11, 0, 0, 1), DECR(1, 0, 0, 0, 2, 2, -1), INCR(1, LC_OK, 6, 12, 1, 10, 11));
+	CHECK(0, SET(1, 5, 11, 0, 0, 1), DECR(1, 0, 0, 0, 2, 2, -1), INCR(1, LC_OK, 5, 12, 1, 10, 11));
+	/* a touch whose outcome is unknown: the item lives on, or expires as it would have */
+	CHECK(1, SET(1, 5, 11, 100, 0, 1), TOUCH(1, 0, 0, 50, -1), GETU(1, 5, 11, 500, 501));
+	CHECK(1, SET(1, 5, 11, 100, 0, 1), TOUCH(1, 0, 0, 50, -1), MISS(1, 500, 501));
+	CHECK(1, SET(1, 5, 11, 100, 0, 1), GAT(1, 0, 0, 0, 0, 50, -1), GETU(1, 5, 11, 500, 501));
+	CHECK(1, SET(1, 5, 11, 100, 0, 1), GAT(1, 0, 0, 0, 0, 50, -1), MISS(1, 500, 501));
+	/* ... but it cannot bring an expired item back */
+	CHECK(0, SET(1, 5, 11, 100, 0, 1), MISS(1, 150, 151), TOUCH(1, 0, 0, 152, -1), GETU(1, 5, 11, 500, 501));
+}
+
+/* kvc_op.mode of INCR / DECR: vivify on a miss, touch on a hit */
+Test(lincheck, rmw_arithmetic_modes)
+{
+	/* vivify: a miss stores the initial value (with its own TTL), a hit counts */
+	CHECK(1, M(INCR(1, LC_OK, 7, 11, 1, 0, 1), LC_VIVIFY, 7, 100), GETU(1, 7, 11, 2, 3),
+	      M(INCR(1, LC_OK, 8, 12, 1, 4, 5), LC_VIVIFY, 7, 0), GETU(1, 8, 12, 50, 51), MISS(1, 150, 151),
+	      M(DECR(1, LC_OK, 7, 13, 1, 152, 153), LC_VIVIFY, 7, 0), GETU(1, 7, 13, 1000, 1001));
+	/* ... so it is never absent, and a hit must count, a miss tell the initial value */
+	CHECK(0, M(INCR(1, LC_ABSENT, 0, 0, 1, 0, 1), LC_VIVIFY, 7, 0));
+	CHECK(0, M(INCR(1, LC_OK, 8, 11, 1, 0, 1), LC_VIVIFY, 7, 0));
+	CHECK(0, SET(1, 5, 11, 0, 0, 1), M(INCR(1, LC_OK, 7, 12, 1, 2, 3), LC_VIVIFY, 7, 0));
+	/* two racing on a miss: one stores, the other counts on its item */
+	CHECK(1, M(INCR(1, LC_OK, 7, 11, 1, 0, 10), LC_VIVIFY, 7, 0), M(INCR(1, LC_OK, 8, 12, 1, 1, 9), LC_VIVIFY, 7, 0));
+	CHECK(0, M(INCR(1, LC_OK, 7, 11, 1, 0, 10), LC_VIVIFY, 7, 0), M(INCR(1, LC_OK, 7, 12, 1, 1, 9), LC_VIVIFY, 7, 0));
+	/* when the initial value is what the count would give, either may have
+	 * happened: the search tries both (here only the miss fits the read after) */
+	CHECK(1, SET(1, 6, 11, 100, 0, 1), M(INCR(1, LC_OK, 7, 12, 1, 99, 103), LC_VIVIFY, 7, 0),
+	      GETU(1, 7, 12, 500, 501));
+	CHECK(1, SET(1, 6, 11, 100, 0, 1), M(INCR(1, LC_OK, 7, 12, 1, 99, 103), LC_VIVIFY, 7, 0), MISS(1, 500, 501));
+	/* unknown: counted, stored the initial value, or nothing */
+	CHECK(1, MISS(1, 0, 1), M(INCR(1, 0, 0, 0, 1, 2, -1), LC_VIVIFY, 7, 0), GETU(1, 7, 17, 10, 11));
+	CHECK(1, MISS(1, 0, 1), M(INCR(1, 0, 0, 0, 1, 2, -1), LC_VIVIFY, 7, 0), MISS(1, 10, 11));
+	CHECK(0, MISS(1, 0, 1), M(INCR(1, 0, 0, 0, 1, 2, -1), LC_VIVIFY, 7, 0), GETU(1, 8, 17, 10, 11));
+	CHECK(1, SET(1, 5, 11, 0, 0, 1), M(INCR(1, 0, 0, 0, 1, 2, -1), LC_VIVIFY, 7, 0), GETU(1, 6, 17, 10, 11));
+	CHECK(0, SET(1, 5, 11, 0, 0, 1), M(INCR(1, 0, 0, 0, 1, 2, -1), LC_VIVIFY, 7, 0), GETU(1, 7, 17, 10, 11));
+	/* touch: a hit also gives the item the TTL; a miss is still a miss */
+	CHECK(1, SET(1, 5, 11, 100, 0, 1), M(INCR(1, LC_OK, 6, 12, 1, 50, 51), LC_ARITH_TOUCH, 0, 0),
+	      GETU(1, 6, 12, 500, 501), M(DECR(1, LC_OK, 5, 13, 1, 502, 503), LC_ARITH_TOUCH, 0, 10), MISS(1, 600, 601),
+	      M(INCR(1, LC_ABSENT, 0, 0, 1, 602, 603), LC_ARITH_TOUCH, 0, 10));
+	CHECK(0, SET(1, 5, 11, 100, 0, 1), M(INCR(1, LC_OK, 6, 12, 1, 50, 51), LC_ARITH_TOUCH, 0, 0), MISS(1, 500, 501));
+	CHECK(0, SET(1, 5, 11, 0, 0, 1), M(INCR(1, LC_OK, 6, 12, 1, 50, 51), LC_ARITH_TOUCH, 0, 10),
+	      GETU(1, 6, 12, 500, 501));
+	/* both: a miss stores, a hit counts and touches */
+	CHECK(1, M(INCR(1, LC_OK, 3, 11, 1, 0, 1), LC_VIVIFY | LC_ARITH_TOUCH, 3, 10), MISS(1, 50, 51),
+	      M(INCR(1, LC_OK, 3, 12, 1, 52, 53), LC_VIVIFY | LC_ARITH_TOUCH, 3, 0),
+	      M(INCR(1, LC_OK, 4, 13, 1, 54, 55), LC_VIVIFY | LC_ARITH_TOUCH, 3, 10), GETU(1, 4, 13, 60, 61),
+	      MISS(1, 100, 101));
+}
+
+Test(lincheck, rmw_history_lines)
+{
+	struct lc_op in[] = { INCR(3, LC_OK, 18446744073709551615ull, 99, 7, 1.5, 2.5),
+			      DECR(3, LC_ABSENT, 0, 0, 1, 1.5, -1), TOUCH(3, LC_OK, 250, 1, 2),
+			      TOUCH(3, LC_ABSENT, 0, 1, -1), GAT(3, LC_OK, 8, 1234, 9, 1, 2), GAT(3, LC_ABSENT, 0, 0, 9, 1, 2),
+			      M(INCR(3, LC_OK, 5, 6, 1, 1, 2), LC_VIVIFY | LC_ARITH_TOUCH, 5, 3),
+			      M(DECR(3, LC_OK, 5, 6, 1, 1, 2), LC_ARITH_TOUCH, 0, 3) },
+		     b;
+	char line[LC_LINE_MAX];
+
+	for (size_t i = 0; i < sizeof(in) / sizeof(in[0]); i++) {
+		lc_format(&in[i], line, sizeof(line));
+		cr_assert_eq(lc_parse(line, &b), 0, "%s", line);
+		cr_expect(memcmp(&in[i], &b, sizeof(b)) == 0, "%s", line);
+	}
+	lc_format(&in[0], line, sizeof(line));
+	cr_expect(strstr(line, " op=I ") && strstr(line, " u=99 d=7\n"), "%s", line);
+	lc_format(&in[2], line, sizeof(line));
+	cr_expect(strstr(line, " op=T ") && strstr(line, " ttl=250000000 "), "%s", line);
+	lc_format(&in[4], line, sizeof(line));
+	cr_expect(strstr(line, " op=K ") && strstr(line, " ttl=9000000 ") && strstr(line, " u=1234\n"), "%s", line);
+	lc_format(&in[6], line, sizeof(line));
+	cr_expect(strstr(line, " ttl=3000000 ") && strstr(line, " u=6 d=1 m=3 n=5\n"), "%s", line);
+	lc_format(&in[7], line, sizeof(line));
+	cr_expect(strstr(line, " d=1 m=2\n"), "%s", line);
+	cr_expect_neq(lc_parse("c=1 k=1 op=I r=0 v=4 ttl=0 inv=1 cmp=2 u=5 d=1 m=1", &b), 0, "vivify names n=");
+	cr_expect_neq(lc_parse("c=1 k=1 op=I r=0 v=4 ttl=0 inv=1 cmp=2 u=5 d=1 m=2 n=4", &b), 0, "n= only with vivify");
+	cr_expect_neq(lc_parse("c=1 k=1 op=I r=0 v=4 ttl=0 inv=1 cmp=2 u=5 d=1 m=4", &b), 0, "modes 1, 2, 3");
+	cr_expect_neq(lc_parse("c=1 k=1 op=I r=0 v=4 ttl=0 inv=1 cmp=2 u=5 d=1 m=0", &b), 0, "m=0 is not written");
+	cr_expect_eq(lc_parse("c=1 k=1 op=E r=0 v=4 ttl=0 inv=1 cmp=2 u=5 d=1", &b), 0);
+	cr_expect(b.kind == LC_DECR && b.value == 4 && b.uniq == 5 && b.delta == 1);
+	cr_expect_neq(lc_parse("c=1 k=1 op=I r=0 v=4 ttl=0 inv=1 cmp=2 u=5", &b), 0, "an INCR names its delta");
+	cr_expect_neq(lc_parse("c=1 k=1 op=G r=0 v=4 ttl=0 inv=1 cmp=2 d=1", &b), 0, "d= only on I and E");
+	cr_expect_neq(lc_parse("c=1 k=1 op=T r=0 v=0 ttl=0 inv=1 cmp=2 u=5", &b), 0, "a TOUCH is told no unique");
+	cr_expect_neq(lc_parse("c=1 k=1 op=I r=2 v=0 ttl=0 inv=1 cmp=2 d=1", &b), 0, "INCR is not refused NOTSTORED");
+	cr_expect_neq(lc_parse("c=1 k=1 op=T r=3 v=0 ttl=0 inv=1 cmp=2", &b), 0, "TOUCH is not refused EXISTS");
+	cr_expect_neq(lc_parse("c=1 k=1 op=K r=2 v=0 ttl=0 inv=1 cmp=2", &b), 0, "GAT is not refused NOTSTORED");
+	cr_expect_neq(lc_parse("c=1 k=1 op=E r=0 v=0 ttl=0 inv=1 cmp=2 d=1 cas=3", &b), 0, "cas= only on a CAS");
 }
 
 /* ---- concurrent histories of real clients ---------------------------------- */
@@ -552,7 +767,10 @@ Test(lincheck, histories_with_commits_landing_late_while_the_reclaimer_runs, .ti
  * a few hot keys (and now and then a few cold ones, whose items live long
  * enough to be copied forward), a third of the stores with TTLs of a few
  * milliseconds, while the reclaimer moves items underneath. Every history, uniques
- * included, must be linearizable. */
+ * included, must be linearizable. The counter histories store decimal
+ * numbers and add incr, decr (told the new value and, half of them, through
+ * the batch interface, the new unique; two of one key in one batch now and
+ * then), touch and gat to the mix. */
 #define ITEM_THREADS 4
 #define ITEM_HOT 3  /* keys most operations go to */
 #define ITEM_COLD 8 /* keys written seldom: their items stay long enough to be copied forward */
@@ -562,6 +780,11 @@ Test(lincheck, histories_with_commits_landing_late_while_the_reclaimer_runs, .ti
 /* what the clients' conditional stores met, over all histories */
 struct item_counts {
 	uint64_t add[2], repl[2], cas[3]; /* [0] stored; add, repl: [1] not stored; cas: [1] exists, [2] not found */
+	uint64_t arith[2], touch[2], gat[2]; /* incr and decr, touch, gat: [0] done, [1] not found */
+	uint64_t arith_uniq;         /* incrs and decrs told their new unique */
+	uint64_t pairs;              /* batches of two of them on one key */
+	uint64_t arith_modes;        /* of them with vivify or touch */
+	uint64_t rmw_unknown;        /* incrs, decrs, touches and gats with unknown outcomes */
 	uint64_t unknown, failed, rmw_retries;
 };
 
@@ -574,6 +797,7 @@ struct item_worker {
 	size_t n;
 	struct item_counts c;
 	uint32_t stores; /* values: (id << 32) | stores, distinct in a history */
+	int counters; /* values are decimal numbers; incr, decr and touch join in */
 	int broken; /* the handle must be replaced */
 	const char *why;
 };
@@ -586,16 +810,21 @@ static void item_record(struct item_worker *w, struct lc_op *o, int rc, uint64_t
 	if (rc == KVC_EUNKNOWN) {
 		o->cmp = LC_NEVER;
 		w->c.unknown++;
+		if (o->kind == LC_INCR || o->kind == LC_DECR || o->kind == LC_TOUCH || o->kind == LC_GAT)
+			w->c.rmw_unknown++;
 		w->broken = 1;
 	} else if (rc == KVC_ECORRUPT) {
 		w->why = "KVC_ECORRUPT: a slot names an object that is not there";
+		return;
+	} else if (rc == KVC_ENONNUMERIC) {
+		w->why = "KVC_ENONNUMERIC, but every value stored is a number";
 		return;
 	} else if (rc && rc != KVC_ENOTFOUND && rc != KVC_ENOTSTORED && rc != KVC_EEXISTS) {
 		w->c.failed++; /* changed nothing: left out; the handle may be broken */
 		w->broken = 1;
 		return;
 	}
-	if (rc == 0 && o->kind != LC_DELETE)
+	if (rc == 0 && o->kind != LC_DELETE && o->kind != LC_TOUCH)
 		o->uniq = cas;
 	switch (rc) {
 	case 0:
@@ -603,7 +832,7 @@ static void item_record(struct item_worker *w, struct lc_op *o, int rc, uint64_t
 		break;
 	case KVC_ENOTFOUND:
 		o->result = LC_ABSENT;
-		if (o->kind != LC_GET && o->kind != LC_DELETE && o->kind != LC_CAS)
+		if (o->kind == LC_PUT || o->kind == LC_ADD || o->kind == LC_REPLACE)
 			w->why = "a SET, ADD or REPLACE answered KVC_ENOTFOUND";
 		break;
 	case KVC_ENOTSTORED:
@@ -623,10 +852,32 @@ static void item_record(struct item_worker *w, struct lc_op *o, int rc, uint64_t
 		w->c.repl[o->result == LC_OK ? 0 : 1]++;
 	if (o->cmp != LC_NEVER && o->kind == LC_CAS)
 		w->c.cas[o->result == LC_OK ? 0 : o->result == LC_EXISTS ? 1 : 2]++;
+	if (o->cmp != LC_NEVER && (o->kind == LC_INCR || o->kind == LC_DECR))
+		w->c.arith[o->result == LC_OK ? 0 : 1]++;
+	if (o->cmp != LC_NEVER && (o->kind == LC_INCR || o->kind == LC_DECR) && o->uniq)
+		w->c.arith_uniq++;
+	if (o->cmp != LC_NEVER && o->kind == LC_TOUCH)
+		w->c.touch[o->result == LC_OK ? 0 : 1]++;
+	if (o->cmp != LC_NEVER && o->kind == LC_GAT)
+		w->c.gat[o->result == LC_OK ? 0 : 1]++;
 	if (w->n < ITEM_OPS)
 		w->ops[w->n++] = *o;
 	else /* dropping one that took effect would make the history lie */
 		w->why = "more operations than the history holds";
+}
+
+/* The number a value (NUL-terminated) holds: "v<number>:<padding>", or
+ * with counters decimal digits and blanks (stores pad with spaces, incr and
+ * decr write digits alone). 1 if it is one of these. */
+static int item_value(const struct item_worker *w, const char *got, uint64_t *v)
+{
+	int end = 0;
+
+	if (!w->counters)
+		return sscanf(got, "v%" SCNu64 ":", v) == 1;
+	if (got[0] < '0' || got[0] > '9' || sscanf(got, "%" SCNu64 "%n", v, &end) != 1)
+		return 0;
+	return got[end + strspn(got + end, " ")] == '\0';
 }
 
 /* kvc_get_item into the history; 0 with *cas the unique read */
@@ -641,7 +892,7 @@ static int item_get(struct item_worker *w, kvc_t *h, unsigned key, const char *k
 	o.inv = lc_now_ns();
 	rc = kvc_get_item(h, k, strlen(k), got, sizeof(got) - 1, &len, NULL, cas);
 	got[rc == 0 ? len : 0] = '\0';
-	if (rc == 0 && sscanf(got, "v%" SCNu64 ":", &o.value) != 1)
+	if (rc == 0 && !item_value(w, got, &o.value))
 		w->why = "a GET returned bytes no client wrote";
 	item_record(w, &o, rc, *cas);
 	return rc;
@@ -661,7 +912,15 @@ static int item_store(struct item_worker *w, kvc_t *h, uint64_t *rng, unsigned k
 
 	o.value = ((uint64_t)w->id << 32) | ++w->stores;
 	o.ttl_ns = ttl * MSN;
-	snprintf(v, sizeof(v), "v%" PRIu64 ":%0*u", o.value, (int)(lc_rand(rng) % 3000), 0);
+	if (!w->counters) {
+		snprintf(v, sizeof(v), "v%" PRIu64 ":%0*u", o.value, (int)(lc_rand(rng) % 3000), 0);
+	} else {
+		/* small numbers too, for decr to stop at 0; blanks after the
+		 * digits (memcached's padding) vary the objects' sizes */
+		if (lc_rand(rng) % 3 == 0)
+			o.value = lc_rand(rng) % 4;
+		snprintf(v, sizeof(v), "%" PRIu64 "%*s", o.value, (int)(lc_rand(rng) % 3000), "");
+	}
 	o.inv = lc_now_ns();
 	rc = kvc_store(h, mode, k, strlen(k), v, strlen(v), (uint32_t)o.value, ttl, expect, &cas);
 	item_record(w, &o, rc, cas);
@@ -669,6 +928,81 @@ static int item_store(struct item_worker *w, kvc_t *h, uint64_t *rng, unsigned k
 }
 
 #define RMW_TRIES 4
+#define ITEM_DEPTH 2 /* a batch of two read-modify-writes (counters) */
+
+/* An incr, decr, touch or gat into the history. Half the arithmetic goes
+ * through kvc_run_batch, which tells the new unique too, half through
+ * kvc_incr / kvc_decr (the unique not recorded); a delta is now and then
+ * near 2^64 (incr wraps, decr stops at 0). */
+static void item_rmw(struct item_worker *w, kvc_t *h, uint64_t *rng, unsigned key, const char *k)
+{
+	unsigned dice = (unsigned)(lc_rand(rng) % 8);
+	struct lc_op o = { .key = key, .client = (uint16_t)w->id };
+	struct kvc_op op = { .key = k, .key_len = strlen(k) };
+	int rc;
+
+	if (dice < 2) { /* touch */
+		uint64_t ttl = lc_rand(rng) % 2 ? 1 + lc_rand(rng) % 8 : 0;
+
+		o.kind = LC_TOUCH;
+		o.ttl_ns = ttl * MSN;
+		o.inv = lc_now_ns();
+		item_record(w, &o, kvc_touch(h, k, strlen(k), ttl), 0);
+		return;
+	}
+	if (dice < 3) { /* gat */
+		uint64_t ttl = lc_rand(rng) % 2 ? 1 + lc_rand(rng) % 8 : 0, cas = 0;
+		char got[3100];
+		size_t len = 0;
+
+		o.kind = LC_GAT;
+		o.ttl_ns = ttl * MSN;
+		o.inv = lc_now_ns();
+		rc = kvc_gat(h, k, strlen(k), ttl, got, sizeof(got) - 1, &len, NULL, &cas);
+		got[rc == 0 ? len : 0] = '\0';
+		if (rc == 0 && !item_value(w, got, &o.value))
+			w->why = "a GAT returned bytes no client wrote";
+		item_record(w, &o, rc, cas);
+		return;
+	}
+	o.kind = dice < 6 ? LC_INCR : LC_DECR;
+	o.delta = lc_rand(rng) % 10 ? 1 + lc_rand(rng) % 5 : UINT64_MAX - lc_rand(rng) % 5;
+	o.inv = lc_now_ns();
+	if (lc_rand(rng) % 2) {
+		/* half of these with an increment of the same key in the same
+		 * batch: two read-modify-writes of one key in flight at once */
+		struct kvc_op op2 = { .type = KVC_OP_INCR, .key = k, .key_len = strlen(k), .delta = 1 + lc_rand(rng) % 5 };
+		struct kvc_op *both[2] = { &op, &op2 };
+		struct lc_op o2 = { .key = key, .client = (uint16_t)w->id, .kind = LC_INCR, .delta = op2.delta };
+		unsigned n = lc_rand(rng) % 2 ? 2 : 1;
+
+		op.type = o.kind == LC_INCR ? KVC_OP_INCR : KVC_OP_DECR;
+		op.delta = o.delta;
+		/* and the modes: vivify on a miss, touch on a hit */
+		op.mode = (int)(lc_rand(rng) % 4);
+		op.initial = lc_rand(rng) % 10;
+		op.ttl_ms = op.mode && lc_rand(rng) % 2 ? 1 + lc_rand(rng) % 8 : 0;
+		o.mode = (uint32_t)op.mode;
+		o.initial = op.mode & KVC_ARITH_VIVIFY ? op.initial : 0;
+		o.ttl_ns = op.mode ? op.ttl_ms * MSN : 0;
+		w->c.arith_modes += op.mode != 0;
+		o2.inv = o.inv;
+		w->c.pairs += n == 2;
+		rc = kvc_run_batch(h, both, n);
+		for (unsigned j = 0; j < n; j++) {
+			struct kvc_op *x = both[j];
+			struct lc_op *r = j ? &o2 : &o;
+			int xrc = rc ? rc : x->status;
+
+			r->value = x->result;
+			item_record(w, r, xrc, xrc == 0 ? x->cas : 0);
+		}
+		return;
+	}
+	rc = o.kind == LC_INCR ? kvc_incr(h, k, strlen(k), o.delta, &o.value)
+			       : kvc_decr(h, k, strlen(k), o.delta, &o.value);
+	item_record(w, &o, rc, 0);
+}
 
 /* ... and break the connection at about one operation in 400: writes then
  * end with unknown outcomes (KVC_EUNKNOWN), which the checker must place, and
@@ -694,14 +1028,18 @@ static void *item_worker_main(void *arg)
 		unsigned key = lc_rand(&rng) % 16 ? (unsigned)(lc_rand(&rng) % ITEM_HOT)
 						 : ITEM_HOT + (unsigned)(lc_rand(&rng) % ITEM_COLD);
 		unsigned dice = (unsigned)(lc_rand(&rng) % 100);
+		int rmw = w->counters && lc_rand(&rng) % 100 < 35; /* else the items' mix */
 		uint64_t cas;
 
-		if (!h && kvt_env_client(w->env, &hk, lc_rand(&rng) % 2 ? 64 : 0, 1, &h)) {
+		if (!h && kvt_env_client(w->env, &hk, lc_rand(&rng) % 2 ? 64 : 0,
+					   w->counters ? ITEM_DEPTH : 1, &h)) {
 			w->why = "cannot open a client";
 			break;
 		}
 		snprintf(k, sizeof(k), "item-%u", key);
-		if (dice < 25) {
+		if (rmw) {
+			item_rmw(w, h, &rng, key, k);
+		} else if (dice < 25) {
 			item_get(w, h, key, k, &cas);
 		} else if (dice < 40) {
 			item_store(w, h, &rng, key, k, KVC_STORE_SET, 0);
@@ -746,14 +1084,38 @@ static void *item_worker_main(void *arg)
 	return NULL;
 }
 
-Test(lincheck, item_histories_with_conditional_stores_and_the_reclaimer, .timeout = 300)
+/* what the item histories did, over all seeds */
+struct item_totals {
+	struct item_counts c;
+	uint64_t ops, states, reclaimed, moved, expired;
+	double seconds;
+};
+
+/* A history that is not linearizable, kept for build/tests/lincheck */
+static void keep_history(const char *name, const struct lc_op *ops, size_t n)
+{
+	FILE *f = fopen(name, "w");
+	char line[LC_LINE_MAX];
+
+	for (size_t i = 0; f && i < n; i++) {
+		lc_format(&ops[i], line, sizeof(line));
+		fputs(line, f);
+	}
+	if (f)
+		fclose(f);
+}
+
+/* seeds histories of ITEM_THREADS clients (counters: the counter mix), the
+ * reclaimer running; each must be linearizable */
+static void item_histories(int counters, uint64_t seeds, struct item_totals *t)
 {
 	struct lc_op *all = malloc(sizeof(struct lc_op) * ITEM_THREADS * ITEM_OPS);
-	uint64_t ops = 0, states = 0, reclaimed = 0, moved = 0, expired = 0;
-	struct item_counts c = { 0 };
+	struct item_counts *c = &t->c;
+	uint64_t t0 = lc_now_ns();
 
+	memset(t, 0, sizeof(*t));
 	cr_assert(all);
-	for (uint64_t seed = 1; seed <= ITEM_SEEDS; seed++) {
+	for (uint64_t seed = 1; seed <= seeds; seed++) {
 		struct kvs_core_opts o = { .segment_size = 64u << 10, .max_op_ms = 50, .quarantine_ms = 110,
 					   .no_evict = 1 };
 		static struct item_worker w[ITEM_THREADS];
@@ -764,13 +1126,14 @@ Test(lincheck, item_histories_with_conditional_stores_and_the_reclaimer, .timeou
 		void *rret = NULL;
 		pthread_t rt;
 		size_t n = 0;
+		int r;
 
 		cr_assert_eq(kvt_env_init_opts(&env, 2, &o), 0);
 		g_stop = 0;
 		cr_assert_eq(kvt_env_reclaimer(&env, NULL, &rcl), 0);
 		cr_assert_eq(pthread_create(&rt, NULL, reclaimer_main, rcl), 0);
 		for (unsigned i = 0; i < ITEM_THREADS; i++) {
-			w[i] = (struct item_worker){ .env = &env, .id = i + 1, .seed = seed };
+			w[i] = (struct item_worker){ .env = &env, .id = i + 1, .seed = seed, .counters = counters };
 			cr_assert_eq(pthread_create(&w[i].t, NULL, item_worker_main, &w[i]), 0);
 		}
 		for (unsigned i = 0; i < ITEM_THREADS; i++)
@@ -783,33 +1146,85 @@ Test(lincheck, item_histories_with_conditional_stores_and_the_reclaimer, .timeou
 			memcpy(all + n, w[i].ops, w[i].n * sizeof(struct lc_op));
 			n += w[i].n;
 			for (unsigned j = 0; j < 2; j++) {
-				c.add[j] += w[i].c.add[j];
-				c.repl[j] += w[i].c.repl[j];
+				c->add[j] += w[i].c.add[j];
+				c->repl[j] += w[i].c.repl[j];
+				c->arith[j] += w[i].c.arith[j];
+				c->touch[j] += w[i].c.touch[j];
+				c->gat[j] += w[i].c.gat[j];
 			}
 			for (unsigned j = 0; j < 3; j++)
-				c.cas[j] += w[i].c.cas[j];
-			c.unknown += w[i].c.unknown;
-			c.failed += w[i].c.failed;
-			c.rmw_retries += w[i].c.rmw_retries;
+				c->cas[j] += w[i].c.cas[j];
+			c->arith_uniq += w[i].c.arith_uniq;
+			c->pairs += w[i].c.pairs;
+			c->arith_modes += w[i].c.arith_modes;
+			c->rmw_unknown += w[i].c.rmw_unknown;
+			c->unknown += w[i].c.unknown;
+			c->failed += w[i].c.failed;
+			c->rmw_retries += w[i].c.rmw_retries;
 		}
 		kvs_core_stats(env.srv.core, &cs);
-		reclaimed += cs.rc.segments;
-		moved += cs.rc.moved;
-		expired += cs.rc.expired;
-		cr_assert_eq(lc_check(all, n, 2000000, &rep), 1, "seed %" PRIu64 ": %s", seed, rep.why);
-		ops += n;
-		states += rep.states;
+		t->reclaimed += cs.rc.segments;
+		t->moved += cs.rc.moved;
+		t->expired += cs.rc.expired;
+		r = lc_check(all, n, 2000000, &rep);
+		if (r != 1) {
+			char name[64];
+
+			snprintf(name, sizeof(name), "lin-items-failed-%d-%" PRIu64 ".txt", counters, seed);
+			keep_history(name, all, n);
+		}
+		cr_assert_eq(r, 1, "seed %" PRIu64 ": %s (history kept in lin-items-failed-%d-%" PRIu64 ".txt)", seed,
+			     rep.why, counters, seed);
+		t->ops += n;
+		t->states += rep.states;
 		kvs_reclaim_destroy(rcl);
 		kvt_env_fini(&env);
 	}
+	t->seconds = (double)(lc_now_ns() - t0) / 1e9;
+	free(all);
+}
+
+Test(lincheck, item_histories_with_conditional_stores_and_the_reclaimer, .timeout = 300)
+{
+	struct item_totals t;
+	struct item_counts *c = &t.c;
+
+	item_histories(0, ITEM_SEEDS, &t);
 	/* the conditional stores met both of their answers */
-	cr_expect(c.add[0] && c.add[1] && c.repl[0] && c.repl[1] && c.cas[0] && c.cas[1]);
+	cr_expect(c->add[0] && c->add[1] && c->repl[0] && c->repl[1] && c->cas[0] && c->cas[1]);
 	printf("lincheck items: %d histories, %" PRIu64 " operations (%" PRIu64 " unknown outcomes, %" PRIu64
 	       " failed and left out), %" PRIu64 " search states; add %" PRIu64 " stored / %" PRIu64
 	       " not stored, replace %" PRIu64 " / %" PRIu64 ", cas %" PRIu64 " stored / %" PRIu64 " exists / %" PRIu64
 	       " not found, %" PRIu64 " read-modify-write retries; %" PRIu64 " segments reclaimed meanwhile (%" PRIu64
-	       " items moved, %" PRIu64 " expired): 0 violations\n",
-	       ITEM_SEEDS, ops, c.unknown, c.failed, states, c.add[0], c.add[1], c.repl[0], c.repl[1], c.cas[0],
-	       c.cas[1], c.cas[2], c.rmw_retries, reclaimed, moved, expired);
-	free(all);
+	       " items moved, %" PRIu64 " expired); %.1f s: 0 violations\n",
+	       ITEM_SEEDS, t.ops, c->unknown, c->failed, t.states, c->add[0], c->add[1], c->repl[0], c->repl[1],
+	       c->cas[0], c->cas[1], c->cas[2], c->rmw_retries, t.reclaimed, t.moved, t.expired, t.seconds);
+}
+
+/* The counter mix: numbers stored, incremented, decremented (to 0, and
+ * across 2^64), touched, read, CASed, deleted, on a few hot keys, with TTLs
+ * of a few milliseconds, connections broken now and then (unknown
+ * outcomes), the reclaimer moving items underneath. */
+#define COUNTER_SEEDS 8
+
+Test(lincheck, counter_histories_with_incr_decr_touch_and_the_reclaimer, .timeout = 300)
+{
+	struct item_totals t;
+	struct item_counts *c = &t.c;
+
+	item_histories(1, COUNTER_SEEDS, &t);
+	/* incr / decr and touch met items and missed them; the batch told uniques */
+	cr_expect(c->arith[0] && c->arith[1] && c->touch[0] && c->touch[1] && c->gat[0] && c->gat[1] && c->arith_uniq &&
+		  c->pairs && c->arith_modes);
+	cr_expect(c->add[0] && c->cas[0] && c->cas[1]);
+	printf("lincheck counters: %d histories, %" PRIu64 " operations (%" PRIu64 " unknown outcomes, %" PRIu64
+	       " of them incr/decr/touch/gat; %" PRIu64 " failed and left out), %" PRIu64 " search states; incr/decr %" PRIu64
+	       " done (%" PRIu64 " told their unique, %" PRIu64 " batches of two, %" PRIu64 " vivify/touch) / %" PRIu64
+	       " not found, touch %" PRIu64 " / %" PRIu64
+	       ", gat %" PRIu64 " / %" PRIu64 ", add %" PRIu64 " / %" PRIu64 ", replace %" PRIu64 " / %" PRIu64
+	       ", cas %" PRIu64 " / %" PRIu64 " / %" PRIu64 "; %" PRIu64 " segments reclaimed (%" PRIu64
+	       " items moved, %" PRIu64 " expired); %.1f s: 0 violations\n",
+	       COUNTER_SEEDS, t.ops, c->unknown, c->rmw_unknown, c->failed, t.states, c->arith[0], c->arith_uniq,
+	       c->pairs, c->arith_modes, c->arith[1], c->touch[0], c->touch[1], c->gat[0], c->gat[1], c->add[0], c->add[1], c->repl[0],
+	       c->repl[1], c->cas[0], c->cas[1], c->cas[2], t.reclaimed, t.moved, t.expired, t.seconds);
 }

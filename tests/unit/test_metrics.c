@@ -112,7 +112,11 @@ Test(metrics, a_busy_server_renders_its_numbers_under_the_documented_names)
 	cr_expect_eq(value(text, "kvcache_limit_bytes"), (double)s.core.heap_bytes);
 	cr_expect_eq(value(text, "kvcache_current_bytes"), (double)s.core.carved_bytes);
 	cr_expect_eq(value(text, "kvcache_writing_clients"), (double)s.core.clients);
-	cr_expect_eq(value(text, "kvcache_items_evicted_total"), (double)s.core.rc.evictions);
+	cr_expect_eq(value(text, "kvcache_items_evicted_total"),
+		     (double)(s.core.rc.evictions + s.core.counts[KVI_COUNT_INDEX_EVICTIONS]),
+		     "the reclaimer's and the clients' evictions");
+	cr_expect_eq(value(text, "kvcache_commands_total{command=\"get\",status=\"hit\"}"),
+		     (double)s.core.counts[KVI_COUNT_GET_HITS]);
 	cr_expect_eq(value(text, "kvcache_items_expired_total"), (double)s.core.rc.expired);
 	cr_expect_eq(value(text, "kvcache_segments_reclaimed_total"), (double)s.core.rc.segments);
 	cr_expect_eq(value(text, "kvcache_segment_grants_total"), (double)s.core.grants);
@@ -173,7 +177,7 @@ Test(metrics, every_server_statistic_shows_what_stats_reports)
 			cr_expect_eq(value(text, series), (double)v[i], "%s", series);
 		shown++;
 	}
-	cr_expect_eq(shown, KVI_STAT_COUNT - 3, "all but cpu_ns, segments_used and bytes_used");
+	cr_expect_eq(shown, KVI_STAT_COUNT - 5, "all but cpu_ns, segments_used, bytes_used, cmd_get and cmd_touch");
 	free(text);
 }
 
