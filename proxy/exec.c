@@ -726,7 +726,7 @@ static void reply_local(struct kvp_exec *x, const struct kvp_slot *s, const stru
 			kvp_stats_fill(&st, x->sh, x->h);
 			kvp_stats_render(b, &st);
 		} else if (kvp_tok_is(sub, sl, "reset")) {
-			kvp_stats_reset(x->sh);
+			kvp_stats_reset(x->sh, x->h);
 			line(b, "RESET");
 		} else if (kvp_tok_is(sub, sl, "settings") || kvp_tok_is(sub, sl, "items") ||
 			   kvp_tok_is(sub, sl, "slabs") || kvp_tok_is(sub, sl, "sizes") || kvp_tok_is(sub, sl, "conns")) {

@@ -34,7 +34,7 @@ struct kvp_shared {
 	/* "stats reset": the counters' sums then, taken off what stats shows
 	 * (the workers' own counters only ever grow: one writer each). */
 	pthread_mutex_t reset_mu;
-	struct kvp_counters base;
+	struct kvp_counters base, tier_base; /* this proxy's; the tier's */
 	time_t started;
 	unsigned threads;
 	struct kvp_counters **workers; /* threads of them */
@@ -50,13 +50,17 @@ struct kvp_stats {
 	uint64_t curr_connections, total_connections, rejected_connections;
 	struct kvp_counters c;
 	uint64_t threads;
-	int tier_ok; /* the tier answered: the three below are its */
-	uint64_t bytes, limit_maxbytes, evictions;
+	/* The tier answered (kvc_server_stats): the figures below are its, and
+	 * the item and hit counters in c are the tier's, summed over every
+	 * client of every server (memcached's are its server's), not this
+	 * proxy's own. */
+	int tier_ok;
+	uint64_t bytes, limit_maxbytes, evictions, curr_items, get_expired;
 };
 
 void kvp_stats_fill(struct kvp_stats *s, struct kvp_shared *sh, kvc_t *h);
-/* "stats reset": the counters start again from 0. */
-void kvp_stats_reset(struct kvp_shared *sh);
+/* "stats reset": the counters start again from 0 (h: for the tier's). */
+void kvp_stats_reset(struct kvp_shared *sh, kvc_t *h);
 /* "STAT name value\r\n" lines and "END\r\n". */
 void kvp_stats_render(struct kvp_buf *b, const struct kvp_stats *s);
 

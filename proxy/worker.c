@@ -9,6 +9,7 @@
 #include <string.h>
 #include <sys/epoll.h>
 #include <sys/eventfd.h>
+#include <time.h>
 #include <unistd.h>
 
 #include "conn.h"
@@ -173,8 +174,21 @@ static void *loop(void *arg)
 	struct kvp_worker *w = arg;
 	struct epoll_event ev[256];
 
+	time_t last_tick = time(NULL);
+
 	while (!__atomic_load_n(&w->stop, __ATOMIC_ACQUIRE)) {
 		int n = epoll_wait(w->ep, ev, 256, 1000);
+		time_t now = time(NULL);
+
+		/* The library has no thread: an idle handle's lease renewals and
+		 * its reports of memcached's counters to the servers ride on calls
+		 * like this one (kvclient.h "Membership"). */
+		if (now != last_tick) {
+			struct kvc_op *none[1];
+
+			last_tick = now;
+			kvc_poll(w->h, none, 1, 0);
+		}
 
 		for (int i = 0; i < n; i++) {
 			struct kvp_conn *c = ev[i].data.ptr;
