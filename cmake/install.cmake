@@ -1,12 +1,12 @@
 # What `cmake --install` puts where (included from the top-level CMakeLists.txt
 # after every target exists). Layout under the prefix:
-#   bin/                      kvserver, kvcli, kvbench (their own install() rules)
+#   bin/                      kvserver, kvcli, kvbench, kvproxy (their own install() rules)
 #   lib/                      libkvclient.so.0 (SONAME from client/CMakeLists.txt), libkvclient.a
 #   include/                  kvclient.h, kvclient_errors.h
 #   lib/pkgconfig/            kvclient.pc
 #   lib/cmake/kvclient/       kvclientConfig.cmake, kvclientConfigVersion.cmake, kvclientTargets*.cmake
-#   share/man/man1/           kvserver.1.gz, kvcli.1.gz, kvbench.1.gz
-#   lib/systemd/system/       kvserver.service
+#   share/man/man1/           kvserver.1.gz, kvcli.1.gz, kvbench.1.gz, kvproxy.1.gz
+#   lib/systemd/system/       kvserver.service, kvproxy.service
 #   share/doc/kvcache/        README.md, docs/*.md, kvserver.service (a copy to adapt), kvserver.conf.example
 # The library directory is plain "lib" (not Debian's multiarch one) because
 # kvclient.pc finds its prefix from its own location (${pcfiledir}/../..).
@@ -26,7 +26,7 @@ install(FILES ${PROJECT_BINARY_DIR}/kvclientConfig.cmake ${PROJECT_BINARY_DIR}/k
 # Manual pages, compressed as Debian ships them (gzip -n: reproducible).
 find_program(KV_GZIP gzip REQUIRED)
 set(kv_man_gz)
-foreach(page kvserver kvcli kvbench)
+foreach(page kvserver kvcli kvbench kvproxy)
   set(src ${PROJECT_SOURCE_DIR}/docs/man/${page}.1)
   set(gz ${PROJECT_BINARY_DIR}/man/${page}.1.gz)
   add_custom_command(OUTPUT ${gz}
@@ -40,7 +40,8 @@ install(FILES ${kv_man_gz} DESTINATION ${CMAKE_INSTALL_MANDIR}/man1)
 
 # The service. The unit goes where systemd looks for packaged units (under
 # /usr with a /usr prefix; /usr/local/lib/systemd/system is searched too).
-install(FILES ${PROJECT_SOURCE_DIR}/deploy/kvserver.service DESTINATION lib/systemd/system)
+install(FILES ${PROJECT_SOURCE_DIR}/deploy/kvserver.service ${PROJECT_SOURCE_DIR}/deploy/kvproxy.service
+  DESTINATION lib/systemd/system)
 set(kv_docs ${PROJECT_SOURCE_DIR}/README.md ${PROJECT_SOURCE_DIR}/deploy/kvserver.service)
 # The example configuration comes with kvserver --config; ship it when present.
 if(EXISTS ${PROJECT_SOURCE_DIR}/deploy/kvserver.conf.example)

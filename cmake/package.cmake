@@ -20,8 +20,9 @@ set(CPACK_PACKAGE_DESCRIPTION "kvserver owns one registered memory region; clien
 GET, PUT and DELETE themselves with one-sided RDMA READ, WRITE and atomics,
 so the server's CPU is only on the control path.
 
-This package holds kvserver (with a systemd unit), the kvcli command-line
-client, the kvbench benchmark, and libkvclient (shared and static library,
+This package holds kvserver (with a systemd unit), kvproxy (memcached's text
+and meta protocols in front of the tier, with a systemd unit), the kvcli
+command-line client, the kvbench benchmark, and libkvclient (shared and static library,
 headers, pkg-config file and CMake package).")
 # The runtime libraries come from what the binaries actually link
 # (dpkg-shlibdeps: libibverbs1, librdmacm1, libjemalloc2, libxxhash0, libssl3,

@@ -1,6 +1,6 @@
 /* Writes the seed corpus of the fuzz targets: a few valid encodings each, so
  * that the fuzzer starts past the magic numbers and checksums.
- *   gen_corpus <dir>    writes <dir>/fuzz_wire/, fuzz_layout/, fuzz_walk/, fuzz_client/
+ *   gen_corpus <dir>    writes <dir>/fuzz_wire/, fuzz_layout/, fuzz_walk/, fuzz_client/, fuzz_proxy/
  * (the directories must exist). The committed copy is tests/fuzz/corpus/. */
 #include <stdio.h>
 #include <stdlib.h>
@@ -150,10 +150,31 @@ static void client(void)
 	put("fuzz_client", "empty_key", b, 2);
 }
 
+/* kvproxy: memcached sessions, the first byte choosing the maximum value
+ * (fuzz_proxy.c). */
+static void proxy(void)
+{
+	static const char *const sessions[][2] = {
+		{ "text_storage", "\x02set a 5 0 3\r\nabc\r\nadd b 0 0 1 noreply\r\nx\r\ncas c 0 0 1 7\r\ny\r\n"
+				  "append a 0 0 1\r\nz\r\nprepend a 0 0 1\r\nz\r\nreplace a 0 -1 1\r\nq\r\n" },
+		{ "text_other", "\x02get a b c\r\ngets a\r\ngat 10 a\r\ngats 0 a b\r\nincr n 5\r\ndecr n 1 noreply\r\n"
+				"touch a 10\r\ndelete a 0 noreply\r\nflush_all 10\r\nversion\r\nverbosity 1\r\nstats\r\nquit\r\n" },
+		{ "text_bad", "\x02set a 0 0 1\r\nxyz\r\nset a x 0 1\r\nset a 0 0 5000\r\nincr a -1\r\n\r\nbogus\r\n"
+			      "delete a 1\r\nGET / HTTP/1.1\r\n" },
+		{ "meta", "\x02mg a v f s t c k O123 q T30\r\nms a 2 F5 T9 c k MA C3 I\r\nhi\r\nmd a q C1\r\n"
+			  "ma a N0 J7 D5 MD v\r\nmg YWJj b k v\r\nmn\r\nme a\r\n" },
+		{ "meta_bad", "\x02mg a v v\r\nmg a !\r\nms a 1 MZ\r\nx\r\nms a 1 Fx\r\nx\r\nma a Dx\r\nmg a b\r\n"
+			      "ms a 5000 q\r\n" },
+	};
+
+	for (size_t i = 0; i < sizeof(sessions) / sizeof(sessions[0]); i++)
+		put("fuzz_proxy", sessions[i][0], sessions[i][1], strlen(sessions[i][1]));
+}
+
 int main(int argc, char **argv)
 {
 	if (argc != 2) {
-		fprintf(stderr, "usage: gen_corpus <dir>  (writes <dir>/fuzz_wire|fuzz_layout|fuzz_walk/*)\n");
+		fprintf(stderr, "usage: gen_corpus <dir>  (writes <dir>/fuzz_wire|fuzz_layout|fuzz_walk|fuzz_client|fuzz_proxy/*)\n");
 		return 2;
 	}
 	dir = argv[1];
@@ -161,5 +182,6 @@ int main(int argc, char **argv)
 	layout();
 	walk();
 	client();
+	proxy();
 	return 0;
 }

@@ -1,0 +1,26 @@
+/* Reaching the tier: a handle per worker, on the servers of an rdma://
+ * list, or on a whole kvcache server inside this process (local://MIB,
+ * server/inproc.h) so that kvproxy runs and is tested without RDMA. */
+#ifndef KVP_TIER_H
+#define KVP_TIER_H
+
+#include <stddef.h>
+
+#include "kvclient.h"
+
+struct kvp_tier_opts {
+	const char *target;      /* rdma://HOST[:PORT][,...] or local://MIB */
+	const char *device;      /* rdma: RDMA device, or NULL */
+	const char *secret_file; /* rdma: the servers' shared secret, or NULL */
+	unsigned depth;          /* ops in flight per handle */
+};
+
+/* 0, or -1 with one line in err: the target is not one kvproxy knows. */
+int kvp_tier_check(const char *target, char *err, size_t errlen);
+/* A new handle (one per worker thread); the first local:// one starts the
+ * in-process server. 0, or a KVC_ code with one line in err. */
+int kvp_tier_open(const struct kvp_tier_opts *o, kvc_t **out, char *err, size_t errlen);
+/* Destroy h; the last local:// handle stops the in-process server. */
+void kvp_tier_close(kvc_t *h);
+
+#endif
