@@ -40,23 +40,27 @@ void kvi_mark_access(struct kvi_conn *h, uint64_t obj_off, uint64_t word, uint64
 	h->mark_count++;
 }
 
-/* ops[0..n) followed by as many pending marks as fit one doorbell, in out. */
+/* As many pending marks as fit one doorbell, then ops[0..n), in out: the
+ * marks first, so that this handle's next read of an object sees that it
+ * read it before (memcached meta's "mg h"). */
 static unsigned add_marks(struct kvi_conn *h, const struct kvi_rop *ops, unsigned n, uint64_t now, struct kvi_rop *out)
 {
-	memcpy(out, ops, n * sizeof(*ops));
-	while (h->mark_count && n < KVI_RMEM_MAX_BATCH) {
-		const struct kvi_mark *m = &h->marks[h->mark_head];
+	unsigned m = 0;
+
+	while (h->mark_count && m + n < KVI_RMEM_MAX_BATCH) {
+		const struct kvi_mark *mk = &h->marks[h->mark_head];
 
 		h->mark_head = (h->mark_head + 1) % KVI_MARKS;
 		h->mark_count--;
-		if (now < m->deadline) {
+		if (now < mk->deadline) {
 			/* A CAS, not a WRITE: it must not clear a recache token
 			 * set since the GET read the byte (layout.h). */
-			out[n++] = kvi_rop_cas(m->off, h->mark_sink, m->word, m->word | KVI_ACCESS_READ);
+			out[m++] = kvi_rop_cas(mk->off, h->mark_sink, mk->word, mk->word | KVI_ACCESS_READ);
 			h->stats.access_marks++;
 		}
 	}
-	return n;
+	memcpy(out + m, ops, n * sizeof(*ops));
+	return m + n;
 }
 
 int kvi_st_post(struct kvi_conn *h, struct kvi_opst *st, const struct kvi_rop *ops, unsigned n, int state)

@@ -177,11 +177,27 @@ static int single_op(const struct kvp_req *r, struct kvc_op *op, int *expired, t
 	case KVP_C_TOUCH:
 		op->type = *expired ? KVC_OP_DELETE : KVC_OP_TOUCH;
 		return 1;
-	case KVP_C_DELETE: case KVP_C_MD:
+	case KVP_C_DELETE:
 		op->type = KVC_OP_DELETE;
+		return 1;
+	case KVP_C_MD:
+		/* C: only that version; I: mark it stale (with T, a new TTL) */
+		op->type = KVC_OP_DELETE;
+		op->cas = r->cas;
+		op->ttl_ms = 0;
+		if (r->mflags & KVP_MF('I')) {
+			op->meta = KVC_META_INVALIDATE;
+			if (r->has_exptime)
+				(void)kvp_ttl_ms(r->exptime, now, &op->ttl_ms);
+		}
+		*expired = 0;
 		return 1;
 	case KVP_C_MG:
 		op->type = r->has_exptime ? KVC_OP_GAT : KVC_OP_GET;
+		if (op->type == KVC_OP_GET && (r->mflags & KVP_MF('R')) && r->recache_ttl > 0) {
+			op->meta = KVC_META_RECACHE;
+			op->recache_ms = (uint64_t)r->recache_ttl * 1000u;
+		}
 		*expired = 0;
 		return 1;
 	case KVP_C_TOOLARGE:
@@ -251,12 +267,17 @@ int kvp_exec_add(struct kvp_exec *x, const struct kvp_req *r)
 
 			if (x->nops && x->nops + 1 > KVP_ROUND_OPS)
 				return KVP_RUN_FIRST;
-			if (conflicts(x, h, is_write(op.type)))
+			/* A meta get may take the item's recache token (or see
+			 * it taken): ordered like a write, as memcached runs a
+			 * connection's commands one after another. */
+			int writes = is_write(op.type) || s->req.cmd == KVP_C_MG;
+
+			if (conflicts(x, h, writes))
 				return KVP_RUN_FIRST;
 			if (x->nops + 1 > x->op_cap && grow(x, x->nops + 1))
 				return KVP_NOMEM;
 			x->ops[x->nops] = op;
-			x->hash[x->nops++] = (h & ~1u) | (uint32_t)is_write(op.type);
+			x->hash[x->nops++] = (h & ~1u) | (uint32_t)writes;
 		}
 	}
 	s->op0 = first;
@@ -543,6 +564,10 @@ static void meta_flags(struct kvp_buf *b, const struct kvp_req *r, const struct 
 				kvp_buf_u64(b, op->value_len);
 			}
 			break;
+		case 'h':
+			if (hit && r->cmd == KVP_C_MG)
+				kvp_buf_str(b, op->item & KVC_ITEM_FETCHED ? " h1" : " h0");
+			break;
 		case 't':
 			if (hit && r->cmd == KVP_C_MG) {
 				struct timespec ts;
@@ -560,6 +585,16 @@ static void meta_flags(struct kvp_buf *b, const struct kvp_req *r, const struct 
 		default:
 			break;
 		}
+	}
+	/* memcached's order: after the flags asked for, Z (another client won
+	 * the right to recache), X (stale), W (this one won). */
+	if (hit && r->cmd == KVP_C_MG) {
+		if (op->item & KVC_ITEM_WIN_SENT)
+			kvp_buf_str(b, " Z");
+		if (op->item & KVC_ITEM_STALE)
+			kvp_buf_str(b, " X");
+		if (op->item & KVC_ITEM_WON)
+			kvp_buf_str(b, " W");
 	}
 }
 

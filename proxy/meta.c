@@ -27,7 +27,6 @@ static int flags(const struct kvp_tokens *t, size_t start, struct kvp_req *r, co
 		unsigned char o = (unsigned char)t->v[i][0];
 		const char *arg = t->v[i] + 1;
 		size_t alen = t->l[i] - 1;
-		int32_t dummy;
 
 		if (o >= 127 || seen[o]) {
 			*err = "CLIENT_ERROR duplicate flag";
@@ -51,8 +50,9 @@ static int flags(const struct kvp_tokens *t, size_t start, struct kvp_req *r, co
 		}
 		case 'N': /* vivify TTL */
 		case 'T': /* new TTL */
-		case 'R': /* recache TTL: parsed, then refused (meta.h) */
-			if (!kvp_num_i32(arg, alen, o == 'N' ? &r->vivify_exptime : o == 'T' ? &r->exptime : &dummy)) {
+		case 'R': /* recache below this TTL */
+			if (!kvp_num_i32(arg, alen, o == 'N' ? &r->vivify_exptime : o == 'T' ? &r->exptime
+											  : &r->recache_ttl)) {
 				*err = BAD_TOKEN;
 				bad = 1;
 			}
@@ -203,13 +203,11 @@ int kvp_meta(const char *buf, size_t len, size_t max_value, const struct kvp_tok
 		return error(r, "CLIENT_ERROR opaque token too long");
 	switch (c) {
 	case 'g':
-		if (r->mflags & (KVP_MF('N') | KVP_MF('R') | KVP_MF('h') | KVP_MF('l')))
+		if (r->mflags & (KVP_MF('N') | KVP_MF('l')))
 			return error(r, KVP_UNSUPPORTED_FLAG);
 		r->cmd = KVP_C_MG;
 		break;
 	case 'd':
-		if (r->mflags & (KVP_MF('I') | KVP_MF('C')))
-			return error(r, KVP_UNSUPPORTED_FLAG);
 		r->cmd = KVP_C_MD;
 		break;
 	default:

@@ -61,6 +61,7 @@ struct kvp_req {
 	uint64_t delta;     /* incr/decr, ma D */
 	uint64_t initial;   /* ma J */
 	int32_t vivify_exptime; /* ma N */
+	int32_t recache_ttl;    /* mg R: win the right to recache below this TTL (seconds) */
 	const char *data;   /* value, without its CRLF */
 	size_t data_len;
 	/* Meta: flags present, the flag tokens as sent (for the reply, in

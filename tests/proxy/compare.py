@@ -105,6 +105,12 @@ SESSIONS = [
             b"ma none\r\nma none O1 k\r\nma none N0 J42 v\r\nma none v\r\nmg none v\r\nma n1 q\r\nma n1 v q\r\nmn\r\n",
             b"ma\r\n", b"ma a Dx\r\n", b"ma a Jx\r\n", b"ma a MX\r\n", b"ms s2 1\r\nx\r\nma s2\r\n",
             b"ma n1 C1 v\r\nma n1 c v\r\nma none C1\r\n"], "incr"),
+    # recache tokens: md I marks stale (X), the first mg wins (W), the rest see Z;
+    # R wins below a TTL; h says whether the item was read before
+    ("md-invalidate", [b"ms iv 2 T100\r\nhi\r\nmg iv v h\r\nmg iv h\r\nmd iv I T30\r\nmg iv v t\r\nmg iv v\r\n"
+                       b"mg iv c\r\nms iv 2\r\nho\r\nmg iv v\r\nmd none I\r\nmd iv C1\r\nmd iv q I\r\nmg iv\r\n"]),
+    ("mg-recache", [b"ms rc 1 T100\r\nx\r\nmg rc R30 v\r\nmg rc R200 v\r\nmg rc R200 v\r\nmg rc v\r\n"
+                    b"ms rn 1\r\ny\r\nmg rn R30 v\r\n"]),
     ("mn-me", [b"mn\r\nmn extra\r\n"]),
     ("stats-sub", [b"stats reset\r\nstats nonsense\r\n"]),
 ]

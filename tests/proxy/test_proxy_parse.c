@@ -202,8 +202,10 @@ Test(meta, mg)
 	bad("mg k O123456789012345678901234567890123\r\n", "CLIENT_ERROR opaque token too long");
 	bad("mg k a b c d e f g h i j k l m n o p q r\r\n", "CLIENT_ERROR options flags are too long");
 	bad("mg k N30\r\n", KVP_UNSUPPORTED_FLAG);
-	bad("mg k R30\r\n", KVP_UNSUPPORTED_FLAG);
-	bad("mg k h\r\n", KVP_UNSUPPORTED_FLAG);
+	bad("mg k l\r\n", KVP_UNSUPPORTED_FLAG);
+	ok("mg k R30 h v\r\n", KVP_C_MG);
+	cr_assert_eq(r.recache_ttl, 30);
+	bad("mg k Rx\r\n", "CLIENT_ERROR bad token in command line format");
 	bad("mg k v q T\r\n", "CLIENT_ERROR bad token in command line format");
 	cr_assert(!r.noreply); /* meta errors are never quiet */
 }
@@ -247,8 +249,10 @@ Test(meta, md_ma_mn)
 	ok("md k q O1 k\r\n", KVP_C_MD);
 	cr_assert(r.noreply);
 	bad("md k !\r\n", "CLIENT_ERROR invalid or duplicate flag");
-	bad("md k C1\r\n", KVP_UNSUPPORTED_FLAG);
-	bad("md k I\r\n", KVP_UNSUPPORTED_FLAG);
+	ok("md k C1 I T30\r\n", KVP_C_MD);
+	cr_assert_eq(r.cas, 1);
+	cr_assert(r.mflags & KVP_MF('I'));
+	cr_assert_eq(r.exptime, 30);
 	ok("ma k\r\n", KVP_C_MA);
 	cr_assert_eq(r.mode, KVP_C_INCR);
 	cr_assert_eq(r.delta, 1);
