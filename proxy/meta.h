@@ -17,10 +17,9 @@ int kvp_meta(const char *buf, size_t len, size_t max_value, const struct kvp_tok
 int kvp_value(const char *buf, size_t len, size_t max_value, size_t vlen, struct kvp_req *r, size_t *used,
 	      size_t *need);
 
-/* What kvproxy leaves out -- the win/stale machinery (mg N/R, md I, ms I
- * with C), what the library does not say (mg h/l: fetched, last access;
- * ma t: an incr's expiry), md C (no conditional delete) -- is answered
- * with this line. */
+/* What kvproxy leaves out -- mg N (vivify on a miss), ms I with C, what
+ * the library does not say (mg l: last access; ma t: an incr's expiry) --
+ * is answered with this line. */
 #define KVP_UNSUPPORTED_FLAG "CLIENT_ERROR flag not supported by kvproxy"
 
 #endif
