@@ -128,6 +128,29 @@ uint64_t kvt_stat_ops(kvc_t *c, int kind)
 	return s.ops[kind];
 }
 
+uint64_t kvt_stat_rtt(kvc_t *c, int kind)
+{
+	struct kvc_stats s;
+
+	kvc_get_stats(c, &s);
+	return s.round_trips[kind];
+}
+
+int kvt_store_s(kvc_t *c, int mode, const char *k, const char *v, uint32_t flags, uint64_t ttl_ms, uint64_t cas,
+		uint64_t *new_cas)
+{
+	return kvc_store(c, mode, k, strlen(k), v, strlen(v), flags, ttl_ms, cas, new_cas);
+}
+
+int kvt_get_item_s(kvc_t *c, const char *k, char *out, size_t cap, uint32_t *flags, uint64_t *cas)
+{
+	size_t n = 0;
+	int rc = kvc_get_item(c, k, strlen(k), out, cap - 1, &n, flags, cas);
+
+	out[rc == 0 ? n : 0] = 0;
+	return rc;
+}
+
 void kvt_key_with_first_bucket(struct kvt_env *env, const char *prefix, uint64_t bucket, char out[48])
 {
 	for (int i = 0; i < 1000000; i++) {

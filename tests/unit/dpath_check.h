@@ -42,8 +42,15 @@ kvc_t *kvt_client(struct kvt_env *env, const struct kvi_local_hooks *hooks, unsi
  * made while another client holds a lock (inside a hook) returns. */
 kvc_t *kvt_impatient(struct kvt_env *env);
 int kvt_del_s(kvc_t *c, const char *k);
-/* The client's count of operations of one kind (KVC_STAT_*). */
+/* The client's count of operations of one kind (KVC_STAT_*), and of
+ * their round trips. */
 uint64_t kvt_stat_ops(kvc_t *c, int kind);
+uint64_t kvt_stat_rtt(kvc_t *c, int kind);
+/* memcached's items with NUL-terminated keys and values: kvc_store, and
+ * kvc_get_item with the value NUL-terminated in out (cap bytes). */
+int kvt_store_s(kvc_t *c, int mode, const char *k, const char *v, uint32_t flags, uint64_t ttl_ms, uint64_t cas,
+		uint64_t *new_cas);
+int kvt_get_item_s(kvc_t *c, const char *k, char *out, size_t cap, uint32_t *flags, uint64_t *cas);
 /* A key "<prefix>-N" whose first candidate bucket is `bucket`. */
 void kvt_key_with_first_bucket(struct kvt_env *env, const char *prefix, uint64_t bucket, char out[48]);
 /* Make the next insert of key go to its second candidate bucket: put a

@@ -29,30 +29,6 @@ static void teardown(void)
 
 TestSuite(items, .init = setup, .fini = teardown, .timeout = 60);
 
-static int store(kvc_t *c, int mode, const char *k, const char *v, uint32_t flags, uint64_t ttl_ms, uint64_t cas,
-		 uint64_t *new_cas)
-{
-	return kvc_store(c, mode, k, strlen(k), v, strlen(v), flags, ttl_ms, cas, new_cas);
-}
-
-/* GET with flags and unique; the value NUL-terminated in out. */
-static int get_item(kvc_t *c, const char *k, char *out, size_t cap, uint32_t *flags, uint64_t *cas)
-{
-	size_t n = 0;
-	int rc = kvc_get_item(c, k, strlen(k), out, cap - 1, &n, flags, cas);
-
-	out[rc == 0 ? n : 0] = 0;
-	return rc;
-}
-
-static uint64_t rtt_of(kvc_t *c, int kind)
-{
-	struct kvc_stats s;
-
-	kvc_get_stats(c, &s);
-	return s.round_trips[kind];
-}
-
 static void flags_and_cas_round_trip(unsigned cache)
 {
 	kvc_t *a = kvt_client(&env, NULL, cache, 4), *b = kvt_client(&env, NULL, cache, 4);
@@ -60,19 +36,19 @@ static void flags_and_cas_round_trip(unsigned cache)
 	uint32_t flags = 0;
 	char v[64];
 
-	cr_assert_eq(store(a, KVC_STORE_SET, "k", "one", 0xdeadbeefu, 0, 0, &c1), 0);
+	cr_assert_eq(kvt_store_s(a, KVC_STORE_SET, "k", "one", 0xdeadbeefu, 0, 0, &c1), 0);
 	cr_expect_neq(c1, 0, "a unique is never 0");
-	cr_assert_eq(get_item(b, "k", v, sizeof(v), &flags, &got_cas), 0);
+	cr_assert_eq(kvt_get_item_s(b, "k", v, sizeof(v), &flags, &got_cas), 0);
 	cr_expect_str_eq(v, "one");
 	cr_expect_eq(flags, 0xdeadbeefu);
 	cr_expect_eq(got_cas, c1, "GET returns the unique the store returned");
 	/* Again (b's location cached now, when cache is on). */
-	cr_assert_eq(get_item(b, "k", v, sizeof(v), &flags, &got_cas), 0);
+	cr_assert_eq(kvt_get_item_s(b, "k", v, sizeof(v), &flags, &got_cas), 0);
 	cr_expect_eq(flags, 0xdeadbeefu);
 	cr_expect_eq(got_cas, c1);
 	/* A plain PUT stores flags 0 and a new unique. */
 	cr_assert_eq(kvt_put_s(a, "k", "two"), 0);
-	cr_assert_eq(get_item(b, "k", v, sizeof(v), &flags, &c2), 0);
+	cr_assert_eq(kvt_get_item_s(b, "k", v, sizeof(v), &flags, &c2), 0);
 	cr_expect_str_eq(v, "two");
 	cr_expect_eq(flags, 0);
 	cr_expect_neq(c2, c1, "a PUT changes the unique");
@@ -109,7 +85,7 @@ Test(items, every_store_changes_the_unique)
 	uint32_t flags;
 	char v[64], want[64];
 
-	cr_assert_eq(store(a, KVC_STORE_ADD, "u", "v0", 0, 0, 0, &cur), 0);
+	cr_assert_eq(kvt_store_s(a, KVC_STORE_ADD, "u", "v0", 0, 0, 0, &cur), 0);
 	seen[0] = cur;
 	for (unsigned i = 1; i < N; i++) {
 		int mode = (int)(i % 4);
@@ -117,12 +93,12 @@ Test(items, every_store_changes_the_unique)
 		snprintf(want, sizeof(want), "v%u", i);
 		if (mode == KVC_STORE_ADD) { /* delete, then add */
 			cr_assert_eq(kvt_del_s(i % 8 == 0 ? b : a, "u"), 0);
-			cr_assert_eq(store(a, KVC_STORE_ADD, "u", want, i, 0, 0, &cur), 0, "add %u", i);
+			cr_assert_eq(kvt_store_s(a, KVC_STORE_ADD, "u", want, i, 0, 0, &cur), 0, "add %u", i);
 		} else {
-			cr_assert_eq(store(i % 3 ? a : b, mode, "u", want, i, 0, cur, &cur), 0, "mode %d, store %u", mode, i);
+			cr_assert_eq(kvt_store_s(i % 3 ? a : b, mode, "u", want, i, 0, cur, &cur), 0, "mode %d, store %u", mode, i);
 		}
 		seen[i] = cur;
-		cr_assert_eq(get_item(b, "u", v, sizeof(v), &flags, &got), 0);
+		cr_assert_eq(kvt_get_item_s(b, "u", v, sizeof(v), &flags, &got), 0);
 		cr_expect_str_eq(v, want);
 		cr_expect_eq(flags, i);
 		cr_assert_eq(got, cur, "store %u: GET returns the last unique", i);
@@ -144,31 +120,31 @@ static void conditional_semantics(unsigned cache)
 	uint32_t flags;
 	char v[64];
 
-	cr_expect_eq(store(a, KVC_STORE_REPLACE, "s", "r", 1, 0, 0, NULL), KVC_ENOTSTORED, "replace of an absent key");
-	cr_expect_eq(store(a, KVC_STORE_CAS, "s", "c", 1, 0, 12345, NULL), KVC_ENOTFOUND, "cas of an absent key");
-	cr_expect_eq(get_item(b, "s", v, sizeof(v), NULL, NULL), KVC_ENOTFOUND, "refusals stored nothing");
-	cr_assert_eq(store(a, KVC_STORE_ADD, "s", "added", 7, 0, 0, &c1), 0, "add of an absent key");
+	cr_expect_eq(kvt_store_s(a, KVC_STORE_REPLACE, "s", "r", 1, 0, 0, NULL), KVC_ENOTSTORED, "replace of an absent key");
+	cr_expect_eq(kvt_store_s(a, KVC_STORE_CAS, "s", "c", 1, 0, 12345, NULL), KVC_ENOTFOUND, "cas of an absent key");
+	cr_expect_eq(kvt_get_item_s(b, "s", v, sizeof(v), NULL, NULL), KVC_ENOTFOUND, "refusals stored nothing");
+	cr_assert_eq(kvt_store_s(a, KVC_STORE_ADD, "s", "added", 7, 0, 0, &c1), 0, "add of an absent key");
 	keep = c1 + 1;
-	cr_expect_eq(store(b, KVC_STORE_ADD, "s", "again", 8, 0, 0, &keep), KVC_ENOTSTORED, "add of a present key");
+	cr_expect_eq(kvt_store_s(b, KVC_STORE_ADD, "s", "again", 8, 0, 0, &keep), KVC_ENOTSTORED, "add of a present key");
 	cr_expect_eq(keep, c1 + 1, "a refused store leaves new_cas alone");
-	cr_assert_eq(get_item(b, "s", v, sizeof(v), &flags, &got), 0);
+	cr_assert_eq(kvt_get_item_s(b, "s", v, sizeof(v), &flags, &got), 0);
 	cr_expect_str_eq(v, "added");
 	cr_expect_eq(flags, 7);
 	cr_expect_eq(got, c1);
-	cr_assert_eq(store(b, KVC_STORE_REPLACE, "s", "replaced", 9, 0, 0, &c2), 0, "replace of a present key");
+	cr_assert_eq(kvt_store_s(b, KVC_STORE_REPLACE, "s", "replaced", 9, 0, 0, &c2), 0, "replace of a present key");
 	cr_expect_neq(c2, c1);
-	cr_expect_eq(store(a, KVC_STORE_CAS, "s", "stale", 10, 0, c1, NULL), KVC_EEXISTS, "cas with an old unique");
-	cr_assert_eq(get_item(a, "s", v, sizeof(v), &flags, &got), 0);
+	cr_expect_eq(kvt_store_s(a, KVC_STORE_CAS, "s", "stale", 10, 0, c1, NULL), KVC_EEXISTS, "cas with an old unique");
+	cr_assert_eq(kvt_get_item_s(a, "s", v, sizeof(v), &flags, &got), 0);
 	cr_expect_str_eq(v, "replaced", "a refused cas changed the value");
 	cr_expect_eq(flags, 9);
 	cr_expect_eq(got, c2);
-	cr_assert_eq(store(a, KVC_STORE_CAS, "s", "swapped", 11, 0, c2, &c1), 0, "cas with the current unique");
-	cr_assert_eq(get_item(b, "s", v, sizeof(v), &flags, &got), 0);
+	cr_assert_eq(kvt_store_s(a, KVC_STORE_CAS, "s", "swapped", 11, 0, c2, &c1), 0, "cas with the current unique");
+	cr_assert_eq(kvt_get_item_s(b, "s", v, sizeof(v), &flags, &got), 0);
 	cr_expect_str_eq(v, "swapped");
 	cr_expect_eq(got, c1);
 	cr_assert_eq(kvt_del_s(b, "s"), 0);
-	cr_expect_eq(store(a, KVC_STORE_CAS, "s", "late", 1, 0, c1, NULL), KVC_ENOTFOUND, "cas after a delete");
-	cr_expect_eq(store(a, KVC_STORE_REPLACE, "s", "late", 1, 0, 0, NULL), KVC_ENOTSTORED, "replace after a delete");
+	cr_expect_eq(kvt_store_s(a, KVC_STORE_CAS, "s", "late", 1, 0, c1, NULL), KVC_ENOTFOUND, "cas after a delete");
+	cr_expect_eq(kvt_store_s(a, KVC_STORE_REPLACE, "s", "late", 1, 0, 0, NULL), KVC_ENOTSTORED, "replace after a delete");
 	cr_expect_eq(kvt_stat_ops(a, KVC_STAT_FAILED), 0, "refusals are not failures");
 	cr_expect_geq(kvt_stat_ops(a, KVC_STAT_STORE_REFUSED), 4);
 	kvc_destroy(a);
@@ -194,12 +170,12 @@ static void expired_is_absent(unsigned cache)
 	uint64_t c1 = 0, got = 0;
 	char v[64];
 
-	cr_assert_eq(store(a, KVC_STORE_SET, "e", "short", 1, 100, 0, &c1), 0);
+	cr_assert_eq(kvt_store_s(a, KVC_STORE_SET, "e", "short", 1, 100, 0, &c1), 0);
 	usleep(200 * 1000);
-	cr_expect_eq(store(a, KVC_STORE_REPLACE, "e", "r", 2, 0, 0, NULL), KVC_ENOTSTORED, "replace of an expired item");
-	cr_expect_eq(store(a, KVC_STORE_CAS, "e", "c", 2, 0, c1, NULL), KVC_ENOTFOUND, "cas of an expired item");
-	cr_assert_eq(store(a, KVC_STORE_ADD, "e", "fresh", 3, 0, 0, &c1), 0, "add over an expired item");
-	cr_assert_eq(get_item(a, "e", v, sizeof(v), NULL, &got), 0);
+	cr_expect_eq(kvt_store_s(a, KVC_STORE_REPLACE, "e", "r", 2, 0, 0, NULL), KVC_ENOTSTORED, "replace of an expired item");
+	cr_expect_eq(kvt_store_s(a, KVC_STORE_CAS, "e", "c", 2, 0, c1, NULL), KVC_ENOTFOUND, "cas of an expired item");
+	cr_assert_eq(kvt_store_s(a, KVC_STORE_ADD, "e", "fresh", 3, 0, 0, &c1), 0, "add over an expired item");
+	cr_assert_eq(kvt_get_item_s(a, "e", v, sizeof(v), NULL, &got), 0);
 	cr_expect_str_eq(v, "fresh");
 	cr_expect_eq(got, c1);
 	cr_expect_eq(kvt_key_slots(&env, "e", NULL, 0, NULL), 1, "the add took the expired item's slot");
@@ -225,24 +201,24 @@ Test(items, round_trips_of_conditional_stores)
 	kvc_t *a = kvt_client(&env, NULL, 1024, 4), *b = kvt_client(&env, NULL, 0, 4);
 	uint64_t c1 = 0;
 
-	cr_assert_eq(store(a, KVC_STORE_ADD, "r", "v", 0, 0, 0, &c1), 0);
-	cr_expect_eq(rtt_of(a, KVC_STAT_PUT_INSERT), 2, "add of an absent key");
-	cr_assert_eq(store(a, KVC_STORE_REPLACE, "r", "w", 0, 0, 0, &c1), 0);
+	cr_assert_eq(kvt_store_s(a, KVC_STORE_ADD, "r", "v", 0, 0, 0, &c1), 0);
+	cr_expect_eq(kvt_stat_rtt(a, KVC_STAT_PUT_INSERT), 2, "add of an absent key");
+	cr_assert_eq(kvt_store_s(a, KVC_STORE_REPLACE, "r", "w", 0, 0, 0, &c1), 0);
 	cr_expect_eq(kvt_stat_ops(a, KVC_STAT_PUT_UPDATE_CACHED), 1);
-	cr_expect_eq(rtt_of(a, KVC_STAT_PUT_UPDATE_CACHED), 2, "cached replace");
-	cr_assert_eq(store(a, KVC_STORE_CAS, "r", "x", 0, 0, c1, &c1), 0);
-	cr_expect_eq(rtt_of(a, KVC_STAT_PUT_UPDATE_CACHED), 4, "cached cas");
-	cr_expect_eq(store(a, KVC_STORE_CAS, "r", "y", 0, 0, c1 + 1, NULL), KVC_EEXISTS);
-	cr_expect_eq(store(a, KVC_STORE_ADD, "r", "y", 0, 0, 0, NULL), KVC_ENOTSTORED);
+	cr_expect_eq(kvt_stat_rtt(a, KVC_STAT_PUT_UPDATE_CACHED), 2, "cached replace");
+	cr_assert_eq(kvt_store_s(a, KVC_STORE_CAS, "r", "x", 0, 0, c1, &c1), 0);
+	cr_expect_eq(kvt_stat_rtt(a, KVC_STAT_PUT_UPDATE_CACHED), 4, "cached cas");
+	cr_expect_eq(kvt_store_s(a, KVC_STORE_CAS, "r", "y", 0, 0, c1 + 1, NULL), KVC_EEXISTS);
+	cr_expect_eq(kvt_store_s(a, KVC_STORE_ADD, "r", "y", 0, 0, 0, NULL), KVC_ENOTSTORED);
 	cr_expect_eq(kvt_stat_ops(a, KVC_STAT_STORE_REFUSED), 2);
-	cr_expect_eq(rtt_of(a, KVC_STAT_STORE_REFUSED), 4, "cached refusals: 2 each");
+	cr_expect_eq(kvt_stat_rtt(a, KVC_STAT_STORE_REFUSED), 4, "cached refusals: 2 each");
 
-	cr_assert_eq(store(b, KVC_STORE_CAS, "r", "z", 0, 0, c1, &c1), 0);
-	cr_expect_eq(rtt_of(b, KVC_STAT_PUT_UPDATE), 3, "uncached cas of a present key");
-	cr_expect_eq(store(b, KVC_STORE_REPLACE, "absent", "z", 0, 0, 0, NULL), KVC_ENOTSTORED);
-	cr_expect_eq(rtt_of(b, KVC_STAT_STORE_REFUSED), 2, "uncached replace of an absent key");
-	cr_expect_eq(store(b, KVC_STORE_ADD, "r", "z", 0, 0, 0, NULL), KVC_ENOTSTORED);
-	cr_expect_eq(rtt_of(b, KVC_STAT_STORE_REFUSED), 5, "uncached add of a present key: 3");
+	cr_assert_eq(kvt_store_s(b, KVC_STORE_CAS, "r", "z", 0, 0, c1, &c1), 0);
+	cr_expect_eq(kvt_stat_rtt(b, KVC_STAT_PUT_UPDATE), 3, "uncached cas of a present key");
+	cr_expect_eq(kvt_store_s(b, KVC_STORE_REPLACE, "absent", "z", 0, 0, 0, NULL), KVC_ENOTSTORED);
+	cr_expect_eq(kvt_stat_rtt(b, KVC_STAT_STORE_REFUSED), 2, "uncached replace of an absent key");
+	cr_expect_eq(kvt_store_s(b, KVC_STORE_ADD, "r", "z", 0, 0, 0, NULL), KVC_ENOTSTORED);
+	cr_expect_eq(kvt_stat_rtt(b, KVC_STAT_STORE_REFUSED), 5, "uncached add of a present key: 3");
 	kvc_destroy(a);
 	kvc_destroy(b);
 }
@@ -264,10 +240,10 @@ static void race(int mode, unsigned cache, int loser_code)
 		if (mode == KVC_STORE_ADD)
 			(void)kvt_del_s(c[0], key);
 		else
-			cr_assert_eq(store(c[round % 2], KVC_STORE_SET, key, "base", 0, 0, 0, &cur), 0);
+			cr_assert_eq(kvt_store_s(c[round % 2], KVC_STORE_SET, key, "base", 0, 0, 0, &cur), 0);
 		if (cache) /* both know the location */
 			for (unsigned i = 0; i < 2; i++)
-				(void)get_item(c[i], key, v, sizeof(v), NULL, NULL);
+				(void)kvt_get_item_s(c[i], key, v, sizeof(v), NULL, NULL);
 		for (unsigned i = 0; i < 2; i++) {
 			snprintf(val[i], sizeof(val[i]), "client-%u-%u", i, round);
 			op[i] = (struct kvc_op){ .type = KVC_OP_PUT, .key = key, .key_len = strlen(key), .value = val[i],
@@ -295,7 +271,7 @@ static void race(int mode, unsigned cache, int loser_code)
 		}
 		cr_assert_neq(winner, -1, "round %u: nobody won", round);
 		wins[winner]++;
-		cr_assert_eq(get_item(c[0], key, v, sizeof(v), NULL, &got), 0);
+		cr_assert_eq(kvt_get_item_s(c[0], key, v, sizeof(v), NULL, &got), 0);
 		cr_assert_str_eq(v, val[winner], "round %u: the winner's value", round);
 		cr_assert_eq(got, op[winner].cas);
 	}
@@ -327,7 +303,7 @@ Test(items, conditional_stores_batch_in_submit_many)
 	char buf[64];
 	unsigned got = 0;
 
-	cr_assert_eq(store(a, KVC_STORE_SET, "p", "present", 5, 0, 0, NULL), 0);
+	cr_assert_eq(kvt_store_s(a, KVC_STORE_SET, "p", "present", 5, 0, 0, NULL), 0);
 	op[0] = (struct kvc_op){ .type = KVC_OP_PUT, .key = "p", .key_len = 1, .value = "x", .value_len = 1,
 				 .mode = KVC_STORE_ADD };
 	op[1] = (struct kvc_op){ .type = KVC_OP_PUT, .key = "q", .key_len = 1, .value = "y", .value_len = 1,

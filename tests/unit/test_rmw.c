@@ -27,29 +27,6 @@ static void teardown(void)
 
 TestSuite(rmw, .init = setup, .fini = teardown, .timeout = 60);
 
-static int store(kvc_t *c, int mode, const char *k, const char *v, uint32_t flags, uint64_t ttl_ms, uint64_t cas,
-		 uint64_t *new_cas)
-{
-	return kvc_store(c, mode, k, strlen(k), v, strlen(v), flags, ttl_ms, cas, new_cas);
-}
-
-static int get_item(kvc_t *c, const char *k, char *out, size_t cap, uint32_t *flags, uint64_t *cas)
-{
-	size_t n = 0;
-	int rc = kvc_get_item(c, k, strlen(k), out, cap - 1, &n, flags, cas);
-
-	out[rc == 0 ? n : 0] = 0;
-	return rc;
-}
-
-static uint64_t rtt_of(kvc_t *c, int kind)
-{
-	struct kvc_stats s;
-
-	kvc_get_stats(c, &s);
-	return s.round_trips[kind];
-}
-
 static void append_prepend(unsigned cache)
 {
 	kvc_t *a = kvt_client(&env, NULL, cache, 4), *b = kvt_client(&env, NULL, 0, 4);
@@ -57,13 +34,13 @@ static void append_prepend(unsigned cache)
 	uint32_t flags = 0;
 	char v[64];
 
-	cr_assert_eq(store(a, KVC_STORE_APPEND, "ap", "x", 0, 0, 0, NULL), KVC_ENOTSTORED, "absent: not stored");
-	cr_assert_eq(store(a, KVC_STORE_PREPEND, "ap", "x", 0, 0, 0, NULL), KVC_ENOTSTORED);
+	cr_assert_eq(kvt_store_s(a, KVC_STORE_APPEND, "ap", "x", 0, 0, 0, NULL), KVC_ENOTSTORED, "absent: not stored");
+	cr_assert_eq(kvt_store_s(a, KVC_STORE_PREPEND, "ap", "x", 0, 0, 0, NULL), KVC_ENOTSTORED);
 	cr_expect_eq(kvt_get_s(b, "ap", v, sizeof(v)), KVC_ENOTFOUND, "a refused append creates nothing");
-	cr_assert_eq(store(a, KVC_STORE_SET, "ap", "mid", 77, 60000, 0, &c0), 0);
-	cr_assert_eq(store(a, KVC_STORE_APPEND, "ap", "-end", 1, 1, 0, &c1), 0);
-	cr_assert_eq(store(a, KVC_STORE_PREPEND, "ap", "start-", 2, 2, 0, &c2), 0);
-	cr_assert_eq(get_item(b, "ap", v, sizeof(v), &flags, &got), 0);
+	cr_assert_eq(kvt_store_s(a, KVC_STORE_SET, "ap", "mid", 77, 60000, 0, &c0), 0);
+	cr_assert_eq(kvt_store_s(a, KVC_STORE_APPEND, "ap", "-end", 1, 1, 0, &c1), 0);
+	cr_assert_eq(kvt_store_s(a, KVC_STORE_PREPEND, "ap", "start-", 2, 2, 0, &c2), 0);
+	cr_assert_eq(kvt_get_item_s(b, "ap", v, sizeof(v), &flags, &got), 0);
 	cr_expect_str_eq(v, "start-mid-end");
 	cr_expect_eq(flags, 77, "append and prepend keep the item's flags");
 	cr_expect_eq(got, c2);
@@ -71,9 +48,9 @@ static void append_prepend(unsigned cache)
 	usleep(20 * 1000);
 	cr_expect_eq(kvt_get_s(b, "ap", v, sizeof(v)), 0, "and its expiry (not the 1-2 ms given)");
 	/* A non-zero cas must match. */
-	cr_expect_eq(store(a, KVC_STORE_APPEND, "ap", "!", 0, 0, c1, NULL), KVC_EEXISTS);
-	cr_expect_eq(store(a, KVC_STORE_APPEND, "ap", "!", 0, 0, c2, NULL), 0);
-	cr_assert_eq(get_item(b, "ap", v, sizeof(v), NULL, NULL), 0);
+	cr_expect_eq(kvt_store_s(a, KVC_STORE_APPEND, "ap", "!", 0, 0, c1, NULL), KVC_EEXISTS);
+	cr_expect_eq(kvt_store_s(a, KVC_STORE_APPEND, "ap", "!", 0, 0, c2, NULL), 0);
+	cr_assert_eq(kvt_get_item_s(b, "ap", v, sizeof(v), NULL, NULL), 0);
 	cr_expect_str_eq(v, "start-mid-end!");
 	if (cache)
 		cr_expect_geq(kvt_stat_ops(a, KVC_STAT_RMW_CACHED), 2, "decided through the cached location");
@@ -129,10 +106,10 @@ static void arith(unsigned cache)
 
 	cr_expect_eq(kvc_incr(a, "n", 1, 1, &v), KVC_ENOTFOUND);
 	cr_expect_eq(kvc_decr(a, "n", 1, 1, &v), KVC_ENOTFOUND);
-	cr_assert_eq(store(a, KVC_STORE_SET, "n", "99", 5, 0, 0, &c0), 0);
+	cr_assert_eq(kvt_store_s(a, KVC_STORE_SET, "n", "99", 5, 0, 0, &c0), 0);
 	cr_assert_eq(kvc_incr(a, "n", 1, 1, &v), 0);
 	cr_expect_eq(v, 100);
-	cr_assert_eq(get_item(a, "n", s, sizeof(s), &flags, &c1), 0);
+	cr_assert_eq(kvt_get_item_s(a, "n", s, sizeof(s), &flags, &c1), 0);
 	cr_expect_str_eq(s, "100", "the length may change");
 	cr_expect_eq(flags, 5, "flags kept");
 	cr_expect_neq(c1, c0, "a new unique");
@@ -142,20 +119,20 @@ static void arith(unsigned cache)
 	cr_expect_eq(v, 0, "decr stops at 0");
 	cr_assert_eq(kvt_get_s(a, "n", s, sizeof(s)), 0);
 	cr_expect_str_eq(s, "0");
-	cr_assert_eq(store(a, KVC_STORE_SET, "n", "18446744073709551615", 0, 0, 0, NULL), 0);
+	cr_assert_eq(kvt_store_s(a, KVC_STORE_SET, "n", "18446744073709551615", 0, 0, 0, NULL), 0);
 	cr_assert_eq(kvc_incr(a, "n", 1, 2, &v), 0);
 	cr_expect_eq(v, 1, "incr wraps at 2^64");
 	/* memcached's reading: blanks around, a leading '+'. */
-	cr_assert_eq(store(a, KVC_STORE_SET, "n", "  +41  ", 0, 0, 0, NULL), 0);
+	cr_assert_eq(kvt_store_s(a, KVC_STORE_SET, "n", "  +41  ", 0, 0, 0, NULL), 0);
 	cr_assert_eq(kvc_incr(a, "n", 1, 1, &v), 0);
 	cr_expect_eq(v, 42);
 	static const char *const bad[] = { "", "abc", "12abc", "-1", "18446744073709551616",
 					   "123456789012345678901234", " ", "0x10" };
 	for (unsigned i = 0; i < sizeof(bad) / sizeof(bad[0]); i++) {
-		cr_assert_eq(store(a, KVC_STORE_SET, "n", bad[i], 0, 0, 0, &c0), 0);
+		cr_assert_eq(kvt_store_s(a, KVC_STORE_SET, "n", bad[i], 0, 0, 0, &c0), 0);
 		cr_expect_eq(kvc_incr(a, "n", 1, 1, &v), KVC_ENONNUMERIC, "'%s'", bad[i]);
 		cr_expect_eq(kvc_decr(a, "n", 1, 1, &v), KVC_ENONNUMERIC, "'%s'", bad[i]);
-		cr_assert_eq(get_item(a, "n", s, sizeof(s), NULL, &c1), 0);
+		cr_assert_eq(kvt_get_item_s(a, "n", s, sizeof(s), NULL, &c1), 0);
 		cr_expect_str_eq(s, bad[i], "a refused incr changes nothing");
 		cr_expect_eq(c1, c0);
 	}
@@ -189,7 +166,7 @@ Test(rmw, incr_vivifies_compares_and_touches)
 	cr_assert_eq(kvc_poll(a, &done, 1, -1), 1);
 	cr_assert_eq(op.status, 0);
 	cr_expect_eq(op.result, 10, "a miss stores the initial value");
-	cr_assert_eq(get_item(a, "vv", s, sizeof(s), &flags, &cas), 0);
+	cr_assert_eq(kvt_get_item_s(a, "vv", s, sizeof(s), &flags, &cas), 0);
 	cr_expect_str_eq(s, "10");
 	cr_expect_eq(flags, 3);
 	cr_expect_eq(cas, op.cas);
@@ -225,15 +202,15 @@ static void touch_and_gat(unsigned cache)
 
 	cr_expect_eq(kvc_touch(a, "t", 1, 1000), KVC_ENOTFOUND);
 	cr_expect_eq(kvc_gat(a, "t", 1, 1000, s, sizeof(s), &n, NULL, NULL), KVC_ENOTFOUND);
-	cr_assert_eq(store(a, KVC_STORE_SET, "t", "tv", 9, 100, 0, &c0), 0);
+	cr_assert_eq(kvt_store_s(a, KVC_STORE_SET, "t", "tv", 9, 100, 0, &c0), 0);
 	cr_assert_eq(kvc_touch(a, "t", 1, 0), 0, "never expire");
 	usleep(200 * 1000);
-	cr_assert_eq(get_item(b, "t", s, sizeof(s), &flags, &c1), 0, "touched past its first TTL");
+	cr_assert_eq(kvt_get_item_s(b, "t", s, sizeof(s), &flags, &c1), 0, "touched past its first TTL");
 	cr_expect_str_eq(s, "tv");
 	cr_expect_eq(flags, 9);
 	cr_expect_eq(c1, c0, "a touch keeps the unique (as memcached's does)");
-	cr_expect_eq(store(a, KVC_STORE_CAS, "t", "tw", 9, 0, c0, NULL), 0, "so a cas with it still succeeds");
-	cr_assert_eq(get_item(b, "t", s, sizeof(s), NULL, &c0), 0);
+	cr_expect_eq(kvt_store_s(a, KVC_STORE_CAS, "t", "tw", 9, 0, c0, NULL), 0, "so a cas with it still succeeds");
+	cr_assert_eq(kvt_get_item_s(b, "t", s, sizeof(s), NULL, &c0), 0);
 	memset(s, 0, sizeof(s));
 	cr_assert_eq(kvc_gat(a, "t", 1, 80, s, sizeof(s), &n, &flags, &c1), 0);
 	cr_expect_eq(n, 2);
@@ -267,17 +244,17 @@ Test(rmw, round_trips)
 	kvc_t *a = kvt_client(&env, NULL, 1024, 4), *b = kvt_client(&env, NULL, 0, 4);
 	uint64_t v = 0;
 
-	cr_assert_eq(store(a, KVC_STORE_SET, "r", "1", 0, 0, 0, NULL), 0);
+	cr_assert_eq(kvt_store_s(a, KVC_STORE_SET, "r", "1", 0, 0, 0, NULL), 0);
 	cr_assert_eq(kvc_incr(a, "r", 1, 1, &v), 0);
 	cr_assert_eq(kvc_touch(a, "r", 1, 0), 0);
-	cr_assert_eq(store(a, KVC_STORE_APPEND, "r", "0", 0, 0, 0, NULL), 0);
+	cr_assert_eq(kvt_store_s(a, KVC_STORE_APPEND, "r", "0", 0, 0, 0, NULL), 0);
 	cr_expect_eq(kvt_stat_ops(a, KVC_STAT_RMW_CACHED), 3);
-	cr_expect_eq(rtt_of(a, KVC_STAT_RMW_CACHED), 6, "cached: 2 each");
+	cr_expect_eq(kvt_stat_rtt(a, KVC_STAT_RMW_CACHED), 6, "cached: 2 each");
 	cr_assert_eq(kvc_incr(b, "r", 1, 1, &v), 0);
 	cr_expect_eq(v, 21);
-	cr_expect_eq(rtt_of(b, KVC_STAT_RMW), 3, "uncached, present: 3, not %llu", (unsigned long long)rtt_of(b, KVC_STAT_RMW));
+	cr_expect_eq(kvt_stat_rtt(b, KVC_STAT_RMW), 3, "uncached, present: 3, not %llu", (unsigned long long)kvt_stat_rtt(b, KVC_STAT_RMW));
 	cr_expect_eq(kvc_incr(b, "absent", 6, 1, &v), KVC_ENOTFOUND);
-	cr_expect_eq(rtt_of(b, KVC_STAT_RMW_MISS), 2, "absent: 2");
+	cr_expect_eq(kvt_stat_rtt(b, KVC_STAT_RMW_MISS), 2, "absent: 2");
 	kvc_destroy(a);
 	kvc_destroy(b);
 }
@@ -296,7 +273,7 @@ Test(rmw, racing_increments_lose_none)
 		c[i] = kvt_client(&env, NULL, i ? 1024 : 0, 4);
 		left[i] = EACH;
 	}
-	cr_assert_eq(store(c[0], KVC_STORE_SET, "ctr", "0", 0, 0, 0, NULL), 0);
+	cr_assert_eq(kvt_store_s(c[0], KVC_STORE_SET, "ctr", "0", 0, 0, 0, NULL), 0);
 	for (unsigned done_all = 0; done_all < CLIENTS;) {
 		done_all = 0;
 		for (unsigned i = 0; i < CLIENTS; i++) {
@@ -332,7 +309,7 @@ Test(rmw, multi_get_over_the_batch_interface)
 	for (unsigned i = 0; i < N; i++) {
 		snprintf(key[i], sizeof(key[i]), "mg%u", i);
 		if (i % 3)
-			cr_assert_eq(store(a, KVC_STORE_SET, key[i], key[i], i, 0, 0, NULL), 0);
+			cr_assert_eq(kvt_store_s(a, KVC_STORE_SET, key[i], key[i], i, 0, 0, NULL), 0);
 		op[i] = (struct kvc_op){ .type = KVC_OP_GET, .key = key[i], .key_len = strlen(key[i]),
 					 .buf = buf[i], .buf_len = sizeof(buf[i]) };
 		ops[i] = &op[i];
