@@ -187,7 +187,11 @@ int kvi_rmw_build(struct kvi_conn *h, struct kvi_opst *st, const struct kvi_obj_
 	case KVC_OP_GAT:
 		st->obj_cas = cas; /* the same item: its unique stays */
 		break;
+	case KVC_OP_DELETE: /* invalidate: the value stays; a new unique */
+		break;
 	default:
+		if (op->value_len == 0) /* appending nothing: a new unique all the same */
+			break;
 		if (op->mode == KVC_STORE_APPEND) {
 			memcpy(val + vlen, op->value, op->value_len);
 		} else {
