@@ -209,6 +209,9 @@ enum kvi_objcheck kvi_obj_check(const struct kvi_opst *st, const struct kvi_cand
 /* The expiry part of kvi_obj_check, for a header already known to be the
  * key's (layout.h "Expiry"): MATCH (alive), EXPIRED, or for a GET UNSURE. */
 enum kvi_objcheck kvi_expiry_check(const struct kvi_opst *st, uint64_t expiry_ms);
+/* What a read of the object whose header is oh tells the caller
+ * (kvc_op.item: fetched, stale, its recache token out), for GET and GAT. */
+uint32_t kvi_item_bits(const struct kvi_obj_hdr *oh);
 /* Check the candidates read in the last round: the one holding the key (*res is
  * KVI_OBJ_MATCH, KVI_OBJ_EXPIRED or KVI_OBJ_UNSURE), or NULL; unreadable ones
  * are counted in cand_bad. */

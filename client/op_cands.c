@@ -138,3 +138,9 @@ const struct kvi_cand *kvi_check_round(const struct kvi_conn *h, struct kvi_opst
 	}
 	return NULL;
 }
+
+uint32_t kvi_item_bits(const struct kvi_obj_hdr *oh)
+{
+	return ((oh->access & KVI_ACCESS_READ) || (oh->flags & KVI_OBJ_F_FETCHED) ? KVC_ITEM_FETCHED : 0) |
+	       (oh->flags & KVI_OBJ_F_STALE ? KVC_ITEM_STALE : 0) | (oh->access & KVI_ACCESS_WIN ? KVC_ITEM_WIN_SENT : 0);
+}

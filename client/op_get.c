@@ -135,9 +135,7 @@ static void deliver(struct kvi_conn *h, struct kvi_opst *st, const struct kvi_ca
 	op->flags = oh->client_flags;
 	op->cas = oh->cas;
 	op->expiry_ms = kvi_obj_expiry_ms(oh);
-	op->item = ((oh->access & KVI_ACCESS_READ) || (oh->flags & KVI_OBJ_F_FETCHED) ? KVC_ITEM_FETCHED : 0) |
-		   (oh->flags & KVI_OBJ_F_STALE ? KVC_ITEM_STALE : 0) |
-		   (oh->access & KVI_ACCESS_WIN ? KVC_ITEM_WIN_SENT : 0);
+	op->item = kvi_item_bits(oh);
 	if (op->value_len > op->buf_len)
 		status = KVC_ETRUNC;
 	else if (op->value_len)
@@ -152,18 +150,17 @@ static void deliver(struct kvi_conn *h, struct kvi_opst *st, const struct kvi_ca
 				st->cached ? st->loc.idx : c->idx, c->slot, st->start);
 	/* The recache token: one more round trip, only when contended (its
 	 * CAS sets the read mark too). */
+	memcpy(&word, buf + offsetof(struct kvi_obj_hdr, access), sizeof(word));
 	if (!(oh->access & KVI_ACCESS_WIN) && contends(op, oh)) {
 		st->result = status;
 		st->kind = kind;
 		st->lock_tries = 0;
 		st->win_off = kvi_slot_obj_off(c->slot) + offsetof(struct kvi_obj_hdr, access);
-		memcpy(&word, buf + offsetof(struct kvi_obj_hdr, access), sizeof(word));
 		post_win(h, st, word);
 		return;
 	}
 	/* First read since the item was written (or copied forward): tell the
 	 * reclaimer it is in use. */
-	memcpy(&word, buf + offsetof(struct kvi_obj_hdr, access), sizeof(word));
 	if (oh->access == 0)
 		kvi_mark_access(h, kvi_slot_obj_off(c->slot), word, st->deadline);
 	kvi_st_finish(h, st, status, kind);

@@ -163,9 +163,7 @@ int kvi_rmw_build(struct kvi_conn *h, struct kvi_opst *st, const struct kvi_obj_
 	if (op->type == KVC_OP_GAT) {
 		/* The value as the item has it (the touch does not change it). */
 		op->value_len = vlen;
-		op->item = ((oh->access & KVI_ACCESS_READ) || (oh->flags & KVI_OBJ_F_FETCHED) ? KVC_ITEM_FETCHED : 0) |
-			   (oh->flags & KVI_OBJ_F_STALE ? KVC_ITEM_STALE : 0) |
-			   (oh->access & KVI_ACCESS_WIN ? KVC_ITEM_WIN_SENT : 0);
+		op->item = kvi_item_bits(oh);
 		if (vlen > op->buf_len)
 			st->result = KVC_ETRUNC; /* the touch is made all the same */
 		else if (vlen)
