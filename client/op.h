@@ -57,6 +57,7 @@ enum kvi_state {
 	KVI_ST_STALE,        /* met a mark its index view cannot explain: wait for a new view (nothing posted) */
 	KVI_ST_GROW,         /* both buckets full: asked the server to grow; wait for a new index (nothing posted) */
 	KVI_ST_GET_WIN,      /* GET delivered: CAS for the item's recache token (layout.h "Recache tokens") */
+	KVI_ST_GET_CONFIRM,  /* found the item expired: READ its bucket's lock word, then (fenced) its slot word */
 };
 
 /* What the slot an insert committed to held. */
@@ -172,6 +173,7 @@ struct kvi_opst {
 	uint8_t took;
 	uint8_t saw_expired;
 	uint64_t win_off; /* KVI_ST_GET_WIN: region offset of the word the token's CAS works on */
+	unsigned confirm; /* KVI_ST_GET_CONFIRM: the candidate found expired */
 
 	/* Commit decision, and the result reported once the locks are released. */
 	uint32_t commit_which, commit_idx;

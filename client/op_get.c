@@ -18,7 +18,19 @@
  * migration emptied (MOVED) is never trusted. While the server migrates, a
  * bucket found UNMIGRATED is read from the old index in one more doorbell,
  * and an old bucket found MOVED by then from the new one again. Locations
- * found in an old bucket are not cached (the cache names current buckets). */
+ * found in an old bucket are not cached (the cache names current buckets).
+ *
+ * Expired (layout.h "Expiry"): an item can expire while a writer holds its
+ * bucket, after the writer decided it alive (an INCR, TOUCH, CAS ... that
+ * gives it a new expiry) and before its commit lands. A GET that then read
+ * the old object and told a miss would be linearized after the writer's
+ * decision and before its effect: a touch that "happened" to an item someone
+ * saw gone. So a GET that finds its item expired tells the miss only once it
+ * read the bucket's lock word free and then, fenced behind that READ, the
+ * slot word still naming the item (one more round trip, on this path only):
+ * a writer that took the lock before that READ has committed by then (the
+ * slot would differ); one that takes it after decides after the expiry. A
+ * held lock is read again until its writer is done (or the deadline). */
 #include <stddef.h>
 #include <string.h>
 
@@ -166,6 +178,39 @@ static void deliver(struct kvi_conn *h, struct kvi_opst *st, const struct kvi_ca
 	kvi_st_finish(h, st, status, kind);
 }
 
+/* The item in candidate c has expired: see "Expired" above. */
+static void post_confirm(struct kvi_conn *h, struct kvi_opst *st, const struct kvi_cand *c)
+{
+	uint64_t boff = st->cached ? st->boff[0] : st->boff[c->which];
+	unsigned idx = st->cached ? st->loc.idx : c->idx;
+	struct kvi_rop ops[2] = { kvi_rop_read(boff, &st->w[0], 8),
+				  kvi_rop_read(boff + offsetof(struct kvi_bucket, slot[idx]), &st->w[1], 8) };
+
+	ops[1].fence = 1;
+	st->confirm = (unsigned)(c - st->cand);
+	kvi_st_post(h, st, ops, 2, KVI_ST_GET_CONFIRM);
+}
+
+static void read_buckets(struct kvi_conn *h, struct kvi_opst *st);
+
+static void on_confirm(struct kvi_conn *h, struct kvi_opst *st)
+{
+	const struct kvi_cand *c = &st->cand[st->confirm];
+	uint64_t lock = st->w[0];
+
+	if (st->w[1] == c->slot && lock == 0) {
+		st->saw_expired = 1;
+		kvi_st_finish(h, st, KVC_ENOTFOUND, KVC_STAT_GET_MISS);
+	} else if (st->w[1] == c->slot && !kvi_lock_is_mark(lock)) {
+		h->stats.expiry_waits++; /* a writer holds the bucket: wait it out */
+		post_confirm(h, st, c);
+	} else { /* replaced or removed meanwhile, or a resize mark: look again */
+		if (st->cached)
+			kvi_locache_drop(&h->cache, st->kh.lo, st->kh.hi);
+		read_buckets(h, st);
+	}
+}
+
 static void retry_or_fail(struct kvi_conn *h, struct kvi_opst *st)
 {
 	h->stats.verify_retries++;
@@ -195,8 +240,7 @@ static void on_cached(struct kvi_conn *h, struct kvi_opst *st)
 			deliver(h, st, &st->cand[0], KVC_STAT_GET_HIT_CACHED);
 			return;
 		case KVI_OBJ_EXPIRED:
-			st->saw_expired = 1;
-			kvi_st_finish(h, st, KVC_ENOTFOUND, KVC_STAT_GET_MISS);
+			post_confirm(h, st, &st->cand[0]);
 			return;
 		case KVI_OBJ_UNSURE: /* expired during the READ: read again, decided then */
 			read_buckets(h, st);
@@ -222,8 +266,7 @@ static void on_objects(struct kvi_conn *h, struct kvi_opst *st)
 		} else if (res == KVI_OBJ_UNSURE) { /* expired during the READ: read again */
 			read_buckets(h, st);
 		} else {
-			st->saw_expired = 1;
-			kvi_st_finish(h, st, KVC_ENOTFOUND, KVC_STAT_GET_MISS);
+			post_confirm(h, st, c);
 		}
 		return;
 	}
@@ -305,6 +348,9 @@ void kvi_get_step(struct kvi_conn *h, struct kvi_opst *st)
 		break;
 	case KVI_ST_GET_WIN:
 		on_win(h, st);
+		break;
+	case KVI_ST_GET_CONFIRM:
+		on_confirm(h, st);
 		break;
 	}
 }

@@ -368,9 +368,14 @@ enum kvi_obj_access {
  *     is alive, expiry <= t0 is expired, and an expiry between the two (the
  *     item expired while the GET was in flight, and may have been replaced
  *     since) is decided by reading again from the buckets. A writer, holding
- *     the bucket locks, decides at any moment between lock and commit (the
- *     item cannot change meanwhile). The server's reclaimer decides under the
- *     bucket locks too, by its clock.
+ *     the bucket locks, decides at any moment between lock and commit: no
+ *     one else changes the item meanwhile, but it may expire, and the
+ *     writer's decision that it lived (a TOUCH, an INCR, a CAS giving it a
+ *     new expiry) must not be contradicted by a GET that saw it expired
+ *     before the commit landed. So a GET that finds the item expired tells
+ *     the miss only after reading the bucket's lock word free and then,
+ *     fenced behind it, the slot word unchanged (op_get.c "Expired"). The
+ *     server's reclaimer decides under the bucket locks too, by its clock.
  *   - Guarantee, with machine clocks within S of each other (NTP keeps S to
  *     milliseconds; on one machine S = 0): an item is alive for at least
  *     ttl - S - d after its PUT completed (d: the PUT's own duration, its

@@ -19,6 +19,11 @@
  *  - Operations of one batch are executed in posting order as RC does: a WRITE
  *    posted after another WRITE lands after it; a later CAS is executed after an
  *    earlier WRITE has landed; READs may overtake nothing that precedes them.
+ *  - An operation with `fence` set starts only after every earlier READ and
+ *    atomic of the connection has completed (IBV_SEND_FENCE). RC orders
+ *    execution at the responder, but a NIC may prefetch a later READ's data;
+ *    where a READ must observe memory strictly after an earlier one did (a
+ *    lock word, then a slot word: op_get.c "Expired"), it is fenced.
  *  - A READ of more than 8 bytes is not atomic: it may observe a concurrent
  *    WRITE partly. Only CAS and FAA are atomic, and only against each other.
  *  - A batch completes as a whole; its status is the first failing operation's.
@@ -47,8 +52,9 @@ enum kvi_rop_kind {
 /* One operation. For CAS and FAA, `roff` must be 8-byte aligned and `local`
  * points to an 8-byte aligned word that receives the old remote value. */
 struct kvi_rop {
-	uint32_t kind; /* enum kvi_rop_kind */
-	uint32_t len;  /* READ/WRITE length in bytes (1..max); ignored for atomics */
+	uint16_t kind;  /* enum kvi_rop_kind */
+	uint16_t fence; /* 1: starts only after every earlier READ and atomic completed */
+	uint32_t len;   /* READ/WRITE length in bytes (1..max); ignored for atomics */
 	uint64_t roff; /* offset in the remote region */
 	void *local;   /* inside the local buffer */
 	uint64_t compare_add; /* CAS: expected value; FAA: addend */

@@ -141,6 +141,8 @@ static int verbs_post(struct kvi_rmem *rm, const struct kvi_rop *ops, unsigned n
 			wr[i].wr.atomic.compare_add = op->compare_add;
 			break;
 		}
+		if (op->fence)
+			wr[i].send_flags |= IBV_SEND_FENCE;
 		if (op->kind == KVI_ROP_CAS || op->kind == KVI_ROP_FAA) {
 			wr[i].wr.atomic.remote_addr = v->raddr + op->roff;
 			wr[i].wr.atomic.rkey = v->rkey;

@@ -238,7 +238,9 @@ enum kvc_store_mode {
  * Round trips (RDMA doorbells waited for; control-path calls for memory
  * aside, as for kvc_put). GET and kvc_get_item: 1 with a valid cached
  * location, else 2 (buckets, then the object; a miss with no fingerprint
- * match: 1). A store of any mode: 2 when the key's location is cached and
+ * match: 1). A miss on an expired item not yet reclaimed: one more (the
+ * bucket's lock word, then the slot, so that no writer that found the item
+ * alive is still committing: layout.h "Expiry"), more while one is. A store of any mode: 2 when the key's location is cached and
  * valid (lock + re-read the slot + read the item's header and key, one
  * doorbell; then commit or release); else 2 when no slot's fingerprint
  * matches (absent: an insert, or a refused REPLACE / CAS) and 3 when one
@@ -455,6 +457,7 @@ struct kvc_stats {
 	uint64_t lease_renewals;   /* leases the server renewed (client/lease.c "Lease") */
 	uint64_t junk_slots;       /* slots naming no valid object that a write replaced or cleared */
 	uint64_t readmissions;     /* renewals after the lease lapsed while idle (same connection, no rejoin) */
+	uint64_t expiry_waits;     /* GETs that found their item expired in a bucket a writer held, and read again */
 };
 
 KVC_EXPORT void kvc_get_stats(const kvc_t *h, struct kvc_stats *out);

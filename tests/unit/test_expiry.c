@@ -113,3 +113,99 @@ Test(expiry, delete_of_an_expired_item_is_enotfound_through_the_cached_location)
 	cr_expect_eq(kvt_del_s(a, "gone"), KVC_ENOTFOUND, "DELETE must agree with GET that the key is absent");
 	kvc_destroy(a);
 }
+
+/* A writer that found the item alive (here a TOUCH giving it 10 s more)
+ * holds its bucket while its commit is on the way; the item's expiry passes
+ * meanwhile. A GET that read the old object then must not tell a miss: the
+ * TOUCH is linearized before the expiry, so every later read sees the item.
+ * The GET waits for the bucket (op_get.c "Expired") and reads the touched
+ * item. The writer's commit is held back by a transport hook until well
+ * past the expiry; the old code told the miss at once. */
+struct stall {
+	int armed;
+	int stalled;
+	uint64_t until_ms;
+};
+
+static uint64_t real_ms(void)
+{
+	return kvi_real_ns() / 1000000u;
+}
+
+/* Before the writer's first WRITE (its commit) once armed: say so, then
+ * sleep until until_ms. */
+static int stall_commit(void *arg, struct kvi_rmem *rm, const struct kvi_rop *op)
+{
+	struct stall *s = arg;
+
+	(void)rm;
+	if (op->kind == KVI_ROP_WRITE && __atomic_exchange_n(&s->armed, 0, __ATOMIC_ACQ_REL)) {
+		__atomic_store_n(&s->stalled, 1, __ATOMIC_RELEASE);
+		while (real_ms() < s->until_ms)
+			usleep(1000);
+	}
+	return 0;
+}
+
+struct touch_job {
+	kvc_t *h;
+	int rc;
+};
+
+static void *toucher(void *arg)
+{
+	struct touch_job *j = arg;
+
+	j->rc = kvc_touch(j->h, "k", 1, 10000);
+	return NULL;
+}
+
+#define STALL_TTL_MS 1000u
+
+static void get_waits_for_a_writer_that_found_the_item_alive(unsigned cache)
+{
+	struct stall s = { 0 };
+	struct kvi_local_hooks hk = { .arg = &s, .before_op = stall_commit };
+	kvc_t *w = kvt_client(&env, &hk, 0, 4), *r = kvt_client(&env, NULL, cache, 4);
+	struct touch_job j = { .h = w };
+	struct kvc_stats st;
+	uint64_t put_ms, got_ms;
+	pthread_t t;
+	char v[16] = "";
+	int rc;
+
+	put_ms = real_ms();
+	cr_assert_eq(kvc_put(w, "k", 1, "v", 1, STALL_TTL_MS), 0);
+	if (cache) /* the reader's location cache names the item */
+		cr_assert_eq(kvt_get_s(r, "k", v, sizeof(v)), 0);
+	s.until_ms = put_ms + STALL_TTL_MS + 300;
+	__atomic_store_n(&s.armed, 1, __ATOMIC_RELEASE);
+	cr_assert_eq(pthread_create(&t, NULL, toucher, &j), 0);
+	while (!__atomic_load_n(&s.stalled, __ATOMIC_ACQUIRE))
+		usleep(1000);
+	while (real_ms() < put_ms + STALL_TTL_MS + 50) /* the old item has expired */
+		usleep(1000);
+	rc = kvt_get_s(r, "k", v, sizeof(v));
+	got_ms = real_ms();
+	pthread_join(t, NULL);
+	cr_assert_eq(j.rc, 0, "the TOUCH found the item alive (%s): the machine overslept a 1 s TTL?",
+		     kvc_err_name(j.rc));
+	cr_expect_eq(rc, 0, "GET told %s while a TOUCH that found the item alive was committing", kvc_err_name(rc));
+	cr_expect_str_eq(v, "v");
+	cr_expect_geq(got_ms, s.until_ms, "the GET answered before the TOUCH's commit");
+	kvc_get_stats(r, &st);
+	cr_expect_geq(st.expiry_waits, 1);
+	cr_expect_eq(kvt_get_s(r, "k", v, sizeof(v)), 0, "touched: alive for 10 s more");
+	kvc_destroy(w);
+	kvc_destroy(r);
+}
+
+Test(expiry, a_get_waits_for_a_writer_that_found_the_item_alive_through_the_buckets)
+{
+	get_waits_for_a_writer_that_found_the_item_alive(0);
+}
+
+Test(expiry, a_get_waits_for_a_writer_that_found_the_item_alive_through_the_cached_location)
+{
+	get_waits_for_a_writer_that_found_the_item_alive(1024);
+}
