@@ -17,8 +17,9 @@ pkgs=(
   qemu-system-x86 busybox-static cpio kmod iproute2
   # kvbench's memcached driver, and the comparison run (deploy/compare)
   libmemcached-dev memcached gnuplot-nox
-  # kvproxy's peer suite (memccapable: memcached's text-protocol conformance tests)
-  libmemcached-tools
+  # kvproxy's peer suites: memccapable (memcached's text-protocol conformance tests) and
+  # pymemcache's integration tests (run with pytest; /usr/bin/python3, Debian's)
+  libmemcached-tools python3-pymemcache python3-pytest
   # packaging (tests/package/run): a clean Debian root, the .deb's Depends, manual page checks
   debootstrap dpkg-dev groff-base man-db
   # kvserver --metrics (Prometheus endpoint), and the HTTP client its test scrapes with

@@ -1,8 +1,10 @@
 #!/usr/bin/env python3
 """kvproxy against memcached: the same scripted sessions sent to both, the
 replies compared byte for byte (CAS values, the version and stats' figures
-masked). Starts `kvproxy local://64` (TCP and a unix socket) and
-`memcached -U 0` on free ports.
+masked). Starts kvproxy (TCP and a unix socket) in front of the tier
+KVPROXY_TARGET names (default local://64: a whole server inside kvproxy;
+tests/proxy/peers-rdma.sh sets rdma://...) and `memcached -U 0` on free
+ports.
 
   compare.py KVPROXY [--memcached PATH] [--pending NAME,...] [-v]
 
@@ -191,7 +193,8 @@ def main():
     sock = f"/tmp/kvproxy-compare-{os.getpid()}.sock"
     user = ["-u", "nobody"] if os.geteuid() == 0 else []
     mc = subprocess.Popen([mc_bin, "-p", str(mport), "-U", "0", "-l", "127.0.0.1", "-t", "2"] + user)
-    kv = subprocess.Popen([kvproxy, "-p", str(kport), "-s", sock, "-t", "2", "local://64"])
+    kv = subprocess.Popen([kvproxy, "-p", str(kport), "-s", sock, "-t", "2",
+                           os.environ.get("KVPROXY_TARGET", "local://64")])
     failed = []
     try:
         wait_port(mport, mc, "memcached")

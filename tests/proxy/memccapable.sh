@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # libmemcached's conformance suite (memccapable, Debian's libmemcached-tools)
-# against `kvproxy local://64`, text protocol only (-a: kvproxy has no binary
-# protocol, deprecated upstream).
+# against kvproxy, text protocol only (-a: kvproxy has no binary protocol,
+# deprecated upstream). KVPROXY_TARGET names the tier (default local://64: a
+# whole server inside kvproxy; tests/proxy/peers-rdma.sh sets rdma://...).
 #   tests/proxy/memccapable.sh KVPROXY [PENDING_TEST...]
 # PENDING_TEST: a test ("ascii flush") whose library call has not landed;
 # its failure is reported, not counted. Exit 0 all passed, 1 a failure,
@@ -11,13 +12,16 @@ kvproxy=$1
 shift
 command -v memccapable >/dev/null || { echo "memccapable not installed: skipped"; exit 77; }
 port=$(python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])')
-"$kvproxy" -p "$port" -t 2 local://64 &
+"$kvproxy" -p "$port" -t 2 "${KVPROXY_TARGET:-local://64}" &
 pid=$!
 trap 'kill $pid 2>/dev/null; wait $pid 2>/dev/null' EXIT
-for _ in $(seq 100); do
-  (exec 3<>"/dev/tcp/127.0.0.1/$port") 2>/dev/null && break
+up=0
+for _ in $(seq 200); do
+  (exec 3<>"/dev/tcp/127.0.0.1/$port") 2>/dev/null && { up=1; break; }
+  kill -0 $pid 2>/dev/null || break
   sleep 0.05
 done
+[ $up = 1 ] || { echo "kvproxy ${KVPROXY_TARGET:-local://64} did not listen on port $port"; exit 1; }
 out=$(timeout 60 memccapable -h 127.0.0.1 -p "$port" -a -t 5 2>&1)
 echo "$out"
 # Each test's part of the output runs from its name to the next one's; it
