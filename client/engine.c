@@ -57,6 +57,13 @@ static int check_op(const struct kvi_conn *h, const struct kvc_op *op)
 	case KVC_OP_PUT:
 		if ((op->value_len && !op->value) || op->mode < KVC_STORE_SET || op->mode > KVC_STORE_PREPEND)
 			return KVC_EINVAL;
+		/* the token rides in the object the call builds; append and
+		 * prepend build theirs from the old one, under the locks */
+		if (op->meta == KVC_META_WON && (op->mode == KVC_STORE_APPEND || op->mode == KVC_STORE_PREPEND))
+			return KVC_EINVAL;
+		if (op->meta && op->meta != KVC_META_WON &&
+		    !(op->meta == KVC_META_INVALIDATE && op->mode == KVC_STORE_CAS))
+			return KVC_EINVAL;
 		if (op->value_len > UINT32_MAX || kvi_obj_len((uint32_t)op->key_len, (uint32_t)op->value_len) >
 							   h->max_object)
 			return KVC_EVALSIZE;
@@ -148,6 +155,8 @@ static int submit_hashed(struct kvi_conn *h, struct kvc_op *op, const struct kvi
 			return (int)off;
 		kvi_obj_build(st->obj, op->key, (uint16_t)op->key_len, op->value, (uint32_t)op->value_len,
 			      kvi_expiry_of(op->ttl_ms), op->flags, off >= 0 ? st->obj_cas : 0);
+		if (op->meta & KVC_META_WON) /* not checksummed: layout.h "Recache tokens" */
+			((struct kvi_obj_hdr *)st->obj)->access = KVI_ACCESS_WIN;
 		*built += op->value_len;
 	}
 	op->status = 1; /* in flight */

@@ -1,4 +1,5 @@
-/* Read-modify-writes (kvclient.h: append, prepend, incr, decr, touch, gat):
+/* Read-modify-writes (kvclient.h: append, prepend, incr, decr, touch, gat,
+ * invalidation, a cas that invalidates):
  * the new object, computed from the key's current one. op_write.c takes the
  * locks, reads that object whole (verified, under the locks, where it cannot
  * change: layout.h I1, I3) and calls here; the new object is then written in
@@ -30,8 +31,9 @@ int kvi_rmw_is(const struct kvc_op *op)
 	case KVC_OP_TOUCH:
 	case KVC_OP_GAT:
 		return 1;
-	case KVC_OP_PUT:
-		return op->mode == KVC_STORE_APPEND || op->mode == KVC_STORE_PREPEND;
+	case KVC_OP_PUT: /* and a cas that invalidates (kvc_meta): decided from the unique */
+		return op->mode == KVC_STORE_APPEND || op->mode == KVC_STORE_PREPEND ||
+		       (op->mode == KVC_STORE_CAS && (op->meta & KVC_META_INVALIDATE));
 	case KVC_OP_DELETE:
 		return (op->meta & KVC_META_INVALIDATE) != 0;
 	default:
@@ -49,7 +51,7 @@ uint64_t kvi_rmw_estimate(const struct kvc_op *op)
 
 int kvi_rmw_miss(const struct kvc_op *op)
 {
-	return op->type == KVC_OP_PUT ? KVC_ENOTSTORED : KVC_ENOTFOUND;
+	return op->type == KVC_OP_PUT && op->mode != KVC_STORE_CAS ? KVC_ENOTSTORED : KVC_ENOTFOUND;
 }
 
 /* memcached's reading of a counter (its safe_strtoull over the item's
@@ -122,6 +124,11 @@ int kvi_rmw_build(struct kvi_conn *h, struct kvi_opst *st, const struct kvi_obj_
 	 * invalidation makes it stale with no token; anything else is a new
 	 * item. */
 	int same = op->type == KVC_OP_TOUCH || op->type == KVC_OP_GAT;
+	/* A cas that invalidates ("ms I C"): the unique asked for stores as
+	 * a cas does; an older one stores too, the new item stale with the
+	 * old one's expiry and recache token (memcached's: the value is
+	 * replaced, the item stays what it was); a newer one is refused. */
+	int recas = op->type == KVC_OP_PUT && op->mode == KVC_STORE_CAS;
 	uint8_t access = same ? oh->access & KVI_ACCESS_WIN : 0;
 	uint8_t sflags = same ? oh->flags : op->type == KVC_OP_DELETE ? (uint8_t)(oh->flags | KVI_OBJ_F_STALE) : 0;
 	uint64_t nlen = vlen, counter = 0;
@@ -130,8 +137,14 @@ int kvi_rmw_build(struct kvi_conn *h, struct kvi_opst *st, const struct kvi_obj_
 	unsigned char *val;
 	int rc;
 
-	if (op->cas && op->cas != cas)
+	if (recas) {
+		if (op->cas > cas)
+			return KVC_EEXISTS;
+		sflags = op->cas < cas ? KVI_OBJ_F_STALE : 0;
+		access = op->cas < cas ? oh->access & KVI_ACCESS_WIN : 0;
+	} else if (op->cas && op->cas != cas) {
 		return KVC_EEXISTS;
+	}
 	st->result = 0;
 	switch (op->type) {
 	case KVC_OP_INCR:
@@ -143,6 +156,7 @@ int kvi_rmw_build(struct kvi_conn *h, struct kvi_opst *st, const struct kvi_obj_
 		else
 			counter = op->delta > counter ? 0 : counter - op->delta;
 		nlen = (uint64_t)snprintf(digits, sizeof(digits), "%" PRIu64, counter);
+		op->expiry_ms = expiry; /* the item's, before a touch (memcached's "ma t") */
 		if (op->mode & KVC_ARITH_TOUCH)
 			expiry = kvi_expiry_of(op->ttl_ms);
 		break;
@@ -154,8 +168,15 @@ int kvi_rmw_build(struct kvi_conn *h, struct kvi_opst *st, const struct kvi_obj_
 		if (op->ttl_ms)
 			expiry = kvi_expiry_of(op->ttl_ms);
 		break;
-	default: /* append, prepend */
-		nlen = (uint64_t)vlen + op->value_len;
+	default: /* append, prepend; a cas's whole new item */
+		if (recas) {
+			nlen = op->value_len;
+			flags = op->flags;
+			if (!sflags)
+				expiry = kvi_expiry_of(op->ttl_ms);
+		} else {
+			nlen = (uint64_t)vlen + op->value_len;
+		}
 		break;
 	}
 	if (kvi_obj_len(klen, 0) + nlen > h->max_object)
@@ -190,7 +211,9 @@ int kvi_rmw_build(struct kvi_conn *h, struct kvi_opst *st, const struct kvi_obj_
 	default:
 		if (op->value_len == 0) /* appending nothing: a new unique all the same */
 			break;
-		if (op->mode == KVC_STORE_APPEND) {
+		if (recas) {
+			memcpy(val, op->value, op->value_len);
+		} else if (op->mode == KVC_STORE_APPEND) {
 			memcpy(val + vlen, op->value, op->value_len);
 		} else {
 			memmove(val + op->value_len, val, vlen);
@@ -225,6 +248,7 @@ int kvi_rmw_vivify(struct kvi_conn *h, struct kvi_opst *st)
 		return rc;
 	kvi_obj_build(st->obj, op->key, (uint16_t)op->key_len, digits, n, kvi_expiry_of(op->ttl_ms), op->flags,
 		      st->obj_cas);
+	op->expiry_ms = kvi_obj_expiry_ms((const struct kvi_obj_hdr *)(const void *)st->obj);
 	op->result = op->initial;
 	st->result = 0;
 	st->rmw_built = 1;

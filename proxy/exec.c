@@ -155,6 +155,9 @@ static int single_op(const struct kvp_req *r, struct kvc_op *op, int *expired, t
 		op->value_len = r->data_len;
 		op->flags = r->flags;
 		op->cas = r->cas;
+		/* ms I with C: an older unique stores too, the item stale */
+		if (r->cmd == KVP_C_MS && cmd == KVP_C_CAS && (r->mflags & KVP_MF('I')))
+			op->meta = KVC_META_INVALIDATE;
 		return 1;
 	case KVP_C_INCR: case KVP_C_DECR:
 		op->type = r->cmd == KVP_C_INCR ? KVC_OP_INCR : KVC_OP_DECR;
@@ -321,6 +324,98 @@ static void run(kvc_t *h, struct kvc_op **ptrs, unsigned n)
 	}
 }
 
+/* mg N (vivify on a miss), as memcached 1.6 does it: a miss adds an empty
+ * item (flags 0, the N token's TTL) whose recache token this client holds,
+ * and is answered as a hit with W; other clients then read the empty item
+ * with Z until someone rewrites it. An add that finds the key (another
+ * client vivified or stored it meanwhile) reads it again, and so on a few
+ * times; each step is one linearizable library call. */
+#define VIVIFY_TRIES 3
+
+static uint64_t now_ms(void)
+{
+	struct timespec ts;
+
+	clock_gettime(CLOCK_REALTIME, &ts);
+	return (uint64_t)ts.tv_sec * 1000u + (uint64_t)ts.tv_nsec / 1000000u;
+}
+
+static int vivifies(const struct kvp_slot *s)
+{
+	return s->req.cmd == KVP_C_MG && (s->req.mflags & KVP_MF('N')) && s->nops == 1;
+}
+
+static void vivify(struct kvp_exec *x)
+{
+	struct kvc_op *was = NULL; /* per op: the read it was, to read again */
+	time_t now = time(NULL);
+
+	for (int attempt = 0; attempt < VIVIFY_TRIES; attempt++) {
+		unsigned n = 0;
+
+		/* misses become adds */
+		for (unsigned i = 0; i < x->nslots; i++) {
+			const struct kvp_slot *s = &x->slots[i];
+			struct kvc_op *op = &x->ops[s->op0];
+
+			if (!vivifies(s) || op->status != KVC_ENOTFOUND)
+				continue;
+			if (!was && !(was = malloc((size_t)x->nops * sizeof(*was)))) {
+				op->status = KVC_ENOMEM;
+				continue;
+			}
+			was[s->op0] = *op;
+			memset(op, 0, sizeof(*op));
+			op->type = KVC_OP_PUT;
+			op->mode = KVC_STORE_ADD;
+			op->meta = KVC_META_WON;
+			op->key = was[s->op0].key;
+			op->key_len = was[s->op0].key_len;
+			op->value = "";
+			/* with T, the touch's TTL (memcached touches what it vivified) */
+			if (was[s->op0].type == KVC_OP_GAT)
+				op->ttl_ms = was[s->op0].ttl_ms;
+			else
+				kvp_ttl_ms(s->req.vivify_exptime, now, &op->ttl_ms);
+			op->status = KVC_EAGAIN;
+			x->ptrs[n++] = op;
+		}
+		if (!n)
+			break;
+		run(x->h, x->ptrs, n);
+		/* stored: a hit on the empty item, won; found: read it again */
+		n = 0;
+		for (unsigned i = 0; i < x->nslots; i++) {
+			const struct kvp_slot *s = &x->slots[i];
+			struct kvc_op *op = &x->ops[s->op0];
+			struct kvc_op add = *op;
+
+			if (!vivifies(s) || op->type != KVC_OP_PUT)
+				continue;
+			*op = was[s->op0];
+			op->status = add.status;
+			if (add.status == 0) {
+				op->value_len = 0;
+				op->flags = 0;
+				op->cas = add.cas;
+				op->item = KVC_ITEM_WON;
+				op->expiry_ms = add.ttl_ms ? now_ms() + add.ttl_ms : 0;
+			} else if (add.status == KVC_ENOTSTORED) {
+				op->status = KVC_EAGAIN;
+				x->ptrs[n++] = op;
+			}
+		}
+		if (!n)
+			break;
+		run(x->h, x->ptrs, n);
+	}
+	/* Still not there after the last add lost: a miss, as it was read. */
+	for (unsigned i = 0; was && i < x->nslots; i++)
+		if (vivifies(&x->slots[i]) && x->ops[x->slots[i].op0].status == KVC_ENOTSTORED)
+			x->ops[x->slots[i].op0].status = KVC_ENOTFOUND;
+	free(was);
+}
+
 /* The round's ops, with values over KVP_GETBUF read again into buffers of
  * their size. */
 static void run_round(struct kvp_exec *x)
@@ -337,6 +432,7 @@ static void run_round(struct kvp_exec *x)
 		}
 	}
 	run(x->h, x->ptrs, x->nops);
+	vivify(x);
 	for (int attempt = 0; attempt < GET_RETRIES; attempt++) {
 		unsigned n = 0;
 
@@ -569,13 +665,10 @@ static void meta_flags(struct kvp_buf *b, const struct kvp_req *r, const struct 
 				kvp_buf_str(b, op->item & KVC_ITEM_FETCHED ? " h1" : " h0");
 			break;
 		case 't':
-			if (hit && r->cmd == KVP_C_MG) {
-				struct timespec ts;
-				uint64_t now;
+			if (hit && (r->cmd == KVP_C_MG || r->cmd == KVP_C_MA)) {
+				uint64_t now = now_ms();
 
 				kvp_buf_str(b, " t");
-				clock_gettime(CLOCK_REALTIME, &ts);
-				now = (uint64_t)ts.tv_sec * 1000u + (uint64_t)ts.tv_nsec / 1000000u;
 				if (op->expiry_ms == 0)
 					kvp_buf_str(b, "-1");
 				else /* whole seconds left (nearest), as memcached's clock counts them */

@@ -148,9 +148,6 @@ static int ms(const char *buf, size_t len, size_t max_value, const struct kvp_to
 	}
 	if (opaque_too_long(t, 3))
 		return error(r, "CLIENT_ERROR opaque token too long");
-	/* I (invalidate: mark stale) acts only on a cas store */
-	if ((r->mflags & KVP_MF('I')) && r->cmd == KVP_C_CAS)
-		return error(r, KVP_UNSUPPORTED_FLAG);
 	r->swallow = 0;
 	r->mode = (char)r->cmd; /* the store's mode; exec.c answers in meta's words */
 	r->cmd = KVP_C_MS;
@@ -203,7 +200,7 @@ int kvp_meta(const char *buf, size_t len, size_t max_value, const struct kvp_tok
 		return error(r, "CLIENT_ERROR opaque token too long");
 	switch (c) {
 	case 'g':
-		if (r->mflags & (KVP_MF('N') | KVP_MF('l')))
+		if (r->mflags & KVP_MF('l'))
 			return error(r, KVP_UNSUPPORTED_FLAG);
 		r->cmd = KVP_C_MG;
 		break;
@@ -211,8 +208,6 @@ int kvp_meta(const char *buf, size_t len, size_t max_value, const struct kvp_tok
 		r->cmd = KVP_C_MD;
 		break;
 	default:
-		if (r->mflags & KVP_MF('t')) /* the library does not return an incr's expiry */
-			return error(r, KVP_UNSUPPORTED_FLAG);
 		r->mode = (char)r->cmd;
 		r->cmd = KVP_C_MA;
 		break;

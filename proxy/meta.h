@@ -17,9 +17,9 @@ int kvp_meta(const char *buf, size_t len, size_t max_value, const struct kvp_tok
 int kvp_value(const char *buf, size_t len, size_t max_value, size_t vlen, struct kvp_req *r, size_t *used,
 	      size_t *need);
 
-/* What kvproxy leaves out -- mg N (vivify on a miss), ms I with C, what
- * the library does not say (mg l: last access; ma t: an incr's expiry) --
- * is answered with this line. */
+/* What kvproxy leaves out -- what the library does not know (mg l: the
+ * seconds since the item was last read; the tier keeps one "read since
+ * written" bit per item, not a time) -- is answered with this line. */
 #define KVP_UNSUPPORTED_FLAG "CLIENT_ERROR flag not supported by kvproxy"
 
 #endif

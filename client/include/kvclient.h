@@ -349,7 +349,9 @@ struct kvc_op {
 	uint64_t initial;
 	uint64_t result;
 	/* GET, GAT: set with status 0 to the item's expiry, CLOCK_REALTIME
-	 * milliseconds (0: never), e.g. for memcached meta's remaining TTL. */
+	 * milliseconds (0: never), e.g. for memcached meta's remaining TTL.
+	 * INCR, DECR: the item's expiry before the call (a vivified one's:
+	 * the new item's), as memcached's "ma t" tells it. */
 	uint64_t expiry_ms;
 	/* memcached meta's item states. meta (in): enum kvc_meta bits;
 	 * recache_ms (in): with KVC_META_RECACHE. item (out, GET and GAT with
@@ -367,8 +369,18 @@ enum kvc_meta {
 	/* DELETE: mark the item stale instead of removing it ("md I"): a new
 	 * CAS unique, served as stale (KVC_ITEM_STALE) until rewritten, with a
 	 * new expiry ttl_ms from now when ttl_ms is not 0. A read-modify-write:
-	 * round trips as kvc_touch. */
+	 * round trips as kvc_touch.
+	 * PUT with KVC_STORE_CAS ("ms I C"): a cas unique older (smaller) than
+	 * the item's stores all the same, the new item stale (keeping the
+	 * old one's expiry and recache token, as memcached does); the item's own
+	 * unique stores as a cas does; a newer one: KVC_EEXISTS. Round trips
+	 * as kvc_touch. */
 	KVC_META_INVALIDATE = 2,
+	/* PUT (set, add, replace, cas): the new item starts with its recache
+	 * token taken, by this client: GETs see KVC_ITEM_WIN_SENT until it is
+	 * rewritten (memcached meta "mg N", which vivifies a missing item as an
+	 * empty one whose creator is told it won). No extra round trip. */
+	KVC_META_WON = 4,
 };
 
 /* kvc_op.item: what a GET (or GAT) learnt of the item. A GET of a stale

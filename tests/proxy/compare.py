@@ -113,6 +113,20 @@ SESSIONS = [
                        b"mg iv c\r\nms iv 2\r\nho\r\nmg iv v\r\nmd none I\r\nmd iv C1\r\nmd iv q I\r\nmg iv\r\n"]),
     ("mg-recache", [b"ms rc 1 T100\r\nx\r\nmg rc R30 v\r\nmg rc R200 v\r\nmg rc R200 v\r\nmg rc v\r\n"
                     b"ms rn 1\r\ny\r\nmg rn R30 v\r\n"]),
+    # vivify on a miss: the first mg N creates an empty item and wins (W), the
+    # others see it with Z (mg without N too) until a set rewrites it
+    ("mg-vivify", [b"mg vv v N30 t c s f\r\nmg vv v N30 t\r\nmg vv\r\nmg vv k q N30\r\nmg vv R30 v\r\n"
+                   b"ms vv 2 T60\r\nhi\r\nmg vv v N30 t\r\nmg vq N30 q k O5\r\nmg vq q k v\r\n"
+                   b"mg vt N30 T90 t v\r\nmg vt t v\r\nmg vn N0 v t\r\nmg vn v\r\nmd vn q\r\nmg vn v N30 q\r\n"
+                   b"gets vv vq vt\r\nmn\r\n"]),
+    # ms I with C: an older unique stores, the item stale (X, then W/Z); the
+    # item's own stores plainly; a newer one is EX; no item: NF; I alone: a set
+    ("ms-invalidate", [b"ms ia 2\r\nhi\r\nmg ia v\r\nms ia 2 I C1\r\nho\r\nmg ia v\r\nmg ia v\r\n"
+                       b"ms ia 2 I C999999999\r\nhx\r\nmg ia v s\r\nms ib 2 I\r\nhi\r\nmg ib v\r\n"
+                       b"ms ic 2 I C5\r\nhi\r\nms ia 3 I C1 T50 F7 q\r\nabc\r\nmg ia v f t\r\nmn\r\n"]),
+    # ma t: the item's TTL before the call (a vivified item's own)
+    ("ma-ttl", [b"set n1 0 100 1\r\n5\r\nma n1 t v\r\nma n1 t\r\nma n2 N50 t v J3\r\nma n2 t c v\r\n"
+                b"set n3 0 0 1\r\n1\r\nma n3 t v T30\r\nma n3 t\r\nma none t\r\nma n1 f s k t q\r\nmn\r\n"]),
     ("mn-me", [b"mn\r\nmn extra\r\n"]),
     ("stats-sub", [b"stats reset\r\nstats nonsense\r\n"]),
 ]

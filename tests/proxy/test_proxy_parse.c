@@ -201,7 +201,10 @@ Test(meta, mg)
 	bad("mg k b\r\n", "CLIENT_ERROR error decoding key");
 	bad("mg k O123456789012345678901234567890123\r\n", "CLIENT_ERROR opaque token too long");
 	bad("mg k a b c d e f g h i j k l m n o p q r\r\n", "CLIENT_ERROR options flags are too long");
-	bad("mg k N30\r\n", KVP_UNSUPPORTED_FLAG);
+	ok("mg k N30 v\r\n", KVP_C_MG);
+	cr_assert(r.mflags & KVP_MF('N'));
+	cr_assert_eq(r.vivify_exptime, 30);
+	bad("mg k Nx\r\n", "CLIENT_ERROR bad token in command line format");
 	bad("mg k l\r\n", KVP_UNSUPPORTED_FLAG);
 	ok("mg k R30 h v\r\n", KVP_C_MG);
 	cr_assert_eq(r.recache_ttl, 30);
@@ -228,7 +231,9 @@ Test(meta, ms)
 	cr_assert_eq(r.mode, KVP_C_CAS);
 	cr_assert_eq(r.cas, 5);
 	ok("ms k 1 I\r\nx\r\n", KVP_C_MS); /* I without C does nothing */
-	bad("ms k 1 C5 I\r\nx\r\n", KVP_UNSUPPORTED_FLAG);
+	ok("ms k 1 C5 I\r\nx\r\n", KVP_C_MS); /* with C: an older unique stores stale */
+	cr_assert_eq(r.mode, KVP_C_CAS);
+	cr_assert(r.mflags & KVP_MF('I'));
 	bad("ms k\r\n", FMT);
 	bad("ms k x\r\n", FMT);
 	cr_assert_eq(r.swallow, 0);
@@ -267,7 +272,8 @@ Test(meta, md_ma_mn)
 	bad("ma k Dx\r\n", "CLIENT_ERROR invalid or duplicate flag");
 	ok("ma k C12 c\r\n", KVP_C_MA);
 	cr_assert_eq(r.cas, 12);
-	bad("ma k t\r\n", KVP_UNSUPPORTED_FLAG);
+	ok("ma k t v\r\n", KVP_C_MA);
+	cr_assert(r.mflags & KVP_MF('t'));
 	ok("mn\r\n", KVP_C_MN);
 	bad("mz k\r\n", "ERROR");
 }

@@ -179,5 +179,108 @@ Test(meta, bad_meta_bits_are_refused)
 	cr_expect_eq(kvc_submit(a, &op), KVC_EINVAL);
 	op = (struct kvc_op){ .type = KVC_OP_DELETE, .key = "k", .key_len = 1, .meta = KVC_META_RECACHE };
 	cr_expect_eq(kvc_submit(a, &op), KVC_EINVAL);
+	op = (struct kvc_op){ .type = KVC_OP_PUT, .key = "k", .key_len = 1, .meta = KVC_META_INVALIDATE };
+	cr_expect_eq(kvc_submit(a, &op), KVC_EINVAL, "invalidates only as a cas");
+	op = (struct kvc_op){ .type = KVC_OP_PUT, .key = "k", .key_len = 1, .meta = KVC_META_RECACHE };
+	cr_expect_eq(kvc_submit(a, &op), KVC_EINVAL);
+	op = (struct kvc_op){ .type = KVC_OP_PUT, .mode = KVC_STORE_APPEND, .key = "k", .key_len = 1, .value = "x",
+			      .value_len = 1, .meta = KVC_META_WON };
+	cr_expect_eq(kvc_submit(a, &op), KVC_EINVAL, "append builds its object from the old one: no token");
 	kvc_destroy(a);
+}
+
+/* "mg N": a client that finds a key missing adds an empty item whose token
+ * it holds; everyone else is told the win was sent, until a rewrite. */
+static void vivified(unsigned cache)
+{
+	kvc_t *a = kvt_client(&env, NULL, cache, 4), *b = kvt_client(&env, NULL, cache, 4);
+	struct kvc_op op = { .type = KVC_OP_PUT, .mode = KVC_STORE_ADD, .key = "v", .key_len = 1, .value = "",
+			     .value_len = 0, .ttl_ms = 30000, .meta = KVC_META_WON };
+	uint32_t bits;
+	char v[64];
+
+	cr_assert_eq(run(a, &op), 0, "%s", kvc_err_name(op.status));
+	cr_expect_neq(op.cas, 0);
+	op.status = 0;
+	cr_expect_eq(run(b, &op), KVC_ENOTSTORED, "a second vivify finds the item");
+	for (int i = 0; i < 3; i++) {
+		bits = get_item_bits(i % 2 ? a : b, "v", 0, 0, v, sizeof(v));
+		cr_expect_str_eq(v, "", "the vivified item is empty");
+		cr_expect_eq(bits & (KVC_ITEM_STALE | KVC_ITEM_WON | KVC_ITEM_WIN_SENT), KVC_ITEM_WIN_SENT);
+	}
+	/* the winner recaches: a new item, no token */
+	cr_assert_eq(kvc_store(a, KVC_STORE_SET, "v", 1, "fresh", 5, 0, 0, 0, NULL), 0);
+	bits = get_item_bits(b, "v", 0, 0, v, sizeof(v));
+	cr_expect_str_eq(v, "fresh");
+	cr_expect_eq(bits & (KVC_ITEM_WON | KVC_ITEM_WIN_SENT), 0);
+	kvc_destroy(a);
+	kvc_destroy(b);
+}
+
+Test(meta, vivified_items_through_the_buckets)
+{
+	vivified(0);
+}
+
+Test(meta, vivified_items_through_a_cached_location)
+{
+	vivified(64);
+}
+
+/* "ms I C": a cas that invalidates. The item's own unique stores as a cas;
+ * an older one stores too, the new item stale, with the old one's expiry
+ * and recache token; a newer one is refused, and no item is a miss. */
+static int recas(kvc_t *c, const char *k, const char *v, uint64_t cas, uint64_t ttl_ms, uint64_t *new_cas)
+{
+	struct kvc_op op = { .type = KVC_OP_PUT, .mode = KVC_STORE_CAS, .key = k, .key_len = strlen(k), .value = v,
+			     .value_len = strlen(v), .flags = 9, .ttl_ms = ttl_ms, .cas = cas,
+			     .meta = KVC_META_INVALIDATE };
+	int rc = run(c, &op);
+
+	if (new_cas)
+		*new_cas = op.cas;
+	return rc;
+}
+
+Test(meta, a_cas_that_invalidates)
+{
+	kvc_t *a = kvt_client(&env, NULL, 64, 4), *b = kvt_client(&env, NULL, 0, 4);
+	struct kvc_op get = { .type = KVC_OP_GET, .key = "r", .key_len = 1 };
+	uint64_t c0 = 0, c1 = 0, c2 = 0;
+	uint32_t bits;
+	char v[64];
+
+	cr_expect_eq(recas(a, "r", "x", 1, 0, NULL), KVC_ENOTFOUND);
+	cr_assert_eq(kvc_store(a, KVC_STORE_SET, "r", 1, "one", 3, 7, 60000, 0, &c0), 0);
+	cr_expect_eq(recas(a, "r", "x", c0 + 1, 0, NULL), KVC_EEXISTS, "a newer unique");
+	cr_assert_eq(recas(a, "r", "two", c0, 0, &c1), 0, "its own unique: a cas");
+	cr_expect_gt(c1, c0);
+	bits = get_item_bits(b, "r", 0, 0, v, sizeof(v));
+	cr_expect_str_eq(v, "two");
+	cr_expect_eq(bits & (KVC_ITEM_STALE | KVC_ITEM_WON | KVC_ITEM_WIN_SENT), 0, "not stale");
+	get.buf = v;
+	get.buf_len = sizeof(v);
+	cr_assert_eq(run(b, &get), 0);
+	cr_expect_eq(get.expiry_ms, 0, "the cas's own TTL (none)");
+	/* an older unique: stored, stale, the expiry kept */
+	cr_assert_eq(kvc_store(a, KVC_STORE_SET, "r", 1, "three", 5, 7, 60000, 0, &c1), 0);
+	cr_assert_eq(run(b, &get), 0);
+	uint64_t exp = get.expiry_ms;
+	cr_assert_eq(recas(a, "r", "four", c0, 0, &c2), 0);
+	cr_expect_gt(c2, c1, "a new unique");
+	bits = get_item_bits(b, "r", 0, 0, v, sizeof(v));
+	cr_expect_str_eq(v, "four");
+	cr_expect_eq(bits & (KVC_ITEM_STALE | KVC_ITEM_WON), KVC_ITEM_STALE | KVC_ITEM_WON);
+	get.status = 0;
+	cr_assert_eq(run(a, &get), 0);
+	cr_expect_eq(get.expiry_ms, exp, "the stale item keeps its expiry");
+	cr_expect_eq(get.flags, 9, "and takes the new flags");
+	cr_expect(get.item & KVC_ITEM_WIN_SENT);
+	/* again older: the token stays sent */
+	cr_assert_eq(recas(b, "r", "five", c0, 0, NULL), 0);
+	bits = get_item_bits(a, "r", 0, 0, v, sizeof(v));
+	cr_expect_str_eq(v, "five");
+	cr_expect_eq(bits & (KVC_ITEM_STALE | KVC_ITEM_WON | KVC_ITEM_WIN_SENT), KVC_ITEM_STALE | KVC_ITEM_WIN_SENT);
+	kvc_destroy(a);
+	kvc_destroy(b);
 }
