@@ -241,7 +241,7 @@ int kvp_exec_add(struct kvp_exec *x, const struct kvp_req *r)
 			kvp_ttl_ms(r->exptime, now, &ttl);
 		while ((off = kvp_next_token(r->keys, r->keys_len, off, &k, &kl)) != 0)
 			n++;
-		if (x->nops && x->nops + n > KVP_ROUND_OPS)
+		if (x->nops && (x->nops + n > KVP_ROUND_OPS || x->nvals + n > KVP_ROUND_VALUES))
 			return KVP_RUN_FIRST;
 		if (x->nops + n > x->op_cap && grow(x, x->nops + n))
 			return KVP_NOMEM;
@@ -258,6 +258,7 @@ int kvp_exec_add(struct kvp_exec *x, const struct kvp_req *r)
 			op->ttl_ms = ttl;
 			x->hash[x->nops++] = (key_hash(k, kl) & ~1u) | (uint32_t)gat;
 		}
+		x->nvals += n;
 	} else {
 		struct kvc_op op;
 		int expired;
@@ -268,7 +269,9 @@ int kvp_exec_add(struct kvp_exec *x, const struct kvp_req *r)
 		if (n) {
 			uint32_t h = key_hash(op.key, op.key_len);
 
-			if (x->nops && x->nops + 1 > KVP_ROUND_OPS)
+			int vals = op.type == KVC_OP_GET || op.type == KVC_OP_GAT;
+
+			if (x->nops && (x->nops + 1 > KVP_ROUND_OPS || x->nvals + (unsigned)vals > KVP_ROUND_VALUES))
 				return KVP_RUN_FIRST;
 			/* A meta get may take the item's recache token (or see
 			 * it taken): ordered like a write, as memcached runs a
@@ -281,6 +284,7 @@ int kvp_exec_add(struct kvp_exec *x, const struct kvp_req *r)
 				return KVP_NOMEM;
 			x->ops[x->nops] = op;
 			x->hash[x->nops++] = (h & ~1u) | (uint32_t)writes;
+			x->nvals += (unsigned)vals;
 		}
 	}
 	s->op0 = first;
@@ -523,7 +527,8 @@ static void reply_get(struct kvp_exec *x, const struct kvp_slot *s, struct kvp_b
 		kvp_buf_add(b, op->buf, op->value_len);
 		crlf(b);
 	}
-	line(b, "END");
+	if (!s->req.more)
+		line(b, "END");
 }
 
 static void reply_store(struct kvp_exec *x, const struct kvp_slot *s, const struct kvc_op *op, struct kvp_buf *b)
@@ -905,5 +910,6 @@ void kvp_exec_finish(struct kvp_exec *x, struct kvp_buf *out)
 	for (unsigned i = 0; i < x->nops; i++)
 		free(x->big[i]);
 	x->nops = 0;
+	x->nvals = 0;
 	x->nslots = 0;
 }

@@ -23,6 +23,11 @@
 #define KVP_ROUND_SLOTS 256u /* requests per round */
 #define KVP_ROUND_OPS 256u   /* ops per round, unless one request needs more */
 #define KVP_GETBUF 4096u     /* a GET's first buffer; larger values are read again */
+/* Ops that return a value, per round: their values are held until the
+ * round's replies are written out, so this bounds a worker's memory to
+ * about KVP_ROUND_VALUES x the largest value, whatever a client asks for
+ * (conn.h); it is kvproxy's library depth, so it costs no concurrency. */
+#define KVP_ROUND_VALUES 64u
 
 struct kvp_slot {
 	struct kvp_req req;
@@ -40,6 +45,7 @@ struct kvp_exec {
 	void **big;           /* per op: a buffer for a value over KVP_GETBUF, or NULL */
 	uint32_t *hash;       /* per op: key hash, bit 0 = writes */
 	unsigned nops, op_cap;
+	unsigned nvals;       /* ops in the round that return a value (KVP_ROUND_VALUES) */
 	char *gbuf;
 	int quit;             /* a quit was answered: close after writing */
 };

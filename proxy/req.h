@@ -51,9 +51,12 @@ struct kvp_req {
 	size_t swallow;     /* bytes after this request to discard (a refused value) */
 	const char *key;
 	size_t key_len;
-	/* get/gets/gat/gats: the keys, separated by spaces (each 1..250 bytes) */
+	/* get/gets/gat/gats: the keys, separated by spaces (each 1..250 bytes);
+	 * more: this is a part of the line's keys, others follow (conn.c), so
+	 * its reply has no END */
 	const char *keys;
 	size_t keys_len;
+	int more;
 	uint32_t flags;     /* client flags to store */
 	int32_t exptime;    /* memcached's exptime (0 never, < 0 expired, > 30 days absolute) */
 	int has_exptime;

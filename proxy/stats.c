@@ -2,7 +2,9 @@
  * than printed as 0: get_flushed (a miss does not say why); the tier's
  * figures are left out when it does not answer. */
 #include <stddef.h>
+#include <stdio.h>
 #include <string.h>
+#include <sys/resource.h>
 #include <unistd.h>
 
 #include "stats.h"
@@ -60,11 +62,16 @@ void kvp_stats_fill(struct kvp_stats *s, struct kvp_shared *sh, kvc_t *h)
 	struct kvp_counters t = { 0 };
 	time_t now = time(NULL);
 	uint64_t flushes;
+	struct rusage ru;
 
 	memset(s, 0, sizeof(*s));
 	s->pid = (uint64_t)getpid();
 	s->time = (uint64_t)now;
 	s->uptime = (uint64_t)(now - sh->started);
+	if (getrusage(RUSAGE_SELF, &ru) == 0) {
+		s->rusage_user_us = (uint64_t)ru.ru_utime.tv_sec * 1000000u + (uint64_t)ru.ru_utime.tv_usec;
+		s->rusage_system_us = (uint64_t)ru.ru_stime.tv_sec * 1000000u + (uint64_t)ru.ru_stime.tv_usec;
+	}
 	s->curr_connections = __atomic_load_n(&sh->curr_connections, __ATOMIC_RELAXED);
 	s->total_connections = __atomic_load_n(&sh->total_connections, __ATOMIC_RELAXED);
 	s->rejected_connections = __atomic_load_n(&sh->rejected_connections, __ATOMIC_RELAXED);
@@ -97,6 +104,20 @@ static void line(struct kvp_buf *b, const char *name, uint64_t v)
 	kvp_buf_str(b, "\r\n");
 }
 
+/* memcached's "seconds.microseconds" */
+static void line_us(struct kvp_buf *b, const char *name, uint64_t us)
+{
+	char frac[8];
+
+	kvp_buf_str(b, "STAT ");
+	kvp_buf_str(b, name);
+	kvp_buf_str(b, " ");
+	kvp_buf_u64(b, us / 1000000u);
+	snprintf(frac, sizeof(frac), ".%06u", (unsigned)(us % 1000000u));
+	kvp_buf_str(b, frac);
+	kvp_buf_str(b, "\r\n");
+}
+
 void kvp_stats_render(struct kvp_buf *b, const struct kvp_stats *s)
 {
 	line(b, "pid", s->pid);
@@ -104,6 +125,8 @@ void kvp_stats_render(struct kvp_buf *b, const struct kvp_stats *s)
 	line(b, "time", s->time);
 	kvp_buf_str(b, "STAT version " KVP_VERSION "\r\n");
 	line(b, "pointer_size", sizeof(void *) * 8);
+	line_us(b, "rusage_user", s->rusage_user_us);
+	line_us(b, "rusage_system", s->rusage_system_us);
 	line(b, "curr_connections", s->curr_connections);
 	line(b, "total_connections", s->total_connections);
 	line(b, "rejected_connections", s->rejected_connections);

@@ -47,6 +47,10 @@ struct kvp_shared {
 /* memcached's general stats, as this proxy can know them. */
 struct kvp_stats {
 	uint64_t pid, uptime, time;
+	/* this process's CPU (getrusage), in microseconds: memcached's
+	 * rusage_user / rusage_system, so that a benchmark that samples a
+	 * memcached's CPU samples kvproxy's the same way */
+	uint64_t rusage_user_us, rusage_system_us;
 	uint64_t curr_connections, total_connections, rejected_connections;
 	struct kvp_counters c;
 	uint64_t threads;

@@ -53,9 +53,30 @@ static void set_events(struct kvp_worker *w, struct kvp_conn *c, unsigned ev)
 		c->events = ev;
 }
 
+static size_t max_value(struct kvp_worker *w)
+{
+	size_t m = kvc_max_value(w->h, 1);
+
+	/* No server joined (0): take values of memcached's default size; the
+	 * library then answers each store (server gone) as it is. */
+	return m ? m : KVP_FALLBACK_MAX_VALUE;
+}
+
+/* Carry out the requests in c->in that waited for the replies before them
+ * to be written (kvp_conn_process stalled). */
+static void conn_resume(struct kvp_worker *w, struct kvp_conn *c)
+{
+	size_t used = kvp_conn_process(c, &w->x, max_value(w), c->in.p, c->in.len);
+
+	kvp_buf_consume(&c->in, used);
+	if (c->in.len == 0)
+		kvp_buf_free(&c->in);
+}
+
 /* Write what can be written; -1 when the connection is to be closed. */
 static int conn_flush(struct kvp_worker *w, struct kvp_conn *c)
 {
+again:
 	while (c->out.len) {
 		ssize_t n = write(c->fd, c->out.p, c->out.len);
 		int io = io_result(n);
@@ -72,6 +93,12 @@ static int conn_flush(struct kvp_worker *w, struct kvp_conn *c)
 		set_events(w, c, EPOLLOUT);
 		return 0;
 	}
+	if (c->stalled && !c->closing) {
+		conn_resume(w, c);
+		goto again;
+	}
+	if (c->eof) /* everything it sent is answered */
+		c->closing = 1;
 	kvp_buf_free(&c->out); /* idle connections hold no buffer */
 	if (c->closing)
 		return -1;
@@ -82,14 +109,9 @@ static int conn_flush(struct kvp_worker *w, struct kvp_conn *c)
 /* Read and answer; -1 when the connection is to be closed. */
 static int conn_read(struct kvp_worker *w, struct kvp_conn *c)
 {
-	size_t max_value = kvc_max_value(w->h, 1);
+	size_t mv = max_value(w);
 
-	/* No server joined (0): take values of memcached's default size; the
-	 * library then answers each store (server gone) as it is. */
-	if (max_value == 0)
-		max_value = KVP_FALLBACK_MAX_VALUE;
-
-	for (int i = 0; i < READS_PER_EVENT && !c->closing && c->out.len < KVP_OUT_HIGH; i++) {
+	for (int i = 0; i < READS_PER_EVENT && !c->closing && !c->eof && !c->stalled && c->out.len < KVP_OUT_HIGH; i++) {
 		char *dst;
 		size_t room, used;
 		ssize_t n;
@@ -109,7 +131,7 @@ static int conn_read(struct kvp_worker *w, struct kvp_conn *c)
 		n = read(c->fd, dst, room);
 		rc = io_result(n);
 		if (rc < 0 && n == 0) { /* the client is done sending: answer it, then close */
-			c->closing = 1;
+			c->eof = 1;
 			break;
 		}
 		if (rc < 0)
@@ -117,11 +139,11 @@ static int conn_read(struct kvp_worker *w, struct kvp_conn *c)
 		if (rc == 0) /* level-triggered: epoll says when there is more */
 			break;
 		if (dst == w->scratch) {
-			used = kvp_conn_process(c, &w->x, max_value, dst, (size_t)n);
+			used = kvp_conn_process(c, &w->x, mv, dst, (size_t)n);
 			kvp_buf_add(&c->in, dst + used, (size_t)n - used);
 		} else {
 			c->in.len += (size_t)n;
-			used = kvp_conn_process(c, &w->x, max_value, c->in.p, c->in.len);
+			used = kvp_conn_process(c, &w->x, mv, c->in.p, c->in.len);
 			kvp_buf_consume(&c->in, used);
 			if (c->in.len == 0)
 				kvp_buf_free(&c->in); /* idle connections hold no buffer */
