@@ -74,6 +74,7 @@ int main(int argc, char **argv)
 	}
 	if (rc) {
 		fprintf(stderr, "kill_worker: first put: %s\n", kvc_strerror(rc));
+		kvc_destroy(h);
 		return 1;
 	}
 	printf("ACKED\n");

@@ -11,17 +11,8 @@ set -uo pipefail
 kvproxy=$1
 shift
 command -v memccapable >/dev/null || { echo "memccapable not installed: skipped"; exit 77; }
-port=$(python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])')
-"$kvproxy" -p "$port" -t 2 "${KVPROXY_TARGET:-local://64}" &
-pid=$!
-trap 'kill $pid 2>/dev/null; wait $pid 2>/dev/null' EXIT
-up=0
-for _ in $(seq 200); do
-  (exec 3<>"/dev/tcp/127.0.0.1/$port") 2>/dev/null && { up=1; break; }
-  kill -0 $pid 2>/dev/null || break
-  sleep 0.05
-done
-[ $up = 1 ] || { echo "kvproxy ${KVPROXY_TARGET:-local://64} did not listen on port $port"; exit 1; }
+. "$(dirname "$0")/start-kvproxy.sh"
+start_kvproxy "$kvproxy"
 out=$(timeout 60 memccapable -h 127.0.0.1 -p "$port" -a -t 5 2>&1)
 echo "$out"
 # Each test's part of the output runs from its name to the next one's; it

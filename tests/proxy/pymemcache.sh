@@ -16,17 +16,8 @@ if [ ! -f "$tests" ] || ! "$py" -c 'import pytest' 2>/dev/null; then
   echo "pymemcache's tests or pytest not installed: skipped"
   exit 77
 fi
-port=$("$py" -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])')
-"$kvproxy" -p "$port" -t 2 "$target" &
-pid=$!
-trap 'kill $pid 2>/dev/null; wait $pid 2>/dev/null' EXIT
-up=0
-for _ in $(seq 200); do
-  (exec 3<>"/dev/tcp/127.0.0.1/$port") 2>/dev/null && { up=1; break; }
-  kill -0 $pid 2>/dev/null || break
-  sleep 0.05
-done
-[ $up = 1 ] || { echo "kvproxy $target did not listen on port $port"; exit 1; }
+. "$(dirname "$0")/start-kvproxy.sh"
+start_kvproxy "$kvproxy"
 # Their own directory holds the conftest.py with --server/--port; nothing is
 # written there (no cache, no bytecode).
 cd "$(dirname "$tests")" || exit 1
