@@ -1,11 +1,15 @@
 /* lin_worker: one process of a multi-process history for the linearizability
- * check (test_lin_verbs.c): random GET/PUT/DELETE on a few shared keys, half
- * the PUTs with TTLs of a few milliseconds, each operation recorded with its
- * CLOCK_REALTIME invoke and complete times (tests/lincheck/lincheck.h).
+ * check (test_lin_verbs.c), each operation recorded with its CLOCK_REALTIME
+ * invoke and complete times (tests/lincheck/lincheck.h).
  *
- *   lin_worker HOST:PORT CLIENT SEED OPS KEYS OUTFILE
+ *   lin_worker HOST:PORT CLIENT SEED OPS KEYS OUTFILE [plain|items|counters]
  *
- * Values are unique: CLIENT << 32 | sequence, so a read names its write. */
+ * plain (the default): random GET/PUT/DELETE on a few shared keys, half the
+ * PUTs with TTLs of a few milliseconds; values are unique, CLIENT << 32 |
+ * sequence, so a read names its write. items, counters: the memcached mix
+ * of the unit histories (tests/lincheck/recorder.h: conditional stores, CAS
+ * loops; with counters incr / decr in batches and with their modes, touch,
+ * gat), on a real kvserver. */
 #include <inttypes.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -15,6 +19,57 @@
 
 #include "kvclient.h"
 #include "lincheck.h"
+#include "recorder.h"
+
+/* The memcached mix: ops operations at most, recorded by recorder.h. */
+static int items(struct kvc_opts *o, unsigned client, uint64_t rng, unsigned ops, unsigned keys, const char *seed,
+		 int counters, FILE *out)
+{
+	struct lc_op *hist = calloc(ops, sizeof(*hist));
+	struct lc_rec r = { .id = (uint16_t)client, .ops = hist, .cap = ops, .counters = counters };
+	char err[400], k[64], line[LC_LINE_MAX];
+	kvc_t *h = NULL;
+	int rc = 0;
+
+	if (!hist)
+		return 1;
+	o->depth = counters ? LC_REC_DEPTH : 1;
+	while (r.n + 2 * LC_REC_RMW_TRIES <= r.cap && !r.why) {
+		unsigned key = (unsigned)(lc_rand(&rng) % keys);
+
+		if (!h) {
+			o->cache_entries = lc_rand(&rng) % 2 ? 256 : 0;
+			if (kvc_create(o, &h, err, sizeof(err)) != 0) {
+				fprintf(stderr, "lin_worker: %s\n", err);
+				free(hist);
+				return 1;
+			}
+		}
+		snprintf(k, sizeof(k), "lin-%s-%s-%u", seed, counters ? "c" : "i", key);
+		lc_rec_step(&r, h, &rng, key, k);
+		if (r.broken) { /* a new handle: the server fences the old one's locks */
+			kvc_destroy(h);
+			h = NULL;
+			r.broken = 0;
+			continue;
+		}
+		if (lc_rand(&rng) % 4 == 0)
+			usleep((useconds_t)(lc_rand(&rng) % 2000));
+	}
+	kvc_destroy(h);
+	if (r.why) {
+		fprintf(stderr, "lin_worker: client %u: %s\n", client, r.why);
+		rc = 1;
+	}
+	for (size_t i = 0; i < r.n; i++) {
+		lc_format(&hist[i], line, sizeof(line));
+		fputs(line, out);
+	}
+	fprintf(stderr, "lin_worker: client %u: %zu operations (%" PRIu64 " unknown, %" PRIu64 " failed and left out)\n",
+		client, r.n, r.c.unknown, r.c.failed);
+	free(hist);
+	return rc;
+}
 
 int main(int argc, char **argv)
 {
@@ -25,8 +80,8 @@ int main(int argc, char **argv)
 	kvc_t *h = NULL;
 	FILE *out;
 
-	if (argc != 7) {
-		fprintf(stderr, "usage: lin_worker HOST:PORT CLIENT SEED OPS KEYS OUTFILE\n");
+	if (argc != 7 && argc != 8) {
+		fprintf(stderr, "usage: lin_worker HOST:PORT CLIENT SEED OPS KEYS OUTFILE [plain|items|counters]\n");
 		return 2;
 	}
 	client = (unsigned)atoi(argv[2]);
@@ -41,6 +96,16 @@ int main(int argc, char **argv)
 	kvc_opts_init(&o);
 	o.server = argv[1];
 	o.depth = 1;
+	if (argc == 8 && strcmp(argv[7], "plain") != 0) {
+		int rc;
+
+		if (strcmp(argv[7], "items") != 0 && strcmp(argv[7], "counters") != 0) {
+			fprintf(stderr, "lin_worker: mode '%s' is not plain, items or counters\n", argv[7]);
+			return 2;
+		}
+		rc = items(&o, client, rng, ops, keys, argv[3], strcmp(argv[7], "counters") == 0, out);
+		return fclose(out) || rc ? 1 : 0;
+	}
 	for (unsigned i = 0; i < ops; i++) {
 		struct lc_op r = { .client = (uint16_t)client, .key = (uint32_t)(lc_rand(&rng) % keys) };
 		unsigned dice = (unsigned)(lc_rand(&rng) % 100);

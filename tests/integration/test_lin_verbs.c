@@ -41,7 +41,8 @@ TestSuite(lin_verbs, .init = kvt_require_rdma, .timeout = 600);
 
 /* Record `histories` histories of PROCS processes on the kvserver at port
  * and check each; returns the operations checked. */
-static uint64_t run_histories(struct kvt_proc *srv, const char *port, unsigned histories, uint64_t *states)
+static uint64_t run_histories(struct kvt_proc *srv, const char *port, unsigned histories, const char *mode,
+			      uint64_t *states)
 {
 	struct lc_op *all = malloc(sizeof(*all) * PROCS * OPS);
 	uint64_t total = 0;
@@ -58,7 +59,7 @@ static uint64_t run_histories(struct kvt_proc *srv, const char *port, unsigned h
 		snprintf(ops, sizeof(ops), "%u", OPS);
 		snprintf(keys, sizeof(keys), "%u", KEYS);
 		for (unsigned p = 0; p < PROCS; p++) {
-			char *argv[] = { KV_LIN_WORKER_BIN, server, id[p], seed, ops, keys, path[p], NULL };
+			char *argv[] = { KV_LIN_WORKER_BIN, server, id[p], seed, ops, keys, path[p], (char *)mode, NULL };
 
 			snprintf(id[p], sizeof(id[p]), "%u", hist * 100 + p);
 			snprintf(path[p], sizeof(path[p]), "/tmp/lin-%d-%u-%u.txt", (int)getpid(), hist, p);
@@ -100,10 +101,30 @@ Test(lin_verbs, histories_of_several_processes_with_ttls_are_linearizable)
 	struct kvt_proc srv;
 
 	kvt_start_server(&srv, "7741", NULL);
-	total = run_histories(&srv, "7741", HISTORIES, &states);
+	total = run_histories(&srv, "7741", HISTORIES, "plain", &states);
 	printf("lincheck over RDMA: %d histories of %d processes, %" PRIu64 " operations, %" PRIu64
 	       " search states: 0 violations\n",
 	       HISTORIES, PROCS, total, states);
+	kvt_kill(&srv, SIGTERM);
+	cr_expect_eq(kvt_wait(&srv, 20000), 0, "kvserver: %s", srv.all);
+}
+
+/* memcached's items over RDMA: the unit histories' mix (recorder.h) by
+ * several processes on a real kvserver -- conditional stores and CAS loops,
+ * then counters (incr / decr, batched and with their modes, touch, gat) --
+ * with TTLs of a few milliseconds; uniques included, every key's history
+ * must be linearizable. */
+Test(lin_verbs, histories_of_memcached_items_and_counters_are_linearizable)
+{
+	uint64_t items, counters, states = 0;
+	struct kvt_proc srv;
+
+	kvt_start_server(&srv, "7743", NULL);
+	items = run_histories(&srv, "7743", 2, "items", &states);
+	counters = run_histories(&srv, "7743", 2, "counters", &states);
+	printf("lincheck over RDMA, memcached items: 2 histories of %d processes (%" PRIu64
+	       " operations), counters: 2 (%" PRIu64 "), %" PRIu64 " search states: 0 violations\n",
+	       PROCS, items, counters, states);
 	kvt_kill(&srv, SIGTERM);
 	cr_expect_eq(kvt_wait(&srv, 20000), 0, "kvserver: %s", srv.all);
 }
@@ -162,7 +183,7 @@ Test(lin_verbs, histories_recorded_while_the_index_doubles_are_linearizable)
 	kvt_start_server(&srv, "7742", extra);
 	r0 = resizes_of("7742");
 	cr_assert_eq(pthread_create(&t, NULL, fill_main, &f), 0);
-	total = run_histories(&srv, "7742", 2, &states);
+	total = run_histories(&srv, "7742", 2, "plain", &states);
 	atomic_store(&f.stop, 1);
 	pthread_join(t, NULL);
 	r1 = resizes_of("7742");

@@ -20,6 +20,7 @@
 #include "dpath_env.h"
 #include "kvclient_errors.h"
 #include "lincheck.h"
+#include "recorder.h"
 
 #define MSN 1000000ull
 
@@ -777,232 +778,13 @@ Test(lincheck, histories_with_commits_landing_late_while_the_reclaimer_runs, .ti
 #define ITEM_OPS 300 /* recorded operations per client and history */
 #define ITEM_SEEDS 10
 
-/* what the clients' conditional stores met, over all histories */
-struct item_counts {
-	uint64_t add[2], repl[2], cas[3]; /* [0] stored; add, repl: [1] not stored; cas: [1] exists, [2] not found */
-	uint64_t arith[2], touch[2], gat[2]; /* incr and decr, touch, gat: [0] done, [1] not found */
-	uint64_t arith_uniq;         /* incrs and decrs told their new unique */
-	uint64_t pairs;              /* batches of two of them on one key */
-	uint64_t arith_modes;        /* of them with vivify or touch */
-	uint64_t rmw_unknown;        /* incrs, decrs, touches and gats with unknown outcomes */
-	uint64_t unknown, failed, rmw_retries;
-};
-
 struct item_worker {
 	pthread_t t;
 	struct kvt_env *env;
-	unsigned id;
 	uint64_t seed;
 	struct lc_op ops[ITEM_OPS];
-	size_t n;
-	struct item_counts c;
-	uint32_t stores; /* values: (id << 32) | stores, distinct in a history */
-	int counters; /* values are decimal numbers; incr, decr and touch join in */
-	int broken; /* the handle must be replaced */
-	const char *why;
+	struct lc_rec r; /* recorder.h: into ops */
 };
-
-/* Record o (invoked at o->inv) with outcome rc; cas: the unique a GET read or
- * a store was told. */
-static void item_record(struct item_worker *w, struct lc_op *o, int rc, uint64_t cas)
-{
-	o->cmp = lc_now_ns();
-	if (rc == KVC_EUNKNOWN) {
-		o->cmp = LC_NEVER;
-		w->c.unknown++;
-		if (o->kind == LC_INCR || o->kind == LC_DECR || o->kind == LC_TOUCH || o->kind == LC_GAT)
-			w->c.rmw_unknown++;
-		w->broken = 1;
-	} else if (rc == KVC_ECORRUPT) {
-		w->why = "KVC_ECORRUPT: a slot names an object that is not there";
-		return;
-	} else if (rc == KVC_ENONNUMERIC) {
-		w->why = "KVC_ENONNUMERIC, but every value stored is a number";
-		return;
-	} else if (rc && rc != KVC_ENOTFOUND && rc != KVC_ENOTSTORED && rc != KVC_EEXISTS) {
-		w->c.failed++; /* changed nothing: left out; the handle may be broken */
-		w->broken = 1;
-		return;
-	}
-	if (rc == 0 && o->kind != LC_DELETE && o->kind != LC_TOUCH)
-		o->uniq = cas;
-	switch (rc) {
-	case 0:
-		o->result = LC_OK;
-		break;
-	case KVC_ENOTFOUND:
-		o->result = LC_ABSENT;
-		if (o->kind == LC_PUT || o->kind == LC_ADD || o->kind == LC_REPLACE)
-			w->why = "a SET, ADD or REPLACE answered KVC_ENOTFOUND";
-		break;
-	case KVC_ENOTSTORED:
-		o->result = LC_NOTSTORED;
-		if (o->kind != LC_ADD && o->kind != LC_REPLACE)
-			w->why = "KVC_ENOTSTORED from neither ADD nor REPLACE";
-		break;
-	case KVC_EEXISTS:
-		o->result = LC_EXISTS;
-		if (o->kind != LC_CAS)
-			w->why = "KVC_EEXISTS from no CAS";
-		break;
-	}
-	if (o->cmp != LC_NEVER && o->kind == LC_ADD)
-		w->c.add[o->result == LC_OK ? 0 : 1]++;
-	if (o->cmp != LC_NEVER && o->kind == LC_REPLACE)
-		w->c.repl[o->result == LC_OK ? 0 : 1]++;
-	if (o->cmp != LC_NEVER && o->kind == LC_CAS)
-		w->c.cas[o->result == LC_OK ? 0 : o->result == LC_EXISTS ? 1 : 2]++;
-	if (o->cmp != LC_NEVER && (o->kind == LC_INCR || o->kind == LC_DECR))
-		w->c.arith[o->result == LC_OK ? 0 : 1]++;
-	if (o->cmp != LC_NEVER && (o->kind == LC_INCR || o->kind == LC_DECR) && o->uniq)
-		w->c.arith_uniq++;
-	if (o->cmp != LC_NEVER && o->kind == LC_TOUCH)
-		w->c.touch[o->result == LC_OK ? 0 : 1]++;
-	if (o->cmp != LC_NEVER && o->kind == LC_GAT)
-		w->c.gat[o->result == LC_OK ? 0 : 1]++;
-	if (w->n < ITEM_OPS)
-		w->ops[w->n++] = *o;
-	else /* dropping one that took effect would make the history lie */
-		w->why = "more operations than the history holds";
-}
-
-/* The number a value (NUL-terminated) holds: "v<number>:<padding>", or
- * with counters decimal digits and blanks (stores pad with spaces, incr and
- * decr write digits alone). 1 if it is one of these. */
-static int item_value(const struct item_worker *w, const char *got, uint64_t *v)
-{
-	int end = 0;
-
-	if (!w->counters)
-		return sscanf(got, "v%" SCNu64 ":", v) == 1;
-	if (got[0] < '0' || got[0] > '9' || sscanf(got, "%" SCNu64 "%n", v, &end) != 1)
-		return 0;
-	return got[end + strspn(got + end, " ")] == '\0';
-}
-
-/* kvc_get_item into the history; 0 with *cas the unique read */
-static int item_get(struct item_worker *w, kvc_t *h, unsigned key, const char *k, uint64_t *cas)
-{
-	struct lc_op o = { .key = key, .client = (uint16_t)w->id, .kind = LC_GET };
-	char got[3100];
-	size_t len = 0;
-	int rc;
-
-	*cas = 0;
-	o.inv = lc_now_ns();
-	rc = kvc_get_item(h, k, strlen(k), got, sizeof(got) - 1, &len, NULL, cas);
-	got[rc == 0 ? len : 0] = '\0';
-	if (rc == 0 && !item_value(w, got, &o.value))
-		w->why = "a GET returned bytes no client wrote";
-	item_record(w, &o, rc, *cas);
-	return rc;
-}
-
-/* A store of mode (expect: CAS's unique) into the history; its value is
- * unique to this client and step. */
-static int item_store(struct item_worker *w, kvc_t *h, uint64_t *rng, unsigned key, const char *k, int mode,
-		      uint64_t expect)
-{
-	static const uint8_t kind[] = { [KVC_STORE_SET] = LC_PUT, [KVC_STORE_ADD] = LC_ADD,
-					[KVC_STORE_REPLACE] = LC_REPLACE, [KVC_STORE_CAS] = LC_CAS };
-	struct lc_op o = { .key = key, .client = (uint16_t)w->id, .kind = kind[mode], .expect = expect };
-	uint64_t ttl = lc_rand(rng) % 3 == 0 ? 1 + lc_rand(rng) % 8 : 0, cas = 0;
-	char v[3100];
-	int rc;
-
-	o.value = ((uint64_t)w->id << 32) | ++w->stores;
-	o.ttl_ns = ttl * MSN;
-	if (!w->counters) {
-		snprintf(v, sizeof(v), "v%" PRIu64 ":%0*u", o.value, (int)(lc_rand(rng) % 3000), 0);
-	} else {
-		/* small numbers too, for decr to stop at 0; blanks after the
-		 * digits (memcached's padding) vary the objects' sizes */
-		if (lc_rand(rng) % 3 == 0)
-			o.value = lc_rand(rng) % 4;
-		snprintf(v, sizeof(v), "%" PRIu64 "%*s", o.value, (int)(lc_rand(rng) % 3000), "");
-	}
-	o.inv = lc_now_ns();
-	rc = kvc_store(h, mode, k, strlen(k), v, strlen(v), (uint32_t)o.value, ttl, expect, &cas);
-	item_record(w, &o, rc, cas);
-	return rc;
-}
-
-#define RMW_TRIES 4
-#define ITEM_DEPTH 2 /* a batch of two read-modify-writes (counters) */
-
-/* An incr, decr, touch or gat into the history. Half the arithmetic goes
- * through kvc_run_batch, which tells the new unique too, half through
- * kvc_incr / kvc_decr (the unique not recorded); a delta is now and then
- * near 2^64 (incr wraps, decr stops at 0). */
-static void item_rmw(struct item_worker *w, kvc_t *h, uint64_t *rng, unsigned key, const char *k)
-{
-	unsigned dice = (unsigned)(lc_rand(rng) % 8);
-	struct lc_op o = { .key = key, .client = (uint16_t)w->id };
-	struct kvc_op op = { .key = k, .key_len = strlen(k) };
-	int rc;
-
-	if (dice < 2) { /* touch */
-		uint64_t ttl = lc_rand(rng) % 2 ? 1 + lc_rand(rng) % 8 : 0;
-
-		o.kind = LC_TOUCH;
-		o.ttl_ns = ttl * MSN;
-		o.inv = lc_now_ns();
-		item_record(w, &o, kvc_touch(h, k, strlen(k), ttl), 0);
-		return;
-	}
-	if (dice < 3) { /* gat */
-		uint64_t ttl = lc_rand(rng) % 2 ? 1 + lc_rand(rng) % 8 : 0, cas = 0;
-		char got[3100];
-		size_t len = 0;
-
-		o.kind = LC_GAT;
-		o.ttl_ns = ttl * MSN;
-		o.inv = lc_now_ns();
-		rc = kvc_gat(h, k, strlen(k), ttl, got, sizeof(got) - 1, &len, NULL, &cas);
-		got[rc == 0 ? len : 0] = '\0';
-		if (rc == 0 && !item_value(w, got, &o.value))
-			w->why = "a GAT returned bytes no client wrote";
-		item_record(w, &o, rc, cas);
-		return;
-	}
-	o.kind = dice < 6 ? LC_INCR : LC_DECR;
-	o.delta = lc_rand(rng) % 10 ? 1 + lc_rand(rng) % 5 : UINT64_MAX - lc_rand(rng) % 5;
-	o.inv = lc_now_ns();
-	if (lc_rand(rng) % 2) {
-		/* half of these with an increment of the same key in the same
-		 * batch: two read-modify-writes of one key in flight at once */
-		struct kvc_op op2 = { .type = KVC_OP_INCR, .key = k, .key_len = strlen(k), .delta = 1 + lc_rand(rng) % 5 };
-		struct kvc_op *both[2] = { &op, &op2 };
-		struct lc_op o2 = { .key = key, .client = (uint16_t)w->id, .kind = LC_INCR, .delta = op2.delta };
-		unsigned n = lc_rand(rng) % 2 ? 2 : 1;
-
-		op.type = o.kind == LC_INCR ? KVC_OP_INCR : KVC_OP_DECR;
-		op.delta = o.delta;
-		/* and the modes: vivify on a miss, touch on a hit */
-		op.mode = (int)(lc_rand(rng) % 4);
-		op.initial = lc_rand(rng) % 10;
-		op.ttl_ms = op.mode && lc_rand(rng) % 2 ? 1 + lc_rand(rng) % 8 : 0;
-		o.mode = (uint32_t)op.mode;
-		o.initial = op.mode & KVC_ARITH_VIVIFY ? op.initial : 0;
-		o.ttl_ns = op.mode ? op.ttl_ms * MSN : 0;
-		w->c.arith_modes += op.mode != 0;
-		o2.inv = o.inv;
-		w->c.pairs += n == 2;
-		rc = kvc_run_batch(h, both, n);
-		for (unsigned j = 0; j < n; j++) {
-			struct kvc_op *x = both[j];
-			struct lc_op *r = j ? &o2 : &o;
-			int xrc = rc ? rc : x->status;
-
-			r->value = x->result;
-			item_record(w, r, xrc, xrc == 0 ? x->cas : 0);
-		}
-		return;
-	}
-	rc = o.kind == LC_INCR ? kvc_incr(h, k, strlen(k), o.delta, &o.value)
-			       : kvc_decr(h, k, strlen(k), o.delta, &o.value);
-	item_record(w, &o, rc, 0);
-}
 
 /* ... and break the connection at about one operation in 400: writes then
  * end with unknown outcomes (KVC_EUNKNOWN), which the checker must place, and
@@ -1017,64 +799,33 @@ static int stretch_break(void *arg, struct kvi_rmem *rm, const struct kvi_rop *o
 static void *item_worker_main(void *arg)
 {
 	struct item_worker *w = arg;
+	struct lc_rec *r = &w->r;
 	struct kvi_local_hooks hk = { .before_op = stretch_break, .after_read = hold_read };
-	uint64_t rng = w->seed * 0x9e3779b97f4a7c15ull + w->id + 1000;
+	uint64_t rng = w->seed * 0x9e3779b97f4a7c15ull + r->id + 1000;
 	kvc_t *h = NULL;
 	char k[16];
 
 	hook_rng = rng ^ 0x5555;
 	/* room for a whole read-modify-write loop */
-	while (w->n + 2 * RMW_TRIES <= ITEM_OPS && !w->why) {
+	while (r->n + 2 * LC_REC_RMW_TRIES <= r->cap && !r->why) {
 		unsigned key = lc_rand(&rng) % 16 ? (unsigned)(lc_rand(&rng) % ITEM_HOT)
 						 : ITEM_HOT + (unsigned)(lc_rand(&rng) % ITEM_COLD);
-		unsigned dice = (unsigned)(lc_rand(&rng) % 100);
-		int rmw = w->counters && lc_rand(&rng) % 100 < 35; /* else the items' mix */
-		uint64_t cas;
 
 		if (!h && kvt_env_client(w->env, &hk, lc_rand(&rng) % 2 ? 64 : 0,
-					   w->counters ? ITEM_DEPTH : 1, &h)) {
-			w->why = "cannot open a client";
+					   r->counters ? LC_REC_DEPTH : 1, &h)) {
+			r->why = "cannot open a client";
 			break;
 		}
 		snprintf(k, sizeof(k), "item-%u", key);
-		if (rmw) {
-			item_rmw(w, h, &rng, key, k);
-		} else if (dice < 25) {
-			item_get(w, h, key, k, &cas);
-		} else if (dice < 40) {
-			item_store(w, h, &rng, key, k, KVC_STORE_SET, 0);
-		} else if (dice < 50) {
-			struct lc_op o = { .key = key, .client = (uint16_t)w->id, .kind = LC_DELETE };
-
-			o.inv = lc_now_ns();
-			item_record(w, &o, kvc_delete(h, k, strlen(k)), 0);
-		} else if (dice < 62) {
-			item_store(w, h, &rng, key, k, KVC_STORE_ADD, 0);
-		} else if (dice < 74) {
-			item_store(w, h, &rng, key, k, KVC_STORE_REPLACE, 0);
-		} else {
-			/* read-modify-write: CAS with the unique read, again while
-			 * another client's store got in between; ADD when absent */
-			for (unsigned t = 0; t < RMW_TRIES && !w->broken; t++) {
-				int rc = item_get(w, h, key, k, &cas);
-
-				if (w->broken)
-					break;
-				rc = rc == KVC_ENOTFOUND ? item_store(w, h, &rng, key, k, KVC_STORE_ADD, 0)
-							 : item_store(w, h, &rng, key, k, KVC_STORE_CAS, cas);
-				if (rc != KVC_EEXISTS && rc != KVC_ENOTSTORED)
-					break;
-				w->c.rmw_retries++;
-			}
-		}
-		if (w->broken) { /* a new handle; its locks released as kvserver does */
+		lc_rec_step(r, h, &rng, key, k);
+		if (r->broken) { /* a new handle; its locks released as kvserver does */
 			uint32_t id = kvi_client_conn(h, 0)->rm->client_id;
 
 			kvc_destroy(h);
 			h = NULL;
 			kvt_env_fence_locks(w->env, id);
 			kvs_core_client_left(w->env->srv.core, id); /* its extent sealed, as kvserver does */
-			w->broken = 0;
+			r->broken = 0;
 			continue;
 		}
 		/* let TTLs run out mid-history and segments settle */
@@ -1086,7 +837,7 @@ static void *item_worker_main(void *arg)
 
 /* what the item histories did, over all seeds */
 struct item_totals {
-	struct item_counts c;
+	struct lc_rec_counts c;
 	uint64_t ops, states, reclaimed, moved, expired;
 	double seconds;
 };
@@ -1110,7 +861,7 @@ static void keep_history(const char *name, const struct lc_op *ops, size_t n)
 static void item_histories(int counters, uint64_t seeds, struct item_totals *t)
 {
 	struct lc_op *all = malloc(sizeof(struct lc_op) * ITEM_THREADS * ITEM_OPS);
-	struct item_counts *c = &t->c;
+	struct lc_rec_counts *c = &t->c;
 	uint64_t t0 = lc_now_ns();
 
 	memset(t, 0, sizeof(*t));
@@ -1133,7 +884,9 @@ static void item_histories(int counters, uint64_t seeds, struct item_totals *t)
 		cr_assert_eq(kvt_env_reclaimer(&env, NULL, &rcl), 0);
 		cr_assert_eq(pthread_create(&rt, NULL, reclaimer_main, rcl), 0);
 		for (unsigned i = 0; i < ITEM_THREADS; i++) {
-			w[i] = (struct item_worker){ .env = &env, .id = i + 1, .seed = seed, .counters = counters };
+			w[i] = (struct item_worker){ .env = &env, .seed = seed };
+			w[i].r = (struct lc_rec){ .id = (uint16_t)(i + 1), .ops = w[i].ops, .cap = ITEM_OPS,
+						  .counters = counters };
 			cr_assert_eq(pthread_create(&w[i].t, NULL, item_worker_main, &w[i]), 0);
 		}
 		for (unsigned i = 0; i < ITEM_THREADS; i++)
@@ -1142,25 +895,25 @@ static void item_histories(int counters, uint64_t seeds, struct item_totals *t)
 		pthread_join(rt, &rret);
 		cr_assert_null(rret, "%s", (const char *)rret);
 		for (unsigned i = 0; i < ITEM_THREADS; i++) {
-			cr_assert_null(w[i].why, "seed %" PRIu64 " client %u: %s", seed, i + 1, w[i].why);
-			memcpy(all + n, w[i].ops, w[i].n * sizeof(struct lc_op));
-			n += w[i].n;
+			cr_assert_null(w[i].r.why, "seed %" PRIu64 " client %u: %s", seed, i + 1, w[i].r.why);
+			memcpy(all + n, w[i].ops, w[i].r.n * sizeof(struct lc_op));
+			n += w[i].r.n;
 			for (unsigned j = 0; j < 2; j++) {
-				c->add[j] += w[i].c.add[j];
-				c->repl[j] += w[i].c.repl[j];
-				c->arith[j] += w[i].c.arith[j];
-				c->touch[j] += w[i].c.touch[j];
-				c->gat[j] += w[i].c.gat[j];
+				c->add[j] += w[i].r.c.add[j];
+				c->repl[j] += w[i].r.c.repl[j];
+				c->arith[j] += w[i].r.c.arith[j];
+				c->touch[j] += w[i].r.c.touch[j];
+				c->gat[j] += w[i].r.c.gat[j];
 			}
 			for (unsigned j = 0; j < 3; j++)
-				c->cas[j] += w[i].c.cas[j];
-			c->arith_uniq += w[i].c.arith_uniq;
-			c->pairs += w[i].c.pairs;
-			c->arith_modes += w[i].c.arith_modes;
-			c->rmw_unknown += w[i].c.rmw_unknown;
-			c->unknown += w[i].c.unknown;
-			c->failed += w[i].c.failed;
-			c->rmw_retries += w[i].c.rmw_retries;
+				c->cas[j] += w[i].r.c.cas[j];
+			c->arith_uniq += w[i].r.c.arith_uniq;
+			c->pairs += w[i].r.c.pairs;
+			c->arith_modes += w[i].r.c.arith_modes;
+			c->rmw_unknown += w[i].r.c.rmw_unknown;
+			c->unknown += w[i].r.c.unknown;
+			c->failed += w[i].r.c.failed;
+			c->rmw_retries += w[i].r.c.rmw_retries;
 		}
 		kvs_core_stats(env.srv.core, &cs);
 		t->reclaimed += cs.rc.segments;
@@ -1187,7 +940,7 @@ static void item_histories(int counters, uint64_t seeds, struct item_totals *t)
 Test(lincheck, item_histories_with_conditional_stores_and_the_reclaimer, .timeout = 300)
 {
 	struct item_totals t;
-	struct item_counts *c = &t.c;
+	struct lc_rec_counts *c = &t.c;
 
 	item_histories(0, ITEM_SEEDS, &t);
 	/* the conditional stores met both of their answers */
@@ -1210,7 +963,7 @@ Test(lincheck, item_histories_with_conditional_stores_and_the_reclaimer, .timeou
 Test(lincheck, counter_histories_with_incr_decr_touch_and_the_reclaimer, .timeout = 300)
 {
 	struct item_totals t;
-	struct item_counts *c = &t.c;
+	struct lc_rec_counts *c = &t.c;
 
 	item_histories(1, COUNTER_SEEDS, &t);
 	/* incr / decr and touch met items and missed them; the batch told uniques */
