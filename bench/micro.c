@@ -18,6 +18,7 @@
 #include "driver.h"
 #include "hist.h"
 #include "kvclient.h"
+#include "layout.h"
 #include "micro.h"
 #include "rmem_verbs.h"
 
@@ -35,31 +36,118 @@ static void print_row(const char *name, const struct kvb_hist *hs, double rtt_pe
 	       rtt_per_op);
 }
 
-/* One doorbell of raw operations, spelled as letters: R = READ, W = WRITE,
- * C = CAS (o->size bytes for READ/WRITE). The data path's doorbells are
- * shapes like these: "RR" is a GET miss, "CRCR" the lock step of a PUT. */
+/* One doorbell of raw operations, spelled as space-separated ops: R READ, W
+ * WRITE, C an 8-byte CAS; a READ's or WRITE's size follows its letter: a
+ * number of bytes, s the --size, o the object a micro operation writes (a
+ * "kvbench-" key of 18 bytes and a --size value, with its header), k that
+ * object's header and key. */
 struct raw_pattern {
 	const char *name;
 	const char *ops;
 };
 
+/* Shapes at --size: "R s R s" is a GET miss's, "C Rs C Rs" a PUT's lock step. */
 static const struct raw_pattern raw_patterns[] = {
-	{ "READ", "R" },
-	{ "WRITE", "W" },
+	{ "READ", "Rs" },
+	{ "WRITE", "Ws" },
 	{ "CAS", "C" },
-	{ "READ+READ", "RR" },
-	{ "(CAS+READ)x2", "CRCR" },
-	{ "WRITE+CASx2", "WCC" },
+	{ "READ+READ", "Rs Rs" },
+	{ "(CAS+READ)x2", "C Rs C Rs" },
+	{ "WRITE+CASx2", "Ws C C" },
 };
+
+/* The data path's own doorbells, with its sizes (client/op_get.c,
+ * client/op_write.c), for the micro operations' items: what each --micro
+ * operation is made of (deploy/compare adds them up). A cached GET reads
+ * its bucket up to the slot, 8 x (idx + 2) bytes: 136 at the middle slot. */
+static const struct raw_pattern path_patterns[] = {
+	{ "buckets", "R256 R256" },             /* GET miss; a GET's first doorbell */
+	{ "object", "Ro" },                     /* a GET's second */
+	{ "cached_get", "R136 Ro" },            /* a GET with a cached location */
+	{ "lock", "Wo C R256 C R256" },         /* a PUT: its object, both locks, both buckets */
+	{ "key_check", "Rk" },                  /* an update: the matching object's key */
+	{ "commit", "W8 C C" },                /* the slot, both locks released */
+	{ "lock_cached", "Wo C R256 Rk" },      /* a PUT with a cached location */
+	{ "commit_cached", "W8 C" },
+};
+
+#define MICRO_KEY_LEN 18 /* "kvbench-" and 10 digits */
+
+/* The bytes of a pattern op's size token at --size. */
+static uint32_t op_size(const char *t, size_t len, uint32_t size)
+{
+	uint64_t obj = kvi_obj_len(MICRO_KEY_LEN, size);
+
+	if (len == 1 && t[0] == 's')
+		return size;
+	if (len == 1 && t[0] == 'o')
+		return (uint32_t)((obj + 15) & ~15ull);
+	if (len == 1 && t[0] == 'k')
+		return (uint32_t)(sizeof(struct kvi_obj_hdr) + MICRO_KEY_LEN);
+	return (uint32_t)strtoul(t, NULL, 10);
+}
+
+/* Parse a pattern: kinds and sizes of at most 8 ops; their count. */
+static size_t parse_pattern(const char *p, uint32_t size, char kind[8], uint32_t len[8])
+{
+	size_t n = 0;
+
+	while (*p && n < 8) {
+		size_t l = strcspn(p, " ");
+
+		kind[n] = p[0];
+		len[n] = p[0] == 'C' ? 8 : op_size(p + 1, l - 1, size);
+		n++;
+		p += l;
+		p += strspn(p, " ");
+	}
+	return n;
+}
+
+/* Local buffer and segment room any pattern needs at --size. */
+static uint64_t pattern_room(uint32_t size)
+{
+	return 8 * (320 + ((kvi_obj_len(MICRO_KEY_LEN, size) + 63) & ~63ull) + ((uint64_t)size + 63));
+}
+
+/* A raw connection is a client of the server like any other: it must renew
+ * its lease (server/members.h "Leases") or be expelled mid-run. */
+struct raw_lease {
+	uint64_t epoch;    /* the index epoch of the welcome (raw runs never see a resize) */
+	uint64_t every_ns; /* a quarter of the lease; 0: no leases */
+	uint64_t last_ns;
+};
+
+static int raw_renew(struct kvi_rmem *rm, struct raw_lease *l)
+{
+	struct kvi_ctrl req = { .type = KVI_CTRL_LEASE_RENEW, .lease_renew = { .epoch = l->epoch } }, resp = { 0 };
+	uint64_t now = kvi_mono_ns();
+	int rc;
+
+	if (!l->every_ns || now - l->last_ns < l->every_ns)
+		return 0;
+	rc = kvi_rmem_ctrl_call(rm, &req, &resp, 5000);
+	if (rc == 0 && resp.type != KVI_CTRL_LEASE)
+		rc = resp.status ? resp.status : KVC_EPROTO;
+	l->last_ns = now;
+	return rc;
+}
 
 /* Time o->ops doorbells of one pattern, each one round trip. */
 static int run_pattern(struct kvi_rmem *rm, const struct kvb_micro_opts *o, const struct raw_pattern *p,
-		       uint64_t seg_off, uint64_t seg_size, struct kvb_hist *hs)
+		       uint64_t seg_off, uint64_t seg_size, struct kvb_hist *hs, struct raw_lease *lease)
 {
 	unsigned char *lbuf = kvi_rmem_lbuf(rm, NULL);
-	size_t n = strlen(p->ops), stride = ((size_t)o->size + 63) & ~(size_t)63;
-	uint64_t span = seg_size - n * stride;
+	char kind[8];
+	uint32_t len[8];
+	size_t n = parse_pattern(p->ops, o->size, kind, len), at[8], total = 0;
+	uint64_t span;
 
+	for (size_t j = 0; j < n; j++) {
+		at[j] = total;
+		total += ((size_t)len[j] + 63) & ~(size_t)63;
+	}
+	span = seg_size - total;
 	for (uint64_t i = 0; i < o->ops; i++) {
 		/* Walk the segment so every doorbell touches fresh cache lines at the server. */
 		uint64_t off = seg_off + (((i * 4096u) % (span + 1)) & ~(uint64_t)63);
@@ -68,19 +156,22 @@ static int run_pattern(struct kvi_rmem *rm, const struct kvb_micro_opts *o, cons
 		int rc;
 
 		for (size_t j = 0; j < n; j++) {
-			uint64_t r = off + j * stride;
-			unsigned char *l = lbuf + j * stride;
+			uint64_t r = off + at[j];
+			unsigned char *l = lbuf + at[j];
 
-			if (p->ops[j] == 'R')
-				ops[j] = kvi_rop_read(r, l, o->size);
-			else if (p->ops[j] == 'W')
-				ops[j] = kvi_rop_write(r, l, o->size);
+			if (kind[j] == 'R')
+				ops[j] = kvi_rop_read(r, l, len[j]);
+			else if (kind[j] == 'W')
+				ops[j] = kvi_rop_write(r, l, len[j]);
 			else
 				ops[j] = kvi_rop_cas(r, (uint64_t *)(void *)l, i, i + 1);
 		}
-		t0 = kvi_mono_ns();
-		rc = kvi_rmem_exec(rm, ops, (unsigned)n, 5000);
-		kvb_hist_record(hs, kvi_mono_ns() - t0);
+		rc = raw_renew(rm, lease); /* between doorbells, untimed */
+		if (rc == 0) {
+			t0 = kvi_mono_ns();
+			rc = kvi_rmem_exec(rm, ops, (unsigned)n, 5000);
+			kvb_hist_record(hs, kvi_mono_ns() - t0);
+		}
 		if (rc) {
 			fprintf(stderr, "kvbench: %s failed after %" PRIu64 " doorbells: %s\n", p->name, i,
 				kvc_strerror(rc));
@@ -98,6 +189,7 @@ int kvb_raw(const struct kvb_micro_opts *o)
 	struct kvi_rmem *rm;
 	struct kvb_hist *hs;
 	struct kvi_ctrl req = { .type = KVI_CTRL_SEG_REQ, .seg_req = { .need = 1 } }, resp = { 0 };
+	struct raw_lease lease;
 	uint8_t secret[KVI_AUTH_SECRET_MAX];
 	size_t secret_len = 0;
 	const char *secret_file = kvb_rdma_secret_file ? kvb_rdma_secret_file : getenv("KVC_SECRET_FILE");
@@ -109,7 +201,7 @@ int kvb_raw(const struct kvb_micro_opts *o)
 	}
 	rc = kvi_rmem_verbs_connect(&(struct kvi_verbs_opts){ .host = o->host, .port = o->port,
 							      .device = o->device,
-							      .lbuf_size = 8 * (64 + (size_t)o->size),
+							      .lbuf_size = (size_t)pattern_room(o->size),
 							      .timeout_ms = 5000,
 							      .secret = secret_len ? secret : NULL,
 							      .secret_len = secret_len },
@@ -125,7 +217,7 @@ int kvb_raw(const struct kvb_micro_opts *o)
 	if (rc == 0 && resp.type != KVI_CTRL_SEG_GRANT)
 		rc = resp.status ? resp.status : KVC_EPROTO;
 	hs = malloc(sizeof(*hs));
-	if (rc || !hs || resp.seg_grant.len < 8 * (64 + (uint64_t)o->size) ||
+	if (rc || !hs || resp.seg_grant.len < pattern_room(o->size) ||
 	    resp.seg_grant.off + resp.seg_grant.len > rm->region_size) {
 		fprintf(stderr, "kvbench: %s\n", rc ? kvc_strerror(rc) : !hs ? "out of memory"
 							 : "--size is larger than a segment");
@@ -133,12 +225,20 @@ int kvb_raw(const struct kvb_micro_opts *o)
 		kvi_rmem_destroy(rm);
 		return 1;
 	}
+	lease = (struct raw_lease){ .epoch = w.geo.epoch, .every_ns = (uint64_t)w.lease_ms * 250000u,
+				    .last_ns = kvi_mono_ns() };
 	printf("kvbench: rdma://%s:%s via %s, client id %u, region %" PRIu64 " MiB, raw %u-byte verbs operations\n",
 	       o->host, o->port, kvi_rmem_verbs_device(rm), w.client_id, w.geo.region_size >> 20, o->size);
 	print_header();
 	for (size_t k = 0; k < sizeof(raw_patterns) / sizeof(raw_patterns[0]) && rc == 0; k++) {
 		kvb_hist_init(hs);
-		rc = run_pattern(rm, o, &raw_patterns[k], resp.seg_grant.off, resp.seg_grant.len, hs);
+		rc = run_pattern(rm, o, &raw_patterns[k], resp.seg_grant.off, resp.seg_grant.len, hs, &lease);
+	}
+	if (rc == 0)
+		printf("data path doorbells, with its sizes for --micro's items (%u-byte values):\n", o->size);
+	for (size_t k = 0; k < sizeof(path_patterns) / sizeof(path_patterns[0]) && rc == 0; k++) {
+		kvb_hist_init(hs);
+		rc = run_pattern(rm, o, &path_patterns[k], resp.seg_grant.off, resp.seg_grant.len, hs, &lease);
 	}
 	free(hs);
 	kvi_rmem_destroy(rm);
