@@ -37,44 +37,9 @@
 
 /* The server (server/inproc.h), started by the first connection and
  * stopped by the last one's close. */
-static struct {
-	pthread_mutex_t mu;
-	unsigned users;
-	struct kvs_inproc s;
-} srv = { .mu = PTHREAD_MUTEX_INITIALIZER };
+static struct kvs_inproc_shared srv = KVS_INPROC_SHARED_INIT;
 
 struct kvb_local_opts kvb_local_opts;
-
-/* The server, on first use. Caller holds srv.mu. */
-static int start_server(uint64_t mib, char *err, size_t len)
-{
-	uint64_t stride = kvs_heap_stride(LOCAL_SEGMENT), nsegs = (mib << 20) / LOCAL_SEGMENT;
-	uint64_t buckets = (mib << 20) / LOCAL_BYTES_PER_SLOT / KVI_SLOTS_PER_BUCKET * 3 / 2 + 64;
-	uint64_t region = ((KVI_SUPERBLOCK_SIZE + buckets * KVI_BUCKET_SIZE + 4095) & ~4095ull) + nsegs * stride;
-	unsigned max_op = kvb_local_opts.max_op_ms ? kvb_local_opts.max_op_ms : LOCAL_MAX_OP_MS;
-	struct kvs_core_opts o = { .buckets = buckets, .segment_size = LOCAL_SEGMENT, .max_op_ms = max_op,
-				   .quarantine_ms = 2 * max_op + KVS_QUARANTINE_MARGIN_MS };
-	struct kvi_errbuf e = { { 0 } };
-
-	if (kvs_inproc_init(&srv.s, region, &o, &e)) {
-		snprintf(err, len, "cannot create the in-process server: %s", e.msg[0] ? e.msg : "out of memory");
-		return -1;
-	}
-	if (kvb_local_opts.prefault) {
-		volatile unsigned char *b = kvi_local_region_base(srv.s.reg);
-
-		/* A write of what is there (the core has formatted it; nothing else
-		 * runs yet): a read alone would map the shared zero page. */
-		for (uint64_t off = 0; off < region; off += 4096)
-			b[off] = b[off];
-	}
-	if (kvs_inproc_run_reclaimer(&srv.s)) {
-		snprintf(err, len, "cannot start the in-process reclaimer");
-		kvs_inproc_fini(&srv.s);
-		return -1;
-	}
-	return 0;
-}
 
 static int local_connect(const char *host, const char *port, const char *device, unsigned depth, void **out,
 			 char *err, size_t len)
@@ -84,34 +49,31 @@ static int local_connect(const char *host, const char *port, const char *device,
 	struct kvc_opts o;
 	struct kvi_rmem *rm = NULL;
 	kvc_t *h;
-	int rc = 0;
+	int rc;
 
 	(void)port, (void)device;
 	if (*end || mib == 0 || mib > 65536) {
 		snprintf(err, len, "local://MIB: expected MiB of item memory, 1..65536, not '%s'", host);
 		return -1;
 	}
-	pthread_mutex_lock(&srv.mu);
-	if (!srv.users && start_server(mib, err, len))
-		rc = -1;
-	/* Deferred (rmem_local.h): the loops poll right after they post. */
-	if (!rc && (kvs_inproc_connect(&srv.s, 4096, NULL, &rm) || kvi_rmem_local_set_deferred(rm, 1))) {
-		kvi_rmem_destroy(rm); /* accepts NULL */
-		rm = NULL;
-		snprintf(err, len, "out of memory");
-		rc = -1;
+	{
+		uint64_t stride = kvs_heap_stride(LOCAL_SEGMENT), nsegs = ((uint64_t)mib << 20) / LOCAL_SEGMENT;
+		uint64_t buckets = ((uint64_t)mib << 20) / LOCAL_BYTES_PER_SLOT / KVI_SLOTS_PER_BUCKET * 3 / 2 + 64;
+		uint64_t region = ((KVI_SUPERBLOCK_SIZE + buckets * KVI_BUCKET_SIZE + 4095) & ~4095ull) + nsegs * stride;
+		unsigned max_op = kvb_local_opts.max_op_ms ? kvb_local_opts.max_op_ms : LOCAL_MAX_OP_MS;
+		struct kvs_core_opts co = { .buckets = buckets, .segment_size = LOCAL_SEGMENT, .max_op_ms = max_op,
+					    .quarantine_ms = 2 * max_op + KVS_QUARANTINE_MARGIN_MS };
+
+		if (kvs_inproc_share(&srv, region, &co, kvb_local_opts.prefault, &rm, err, len))
+			return -1;
 	}
-	if (!rc)
-		srv.users++;
-	pthread_mutex_unlock(&srv.mu);
-	if (rc)
-		return rc;
 	kvc_opts_init(&o);
 	o.depth = depth;
 	o.cache_entries = LOCAL_CACHE_ENTRIES;
 	rc = kvi_client_open(rm, &o, &h);
 	if (rc) {
 		snprintf(err, len, "cannot open a handle: %s", kvc_strerror(rc));
+		kvs_inproc_unshare(&srv);
 		return rc;
 	}
 	rc = kvb_rdma_wrap(h, depth, out, err, len);
@@ -128,10 +90,8 @@ static uint64_t local_transport_ticks(void *conn)
 static void local_close(void *conn)
 {
 	kvb_rdma_close(conn);
-	pthread_mutex_lock(&srv.mu);
-	if (conn && --srv.users == 0)
-		kvs_inproc_fini(&srv.s);
-	pthread_mutex_unlock(&srv.mu);
+	if (conn)
+		kvs_inproc_unshare(&srv);
 }
 
 const struct kvb_driver kvb_driver_local = {

@@ -27,11 +27,7 @@
 #define LOCAL_ITEM_BYTES 256u   /* index sized for items of this footprint */
 #define LOCAL_CACHE_ENTRIES (1u << 14)
 
-static struct {
-	pthread_mutex_t mu;
-	unsigned users;
-	struct kvs_inproc s;
-} local = { .mu = PTHREAD_MUTEX_INITIALIZER };
+static struct kvs_inproc_shared local = KVS_INPROC_SHARED_INIT;
 
 static int local_mib(const char *target, unsigned long *mib)
 {
@@ -59,63 +55,38 @@ int kvp_tier_check(const char *target, char *err, size_t errlen)
 	return 0;
 }
 
-/* The in-process server, on first use. Caller holds local.mu. */
-static int local_start(unsigned long mib, char *err, size_t errlen)
-{
-	uint64_t seg = mib >= 16 ? LOCAL_SEGMENT : 64u << 10;
-	uint64_t nsegs = ((uint64_t)mib << 20) / seg;
-	uint64_t buckets = ((uint64_t)mib << 20) / LOCAL_ITEM_BYTES / KVI_SLOTS_PER_BUCKET * 2 + 64;
-	uint64_t index = (KVI_SUPERBLOCK_SIZE + buckets * KVI_BUCKET_SIZE + 4095) & ~4095ull;
-	struct kvs_core_opts o = { .buckets = buckets, .segment_size = seg, .max_op_ms = LOCAL_MAX_OP_MS,
-				   .quarantine_ms = 2 * LOCAL_MAX_OP_MS + KVS_QUARANTINE_MARGIN_MS,
-				   .reclaim_low_pct = LOCAL_RECLAIM_LOW_PCT, .reclaim_high_pct = LOCAL_RECLAIM_HIGH_PCT };
-	struct kvi_errbuf e = { { 0 } };
-
-	if (kvs_inproc_init(&local.s, index + nsegs * kvs_heap_stride(seg), &o, &e)) {
-		snprintf(err, errlen, "cannot create the in-process server: %s", e.msg[0] ? e.msg : "out of memory");
-		return -1;
-	}
-	if (kvs_inproc_run_reclaimer(&local.s)) {
-		kvs_inproc_fini(&local.s);
-		snprintf(err, errlen, "cannot start the in-process server's reclaimer");
-		return -1;
-	}
-	return 0;
-}
-
 static int local_open(const struct kvp_tier_opts *to, kvc_t **out, char *err, size_t errlen)
 {
 	struct kvi_rmem *rm = NULL;
 	struct kvc_opts o;
 	unsigned long mib;
-	int rc = 0;
+	uint64_t seg, nsegs, buckets, index;
+	int rc;
 
 	if (local_mib(to->target, &mib)) {
 		snprintf(err, errlen, "bad local:// target '%s'", to->target);
 		return KVC_EINVAL;
 	}
-	pthread_mutex_lock(&local.mu);
-	if (!local.users && local_start(mib, err, errlen))
-		rc = KVC_ENOMEM;
-	/* Deferred (rmem_local.h): a posted batch waits for the next poll, as
-	 * on a wire, so memory is never reused under it. */
-	if (!rc && (kvs_inproc_connect(&local.s, 4096, NULL, &rm) || kvi_rmem_local_set_deferred(rm, 1))) {
-		kvi_rmem_destroy(rm);
-		snprintf(err, errlen, "cannot connect to the in-process server: out of memory");
-		rc = KVC_ENOMEM;
+	seg = mib >= 16 ? LOCAL_SEGMENT : 64u << 10;
+	nsegs = ((uint64_t)mib << 20) / seg;
+	buckets = ((uint64_t)mib << 20) / LOCAL_ITEM_BYTES / KVI_SLOTS_PER_BUCKET * 2 + 64;
+	index = (KVI_SUPERBLOCK_SIZE + buckets * KVI_BUCKET_SIZE + 4095) & ~4095ull;
+	{
+		struct kvs_core_opts co = { .buckets = buckets, .segment_size = seg, .max_op_ms = LOCAL_MAX_OP_MS,
+					    .quarantine_ms = 2 * LOCAL_MAX_OP_MS + KVS_QUARANTINE_MARGIN_MS,
+					    .reclaim_low_pct = LOCAL_RECLAIM_LOW_PCT,
+					    .reclaim_high_pct = LOCAL_RECLAIM_HIGH_PCT };
+
+		if (kvs_inproc_share(&local, index + nsegs * kvs_heap_stride(seg), &co, 0, &rm, err, errlen))
+			return KVC_ENOMEM;
 	}
-	if (!rc)
-		local.users++;
-	pthread_mutex_unlock(&local.mu);
-	if (rc)
-		return rc;
 	kvc_opts_init(&o);
 	o.depth = to->depth;
 	o.cache_entries = LOCAL_CACHE_ENTRIES;
 	rc = kvi_client_open(rm, &o, out);
 	if (rc) {
 		snprintf(err, errlen, "cannot open a handle on the in-process server: %s", kvc_strerror(rc));
-		kvp_tier_close(NULL);
+		kvs_inproc_unshare(&local);
 	}
 	return rc;
 }
@@ -162,10 +133,6 @@ void kvp_tier_close(kvc_t *h)
 	was_local = local.users > 0;
 	pthread_mutex_unlock(&local.mu);
 	kvc_destroy(h);
-	if (!was_local)
-		return;
-	pthread_mutex_lock(&local.mu);
-	if (--local.users == 0)
-		kvs_inproc_fini(&local.s);
-	pthread_mutex_unlock(&local.mu);
+	if (was_local)
+		kvs_inproc_unshare(&local);
 }

@@ -253,3 +253,61 @@ int kvs_inproc_run_reclaimer(struct kvs_inproc *s)
 	s->rcl_running = 1;
 	return 0;
 }
+
+/* The server, on first use. Caller holds sh->mu. */
+static int share_start(struct kvs_inproc_shared *sh, uint64_t region_bytes, const struct kvs_core_opts *o,
+		       int prefault, char *err, size_t errlen)
+{
+	struct kvi_errbuf e = { { 0 } };
+
+	if (kvs_inproc_init(&sh->s, region_bytes, o, &e)) {
+		snprintf(err, errlen, "cannot create the in-process server: %s", e.msg[0] ? e.msg : "out of memory");
+		return -1;
+	}
+	if (prefault) {
+		volatile unsigned char *b = kvi_local_region_base(sh->s.reg);
+
+		/* A write of what is there (the core has formatted it; nothing
+		 * else runs yet): a read alone would map the shared zero page. */
+		for (uint64_t off = 0; off < region_bytes; off += 4096)
+			b[off] = b[off];
+	}
+	if (kvs_inproc_run_reclaimer(&sh->s)) {
+		kvs_inproc_fini(&sh->s);
+		snprintf(err, errlen, "cannot start the in-process server's reclaimer");
+		return -1;
+	}
+	return 0;
+}
+
+int kvs_inproc_share(struct kvs_inproc_shared *sh, uint64_t region_bytes, const struct kvs_core_opts *o,
+		     int prefault, struct kvi_rmem **out, char *err, size_t errlen)
+{
+	struct kvi_rmem *rm = NULL;
+	int rc = 0;
+
+	pthread_mutex_lock(&sh->mu);
+	if (!sh->users && share_start(sh, region_bytes, o, prefault, err, errlen))
+		rc = -1;
+	if (!rc && (kvs_inproc_connect(&sh->s, 4096, NULL, &rm) || kvi_rmem_local_set_deferred(rm, 1))) {
+		kvi_rmem_destroy(rm); /* accepts NULL */
+		rm = NULL;
+		if (!sh->users)
+			kvs_inproc_fini(&sh->s);
+		snprintf(err, errlen, "cannot connect to the in-process server: out of memory");
+		rc = -1;
+	}
+	if (!rc)
+		sh->users++;
+	pthread_mutex_unlock(&sh->mu);
+	*out = rm;
+	return rc;
+}
+
+void kvs_inproc_unshare(struct kvs_inproc_shared *sh)
+{
+	pthread_mutex_lock(&sh->mu);
+	if (sh->users && --sh->users == 0)
+		kvs_inproc_fini(&sh->s);
+	pthread_mutex_unlock(&sh->mu);
+}

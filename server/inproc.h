@@ -90,4 +90,23 @@ unsigned kvs_inproc_expire(struct kvs_inproc *s, unsigned *lapsed);
  * flusher runs yet) and kvs_core_tick, every 100 us. */
 int kvs_inproc_run_reclaimer(struct kvs_inproc *s);
 
+/* One in-process server shared by a process's connections (kvbench's
+ * local:// driver, kvproxy's local:// tier): the first kvs_inproc_share
+ * creates it (region_bytes, o; prefault: touch every page first, so that
+ * page faults are not timed) and starts its reclaimer; each returns a
+ * deferred connection (rmem_local.h: a posted batch waits for its thread's
+ * next poll, as on a wire, so memory is never reused under it); the last
+ * kvs_inproc_unshare stops it. Define one with KVS_INPROC_SHARED_INIT. */
+struct kvs_inproc_shared {
+	pthread_mutex_t mu;
+	unsigned users;
+	struct kvs_inproc s;
+};
+#define KVS_INPROC_SHARED_INIT { .mu = PTHREAD_MUTEX_INITIALIZER }
+/* 0 with *out, or -1 with err filled. */
+int kvs_inproc_share(struct kvs_inproc_shared *sh, uint64_t region_bytes, const struct kvs_core_opts *o,
+		     int prefault, struct kvi_rmem **out, char *err, size_t errlen);
+/* A connection of it is gone (its handle closed it). */
+void kvs_inproc_unshare(struct kvs_inproc_shared *sh);
+
 #endif
