@@ -44,6 +44,9 @@ static void print_row(const char *name, const struct kvb_hist *hs, double rtt_pe
 struct raw_pattern {
 	const char *name;
 	const char *ops;
+	/* 1: every READ of it reads a random bucket of the server's home index
+	 * (as a GET does) instead of walking our own segment */
+	int index;
 };
 
 /* Shapes at --size: "R s R s" is a GET miss's, "C Rs C Rs" a PUT's lock step. */
@@ -69,6 +72,10 @@ static const struct raw_pattern path_patterns[] = {
 	{ "commit", "W8 C C" },                /* the slot, both locks released */
 	{ "lock_cached", "Wo C R256 Rk" },      /* a PUT with a cached location */
 	{ "commit_cached", "W8 C" },
+	/* the GET miss's doorbell where a GET reads it: two random buckets of
+	 * the index, not two neighbours in a segment (memory locality, at the
+	 * responder, is part of a doorbell's cost on Soft-RoCE) */
+	{ "index_buckets", "R256 R256", 1 },
 };
 
 #define MICRO_KEY_LEN 18 /* "kvbench-" and 10 digits */
@@ -135,8 +142,10 @@ static int raw_renew(struct kvi_rmem *rm, struct raw_lease *l)
 
 /* Time o->ops doorbells of one pattern, each one round trip. */
 static int run_pattern(struct kvi_rmem *rm, const struct kvb_micro_opts *o, const struct raw_pattern *p,
-		       uint64_t seg_off, uint64_t seg_size, struct kvb_hist *hs, struct raw_lease *lease)
+		       uint64_t seg_off, uint64_t seg_size, struct kvb_hist *hs, struct raw_lease *lease,
+		       const struct kvi_geometry *geo)
 {
+	uint64_t rng = 0x9e3779b97f4a7c15ull;
 	unsigned char *lbuf = kvi_rmem_lbuf(rm, NULL);
 	char kind[8];
 	uint32_t len[8];
@@ -157,6 +166,11 @@ static int run_pattern(struct kvi_rmem *rm, const struct kvb_micro_opts *o, cons
 
 		for (size_t j = 0; j < n; j++) {
 			uint64_t r = off + at[j];
+
+			if (p->index) { /* xorshift: a random bucket of the home index */
+				rng ^= rng << 13, rng ^= rng >> 7, rng ^= rng << 17;
+				r = geo->index_off + (rng % geo->bucket_count) * KVI_BUCKET_SIZE;
+			}
 			unsigned char *l = lbuf + at[j];
 
 			if (kind[j] == 'R')
@@ -232,13 +246,13 @@ int kvb_raw(const struct kvb_micro_opts *o)
 	print_header();
 	for (size_t k = 0; k < sizeof(raw_patterns) / sizeof(raw_patterns[0]) && rc == 0; k++) {
 		kvb_hist_init(hs);
-		rc = run_pattern(rm, o, &raw_patterns[k], resp.seg_grant.off, resp.seg_grant.len, hs, &lease);
+		rc = run_pattern(rm, o, &raw_patterns[k], resp.seg_grant.off, resp.seg_grant.len, hs, &lease, &w.geo);
 	}
 	if (rc == 0)
 		printf("data path doorbells, with its sizes for --micro's items (%u-byte values):\n", o->size);
 	for (size_t k = 0; k < sizeof(path_patterns) / sizeof(path_patterns[0]) && rc == 0; k++) {
 		kvb_hist_init(hs);
-		rc = run_pattern(rm, o, &path_patterns[k], resp.seg_grant.off, resp.seg_grant.len, hs, &lease);
+		rc = run_pattern(rm, o, &path_patterns[k], resp.seg_grant.off, resp.seg_grant.len, hs, &lease, &w.geo);
 	}
 	free(hs);
 	kvi_rmem_destroy(rm);
