@@ -13,7 +13,6 @@
  * (rmem_local.h), so a posted batch waits for its thread's next poll as a
  * packet waits on a wire, and the memory it addresses must not be reused
  * under it meanwhile (not in_process, core.h). */
-#include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
