@@ -73,15 +73,6 @@ static int grant_taken(struct kvi_conn *h, int rc, const struct kvi_ctrl *resp, 
 	return 0;
 }
 
-/* Does any operation in flight hold (or take) bucket locks? */
-static int locks_in_flight(const struct kvi_conn *h)
-{
-	for (unsigned i = 0; i < h->o.depth; i++)
-		if (h->st[i].op && kvi_may_hold_locks(&h->st[i]))
-			return 1;
-	return 0;
-}
-
 /* `bytes` of our extent for an object: its region offset, or KVC_EAGAIN
  * (the server has no memory free right now -- reclamation is making room --
  * or its answer is on its way: the caller waits and asks again), or another
@@ -124,7 +115,7 @@ int kvi_extent_room(struct kvi_conn *h, uint64_t bytes, uint64_t *nowp)
 			return rc;
 	}
 	if (h->seg_size - h->seg_used < bytes) {
-		if (locks_in_flight(h)) {
+		if (kvi_locks_in_flight(h)) {
 			rc = kvi_rmem_ctrl_send(h->rm, &req);
 			if (rc)
 				return rc == KVC_EAGAIN ? KVC_EAGAIN : grant_taken(h, rc, NULL, bytes);

@@ -6,6 +6,7 @@
 #include "kvclient_errors.h"
 #include "lease.h"
 #include "log.h"
+#include "post.h"
 
 /* ---- Lease ---------------------------------------------------------------
  *
@@ -144,6 +145,36 @@ void kvi_lease_tick(struct kvi_conn *h, uint64_t now)
 			h->renew_epoch = req.lease_renew.epoch;
 		}
 	}
+}
+
+/* ---- Lapsed mid-way ----------------------------------------------------------
+ *
+ * A wait for the server inside an operation (a segment grant, an index
+ * fetch) can outlast our lease when the server or the machine is loaded,
+ * and the operation's next post would then find the lease over. If nothing
+ * of ours is posted and no operation holds or takes bucket locks, nothing we
+ * did can land after the server ends our lease: ask for a new one, waiting
+ * at most until the operation's deadline, as an idle handle does. Our idle
+ * word says busy (kvi_ensure_joined set it), so a server whose lease for us
+ * had ended meanwhile expelled us and answers KVC_EFENCED. A readmission
+ * (the server read the word idle) would have sealed the extent this
+ * operation placed its object in: that is not taken either. */
+int kvi_lease_revive(struct kvi_conn *h, uint64_t deadline, uint64_t *nowp)
+{
+	uint64_t readmitted = h->stats.readmissions, now = *nowp;
+	int rc;
+
+	if (h->rm->broken || h->rm->inflight || kvi_locks_in_flight(h) || now >= deadline)
+		return KVC_EFENCED;
+	rc = kvi_lease_renew_sync(h, (int)((deadline - now + 999999u) / 1000000u));
+	now = kvi_now_ns();
+	*nowp = now;
+	if (h->step_now)
+		h->step_now = now;
+	if (rc || h->stats.readmissions != readmitted || kvi_lease_lapsed(h, now))
+		return KVC_EFENCED;
+	h->stats.lease_revivals++;
+	return 0;
 }
 
 /* ---- Idle word -------------------------------------------------------------

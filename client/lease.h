@@ -25,6 +25,11 @@ void kvi_lease_tick(struct kvi_conn *h, uint64_t now);
  * connection with a live lease, renewing or rejoining as needed. 0 or a
  * code; *nowp is read again after anything slow. */
 int kvi_ensure_joined(struct kvi_conn *h, uint64_t *nowp);
+/* Our lease lapsed in the middle of an operation (kvi_st_post): renew it,
+ * waiting until `deadline` at most, when nothing of ours is posted and no
+ * operation may hold locks. 0 when the lease is live again (*nowp read
+ * again), otherwise the caller breaks the connection. */
+int kvi_lease_revive(struct kvi_conn *h, uint64_t deadline, uint64_t *nowp);
 /* Nothing in flight and nothing posted: tell the server we are idle (lease.c
  * "Idle word"). */
 void kvi_idle_update(struct kvi_conn *h);

@@ -22,6 +22,14 @@ int kvi_may_hold_locks(const struct kvi_opst *st)
 		st->state == KVI_ST_W_LOCK_OLD);
 }
 
+int kvi_locks_in_flight(const struct kvi_conn *h)
+{
+	for (unsigned i = 0; i < h->o.depth; i++)
+		if (h->st[i].op && kvi_may_hold_locks(&h->st[i]))
+			return 1;
+	return 0;
+}
+
 /* An operation that cannot go on while it may hold locks: nothing else can
  * release them, so the connection is broken and the server fences us
  * (releasing them). Every operation in flight then fails. */
@@ -71,8 +79,10 @@ int kvi_st_post(struct kvi_conn *h, struct kvi_opst *st, const struct kvi_rop *o
 
 	/* Past our lease we post nothing (members.h): the server may have
 	 * expelled us and released our locks. Breaking the connection fails
-	 * this and every other operation KVC_EFENCED. */
-	if (kvi_lease_lapsed(h, now) && !h->rm->broken)
+	 * this and every other operation KVC_EFENCED -- unless the lease ran
+	 * out while we held nothing and had nothing posted (a slow grant or
+	 * index fetch) and the server renews it (lease.c "Lapsed mid-way"). */
+	if (kvi_lease_lapsed(h, now) && !h->rm->broken && kvi_lease_revive(h, st->deadline, &now))
 		kvi_rmem_shutdown(h->rm, KVC_EFENCED);
 	/* Past its deadline an operation posts nothing more: the server reuses
 	 * memory on that promise (segtab.h). */

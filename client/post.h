@@ -25,6 +25,8 @@ void kvi_st_abandon(struct kvi_conn *h, struct kvi_opst *st, int status);
 /* Could st hold bucket locks (a lock doorbell posted, its release not yet
  * completed)? */
 int kvi_may_hold_locks(const struct kvi_opst *st);
+/* Does any operation of h hold (or take) bucket locks? */
+int kvi_locks_in_flight(const struct kvi_conn *h);
 /* Queue an access mark for the object at obj_off (op_get.c, on a first read). */
 void kvi_mark_access(struct kvi_conn *h, uint64_t obj_off, uint64_t word, uint64_t deadline);
 

@@ -470,6 +470,7 @@ struct kvc_stats {
 	uint64_t junk_slots;       /* slots naming no valid object that a write replaced or cleared */
 	uint64_t readmissions;     /* renewals after the lease lapsed while idle (same connection, no rejoin) */
 	uint64_t expiry_waits;     /* GETs that found their item expired in a bucket a writer held, and read again */
+	uint64_t lease_revivals;   /* leases renewed in the middle of an operation that had waited past it holding nothing */
 };
 
 KVC_EXPORT void kvc_get_stats(const kvc_t *h, struct kvc_stats *out);

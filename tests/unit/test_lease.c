@@ -249,6 +249,82 @@ Test(lease, a_handle_whose_lease_ends_with_an_operation_in_flight_is_expelled)
 	kvc_destroy(a);
 }
 
+/* A segment grant answered after the client's lease ran out (a loaded
+ * server): with nothing posted and no lock held, the PUT renews its lease
+ * and goes on, rather than fence a client that did nothing wrong (CI saw a
+ * first PUT fail KVC_EFENCED this way) -- unless the server expelled it
+ * meanwhile: then the renewal is refused and the PUT fails fenced. */
+struct slow_grant {
+	uint32_t id;
+	int expel;       /* expire members while the grant "travels" */
+	unsigned slowed, expelled;
+};
+
+static int slow_grant_ctrl(void *arg, uint32_t client_id, const struct kvi_ctrl *req, struct kvi_ctrl *resp)
+{
+	struct slow_grant *g = arg;
+	int rc = kvs_inproc_ctrl(&env.srv, client_id, req, resp);
+
+	if (req->type == KVI_CTRL_SEG_REQ && g->slowed++ == 0) {
+		usleep(130 * 1000); /* past the lease (100 ms), not the operation's 200 ms */
+		if (g->expel) {
+			unsigned lapsed;
+
+			g->expelled = kvt_env_expire(&env, &lapsed);
+		}
+	}
+	return rc;
+}
+
+static void slow_grants(kvc_t *a, struct slow_grant *g)
+{
+	struct kvi_rmem *rm = kvi_client_conn(a, 0)->rm;
+
+	g->id = rm->client_id;
+	kvi_rmem_local_set_ctrl(rm, slow_grant_ctrl, g, g->id);
+}
+
+Test(lease, a_grant_answered_after_the_lease_ended_renews_it_instead_of_fencing)
+{
+	kvc_t *a = client(NULL);
+	struct slow_grant g = { 0 };
+	struct kvc_stats st;
+	char v[16];
+	int rc;
+
+	slow_grants(a, &g);
+	rc = kvt_put_s(a, "k", "v");
+	cr_expect_eq(rc, 0, "%s", kvc_err_name(rc));
+	cr_expect_eq(g.slowed, 1);
+	kvc_get_stats(a, &st);
+	cr_expect_eq(st.lease_revivals, 1);
+	cr_expect_eq(st.rejoins, 0);
+	cr_expect_eq(kvi_client_conn(a, 0)->rm->client_id, g.id, "the same connection");
+	cr_expect_eq(kvt_get_s(a, "k", v, sizeof(v)), 0);
+	cr_expect_str_eq(v, "v");
+	kvc_destroy(a);
+}
+
+Test(lease, a_grant_answered_after_the_server_expelled_the_client_fails_fenced)
+{
+	kvc_t *a = client(NULL);
+	struct slow_grant g = { .expel = 1 };
+	struct kvc_stats st;
+	char v[16];
+	int rc;
+
+	slow_grants(a, &g);
+	rc = kvt_put_s(a, "k", "v");
+	cr_expect_eq(rc, KVC_EFENCED, "%s", kvc_err_name(rc));
+	cr_expect_eq(g.expelled, 1, "busy (an operation under way): expelled, not kept");
+	cr_expect_eq(kvt_get_s(a, "k", v, sizeof(v)), KVC_ENOTFOUND, "nothing was written; a new connection");
+	cr_expect_eq(kvt_put_s(a, "k", "w"), 0);
+	kvc_get_stats(a, &st);
+	cr_expect_eq(st.lease_revivals, 0);
+	cr_expect_eq(st.rejoins, 1);
+	kvc_destroy(a);
+}
+
 /* Stall a writer after it took its locks, past its lease. */
 static int stall_armed;
 static int stall_after_lock(void *arg, struct kvi_rmem *rm, const struct kvi_rop *op)
