@@ -7,7 +7,8 @@
 #include <stddef.h>
 #include <stdint.h>
 
-enum kvb_prim { KVB_GET = 1, KVB_PUT = 2 };
+/* KVB_DEL: trace replay (a trace's deletes); NOTFOUND when there was none. */
+enum kvb_prim { KVB_GET = 1, KVB_PUT = 2, KVB_DEL = 3 };
 
 /* One request in flight. The driver owns it from submit until poll returns it. */
 struct kvb_req {
@@ -16,6 +17,7 @@ struct kvb_req {
 	size_t key_len;
 	const void *value; /* PUT */
 	size_t value_len;  /* PUT: length; GET: set to the value's length */
+	uint32_t ttl_ms;   /* PUT: time to live, 0 = none (memcached: rounded up to seconds) */
 	void *buf;         /* GET destination */
 	size_t buf_len;
 	int status; /* 0, KVB_NOTFOUND, or a driver-specific negative code */
@@ -45,6 +47,9 @@ struct kvb_driver {
 	int (*server_cpu)(void *conn, double *seconds);
 	/* Bytes the server uses to hold items (storage and index); NULL if unknown. */
 	int (*server_mem)(void *conn, uint64_t *bytes);
+	/* The memory the target may fill with items (kvcache: its heap;
+	 * memcached: limit_maxbytes); NULL if unknown. */
+	int (*server_limit)(void *conn, uint64_t *bytes);
 	/* Largest value the target takes with a key of key_len bytes; NULL if unknown. */
 	size_t (*max_value)(void *conn, size_t key_len);
 	/* 1 when a request's status says the connection itself is gone (every
@@ -97,6 +102,7 @@ int kvb_rdma_submit_many(void *conn, struct kvb_req **r, unsigned n);
 int kvb_rdma_poll(void *conn, struct kvb_req **done, unsigned max, int timeout_ms);
 int kvb_rdma_server_cpu(void *conn, double *seconds);
 int kvb_rdma_server_mem(void *conn, uint64_t *bytes);
+int kvb_rdma_server_limit(void *conn, uint64_t *bytes);
 size_t kvb_rdma_max_value(void *conn, size_t key_len);
 int kvb_rdma_lost(int status);
 void kvb_rdma_round_trips(void *conn, uint64_t *ops, uint64_t *rtts, const char **names, unsigned *kinds);

@@ -103,6 +103,7 @@ const struct kvb_driver kvb_driver_local = {
 	.errname = kvc_err_name,
 	.server_cpu = kvb_rdma_server_cpu,
 	.server_mem = kvb_rdma_server_mem,
+	.server_limit = kvb_rdma_server_limit,
 	.max_value = kvb_rdma_max_value,
 	.lost = kvb_rdma_lost,
 	.round_trips = kvb_rdma_round_trips,

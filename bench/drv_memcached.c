@@ -108,8 +108,12 @@ static int mc_submit(void *conn, struct kvb_req *r)
 				memcpy(r->buf, v, vlen);
 			free(v);
 		}
+	} else if (r->prim == KVB_DEL) {
+		rc = memcached_delete(c->mc, r->key, r->key_len, 0);
 	} else {
-		rc = memcached_set(c->mc, r->key, r->key_len, r->value, r->value_len, 0, 0);
+		/* memcached counts whole seconds: round up, never expire early. */
+		rc = memcached_set(c->mc, r->key, r->key_len, r->value, r->value_len,
+				   (time_t)((r->ttl_ms + 999u) / 1000u), 0);
 	}
 	r->status = mc_status(rc);
 	c->done[(c->head + c->count++) % QUEUE] = r;
@@ -170,6 +174,25 @@ static int mc_server_cpu(void *conn, double *seconds)
 	return 0;
 }
 
+/* memcached's -m: `stats` limit_maxbytes. */
+static int mc_server_limit(void *conn, uint64_t *bytes)
+{
+	struct mc_conn *c = conn;
+	memcached_return_t rc;
+	memcached_stat_st *st = memcached_stat(c->mc, NULL, &rc);
+	char *v = NULL, *end = NULL;
+
+	if (st && rc == MEMCACHED_SUCCESS)
+		v = memcached_stat_get_value(c->mc, st, "limit_maxbytes", &rc);
+	if (v)
+		*bytes = strtoull(v, &end, 10);
+	rc = v && end != v ? MEMCACHED_SUCCESS : MEMCACHED_FAILURE;
+	free(v);
+	if (st)
+		memcached_stat_free(c->mc, st);
+	return rc == MEMCACHED_SUCCESS ? 0 : -1;
+}
+
 /* memcached's memory for items: the slab pages it allocated (`stats slabs`
  * total_malloced) plus its hash table (`stats` hash_bytes). */
 struct mc_mem {
@@ -224,6 +247,7 @@ const struct kvb_driver kvb_driver_memcached = {
 	.errname = mc_errname,
 	.server_cpu = mc_server_cpu,
 	.server_mem = mc_server_mem,
+	.server_limit = mc_server_limit,
 	.lost = mc_lost,
 	.round_trips = NULL,
 	.close = mc_close,

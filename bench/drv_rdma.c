@@ -85,9 +85,9 @@ static struct kvc_op *take_op(struct rdma_conn *c, struct kvb_req *r)
 {
 	struct kvc_op *op = c->free[--c->nfree];
 
-	*op = (struct kvc_op){ .type = r->prim == KVB_GET ? KVC_OP_GET : KVC_OP_PUT, .key = r->key,
-			       .key_len = r->key_len, .value = r->value, .value_len = r->value_len,
-			       .buf = r->buf, .buf_len = r->buf_len, .user = r };
+	*op = (struct kvc_op){ .type = r->prim == KVB_GET ? KVC_OP_GET : r->prim == KVB_DEL ? KVC_OP_DELETE : KVC_OP_PUT,
+			       .key = r->key, .key_len = r->key_len, .value = r->value, .value_len = r->value_len,
+			       .ttl_ms = r->ttl_ms, .buf = r->buf, .buf_len = r->buf_len, .user = r };
 	return op;
 }
 
@@ -173,6 +173,17 @@ int kvb_rdma_server_mem(void *conn, uint64_t *bytes)
 	return rc;
 }
 
+int kvb_rdma_server_limit(void *conn, uint64_t *bytes)
+{
+	struct rdma_conn *c = conn;
+	struct kvc_server_stats ss;
+	int rc = kvc_server_stats(c->h, &ss);
+
+	if (rc == 0)
+		*bytes = ss.limit_maxbytes;
+	return rc;
+}
+
 size_t kvb_rdma_max_value(void *conn, size_t key_len)
 {
 	struct rdma_conn *c = conn;
@@ -236,6 +247,7 @@ const struct kvb_driver kvb_driver_rdma = {
 	.errname = kvc_err_name,
 	.server_cpu = kvb_rdma_server_cpu,
 	.server_mem = kvb_rdma_server_mem,
+	.server_limit = kvb_rdma_server_limit,
 	.max_value = kvb_rdma_max_value,
 	.lost = kvb_rdma_lost,
 	.round_trips = kvb_rdma_round_trips,

@@ -21,8 +21,11 @@
 #include "driver.h"
 #include "kvclient.h"
 #include "micro.h"
+#include "replay.h"
 #include "report.h"
 #include "runner.h"
+#include "trace.h"
+#include "twload.h"
 
 static void usage(FILE *f)
 {
@@ -30,6 +33,8 @@ static void usage(FILE *f)
 		"usage: kvbench -w WORKLOAD --target URL [options]\n"
 		"       kvbench --micro | --raw --target rdma://HOST[:PORT] [-n N] [-s BYTES]\n"
 		"       kvbench --cache-aside zipf|scan --target URL [-r N] [-n N] [--lru-bytes B]\n"
+		"       kvbench --trace FILE --target URL [--trace-format F] [-n N] [--lru-bytes B]\n"
+		"       kvbench -w twitter:N --target URL [-r N] [-n N] [--lru-bytes B]\n"
 		"  -w, --workload A|B|C|D|F   YCSB core workload (E needs range scans: not offered)\n"
 		"  -t, --target URL           rdma://HOST[:PORT][,HOST[:PORT]...] (kvcache, port 7471;\n"
 		"                             several servers: keys spread by the library) or\n"
@@ -68,6 +73,24 @@ static void usage(FILE *f)
 		"                             items (key + value bytes each), same key sequence\n"
 		"      --warmup-requests N\n"
 		"      --rate N               at most N requests per second\n"
+		"Trace replay (the same cache-aside client, driven by a request trace):\n"
+		"      --trace FILE           replay FILE (- : standard input, e.g. from zstd -dc):\n"
+		"                             each GET, and on a miss a PUT of the trace's size\n"
+		"                             (and TTL); SETs and DELETEs as they are; prints the\n"
+		"                             request and byte miss ratios beside an exact LRU of\n"
+		"                             --lru-bytes (default: the target's own memory)\n"
+		"      --trace-format F       oracleGeneral (libCacheSim's binary), oracle-csv\n"
+		"                             (time,id,size[,next]) or twitter (Twitter's cache-trace\n"
+		"                             CSV); default: told from the file\n"
+		"      --ttl-scale F          divide the trace's TTLs by F (a replay F times faster\n"
+		"                             than the trace was recorded; default 1)\n"
+		"                             -n: replay at most N requests; --warmup-requests N:\n"
+		"                             the first N not counted (default 0); -q in flight\n"
+		"  -w twitter:N               the same replay, of requests generated from the published\n"
+		"                             statistics of Twitter's cache cluster N (Zipf alpha, key\n"
+		"                             and value sizes, operation mix, TTLs: docs/benchmarking.md)\n"
+		"                             over -r keys; -n requests (default 10 x records), the\n"
+		"                             first --warmup-requests (default: records) not counted\n"
 		"  Targets also include local://MIB: kvcache's server core and reclaimer in this\n"
 		"  process (no NIC) with MIB MiB of item memory, for hit ratios at any scale.\n"
 		"      --local-max-op-ms MS   local:// only: the in-process server's operation\n"
@@ -84,7 +107,9 @@ static void usage(FILE *f)
 
 struct cli {
 	struct kvb_cfg cfg;
-	const char *workload, *target, *json, *cdf, *device, *dist, *cache_aside;
+	const char *workload, *target, *json, *cdf, *device, *dist, *cache_aside, *trace;
+	int trace_fmt;
+	double ttl_scale;
 	int micro, raw, have_ops, have_size, cpu_per_op;
 	uint64_t lru_bytes, ca_warmup, rate;
 	int have_ca_warmup;
@@ -150,7 +175,8 @@ static int parse_size(const char *s, struct kvb_cfg *c)
 static int parse_args(int argc, char **argv, struct cli *cl)
 {
 	enum { O_DIST = 256, O_CDF, O_WARMUP, O_NOLOAD, O_SEED, O_JSON, O_QUIET, O_MICRO, O_RAW, O_CA, O_LRU,
-	       O_CAWARM, O_NOMARKS, O_SECRET, O_RATE, O_CPUOP, O_PROGRESS, O_LOCALOP, O_INTERVAL, O_BUSY };
+	       O_CAWARM, O_NOMARKS, O_SECRET, O_RATE, O_CPUOP, O_PROGRESS, O_LOCALOP, O_INTERVAL, O_BUSY,
+	       O_TRACE, O_TRACEFMT, O_TTLSCALE };
 	static const struct option lo[] = {
 		{ "workload", required_argument, NULL, 'w' },  { "target", required_argument, NULL, 't' },
 		{ "records", required_argument, NULL, 'r' },   { "operations", required_argument, NULL, 'n' },
@@ -172,6 +198,9 @@ static int parse_args(int argc, char **argv, struct cli *cl)
 		{ "progress", no_argument, NULL, O_PROGRESS },
 		{ "interval", required_argument, NULL, O_INTERVAL },
 		{ "local-max-op-ms", required_argument, NULL, O_LOCALOP },
+		{ "trace", required_argument, NULL, O_TRACE },
+		{ "trace-format", required_argument, NULL, O_TRACEFMT },
+		{ "ttl-scale", required_argument, NULL, O_TTLSCALE },
 		{ 0 },
 	};
 	struct kvb_cfg *c = &cl->cfg;
@@ -272,6 +301,18 @@ static int parse_args(int argc, char **argv, struct cli *cl)
 		case O_LRU:
 			if (parse_u64(optarg, 1, 1ull << 44, &cl->lru_bytes))
 				return bad("--lru-bytes", optarg, "bytes, 1..2^44");
+			break;
+		case O_TRACE:
+			cl->trace = optarg;
+			break;
+		case O_TRACEFMT:
+			cl->trace_fmt = kvb_trace_fmt_parse(optarg);
+			if (!cl->trace_fmt)
+				return bad("--trace-format", optarg, "oracleGeneral, oracle-csv or twitter");
+			break;
+		case O_TTLSCALE:
+			if (parse_double(optarg, 1e-6, 1e9, &cl->ttl_scale))
+				return bad("--ttl-scale", optarg, "a factor, 1e-6..1e9");
 			break;
 		case O_RATE:
 			if (parse_u64(optarg, 1, 100000000, &cl->rate))
@@ -509,6 +550,106 @@ static int run_cache_aside(struct cli *cl)
 	return r.errors ? 3 : 0;
 }
 
+static void replay_row(const char *who, const struct kvb_replay_side *s)
+{
+	printf("%-28s request miss ratio %.4f  byte miss ratio %.4f  (%llu hits of %llu GETs)\n", who,
+	       1.0 - (double)s->hits / (double)s->gets, 1.0 - (double)s->hit_bytes / (double)s->get_bytes,
+	       (unsigned long long)s->hits, (unsigned long long)s->gets);
+}
+
+/* A replay of c (a trace or a generator; the target still to parse), then its
+ * report: what was replayed, then the cache's and the baseline's miss ratios. */
+static int run_replay(struct cli *cl, struct kvb_replay_cfg *c, const char *what)
+{
+	struct kvb_replay_result r;
+	char err[400], lru[64];
+
+	c->depth = cl->cfg.depth;
+	c->device = cl->device;
+	c->lru_bytes = cl->lru_bytes;
+	c->rate = cl->rate;
+	c->ttl_scale = cl->ttl_scale;
+	c->drv = kvb_driver_parse(cl->target, c->host, sizeof(c->host), c->port, sizeof(c->port), err, sizeof(err));
+	if (!c->drv) {
+		fprintf(stderr, "kvbench: %s\n", err);
+		return 2;
+	}
+	if (c->depth > c->drv->max_depth)
+		c->depth = c->drv->max_depth;
+	if (kvb_replay(c, &r, err, sizeof(err))) {
+		fprintf(stderr, "kvbench: %s\n", err);
+		return 1;
+	}
+	printf("%s%s%s%s: %llu requests replayed (%llu counted GETs, %llu sets, %llu deletes), %llu skipped "
+	       "(%llu other operations, %llu items larger than %s takes); %llu PUTs after misses, %.1f s\n",
+	       what, r.fmt ? " (" : "", r.fmt ? kvb_trace_fmt_name(r.fmt) : "", r.fmt ? ")" : "", (unsigned long long)r.requests,
+	       (unsigned long long)r.cache.gets, (unsigned long long)r.sets, (unsigned long long)r.deletes,
+	       (unsigned long long)(r.others + r.too_large), (unsigned long long)r.others,
+	       (unsigned long long)r.too_large, c->drv->name, (unsigned long long)r.fill_puts, r.seconds);
+	if (r.cache.gets == 0 || r.lru.gets == 0 || r.cache.get_bytes == 0 || r.lru.get_bytes == 0) {
+		fprintf(stderr, "kvbench: no GET was counted (of %llu requests): no miss ratio to report\n",
+			(unsigned long long)r.requests);
+		return 1;
+	}
+	replay_row(c->drv->name, &r.cache);
+	snprintf(lru, sizeof(lru), "exact LRU of %llu bytes", (unsigned long long)r.lru_bytes);
+	replay_row(lru, &r.lru);
+	if (r.errors)
+		fprintf(stderr, "kvbench: %llu requests failed, the first %s\n", (unsigned long long)r.errors,
+			c->drv->errname(r.first_error));
+	return r.errors ? 3 : 0;
+}
+
+static int run_trace(struct cli *cl)
+{
+	struct kvb_replay_cfg c = { .path = cl->trace, .fmt = cl->trace_fmt,
+				    .max_requests = cl->have_ops ? cl->cfg.operations : 0,
+				    .warmup = cl->have_ca_warmup ? cl->ca_warmup : 0 };
+	char what[300];
+
+	snprintf(what, sizeof(what), "trace %s", cl->trace);
+	return run_replay(cl, &c, what);
+}
+
+/* -w twitter:N: the generator of twload.h through the trace replayer. */
+static int run_twitter(struct cli *cl)
+{
+	const char *num = cl->workload + strlen("twitter:");
+	const struct kvb_twl_cluster *tc;
+	struct kvb_replay_cfg c = { 0 };
+	struct kvb_twl w;
+	uint64_t id;
+	char what[400];
+
+	if (parse_u64(num, 1, 1000, &id) || !(tc = kvb_twl_find((unsigned)id))) {
+		fprintf(stderr, "kvbench: unknown workload '%s': the Twitter clusters offered are %s\n", cl->workload,
+			kvb_twl_list());
+		return 2;
+	}
+	if (kvb_twl_init(&w, tc, cl->cfg.records, cl->cfg.seed)) {
+		fprintf(stderr, "kvbench: cannot generate %s over %llu keys\n", cl->workload,
+			(unsigned long long)cl->cfg.records);
+		return 2;
+	}
+	c.next = kvb_twl_next;
+	c.arg = &w;
+	c.max_requests = cl->have_ops ? cl->cfg.operations : 10 * cl->cfg.records;
+	c.warmup = cl->have_ca_warmup ? cl->ca_warmup : cl->cfg.records;
+	if (c.warmup >= c.max_requests) {
+		fprintf(stderr, "kvbench: the warm-up (%llu requests) leaves nothing to count of %llu\n",
+			(unsigned long long)c.warmup, (unsigned long long)c.max_requests);
+		return 2;
+	}
+	printf("workload %s (twitter/cache-trace stat/2020Mar.md: Zipf %.4f, key %u B, value %u B mean, "
+	       "get %.2f set %.2f delete %.2f other %.2f): %llu keys, working set %llu bytes; %llu requests, the first "
+	       "%llu not counted\n", cl->workload, tc->alpha, tc->key_size, tc->value_size, tc->get, tc->set, tc->del,
+	       tc->other, (unsigned long long)cl->cfg.records, (unsigned long long)kvb_twl_bytes(&w),
+	       (unsigned long long)c.max_requests, (unsigned long long)c.warmup);
+	fflush(stdout);
+	snprintf(what, sizeof(what), "workload %s", cl->workload);
+	return run_replay(cl, &c, what);
+}
+
 static void cpuop_row(const char *name, const struct kvb_cpuop_phase *p, const struct kvb_cpuop_result *r,
 		      const struct kvb_driver *d)
 {
@@ -615,8 +756,16 @@ int main(int argc, char **argv)
 		}
 		return cl.raw ? kvb_raw(&o) : kvb_micro(&o);
 	}
+	if (cl.cache_aside && cl.trace) {
+		fprintf(stderr, "kvbench: --cache-aside and --trace exclude each other: give one\n");
+		return 2;
+	}
 	if (cl.cache_aside)
 		return run_cache_aside(&cl);
+	if (cl.trace)
+		return run_trace(&cl);
+	if (cl.workload && strncmp(cl.workload, "twitter:", 8) == 0)
+		return run_twitter(&cl);
 	if (cl.cpu_per_op)
 		return run_cpu_per_op(&cl);
 	rc = check_ycsb(&cl);
