@@ -594,6 +594,13 @@ static int run_replay(struct cli *cl, struct kvb_replay_cfg *c, const char *what
 	replay_row(c->drv->name, &r.cache);
 	snprintf(lru, sizeof(lru), "exact LRU of %llu bytes", (unsigned long long)r.lru_bytes);
 	replay_row(lru, &r.lru);
+	/* Equal memory is the premise of the comparison: what the target really
+	 * held (memcached keeps a slab page per size class whatever its -m). */
+	if (r.target_bytes)
+		printf("%s held %llu bytes at the end (items, garbage and index)\n", c->drv->name,
+		       (unsigned long long)r.target_bytes);
+	else
+		printf("%s cannot say how much memory it held\n", c->drv->name);
 	if (r.errors)
 		fprintf(stderr, "kvbench: %llu requests failed, the first %s\n", (unsigned long long)r.errors,
 			c->drv->errname(r.first_error));

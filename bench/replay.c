@@ -268,6 +268,8 @@ int kvb_replay(const struct kvb_replay_cfg *c, struct kvb_replay_result *r, char
 	t0 = kvi_mono_s();
 	rc = replay_loop(&u, tr, lru, err, errlen);
 	r->seconds = kvi_mono_s() - t0;
+	if (rc == 0 && c->drv->server_mem && c->drv->server_mem(u.conn, &r->target_bytes))
+		r->target_bytes = 0;
 out:
 	/* Nothing is left in flight when the loop ends well; otherwise the
 	 * connection goes with what it holds. */

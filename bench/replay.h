@@ -44,6 +44,10 @@ struct kvb_replay_result {
 	uint64_t errors;
 	int first_error;
 	uint64_t lru_bytes; /* the baseline's capacity */
+	/* What the target held at the end (driver server_mem: memcached's slab
+	 * pages and hash table; kvcache's index and handed-out memory); 0 when
+	 * it cannot say. */
+	uint64_t target_bytes;
 	struct kvb_replay_side cache, lru;
 	double seconds;
 };

@@ -512,38 +512,23 @@ static int detect(struct kvb_trace *t, char *err, size_t errlen)
 	return 0;
 }
 
-int kvb_trace_open(const char *path, int fmt, struct kvb_trace **out, char *err, size_t errlen)
+/* A reader of f, named name in errors; own: close f with it. */
+static int open_on(FILE *f, int own, const char *name, int fmt, struct kvb_trace **out, char *err, size_t errlen)
 {
 	struct kvb_trace *t;
-	char dummy[1];
 
-	*out = NULL;
-	if (!err || !errlen) {
-		err = dummy;
-		errlen = sizeof(dummy);
-	}
 	if (fmt && !kvb_trace_fmt_parse(kvb_trace_fmt_name(fmt))) {
 		snprintf(err, errlen, "unknown trace format %d", fmt);
-		return -1;
+		goto clean_f;
 	}
 	t = calloc(1, sizeof(*t));
 	if (!t) {
 		snprintf(err, errlen, "out of memory");
-		return -1;
+		goto clean_f;
 	}
-	if (!strcmp(path, "-")) {
-		t->f = stdin;
-		snprintf(t->name, sizeof(t->name), "stdin");
-	} else {
-		t->f = fopen(path, "rb");
-		t->own = 1;
-		snprintf(t->name, sizeof(t->name), "%s", path);
-		if (!t->f) {
-			snprintf(err, errlen, "cannot open %s: %s", path, strerror(errno));
-			free(t);
-			return -1;
-		}
-	}
+	t->f = f;
+	t->own = own;
+	snprintf(t->name, sizeof(t->name), "%s", name);
 	t->fmt = fmt;
 	if (refill(t) < 0) {
 		snprintf(err, errlen, "cannot read %s: %s", t->name, strerror(errno));
@@ -556,6 +541,42 @@ int kvb_trace_open(const char *path, int fmt, struct kvb_trace **out, char *err,
 clean_t:
 	kvb_trace_close(t);
 	return -1;
+clean_f:
+	if (own)
+		fclose(f);
+	return -1;
+}
+
+int kvb_trace_open(const char *path, int fmt, struct kvb_trace **out, char *err, size_t errlen)
+{
+	char dummy[1];
+	FILE *f;
+
+	*out = NULL;
+	if (!err || !errlen) {
+		err = dummy;
+		errlen = sizeof(dummy);
+	}
+	if (!strcmp(path, "-"))
+		return open_on(stdin, 0, "stdin", fmt, out, err, errlen);
+	f = fopen(path, "rb");
+	if (!f) {
+		snprintf(err, errlen, "cannot open %s: %s", path, strerror(errno));
+		return -1;
+	}
+	return open_on(f, 1, path, fmt, out, err, errlen);
+}
+
+int kvb_trace_open_stream(FILE *f, const char *name, int fmt, struct kvb_trace **out, char *err, size_t errlen)
+{
+	char dummy[1];
+
+	*out = NULL;
+	if (!err || !errlen) {
+		err = dummy;
+		errlen = sizeof(dummy);
+	}
+	return open_on(f, 0, name, fmt, out, err, errlen);
 }
 
 void kvb_trace_close(struct kvb_trace *t)

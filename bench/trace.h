@@ -19,6 +19,7 @@
 
 #include <stddef.h>
 #include <stdint.h>
+#include <stdio.h>
 
 enum kvb_trace_fmt { KVB_TRACE_ORACLE_BIN = 1, KVB_TRACE_ORACLE_CSV = 2, KVB_TRACE_TWITTER = 3 };
 
@@ -52,6 +53,9 @@ struct kvb_trace;
  * with one line in err (the file cannot be opened or read, the format cannot
  * be told, out of memory). */
 int kvb_trace_open(const char *path, int fmt, struct kvb_trace **out, char *err, size_t errlen);
+/* The same on a stream the caller opened, and closes after kvb_trace_close;
+ * name is what errors call it (the fuzz target reads from memory). */
+int kvb_trace_open_stream(FILE *f, const char *name, int fmt, struct kvb_trace **out, char *err, size_t errlen);
 /* The format read: the one given, or the one detected. */
 int kvb_trace_fmt_of(const struct kvb_trace *t);
 /* 1 with *r filled, 0 at the end of the trace, -1 with one line in err naming

@@ -1,6 +1,7 @@
 /* Writes the seed corpus of the fuzz targets: a few valid encodings each, so
  * that the fuzzer starts past the magic numbers and checksums.
- *   gen_corpus <dir>    writes <dir>/fuzz_wire/, fuzz_layout/, fuzz_walk/, fuzz_client/, fuzz_proxy/
+ *   gen_corpus <dir>    writes <dir>/fuzz_wire/, fuzz_layout/, fuzz_walk/, fuzz_client/, fuzz_proxy/,
+ *                       fuzz_trace/
  * (the directories must exist). The committed copy is tests/fuzz/corpus/. */
 #include <stdio.h>
 #include <stdlib.h>
@@ -171,10 +172,27 @@ static void proxy(void)
 		put("fuzz_proxy", sessions[i][0], sessions[i][1], strlen(sessions[i][1]));
 }
 
+/* kvbench's trace reader: the first byte picks the format (fuzz_trace.c). */
+static void trace(void)
+{
+	static const unsigned char bin[1 + 48] = { 1, 9, 0, 0, 0, 0x34, 0x12, 0, 0, 0, 0, 0, 0, 0x10, 0x27, 0, 0,
+						   0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 9, 0, 0, 0, 1, 0,
+						   0, 0, 0, 0, 0, 0, 100, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0 };
+	static const char *const texts[][2] = {
+		{ "oracle_csv", "\x02time,id,size,next\r\n5,42,100,-1\r\n\r\n6,7,3\n" },
+		{ "twitter", "\x03" "1,abc,3,10,7,gets,60\n2,k2,2,5,7,cas,0\n3,abc,3,0,7,incr,0\n4,abc,3,0,7,delete,0\n" },
+		{ "detect_bad", "\x00" "1,abc,3,ten,7,get,0\n2,b,1,1,1,frob,0\n" },
+	};
+
+	put("fuzz_trace", "oracle_bin", bin, sizeof(bin));
+	for (size_t i = 0; i < sizeof(texts) / sizeof(texts[0]); i++)
+		put("fuzz_trace", texts[i][0], texts[i][1], strlen(texts[i][1]) ? strlen(texts[i][1]) : 1);
+}
+
 int main(int argc, char **argv)
 {
 	if (argc != 2) {
-		fprintf(stderr, "usage: gen_corpus <dir>  (writes <dir>/fuzz_wire|fuzz_layout|fuzz_walk|fuzz_client|fuzz_proxy/*)\n");
+		fprintf(stderr, "usage: gen_corpus <dir>  (writes <dir>/fuzz_wire|fuzz_layout|fuzz_walk|fuzz_client|fuzz_proxy|fuzz_trace/*)\n");
 		return 2;
 	}
 	dir = argv[1];
@@ -183,5 +201,6 @@ int main(int argc, char **argv)
 	walk();
 	client();
 	proxy();
+	trace();
 	return 0;
 }
