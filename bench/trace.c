@@ -337,20 +337,34 @@ static int is_header(const struct field *f, size_t nf)
 	return text;
 }
 
-static int next_csv(struct kvb_trace *t, struct kvb_trace_req *r, char *err, size_t errlen)
+/* The next non-blank line, split into at most max fields (*nf: how many):
+ * 1, 0 at the end, -1 on an error. */
+static int next_fields(struct kvb_trace *t, struct field *f, size_t max, size_t *nf, char *err, size_t errlen)
 {
 	for (;;) {
-		struct field f[5];
-		const char *s;
-		size_t n, nf;
-		uint64_t v;
+		const char *s = NULL;
+		size_t n = 0;
 		int rc = next_line(t, &s, &n, err, errlen);
 
 		if (rc <= 0)
 			return rc;
 		if (is_blank(s, n))
 			continue;
-		nf = split(s, n, f, 5);
+		*nf = split(s, n, f, max);
+		return 1;
+	}
+}
+
+static int next_csv(struct kvb_trace *t, struct kvb_trace_req *r, char *err, size_t errlen)
+{
+	for (;;) {
+		struct field f[5];
+		size_t nf;
+		uint64_t v;
+		int rc = next_fields(t, f, 5, &nf, err, errlen);
+
+		if (rc <= 0)
+			return rc;
 		if (!t->past_head) {
 			t->past_head = 1;
 			if (nf <= 5 && is_header(f, nf))
@@ -410,46 +424,40 @@ static void tw_key(struct kvb_trace_req *r, struct field k)
 
 static int next_twitter(struct kvb_trace *t, struct kvb_trace_req *r, char *err, size_t errlen)
 {
-	for (;;) {
-		struct field f[7];
-		const char *s;
-		size_t n, nf;
-		uint64_t v;
-		int rc = next_line(t, &s, &n, err, errlen);
+	struct field f[7];
+	size_t nf;
+	uint64_t v;
+	int rc = next_fields(t, f, 7, &nf, err, errlen);
 
-		if (rc <= 0)
-			return rc;
-		if (is_blank(s, n))
-			continue;
-		nf = split(s, n, f, 7);
-		if (nf != 7)
-			return fail(t, err, errlen,
-				    "%zu fields, expected 7 (timestamp,key,key size,value size,client id,operation,TTL)",
-				    nf);
-		memset(r, 0, sizeof(*r));
-		if (number(t, err, errlen, "timestamp", f[0], 0, UINT64_MAX, &r->time))
-			return -1;
-		if (!f[1].n)
-			return fail(t, err, errlen, "empty key");
-		if (number(t, err, errlen, "key size", f[2], 1, TW_KEY_SIZE_MAX, &v) ||
-		    number(t, err, errlen, "value size", f[3], 0, UINT32_MAX, &v))
-			return -1;
-		r->value_size = (uint32_t)v;
-		if (number(t, err, errlen, "client id", f[4], 0, UINT64_MAX, &v))
-			return -1;
-		if (!(r->op = tw_op(f[5]))) {
-			struct field o = trim(f[5]);
+	if (rc <= 0)
+		return rc;
+	if (nf != 7)
+		return fail(t, err, errlen,
+			    "%zu fields, expected 7 (timestamp,key,key size,value size,client id,operation,TTL)",
+			    nf);
+	memset(r, 0, sizeof(*r));
+	if (number(t, err, errlen, "timestamp", f[0], 0, UINT64_MAX, &r->time))
+		return -1;
+	if (!f[1].n)
+		return fail(t, err, errlen, "empty key");
+	if (number(t, err, errlen, "key size", f[2], 1, TW_KEY_SIZE_MAX, &v) ||
+	    number(t, err, errlen, "value size", f[3], 0, UINT32_MAX, &v))
+		return -1;
+	r->value_size = (uint32_t)v;
+	if (number(t, err, errlen, "client id", f[4], 0, UINT64_MAX, &v))
+		return -1;
+	if (!(r->op = tw_op(f[5]))) {
+		struct field o = trim(f[5]);
 
-			return fail(t, err, errlen, "unknown operation \"%.*s%s\"", o.n > SHOW_MAX ? SHOW_MAX : (int)o.n,
-				    o.p, o.n > SHOW_MAX ? "..." : "");
-		}
-		if (number(t, err, errlen, "TTL", f[6], 0, UINT32_MAX, &v))
-			return -1;
-		r->ttl_s = (uint32_t)v;
-		r->id = XXH3_64bits(f[1].p, f[1].n);
-		tw_key(r, f[1]);
-		return 1;
+		return fail(t, err, errlen, "unknown operation \"%.*s%s\"", o.n > SHOW_MAX ? SHOW_MAX : (int)o.n,
+			    o.p, o.n > SHOW_MAX ? "..." : "");
 	}
+	if (number(t, err, errlen, "TTL", f[6], 0, UINT32_MAX, &v))
+		return -1;
+	r->ttl_s = (uint32_t)v;
+	r->id = XXH3_64bits(f[1].p, f[1].n);
+	tw_key(r, f[1]);
+	return 1;
 }
 
 int kvb_trace_next(struct kvb_trace *t, struct kvb_trace_req *r, char *err, size_t errlen)
