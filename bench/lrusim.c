@@ -18,6 +18,7 @@ struct kvb_lru {
 	uint64_t mask;     /* buckets - 1; they double when nodes outnumber them */
 	uint64_t cap, bytes; /* capacity and what is held, in size units */
 	uint32_t nodes, used, free, head, tail, live;
+	int oom; /* an insert found no memory: the simulation is wrong from then on */
 };
 
 static uint64_t mix(uint64_t k)
@@ -73,6 +74,11 @@ void kvb_lru_destroy(struct kvb_lru *l)
 uint64_t kvb_lru_bytes(const struct kvb_lru *l)
 {
 	return l->bytes;
+}
+
+int kvb_lru_failed(const struct kvb_lru *l)
+{
+	return l->oom;
 }
 
 static void unlink_node(struct kvb_lru *l, uint32_t i)
@@ -163,8 +169,10 @@ static int insert(struct kvb_lru *l, uint64_t key, uint64_t size)
 		uint32_t want = l->nodes ? 2 * l->nodes : 1024;
 		struct node *n;
 
-		if (l->nodes >= NIL / 2 || !(n = realloc(l->n, (size_t)want * sizeof(*n))))
+		if (l->nodes >= NIL / 2 || !(n = realloc(l->n, (size_t)want * sizeof(*n)))) {
+			l->oom = 1;
 			return -1;
+		}
 		l->n = n;
 		l->nodes = want;
 	}

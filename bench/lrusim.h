@@ -30,5 +30,8 @@ void kvb_lru_set(struct kvb_lru *l, uint64_t key, uint64_t size);
 void kvb_lru_delete(struct kvb_lru *l, uint64_t key);
 /* What is held now, in size units. */
 uint64_t kvb_lru_bytes(const struct kvb_lru *l);
+/* 1 once an insert found no memory (or 2^31 keys held): its answers are
+ * wrong from then on, and a report must not use them. */
+int kvb_lru_failed(const struct kvb_lru *l);
 
 #endif

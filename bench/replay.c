@@ -268,6 +268,10 @@ int kvb_replay(const struct kvb_replay_cfg *c, struct kvb_replay_result *r, char
 	t0 = kvi_mono_s();
 	rc = replay_loop(&u, tr, lru, err, errlen);
 	r->seconds = kvi_mono_s() - t0;
+	if (rc == 0 && kvb_lru_failed(lru)) {
+		snprintf(err, errlen, "out of memory simulating the LRU baseline: no ratio to trust");
+		rc = -1;
+	}
 	if (rc == 0 && c->drv->server_mem && c->drv->server_mem(u.conn, &r->target_bytes))
 		r->target_bytes = 0;
 out:
