@@ -74,19 +74,23 @@ static void fill(struct run *u, struct slot *s)
 	submit(u, s);
 }
 
+/* One counted GET of an object of size bytes, for the cache or the baseline. */
+static void count_get(struct kvb_replay_side *side, uint64_t size, int hit)
+{
+	side->gets++;
+	side->get_bytes += size;
+	side->hits += (uint64_t)hit;
+	side->hit_bytes += hit ? size : 0;
+}
+
 static void completed(struct run *u, struct kvb_req *q)
 {
 	struct slot *s = q->user;
-	struct kvb_replay_side *side = &u->r->cache;
 
 	u->inflight--;
 	if (q->prim == KVB_GET && (q->status == 0 || q->status == KVB_NOTFOUND)) {
-		if (s->counted) {
-			side->gets++;
-			side->get_bytes += s->size;
-			side->hits += q->status == 0;
-			side->hit_bytes += q->status == 0 ? s->size : 0;
-		}
+		if (s->counted)
+			count_get(&u->r->cache, s->size, q->status == 0);
 		if (q->status == KVB_NOTFOUND) {
 			fill(u, s);
 			return;
@@ -130,12 +134,8 @@ static void lru_request(struct kvb_lru *l, const struct kvb_trace_req *t, int co
 	if (t->op == KVB_TOP_GET) {
 		int hit = kvb_lru_get(l, t->id, size);
 
-		if (counted) {
-			side->gets++;
-			side->get_bytes += size;
-			side->hits += (uint64_t)hit;
-			side->hit_bytes += hit ? size : 0;
-		}
+		if (counted)
+			count_get(side, size, hit);
 	} else if (t->op == KVB_TOP_SET) {
 		kvb_lru_set(l, t->id, size);
 	} else {
