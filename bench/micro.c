@@ -8,6 +8,7 @@
  * comparison with perftest on the same device. */
 #include <errno.h>
 #include <inttypes.h>
+#include <limits.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -24,16 +25,18 @@
 
 static void print_header(void)
 {
-	printf("%-18s %9s %9s %9s %9s %9s %9s %7s\n", "op", "count", "p50_us", "p90_us", "p99_us", "p99.9_us",
-	       "max_us", "rtt/op");
+	printf("%-18s %9s %9s %9s %9s %9s %9s %7s %8s\n", "op", "count", "p50_us", "p90_us", "p99_us", "p99.9_us",
+	       "max_us", "rtt/op", "sleep/op");
 }
 
-static void print_row(const char *name, const struct kvb_hist *hs, double rtt_per_op)
+/* sleeps: the waits for a completion that went to sleep (the waiting
+ * policy, rmem.h kvi_rmem_spin_ns) during the row's operations. */
+static void print_row(const char *name, const struct kvb_hist *hs, double rtt_per_op, uint64_t sleeps)
 {
-	printf("%-18s %9llu %9.1f %9.1f %9.1f %9.1f %9.1f %7.2f\n", name, (unsigned long long)hs->count,
+	printf("%-18s %9llu %9.1f %9.1f %9.1f %9.1f %9.1f %7.2f %8.2f\n", name, (unsigned long long)hs->count,
 	       kvb_hist_quantile(hs, 0.5) / 1e3, kvb_hist_quantile(hs, 0.9) / 1e3,
 	       kvb_hist_quantile(hs, 0.99) / 1e3, kvb_hist_quantile(hs, 0.999) / 1e3, hs->max / 1e3,
-	       rtt_per_op);
+	       rtt_per_op, hs->count ? (double)sleeps / (double)hs->count : 0.0);
 }
 
 /* One doorbell of raw operations, spelled as space-separated ops: R READ, W
@@ -44,8 +47,8 @@ static void print_row(const char *name, const struct kvb_hist *hs, double rtt_pe
 struct raw_pattern {
 	const char *name;
 	const char *ops;
-	/* 1: every READ of it reads a random bucket of the server's home index
-	 * (as a GET does) instead of walking our own segment */
+	/* 1: every READ of its first doorbell reads a random bucket of the
+	 * server's home index (as a GET does) instead of walking our own segment */
 	int index;
 };
 
@@ -76,6 +79,13 @@ static const struct raw_pattern path_patterns[] = {
 	 * the index, not two neighbours in a segment (memory locality, at the
 	 * responder, is part of a doorbell's cost on Soft-RoCE) */
 	{ "index_buckets", "R256 R256", 1 },
+	/* a first GET of an item since it was written marks it read (a CAS on
+	 * its access word, client/post.c), on the next operation's doorbell */
+	{ "index_buckets_mark", "R256 R256 C", 1 },
+	/* a GET hit's two doorbells back to back ('|': the next doorbell is
+	 * rung once the one before completed) */
+	{ "get_chain", "R256 R256 | Ro", 1 },
+	{ "put_chain", "Wo C R256 C R256 | W8 C C" },
 };
 
 #define MICRO_KEY_LEN 18 /* "kvbench-" and 10 digits */
@@ -103,7 +113,7 @@ static size_t parse_pattern(const char *p, uint32_t size, char kind[8], uint32_t
 		size_t l = strcspn(p, " ");
 
 		kind[n] = p[0];
-		len[n] = p[0] == 'C' ? 8 : op_size(p + 1, l - 1, size);
+		len[n] = p[0] == 'C' ? 8 : p[0] == '|' ? 0 : op_size(p + 1, l - 1, size);
 		n++;
 		p += l;
 		p += strspn(p, " ");
@@ -150,7 +160,7 @@ static int run_pattern(struct kvi_rmem *rm, const struct kvb_micro_opts *o, cons
 	char kind[8];
 	uint32_t len[8];
 	size_t n = parse_pattern(p->ops, o->size, kind, len), at[8], total = 0;
-	uint64_t span;
+	uint64_t span, sleeps = rm->sleeps;
 
 	for (size_t j = 0; j < n; j++) {
 		at[j] = total;
@@ -167,13 +177,15 @@ static int run_pattern(struct kvi_rmem *rm, const struct kvb_micro_opts *o, cons
 		for (size_t j = 0; j < n; j++) {
 			uint64_t r = off + at[j];
 
-			if (p->index) { /* xorshift: a random bucket of the home index */
+			if (p->index && !memchr(kind, '|', j)) { /* xorshift: a random bucket of the home index */
 				rng ^= rng << 13, rng ^= rng >> 7, rng ^= rng << 17;
 				r = geo->index_off + (rng % geo->bucket_count) * KVI_BUCKET_SIZE;
 			}
 			unsigned char *l = lbuf + at[j];
 
-			if (kind[j] == 'R')
+			if (kind[j] == '|')
+				ops[j] = (struct kvi_rop){ 0 }; /* a doorbell ends here */
+			else if (kind[j] == 'R')
 				ops[j] = kvi_rop_read(r, l, len[j]);
 			else if (kind[j] == 'W')
 				ops[j] = kvi_rop_write(r, l, len[j]);
@@ -182,8 +194,14 @@ static int run_pattern(struct kvi_rmem *rm, const struct kvb_micro_opts *o, cons
 		}
 		rc = raw_renew(rm, lease); /* between doorbells, untimed */
 		if (rc == 0) {
+			size_t from = 0;
+
 			t0 = kvi_mono_ns();
-			rc = kvi_rmem_exec(rm, ops, (unsigned)n, 5000);
+			for (size_t j = 0; j <= n && rc == 0; j++) /* each doorbell after the one before */
+				if (j == n || kind[j] == '|') {
+					rc = kvi_rmem_exec(rm, ops + from, (unsigned)(j - from), 5000);
+					from = j + 1;
+				}
 			kvb_hist_record(hs, kvi_mono_ns() - t0);
 		}
 		if (rc) {
@@ -192,7 +210,7 @@ static int run_pattern(struct kvi_rmem *rm, const struct kvb_micro_opts *o, cons
 			return rc;
 		}
 	}
-	print_row(p->name, hs, 1.0);
+	print_row(p->name, hs, 1.0, rm->sleeps - sleeps);
 	return 0;
 }
 
@@ -239,6 +257,8 @@ int kvb_raw(const struct kvb_micro_opts *o)
 		kvi_rmem_destroy(rm);
 		return 1;
 	}
+	if (kvb_rdma_busy_poll_us != INT_MIN) /* the same waiting as --micro's library calls */
+		rm->spin_us = kvb_rdma_busy_poll_us;
 	lease = (struct raw_lease){ .epoch = w.geo.epoch, .every_ns = (uint64_t)w.lease_ms * 250000u,
 				    .last_ns = kvi_mono_ns() };
 	printf("kvbench: rdma://%s:%s via %s, client id %u, region %" PRIu64 " MiB, raw %u-byte verbs operations\n",
@@ -280,7 +300,11 @@ struct phase {
 
 static const struct phase phases[] = {
 	{ "put_insert", KVC_OP_PUT, 0, "kvbench-", 0, KVC_STAT_PUT_INSERT, 0 },
+	/* the first read of each item since it was written: the GET marks it
+	 * read (an access-word CAS on the next doorbell, client/post.c) */
 	{ "get_hit", KVC_OP_GET, 0, "kvbench-", 0, KVC_STAT_GET_HIT, 0 },
+	/* the same items read again: no mark */
+	{ "get_hit_again", KVC_OP_GET, 0, "kvbench-", 0, KVC_STAT_GET_HIT, 0 },
 	{ "get_hit_cached", KVC_OP_GET, 1, "kvbench-", 0, KVC_STAT_GET_HIT_CACHED, 1 },
 	{ "get_miss", KVC_OP_GET, 0, "kvbench-absent-", KVC_ENOTFOUND, KVC_STAT_GET_MISS, 0 },
 	{ "mget_16", PH_MGET, 1, "kvbench-", 0, KVC_STAT_GET_HIT_CACHED, 1 },
@@ -384,7 +408,8 @@ static int run_phase(kvc_t *h, const struct kvb_micro_opts *o, const struct phas
 	ops = after.ops[p->stat_kind] - before.ops[p->stat_kind];
 	print_row(p->name, hs,
 		  ops ? (double)(after.round_trips[p->stat_kind] - before.round_trips[p->stat_kind]) / (double)ops
-		      : 0.0);
+		      : 0.0,
+		  after.wait_sleeps - before.wait_sleeps);
 	return 0;
 }
 
@@ -409,6 +434,8 @@ int kvb_micro(const struct kvb_micro_opts *o)
 	ko.device = o->device;
 	ko.secret_file = kvb_rdma_secret_file;
 	ko.depth = 1;
+	if (kvb_rdma_busy_poll_us != INT_MIN)
+		ko.busy_poll_us = kvb_rdma_busy_poll_us;
 	for (int i = 0; i < 2; i++) {
 		ko.cache_entries = i ? 65536 : 0; /* h[0]: no location cache; h[1]: with */
 		rc = kvc_create(&ko, &h[i], err, sizeof(err));

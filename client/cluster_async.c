@@ -2,7 +2,8 @@
  * operation to its key's member (cluster_route.c) and submits it on that
  * member's connection; kvc_poll polls each connection in turn without
  * blocking, and waits as kvi_rmem_wait does over one: it polls all of them
- * for busy_poll_us, then sleeps on all of them at once (kvi_conns_block).
+ * as long as the waiting policy says (rmem.h kvi_rmem_spin_ns), then sleeps
+ * on all of them at once (kvi_conns_block).
  * With one server (cluster.h "single"), every call goes straight to the
  * connection. The blocking calls are kvc_submit and kvc_poll of one
  * operation (kvclient.c). */
@@ -13,6 +14,7 @@
 #include "cluster_list.h"
 #include "cluster_member.h"
 #include "engine.h"
+#include "rmem.h"
 
 #define IDLE_NS 200000ull    /* while waiting: let connections notice a vanished peer */
 #define SLEEP_MAX_MS 10      /* one sleep of kvc_poll over several servers */
@@ -75,26 +77,44 @@ int kvc_submit_many(kvc_t *h, struct kvc_op *const *ops, unsigned n)
 	return (int)started;
 }
 
+/* Every member's connection (NULL where none) into cs: how many. */
+static unsigned member_conns(const kvc_t *h, struct kvi_conn **cs)
+{
+	unsigned all = h->n + h->ndrain;
+
+	for (unsigned k = 0; k < all; k++)
+		cs[k] = h->m[k]->c;
+	return all;
+}
+
 /* Sleep on every member's connection (kvi_conns_block) until the deadline,
  * at most SLEEP_MAX_MS at a time: an operation waiting on a timer (a backoff,
  * a resize) and the leases are looked after between sleeps. */
 static int sleep_members(kvc_t *h, uint64_t now, uint64_t deadline)
 {
 	struct kvi_conn *cs[2 * KVI_RING_MAX];
-	unsigned all = h->n + h->ndrain;
+	unsigned all = member_conns(h, cs);
 
 	if (now >= deadline)
 		return 0;
-	for (unsigned k = 0; k < all; k++)
-		cs[k] = h->m[k]->c;
 	return kvi_conns_block(cs, all, kvi_ms_until(now, deadline, SLEEP_MAX_MS));
+}
+
+/* How long kvc_poll polls before it sleeps: the waiting policy (rmem.h
+ * kvi_rmem_spin_ns) of the members with operations in flight. */
+static uint64_t members_spin_ns(const kvc_t *h)
+{
+	struct kvi_conn *cs[2 * KVI_RING_MAX];
+	unsigned all = member_conns(h, cs);
+
+	return h->o.busy_poll_us < 0 ? UINT64_MAX : kvi_conns_spin_ns(cs, all);
 }
 
 int kvc_poll(kvc_t *h, struct kvc_op **done, unsigned max, int timeout_ms)
 {
-	uint64_t now, start, deadline, last_idle;
+	uint64_t now, start, deadline, last_idle, spin_ns;
 	unsigned spins = 0;
-	int slept = 0;
+	int slept = 0, polling = 1;
 
 	if (!h || !done || max == 0)
 		return KVC_EINVAL;
@@ -102,6 +122,8 @@ int kvc_poll(kvc_t *h, struct kvc_op **done, unsigned max, int timeout_ms)
 		return kvi_conn_poll(h->m[0]->c, done, max, timeout_ms);
 	now = start = last_idle = kvi_now_ns();
 	deadline = timeout_ms < 0 ? UINT64_MAX : now + (uint64_t)timeout_ms * 1000000u;
+	spin_ns = members_spin_ns(h);
+	kvi_rmem_spinning(1);
 	for (;;) {
 		unsigned got = 0, all = h->n + h->ndrain;
 
@@ -120,13 +142,18 @@ int kvc_poll(kvc_t *h, struct kvc_op **done, unsigned max, int timeout_ms)
 				m->inflight--;
 				h->inflight--;
 			}
-			if (r > 0)
+			if (r > 0) {
 				got += (unsigned)r;
+				if (timeout_ms != 0 && m->c) /* a wait, not a look: size the next (rmem.h) */
+					kvi_conn_waited(m->c, now - start);
+			}
 		}
 		h->rr++;
 		if (h->ndrain)
 			kvi_list_reap_drained(h);
 		if (got > 0 || h->inflight == 0 || now >= deadline) {
+			if (polling)
+				kvi_rmem_spinning(-1);
 			kvi_list_check_file(h, now);
 			return (int)got;
 		}
@@ -141,13 +168,16 @@ int kvc_poll(kvc_t *h, struct kvc_op **done, unsigned max, int timeout_ms)
 				sched_yield();
 			last_idle = now;
 		}
-		/* Polled for busy_poll_us: sleep until a completion, a control
-		 * message or a departing peer on any member (as one connection's
-		 * wait does, kvi_rmem_wait). */
-		slept = h->o.busy_poll_us >= 0 && now - start >= (uint64_t)h->o.busy_poll_us * 1000u &&
-			sleep_members(h, now, deadline);
-		if (slept)
+		/* Polled long enough (the waiting policy, rmem.h): sleep until a
+		 * completion, a control message or a departing peer on any member
+		 * (as one connection's wait does, kvi_rmem_wait). */
+		slept = now - start >= spin_ns && sleep_members(h, now, deadline);
+		if (slept) {
+			if (polling)
+				kvi_rmem_spinning(-1);
+			polling = 0;
 			now = kvi_now_ns();
+		}
 	}
 }
 

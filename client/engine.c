@@ -479,6 +479,24 @@ int kvi_conns_block(struct kvi_conn *const *cs, unsigned n, int timeout_ms)
 	return kvi_rmem_block(rms, k, timeout_ms);
 }
 
+uint64_t kvi_conns_spin_ns(struct kvi_conn *const *cs, unsigned n)
+{
+	uint64_t most = 0;
+
+	for (unsigned i = 0; i < n; i++)
+		if (cs[i] && cs[i]->inflight) {
+			uint64_t s = kvi_rmem_spin_ns(cs[i]->rm);
+
+			most = s > most ? s : most;
+		}
+	return most;
+}
+
+void kvi_conn_waited(struct kvi_conn *c, uint64_t ns)
+{
+	kvi_rmem_waited(c->rm, ns);
+}
+
 void kvi_conn_idle(struct kvi_conn *h)
 {
 	if (h->rm->inflight && !h->rm->broken)

@@ -27,6 +27,11 @@ void kvi_conn_idle(struct kvi_conn *h);
  * if not (kvi_rmem_block). An operation waiting on a timer rather than the
  * transport (a backoff) is looked at again when the sleep ends. */
 int kvi_conns_block(struct kvi_conn *const *cs, unsigned n, int timeout_ms);
+/* The waiting policy (rmem.h kvi_rmem_spin_ns) over several connections: how
+ * long to poll before sleeping (the longest of those with operations in
+ * flight), and a wait that ended after ns with completions from c. */
+uint64_t kvi_conns_spin_ns(struct kvi_conn *const *cs, unsigned n);
+void kvi_conn_waited(struct kvi_conn *c, uint64_t ns);
 /* Its connection is broken now (it rejoins at the next submit). */
 int kvi_conn_broken(const struct kvi_conn *h);
 

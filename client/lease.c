@@ -226,6 +226,7 @@ static int rejoin(struct kvi_conn *h, uint64_t now)
 	rc = h->dial(h->dial_arg, timeout, &rm);
 	if (rc == 0) {
 		/* Nothing is in flight: the old connection's buffers are free. */
+		h->stats.wait_sleeps += h->rm->sleeps;
 		kvi_rmem_destroy(h->rm);
 		kvi_locache_clear(&h->cache);
 		h->mark_count = 0;

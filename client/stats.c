@@ -11,6 +11,7 @@
 void kvi_conn_get_stats(const struct kvi_conn *h, struct kvc_stats *out)
 {
 	*out = h->stats;
+	out->wait_sleeps += h->rm->sleeps; /* this connection's; earlier ones' are in stats */
 }
 
 /* The public struct is the wire's statistics in the wire's order. */
@@ -60,6 +61,7 @@ const char *const *kvc_server_stat_names(size_t *n)
 void kvi_conn_reset_stats(struct kvi_conn *h)
 {
 	memset(&h->stats, 0, sizeof(h->stats));
+	h->rm->sleeps = 0;
 }
 
 const char *kvc_stat_name(int kind)

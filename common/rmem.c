@@ -3,10 +3,12 @@
 #include "rmem.h"
 
 #include <sched.h>
+#include <stdatomic.h>
 #include <stdlib.h>
 #include <string.h>
 #include <stdint.h>
 #include <time.h>
+#include <unistd.h>
 
 #include "clock.h"
 #include "kvclient_errors.h"
@@ -124,33 +126,84 @@ int kvi_rmem_block(struct kvi_rmem *const *rms, unsigned n, int timeout_ms)
 	return 1;
 }
 
+/* Waiters of this process polling now, and the CPUs they may fill. */
+static atomic_uint spinners;
+static atomic_uint online_cpus;
+
+void kvi_rmem_spinning(int delta)
+{
+	if (delta > 0)
+		atomic_fetch_add_explicit(&spinners, 1, memory_order_relaxed);
+	else
+		atomic_fetch_sub_explicit(&spinners, 1, memory_order_relaxed);
+}
+
+uint64_t kvi_rmem_spin_ns(const struct kvi_rmem *rm)
+{
+	uint64_t base, adapt;
+	unsigned cpus = atomic_load_explicit(&online_cpus, memory_order_relaxed);
+
+	if (rm->spin_us < 0 || !rm->type->sleep_fds)
+		return UINT64_MAX;
+	base = (uint64_t)rm->spin_us * 1000u;
+	if (base == 0)
+		return 0;
+	if (cpus == 0) {
+		long c = sysconf(_SC_NPROCESSORS_ONLN);
+
+		cpus = c > 0 && c < 65536 ? (unsigned)c : 1u;
+		atomic_store_explicit(&online_cpus, cpus, memory_order_relaxed);
+	}
+	if (atomic_load_explicit(&spinners, memory_order_relaxed) >= cpus)
+		return base;
+	adapt = KVI_RMEM_SPIN_MULT * rm->wait_avg_ns;
+	if (adapt > KVI_RMEM_SPIN_CAP_US * 1000ull)
+		adapt = KVI_RMEM_SPIN_CAP_US * 1000ull;
+	return adapt > base ? adapt : base;
+}
+
+void kvi_rmem_waited(struct kvi_rmem *rm, uint64_t ns)
+{
+	const uint64_t cap = KVI_RMEM_SPIN_CAP_US * 1000ull; /* one long wait must not swamp it */
+
+	if (ns > cap)
+		ns = cap;
+	/* An average over about the last 8 waits: quick to follow a device
+	 * that slowed down or sped up. */
+	rm->wait_avg_ns = rm->wait_avg_ns - rm->wait_avg_ns / 8 + ns / 8;
+}
+
 int kvi_rmem_wait(struct kvi_rmem *rm, struct kvi_rcomp *out, unsigned max, int timeout_ms)
 {
-	uint64_t start = kvi_mono_ns(), last_idle = start;
+	uint64_t start = kvi_mono_ns(), last_idle = start, now = start;
 	uint64_t deadline = timeout_ms < 0 ? UINT64_MAX : start + (uint64_t)timeout_ms * 1000000u;
-	uint64_t spin_ns = rm->spin_us < 0 || !rm->type->sleep_fds ? UINT64_MAX : (uint64_t)rm->spin_us * 1000u;
+	uint64_t spin_ns;
 	unsigned spins = 0;
-	int n;
+	int n = 0, polling = 1;
 
 	if (rm->inflight == 0)
 		return 0;
+	kvi_rmem_spinning(1);
+	spin_ns = kvi_rmem_spin_ns(rm);
 	for (;;) {
-		uint64_t now;
-
 		n = kvi_rmem_poll(rm, out, max);
 		if (n != 0)
-			return n;
-		/* Pure polling at first: completions arrive within microseconds and
-		 * a system call here would cost as much as the wait (spin_us 0:
-		 * sleep at once). */
+			break;
+		/* Pure polling at first: completions arrive soon and a system
+		 * call here would cost as much as the wait (spin_ns 0: sleep at
+		 * once). */
 		if (++spins % 64 && spin_ns)
 			continue;
 		now = kvi_mono_ns();
 		if (now >= deadline)
-			return 0;
+			break;
 		if (now - start >= spin_ns) {
 			/* Long enough: sleep until the device signals (at most 100 ms
 			 * at a time, so the peer is looked after as below). */
+			if (polling) {
+				kvi_rmem_spinning(-1);
+				polling = 0;
+			}
 			kvi_rmem_block(&rm, 1, kvi_ms_until(now, deadline, 100));
 			spins = 0;
 			now = kvi_mono_ns();
@@ -162,6 +215,11 @@ int kvi_rmem_wait(struct kvi_rmem *rm, struct kvi_rcomp *out, unsigned max, int 
 			last_idle = now;
 		}
 	}
+	if (polling)
+		kvi_rmem_spinning(-1);
+	if (n > 0)
+		kvi_rmem_waited(rm, kvi_mono_ns() - start);
+	return n;
 }
 
 int kvi_rmem_exec(struct kvi_rmem *rm, const struct kvi_rop *ops, unsigned n, int timeout_ms)

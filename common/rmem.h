@@ -133,7 +133,11 @@ struct kvi_rmem {
 	 * as Soft-RoCE, to the kernel work that makes the completion). < 0:
 	 * never sleep. Transports start at KVI_RMEM_SPIN_US. */
 	int32_t spin_us;
-	uint64_t sleeps; /* times a wait went to sleep on it (nothing had come): diagnostics */
+	/* Recent waits for a completion on it that ended in one (kvi_rmem_wait,
+	 * kvc_poll): a moving average, what the adaptive spin is sized from
+	 * (kvi_rmem_spin_ns). */
+	uint64_t wait_avg_ns;
+	uint64_t sleeps; /* times a wait went to sleep on it (nothing had come): kvc_stats.wait_sleeps */
 	/* Where everything is in the region and the hash seed, as the server
 	 * stated it (welcome), never as read from the region (layout.h
 	 * "Geometry"). geo.region_size == region_size. All zero (epoch 0) when
@@ -174,9 +178,30 @@ int kvi_rmem_poll(struct kvi_rmem *rm, struct kvi_rcomp *out, unsigned max);
 
 #define KVI_RMEM_SPIN_US 50
 
+/* The waiting policy, for kvi_rmem_wait and kvc_poll over several servers.
+ * A wait polls for spin_us and, beyond that, for up to KVI_RMEM_SPIN_MULT
+ * times the connection's recent completion wait (wait_avg_ns; at most
+ * KVI_RMEM_SPIN_CAP_US): a completion due that soon costs less to poll for
+ * than a sleep and a wake-up. On a NIC the average is microseconds and
+ * spin_us governs; on a software device whose doorbells take longer than
+ * spin_us (Soft-RoCE: tens of microseconds) the wait polls through them
+ * instead of sleeping in every one. The extension is dropped while the
+ * process's polling waiters (kvi_rmem_spinning) fill every online CPU: a
+ * poller then keeps another thread, or the kernel work that makes the
+ * completion on a software device, from running. spin_us 0 or < 0 is taken
+ * as it is (sleep at once; never sleep). Returns how long to poll before
+ * sleeping, UINT64_MAX: never sleep. */
+#define KVI_RMEM_SPIN_MULT 4u
+#define KVI_RMEM_SPIN_CAP_US 500u
+uint64_t kvi_rmem_spin_ns(const struct kvi_rmem *rm);
+/* A wait on rm ended with a completion after ns: into rm->wait_avg_ns. */
+void kvi_rmem_waited(struct kvi_rmem *rm, uint64_t ns);
+/* A waiter of this process starts (+1) or stops (-1) polling. */
+void kvi_rmem_spinning(int delta);
+
 /* Poll until at least one batch finished or timeout_ms passed (then 0).
- * A negative timeout waits without a deadline. Polls for rm->spin_us, then
- * sleeps in kvi_rmem_block between polls. */
+ * A negative timeout waits without a deadline. Polls for kvi_rmem_spin_ns,
+ * then sleeps in kvi_rmem_block between polls. */
 int kvi_rmem_wait(struct kvi_rmem *rm, struct kvi_rcomp *out, unsigned max, int timeout_ms);
 
 /* Sleep until something may have come in on any of the n connections (a

@@ -112,9 +112,13 @@ struct kvc_opts {
 	 * (a NIC's round trip takes a few microseconds); sleeping gives the core
 	 * back when threads outnumber cores, and on a software device (Soft-RoCE)
 	 * to the kernel work that makes the completions. -1: never sleep (one
-	 * busy core per waiting thread); 0: sleep at once. Default 50. A handle
-	 * with several servers polls all of them, then sleeps on all of them
-	 * at once (up to 10 ms at a time). */
+	 * busy core per waiting thread); 0: sleep at once. Default 50. Beyond
+	 * it, a wait polls on for up to 4x the connection's recent completion
+	 * time (at most 500 us) while this process's polling waiters leave a
+	 * CPU free: where a doorbell takes longer than busy_poll_us (a software
+	 * device) it is polled for, not slept through (kvc_stats.wait_sleeps
+	 * counts the sleeps). A handle with several servers polls all of them,
+	 * then sleeps on all of them at once (up to 10 ms at a time). */
 	int busy_poll_us;
 };
 
@@ -471,6 +475,7 @@ struct kvc_stats {
 	uint64_t readmissions;     /* renewals after the lease lapsed while idle (same connection, no rejoin) */
 	uint64_t expiry_waits;     /* GETs that found their item expired in a bucket a writer held, and read again */
 	uint64_t lease_revivals;   /* leases renewed in the middle of an operation that had waited past it holding nothing */
+	uint64_t wait_sleeps;      /* waits for a completion that went to sleep on the device (busy_poll_us) */
 };
 
 KVC_EXPORT void kvc_get_stats(const kvc_t *h, struct kvc_stats *out);

@@ -2,7 +2,9 @@
  * each operation, batches, in-flight limits, validation, fault injection, torn
  * reads, and atomicity under real threads. */
 #include <criterion/criterion.h>
+#include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #include "kvclient_errors.h"
 #include "rmem_local.h"
@@ -347,3 +349,57 @@ Test(rmem_local, after_read_hook_tears_a_read)
 	Test(rmem_local_threads, name) { const char *why = name(); cr_expect_null(why, "%s: %s", what, why); }
 KVT_THREAD_SCENARIOS(X)
 #undef X
+
+/* The waiting policy (rmem.h kvi_rmem_spin_ns): a transport that cannot
+ * sleep always polls; one that can polls for spin_us, and for up to
+ * KVI_RMEM_SPIN_MULT times its recent completion wait (capped) while the
+ * process's polling waiters leave a CPU free. */
+static int fake_sleep_fds(struct kvi_rmem *r, struct pollfd pf[2])
+{
+	(void)r;
+	(void)pf;
+	return 0;
+}
+
+Test(rmem_local, waiting_policy_follows_the_device)
+{
+	struct kvi_rmem_type t = *rm->type;
+	struct kvi_rmem *f = malloc(sizeof(*f));
+	const uint64_t cap = KVI_RMEM_SPIN_CAP_US * 1000ull;
+	long cpus = sysconf(_SC_NPROCESSORS_ONLN);
+
+	cr_assert_not_null(f);
+	cr_expect_eq(kvi_rmem_spin_ns(rm), UINT64_MAX, "the local transport cannot sleep: it polls");
+	*f = *rm;
+	t.sleep_fds = fake_sleep_fds;
+	f->type = &t;
+	f->spin_us = 50;
+	f->wait_avg_ns = 0;
+	cr_expect_eq(kvi_rmem_spin_ns(f), 50000u, "a fast device: spin_us governs");
+	f->wait_avg_ns = 100000;
+	cr_expect_eq(kvi_rmem_spin_ns(f), KVI_RMEM_SPIN_MULT * 100000u, "doorbells of 100 us: polled through");
+	f->wait_avg_ns = 10 * cap;
+	cr_expect_eq(kvi_rmem_spin_ns(f), cap, "never beyond the cap");
+	/* Every CPU polling already: spin_us alone. */
+	for (long i = 0; i < cpus; i++)
+		kvi_rmem_spinning(1);
+	cr_expect_eq(kvi_rmem_spin_ns(f), 50000u);
+	for (long i = 0; i < cpus; i++)
+		kvi_rmem_spinning(-1);
+	cr_expect_eq(kvi_rmem_spin_ns(f), cap);
+	f->spin_us = 0;
+	cr_expect_eq(kvi_rmem_spin_ns(f), 0u, "0: sleep at once, as told");
+	f->spin_us = -1;
+	cr_expect_eq(kvi_rmem_spin_ns(f), UINT64_MAX, "-1: never sleep, as told");
+
+	/* The average follows the waits, and one very long wait moves it by
+	 * at most an eighth of the cap. */
+	f->wait_avg_ns = 0;
+	for (int i = 0; i < 64; i++)
+		kvi_rmem_waited(f, 80000);
+	cr_expect(f->wait_avg_ns > 79000 && f->wait_avg_ns <= 80000, "average %llu",
+		  (unsigned long long)f->wait_avg_ns);
+	kvi_rmem_waited(f, 10000000000ull);
+	cr_expect(f->wait_avg_ns <= 80000 + cap / 8, "average %llu", (unsigned long long)f->wait_avg_ns);
+	free(f);
+}
