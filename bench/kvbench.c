@@ -25,6 +25,7 @@
 #include "report.h"
 #include "runner.h"
 #include "trace.h"
+#include "sizedist.h"
 #include "twload.h"
 
 static void usage(FILE *f)
@@ -44,7 +45,10 @@ static void usage(FILE *f)
 		"  -D, --duration SECONDS     run for this long instead of a number of operations\n"
 		"  -T, --threads N            client threads, one connection each (default 1)\n"
 		"  -q, --depth N              operations in flight per thread (default 8)\n"
-		"  -s, --value-size N|MIN-MAX value bytes, fixed or uniform in a range (default 100)\n"
+		"  -s, --value-size SIZES     value bytes (default 100): N, MIN-MAX (uniform),\n"
+		"                             lognormal:MEAN[,SIGMA[,MAX]] (SIGMA default 1, MAX\n"
+		"                             16 x MEAN), or file:PATH (\"SIZE [WEIGHT]\" lines); YCSB\n"
+		"                             draws one per write, --cache-aside one per key\n"
 		"      --distribution NAME    uniform|zipfian|latest (default: the workload's)\n"
 
 		"      --warmup SECONDS       run-phase time not recorded (default 1)\n"
@@ -113,6 +117,7 @@ struct cli {
 	int micro, raw, have_ops, have_size, cpu_per_op;
 	uint64_t lru_bytes, ca_warmup, rate;
 	int have_ca_warmup;
+	struct kvb_sizedist sizes; /* -s: cfg.sizes points here unless fixed or uniform */
 };
 
 static int bad(const char *what, const char *value, const char *expected)
@@ -149,25 +154,20 @@ static int parse_double(const char *s, double lo, double hi, double *out)
 	return 0;
 }
 
-static int parse_size(const char *s, struct kvb_cfg *c)
+/* -s: sizedist.h; the run draws from cl->sizes unless it is fixed or uniform
+ * (the runner's own draw, as before). */
+static int parse_size(const char *s, struct cli *cl)
 {
-	char buf[64], *dash;
-	uint64_t a, b;
+	char err[600];
 
-	if (strlen(s) >= sizeof(buf))
+	kvb_sizedist_free(&cl->sizes);
+	if (kvb_sizedist_parse(s, &cl->sizes, err, sizeof(err))) {
+		fprintf(stderr, "kvbench: %s\n", err);
 		return -1;
-	strcpy(buf, s);
-	dash = strchr(buf, '-');
-	if (dash)
-		*dash = '\0';
-	if (parse_u64(buf, 0, 1u << 20, &a) || (dash && parse_u64(dash + 1, 0, 1u << 20, &b)))
-		return -1;
-	if (!dash)
-		b = a;
-	if (a > b)
-		return -1;
-	c->vmin = (uint32_t)a;
-	c->vmax = (uint32_t)b;
+	}
+	cl->cfg.vmin = cl->sizes.min;
+	cl->cfg.vmax = cl->sizes.max;
+	cl->cfg.sizes = cl->sizes.kind == KVB_SIZE_UNIFORM ? NULL : &cl->sizes;
 	return 0;
 }
 
@@ -242,8 +242,8 @@ static int parse_args(int argc, char **argv, struct cli *cl)
 			c->depth = (unsigned)v;
 			break;
 		case 's':
-			if (parse_size(optarg, c))
-				return bad("--value-size", optarg, "N or MIN-MAX bytes, up to 1048576");
+			if (parse_size(optarg, cl))
+				return 2;
 			cl->have_size = 1;
 			break;
 		case O_DIST:
@@ -499,6 +499,40 @@ static double mean_key_len(uint64_t records)
 	return (double)total / (double)n;
 }
 
+static int run_replay(struct cli *cl, struct kvb_replay_cfg *c, const char *what);
+
+/* --cache-aside with values of many sizes (-s MIN-MAX, lognormal:, file:): the
+ * same key sequence through the trace replayer, whose LRU baseline counts
+ * bytes and which reports byte miss ratios too. */
+static int run_cache_aside_sizes(struct cli *cl, int kind, uint64_t requests, uint64_t warmup)
+{
+	struct kvb_replay_cfg c = { 0 };
+	struct kvb_sizedist uni = { .kind = KVB_SIZE_UNIFORM, .min = cl->cfg.vmin, .max = cl->cfg.vmax };
+	struct kvb_ca_src src;
+	char what[400], sizes[160];
+
+	if (cl->cfg.vmin == 0) {
+		fprintf(stderr, "kvbench: --cache-aside needs values of at least 1 byte\n");
+		return 2;
+	}
+	if (kvb_ca_src_init(&src, kind, cl->cfg.records, cl->cfg.seed, cl->cfg.sizes ? cl->cfg.sizes : &uni)) {
+		fprintf(stderr, "kvbench: cannot generate --cache-aside %s over %llu keys\n", cl->cache_aside,
+			(unsigned long long)cl->cfg.records);
+		return 2;
+	}
+	c.next = kvb_ca_src_next;
+	c.arg = &src;
+	c.max_requests = requests;
+	c.warmup = warmup;
+	kvb_sizedist_describe(src.sizes, sizes, sizeof(sizes));
+	printf("cache-aside %s: %llu keys, values %s, working set %llu bytes; %llu requests, the first %llu not "
+	       "counted\n", cl->cache_aside, (unsigned long long)cl->cfg.records, sizes,
+	       (unsigned long long)kvb_ca_src_bytes(&src), (unsigned long long)requests, (unsigned long long)warmup);
+	fflush(stdout);
+	snprintf(what, sizeof(what), "cache-aside %s", cl->cache_aside);
+	return run_replay(cl, &c, what);
+}
+
 static int run_cache_aside(struct cli *cl)
 {
 	struct kvb_ca_cfg c = { .kind = kvb_ca_kind_parse(cl->cache_aside), .records = cl->cfg.records,
@@ -515,8 +549,11 @@ static int run_cache_aside(struct cli *cl)
 			(unsigned long long)c.warmup, (unsigned long long)c.requests);
 		return 2;
 	}
-	if (cl->cfg.vmin != cl->cfg.vmax || c.value_size == 0 || c.value_size > 1024) {
-		fprintf(stderr, "kvbench: --cache-aside takes one --value-size of 1..1024 bytes\n");
+	if (cl->cfg.vmin != cl->cfg.vmax)
+		return run_cache_aside_sizes(cl, c.kind, c.requests, c.warmup);
+	if (c.value_size == 0 || c.value_size > 1024) {
+		fprintf(stderr, "kvbench: --cache-aside takes a fixed --value-size of 1..1024 bytes, or sizes of a "
+			"distribution\n");
 		return 2;
 	}
 	c.drv = kvb_driver_parse(cl->target, c.host, sizeof(c.host), c.port, sizeof(c.port), err, sizeof(err));
@@ -740,13 +777,24 @@ static int run_cpu_per_op(struct cli *cl)
 	return r.get.failed || r.put.failed || r.load.failed ? 3 : 0;
 }
 
+static int run(struct cli *cl);
+
 int main(int argc, char **argv)
 {
 	struct cli cl = { 0 };
 	int rc = parse_args(argc, argv, &cl);
 
-	if (rc >= 0)
-		return rc;
+	if (rc < 0)
+		rc = run(&cl);
+	kvb_sizedist_free(&cl.sizes);
+	return rc;
+}
+
+static int run(struct cli *clp)
+{
+	struct cli cl = *clp; /* the sizes it points to stay clp's */
+	int rc;
+
 	if (cl.micro || cl.raw) {
 		struct kvb_micro_opts o = { .device = cl.device, .ops = cl.have_ops ? cl.cfg.operations : 2000,
 					    .size = cl.have_size ? cl.cfg.vmax : 64 };

@@ -52,10 +52,18 @@ void kvb_report_text(FILE *f, const struct kvb_cfg *c, const struct kvb_result *
 {
 	fprintf(f, "kvbench: workload %c (%s), %s distribution, target %s://%s%s%s (%s)\n", c->w->name, c->w->desc,
 		dist_name(c->dist), c->drv->scheme, c->host, c->port[0] ? ":" : "", c->port, c->drv->name);
-	fprintf(f, "%llu records, values %u", (unsigned long long)c->records, c->vmin);
-	if (c->vmax != c->vmin)
-		fprintf(f, "-%u", c->vmax);
-	fprintf(f, " B, %u threads x %u in flight%s, seed %llu, warm-up %.1f s not recorded\n", c->threads,
+	if (c->sizes) {
+		char d[160];
+
+		kvb_sizedist_describe(c->sizes, d, sizeof(d));
+		fprintf(f, "%llu records, values %s", (unsigned long long)c->records, d);
+	} else {
+		fprintf(f, "%llu records, values %u", (unsigned long long)c->records, c->vmin);
+		if (c->vmax != c->vmin)
+			fprintf(f, "-%u", c->vmax);
+		fprintf(f, " B");
+	}
+	fprintf(f, ", %u threads x %u in flight%s, seed %llu, warm-up %.1f s not recorded\n", c->threads,
 		c->depth < c->drv->max_depth ? c->depth : c->drv->max_depth,
 		c->depth > c->drv->max_depth ? " (this driver blocks: one per thread)" : "",
 		(unsigned long long)c->seed, c->warmup_s);
@@ -129,12 +137,12 @@ void kvb_report_json(FILE *f, const struct kvb_cfg *c, const struct kvb_result *
 {
 	fprintf(f, "{\"kvbench_format\": 1, \"system\": \"%s\", \"target\": \"%s://%s%s%s\", \"workload\": \"%c\", "
 		   "\"distribution\": \"%s\", \"records\": %llu, \"threads\": %u, "
-		   "\"depth\": %u, \"effective_depth\": %u, \"value_size\": {\"min\": %u, \"max\": %u}, "
+		   "\"depth\": %u, \"effective_depth\": %u, \"value_size\": {\"min\": %u, \"max\": %u, \"mean\": %.1f}, "
 		   "\"seed\": %llu, \"warmup_seconds\": %.3f,\n",
 		c->drv->name, c->drv->scheme, c->host, c->port[0] ? ":" : "", c->port, c->w->name, dist_name(c->dist),
 		(unsigned long long)c->records, c->threads, c->depth,
 		c->depth < c->drv->max_depth ? c->depth : c->drv->max_depth, c->vmin, c->vmax,
-		(unsigned long long)c->seed, c->warmup_s);
+		c->sizes ? c->sizes->mean : ((double)c->vmin + c->vmax) / 2, (unsigned long long)c->seed, c->warmup_s);
 	if (c->load) {
 		fprintf(f, " \"load\": ");
 		json_phase(f, c, &r->load);

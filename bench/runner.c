@@ -129,6 +129,8 @@ static uint32_t value_size(struct thread *th)
 {
 	const struct kvb_cfg *c = th->sh->cfg;
 
+	if (c->sizes)
+		return kvb_sizedist_draw(c->sizes, kvb_rng_next(&th->rng));
 	if (c->vmin == c->vmax)
 		return c->vmin;
 	return c->vmin + (uint32_t)(kvb_rng_next(&th->rng) % ((uint64_t)c->vmax - c->vmin + 1));

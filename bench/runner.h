@@ -9,6 +9,7 @@
 
 #include "driver.h"
 #include "hist.h"
+#include "sizedist.h"
 #include "ycsb_gen.h"
 
 /* Operation types in the results (YCSB's names). */
@@ -26,7 +27,8 @@ struct kvb_cfg {
 	double duration_s;   /* run phase length when operations == 0 */
 	double warmup_s;     /* run-phase seconds not recorded */
 	unsigned threads, depth;
-	uint32_t vmin, vmax; /* value sizes, uniform in [vmin, vmax] */
+	uint32_t vmin, vmax; /* value sizes, uniform in [vmin, vmax] ... */
+	const struct kvb_sizedist *sizes; /* ... or drawn from this, when set (within [vmin, vmax]) */
 	uint64_t seed;
 	int load;     /* 1: run the load phase */
 	int progress; /* non-zero: live progress line on stderr */
