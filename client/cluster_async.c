@@ -157,7 +157,7 @@ int kvc_poll(kvc_t *h, struct kvc_op **done, unsigned max, int timeout_ms)
 			kvi_list_check_file(h, now);
 			return (int)got;
 		}
-		if (++spins % 64)
+		if (++spins % KVI_RMEM_SPIN_LOOK)
 			continue;
 		now = kvi_now_ns();
 		if (now - last_idle >= IDLE_NS) {

@@ -175,8 +175,12 @@ void kvi_rmem_waited(struct kvi_rmem *rm, uint64_t ns)
 
 int kvi_rmem_wait(struct kvi_rmem *rm, struct kvi_rcomp *out, unsigned max, int timeout_ms)
 {
-	uint64_t start = kvi_mono_ns(), last_idle = start, now = start;
-	uint64_t deadline = timeout_ms < 0 ? UINT64_MAX : start + (uint64_t)timeout_ms * 1000000u;
+	/* The clock is read only once the first KVI_RMEM_SPIN_LOOK polls found
+	 * nothing: a completion that was there at once (a NIC's, or a software
+	 * device's that completes inside the post) costs no clock read, which
+	 * on a machine without a fast clocksource (a guest on HPET) is a
+	 * system call. start is then the first read, late by those polls. */
+	uint64_t start = 0, last_idle = 0, now = 0, deadline = UINT64_MAX;
 	uint64_t spin_ns;
 	unsigned spins = 0;
 	int n = 0, polling = 1;
@@ -192,9 +196,14 @@ int kvi_rmem_wait(struct kvi_rmem *rm, struct kvi_rcomp *out, unsigned max, int 
 		/* Pure polling at first: completions arrive soon and a system
 		 * call here would cost as much as the wait (spin_ns 0: sleep at
 		 * once). */
-		if (++spins % 64 && spin_ns)
+		if (++spins % KVI_RMEM_SPIN_LOOK && spin_ns)
 			continue;
 		now = kvi_mono_ns();
+		if (start == 0) {
+			start = last_idle = now;
+			if (timeout_ms >= 0)
+				deadline = start + (uint64_t)timeout_ms * 1000000u;
+		}
 		if (now >= deadline)
 			break;
 		if (now - start >= spin_ns) {
@@ -217,8 +226,8 @@ int kvi_rmem_wait(struct kvi_rmem *rm, struct kvi_rcomp *out, unsigned max, int 
 	}
 	if (polling)
 		kvi_rmem_spinning(-1);
-	if (n > 0)
-		kvi_rmem_waited(rm, kvi_mono_ns() - start);
+	if (n > 0) /* as of the last clock read: within KVI_RMEM_SPIN_LOOK polls */
+		kvi_rmem_waited(rm, now - start);
 	return n;
 }
 

@@ -192,6 +192,7 @@ int kvi_rmem_poll(struct kvi_rmem *rm, struct kvi_rcomp *out, unsigned max);
  * as it is (sleep at once; never sleep). Returns how long to poll before
  * sleeping, UINT64_MAX: never sleep. */
 #define KVI_RMEM_SPIN_MULT 4u
+#define KVI_RMEM_SPIN_LOOK 64u /* polls between two clock reads of a wait */
 #define KVI_RMEM_SPIN_CAP_US 500u
 uint64_t kvi_rmem_spin_ns(const struct kvi_rmem *rm);
 /* A wait on rm ended with a completion after ns: into rm->wait_avg_ns. */
