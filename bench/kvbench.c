@@ -16,7 +16,6 @@
 #include <unistd.h>
 
 #include "ca_seq.h"
-#include "cacheaside.h"
 #include "cpuop.h"
 #include "driver.h"
 #include "kvclient.h"
@@ -72,9 +71,10 @@ static void usage(FILE *f)
 		"                             third of requests for keys never requested again\n"
 		"                             -n requests in all (default 3 x records), the first\n"
 		"                             --warmup-requests (default: records) not counted;\n"
-		"                             one connection, -q in flight; prints the hit ratio\n"
-		"      --lru-bytes B          also the hit ratio of an exact LRU holding B bytes of\n"
-		"                             items (key + value bytes each), same key sequence\n"
+		"                             one connection, -q in flight; each key one size (-s);\n"
+		"                             prints miss ratios as --trace does\n"
+		"      --lru-bytes B          the exact LRU baseline holds B bytes of items, key +\n"
+		"                             value bytes each (default: the target's memory limit)\n"
 		"      --warmup-requests N\n"
 		"      --rate N               at most N requests per second\n"
 		"Trace replay (the same cache-aside client, driven by a request trace):\n"
@@ -488,103 +488,45 @@ out:
 	return status;
 }
 
-/* Average key length of the records (YCSB names vary in length). */
-static double mean_key_len(uint64_t records)
-{
-	char k[40];
-	uint64_t total = 0, n = records < 100000 ? records : 100000;
-
-	for (uint64_t i = 0; i < n; i++)
-		total += kvb_key_name(i * (records / n), 0, 0, k, sizeof(k));
-	return (double)total / (double)n;
-}
-
 static int run_replay(struct cli *cl, struct kvb_replay_cfg *c, const char *what);
 
-/* --cache-aside with values of many sizes (-s MIN-MAX, lognormal:, file:): the
- * same key sequence through the trace replayer, whose LRU baseline counts
- * bytes and which reports byte miss ratios too. */
-static int run_cache_aside_sizes(struct cli *cl, int kind, uint64_t requests, uint64_t warmup)
+/* --cache-aside: the key sequence of ca_seq.h, each key's item of one size
+ * (-s), through the trace replayer: request and byte miss ratios, beside an
+ * exact LRU of equal bytes. */
+static int run_cache_aside(struct cli *cl)
 {
 	struct kvb_replay_cfg c = { 0 };
 	struct kvb_sizedist uni = { .kind = KVB_SIZE_UNIFORM, .min = cl->cfg.vmin, .max = cl->cfg.vmax };
 	struct kvb_ca_src src;
 	char what[400], sizes[160];
 
+	c.max_requests = cl->have_ops ? cl->cfg.operations : 3 * cl->cfg.records;
+	c.warmup = cl->have_ca_warmup ? cl->ca_warmup : cl->cfg.records;
+	if (c.warmup >= c.max_requests) {
+		fprintf(stderr, "kvbench: the warm-up (%llu requests) leaves nothing to count of %llu\n",
+			(unsigned long long)c.warmup, (unsigned long long)c.max_requests);
+		return 2;
+	}
 	if (cl->cfg.vmin == 0) {
 		fprintf(stderr, "kvbench: --cache-aside needs values of at least 1 byte\n");
 		return 2;
 	}
-	if (kvb_ca_src_init(&src, kind, cl->cfg.records, cl->cfg.seed, cl->cfg.sizes ? cl->cfg.sizes : &uni)) {
+	if (kvb_ca_src_init(&src, kvb_ca_kind_parse(cl->cache_aside), cl->cfg.records, cl->cfg.seed,
+			    cl->cfg.sizes ? cl->cfg.sizes : &uni)) {
 		fprintf(stderr, "kvbench: cannot generate --cache-aside %s over %llu keys\n", cl->cache_aside,
 			(unsigned long long)cl->cfg.records);
 		return 2;
 	}
 	c.next = kvb_ca_src_next;
 	c.arg = &src;
-	c.max_requests = requests;
-	c.warmup = warmup;
 	kvb_sizedist_describe(src.sizes, sizes, sizeof(sizes));
 	printf("cache-aside %s: %llu keys, values %s, working set %llu bytes; %llu requests, the first %llu not "
 	       "counted\n", cl->cache_aside, (unsigned long long)cl->cfg.records, sizes,
-	       (unsigned long long)kvb_ca_src_bytes(&src), (unsigned long long)requests, (unsigned long long)warmup);
+	       (unsigned long long)kvb_ca_src_bytes(&src), (unsigned long long)c.max_requests,
+	       (unsigned long long)c.warmup);
 	fflush(stdout);
 	snprintf(what, sizeof(what), "cache-aside %s", cl->cache_aside);
 	return run_replay(cl, &c, what);
-}
-
-static int run_cache_aside(struct cli *cl)
-{
-	struct kvb_ca_cfg c = { .kind = kvb_ca_kind_parse(cl->cache_aside), .records = cl->cfg.records,
-				.value_size = cl->cfg.vmax, .depth = cl->cfg.depth, .seed = cl->cfg.seed,
-				.device = cl->device, .rate = cl->rate };
-	struct kvb_ca_result r;
-	double klen = mean_key_len(c.records);
-	char err[400];
-
-	c.requests = cl->have_ops ? cl->cfg.operations : 3 * c.records;
-	c.warmup = cl->have_ca_warmup ? cl->ca_warmup : c.records;
-	if (c.warmup >= c.requests) {
-		fprintf(stderr, "kvbench: the warm-up (%llu requests) leaves nothing to count of %llu\n",
-			(unsigned long long)c.warmup, (unsigned long long)c.requests);
-		return 2;
-	}
-	if (cl->cfg.vmin != cl->cfg.vmax)
-		return run_cache_aside_sizes(cl, c.kind, c.requests, c.warmup);
-	if (c.value_size == 0 || c.value_size > 1024) {
-		fprintf(stderr, "kvbench: --cache-aside takes a fixed --value-size of 1..1024 bytes, or sizes of a "
-			"distribution\n");
-		return 2;
-	}
-	c.drv = kvb_driver_parse(cl->target, c.host, sizeof(c.host), c.port, sizeof(c.port), err, sizeof(err));
-	if (!c.drv) {
-		fprintf(stderr, "kvbench: %s\n", err);
-		return 2;
-	}
-	if (c.depth > c.drv->max_depth)
-		c.depth = c.drv->max_depth;
-	if (cl->lru_bytes)
-		c.lru_items = (uint64_t)((double)cl->lru_bytes / (klen + c.value_size));
-	if (cl->lru_bytes && c.lru_items == 0) {
-		fprintf(stderr, "kvbench: --lru-bytes %llu holds no item\n", (unsigned long long)cl->lru_bytes);
-		return 2;
-	}
-	if (kvb_cache_aside(&c, &r, err, sizeof(err))) {
-		fprintf(stderr, "kvbench: %s\n", err);
-		return 1;
-	}
-	printf("cache-aside %s on %s: %llu keys of %.1f + %u bytes, %llu requests counted after %llu\n",
-	       cl->cache_aside, c.drv->name, (unsigned long long)c.records, klen, c.value_size,
-	       (unsigned long long)r.counted, (unsigned long long)c.warmup);
-	printf("hit ratio: %.4f (%llu hits, %llu PUTs after misses, %llu errors%s%s, %.1f s)\n",
-	       r.counted ? (double)r.hits / (double)r.counted : 0.0, (unsigned long long)r.hits,
-	       (unsigned long long)r.puts, (unsigned long long)r.errors, r.errors ? ", first " : "",
-	       r.errors ? c.drv->errname(r.first_error) : "", r.seconds);
-	if (c.lru_items)
-		printf("exact LRU of %llu items (%llu bytes): hit ratio %.4f\n", (unsigned long long)c.lru_items,
-		       (unsigned long long)cl->lru_bytes,
-		       r.lru_counted ? (double)r.lru_hits / (double)r.lru_counted : 0.0);
-	return r.errors ? 3 : 0;
 }
 
 static void replay_row(const char *who, const struct kvb_replay_side *s)

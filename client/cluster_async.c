@@ -106,8 +106,12 @@ static uint64_t members_spin_ns(const kvc_t *h)
 {
 	struct kvi_conn *cs[2 * KVI_RING_MAX];
 	unsigned all = member_conns(h, cs);
+	uint64_t base = (uint64_t)h->o.busy_poll_us * 1000u, s;
 
-	return h->o.busy_poll_us < 0 ? UINT64_MAX : kvi_conns_spin_ns(cs, all);
+	if (h->o.busy_poll_us < 0)
+		return UINT64_MAX;
+	s = kvi_conns_spin_ns(cs, all); /* 0 when none has a batch posted: busy_poll_us then */
+	return s > base ? s : base;
 }
 
 int kvc_poll(kvc_t *h, struct kvc_op **done, unsigned max, int timeout_ms)

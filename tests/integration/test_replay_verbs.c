@@ -180,6 +180,35 @@ Test(replay_local, a_malformed_trace_stops_with_where_and_why)
 	cr_expect(strstr(p.all, "does-not-exist"), "%s", p.all);
 }
 
+/* --cache-aside goes through the same replayer: over 200 keys of many sizes
+ * in a 16 MiB cache nothing is evicted, so the cache hits exactly where an
+ * unbounded LRU does (every miss is a key's first request). */
+static void cache_aside_like_lru(const char *kind, const char *sizes)
+{
+	char *argv[] = { KV_BENCH_BIN, "--cache-aside", (char *)kind, "--target", "local://16", "-r", "200",
+			 "-n", "3000", "--warmup-requests", "300", "-s", (char *)sizes, "-q", "4",
+			 "--local-max-op-ms", "2000", "--lru-bytes", "100000000", NULL };
+	struct kvt_proc p;
+	unsigned long long hits, gets, lru_hits, lru_gets;
+
+	cr_assert_eq(kvt_start(&p, argv), 0);
+	cr_assert_eq(kvt_wait(&p, 120000), 0, "%s", p.all);
+	cr_expect(strstr(p.all, "working set "), "%s", p.all);
+	hits_of(p.all, "\nkvcache-local ", &hits, &gets);
+	hits_of(p.all, "\nexact LRU of", &lru_hits, &lru_gets);
+	cr_expect_eq(gets, 2700, "%s", p.all);
+	cr_expect_eq(lru_gets, 2700);
+	cr_expect_eq(hits, lru_hits, "%s %s: the cache holds everything, as the LRU does: %s", kind, sizes, p.all);
+	cr_expect(hits > 1000, "%s", p.all);
+}
+
+Test(replay_local, cache_aside_runs_of_many_sizes_hit_where_an_unbounded_lru_does)
+{
+	cache_aside_like_lru("zipf", "100");
+	cache_aside_like_lru("zipf", "lognormal:300,1");
+	cache_aside_like_lru("scan", "10-2000");
+}
+
 Test(replay_verbs, an_oracle_general_trace_against_a_kvserver)
 {
 	const char *extra[] = { "-m", "64", NULL };
