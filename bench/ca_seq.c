@@ -30,23 +30,13 @@ int kvb_ca_src_init(struct kvb_ca_src *s, int kind, uint64_t records, uint64_t s
 	return kvb_ca_seq_init(&s->seq, kind, records, seed);
 }
 
-/* splitmix64's finalizer: a key number to the random number of its size. */
-static uint64_t mix(uint64_t x)
-{
-	x ^= x >> 30;
-	x *= 0xbf58476d1ce4e5b9ull;
-	x ^= x >> 27;
-	x *= 0x94d049bb133111ebull;
-	return x ^ (x >> 31);
-}
-
 void kvb_ca_src_key(const struct kvb_ca_src *s, uint64_t i, struct kvb_trace_req *r)
 {
 	memset(r, 0, sizeof(*r));
 	r->op = KVB_TOP_GET;
 	r->id = i;
 	r->key_len = kvb_key_name(i, 0, 0, r->key, sizeof(r->key));
-	r->value_size = kvb_sizedist_draw(s->sizes, mix(i ^ s->salt));
+	r->value_size = kvb_sizedist_draw(s->sizes, kvb_mix64(i ^ s->salt)); /* the key's size, always */
 }
 
 int kvb_ca_src_next(void *arg, struct kvb_trace_req *r, char *err, size_t errlen)

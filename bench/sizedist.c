@@ -7,21 +7,14 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "ycsb_gen.h"
+
 /* A uniform double in (0, 1) from 53 bits of r. */
 static double unit(uint64_t r)
 {
 	return ((double)(r >> 11) + 0.5) * 0x1p-53;
 }
 
-/* splitmix64's finalizer: a second, independent number from the same draw. */
-static uint64_t remix(uint64_t x)
-{
-	x ^= x >> 30;
-	x *= 0xbf58476d1ce4e5b9ull;
-	x ^= x >> 27;
-	x *= 0x94d049bb133111ebull;
-	return x ^ (x >> 31);
-}
 
 static int bad(char *err, size_t errlen, const char *spec, const char *why)
 {
@@ -217,7 +210,7 @@ uint32_t kvb_sizedist_draw(const struct kvb_sizedist *d, uint64_t r)
 {
 	switch (d->kind) {
 	case KVB_SIZE_LOGNORMAL: { /* Box-Muller from two independent uniforms */
-		double z = sqrt(-2 * log(unit(r))) * cos(6.283185307179586 * unit(remix(r)));
+		double z = sqrt(-2 * log(unit(r))) * cos(6.283185307179586 * unit(kvb_mix64(r)) /* a second number from the same draw */);
 		double v = exp(d->mu + d->sigma * z);
 
 		return v >= d->max ? d->max : v <= 1 ? 1u : (uint32_t)(v + 0.5);

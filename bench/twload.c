@@ -116,25 +116,17 @@ uint64_t kvb_zipf_ri_next(const struct kvb_zipf_ri *z, struct kvb_rng *r)
 
 /* ---- Keys ------------------------------------------------------------------ */
 
-/* A bijection of 64-bit words (splitmix64's finalizer): distinct ranks give
- * distinct ids, and hot ranks land in unrelated buckets. */
-static uint64_t mix(uint64_t x)
-{
-	x = (x ^ (x >> 30)) * 0xbf58476d1ce4e5b9ull;
-	x = (x ^ (x >> 27)) * 0x94d049bb133111ebull;
-	return x ^ (x >> 31);
-}
 
 /* A uniform in (0, 1) drawn from key id and a salt. */
 static double unit(uint64_t id, uint64_t salt)
 {
-	return ((double)(mix(id ^ salt) >> 11) + 0.5) * 0x1p-53;
+	return ((double)(kvb_mix64(id ^ salt) >> 11) + 0.5) * 0x1p-53;
 }
 
 void kvb_twl_key(const struct kvb_twl *w, uint64_t i, struct kvb_trace_req *r)
 {
 	const struct kvb_twl_cluster *c = w->c;
-	uint64_t id = mix(i);
+	uint64_t id = kvb_mix64(i); /* a bijection: hot ranks get unrelated ids */
 	size_t len = c->key_size < KEY_MIN ? KEY_MIN : c->key_size > KVB_TRACE_KEY_MAX ? KVB_TRACE_KEY_MAX : c->key_size;
 	double z = sqrt(-2 * log(unit(id, 0x5157))) * cos(6.283185307179586 * unit(id, 0x7a11));
 	double v = exp(log((double)c->value_size) - VALUE_SIGMA * VALUE_SIGMA / 2 + VALUE_SIGMA * z);

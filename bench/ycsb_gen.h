@@ -46,6 +46,9 @@ void kvb_rng_seed(struct kvb_rng *r, uint64_t seed);
 uint64_t kvb_rng_next(struct kvb_rng *r);
 /* Uniform in [0, 1) with 53 random bits, like Java's nextDouble. */
 double kvb_rng_double(struct kvb_rng *r);
+/* splitmix64's finalizer, a bijection of 64-bit words: a key number to a
+ * random-looking word (distinct in, distinct out). */
+uint64_t kvb_mix64(uint64_t x);
 
 /* --- Key naming (site.ycsb.Utils.fnvhash64, CoreWorkload.buildKeyName) */
 
