@@ -162,7 +162,7 @@ static int parse_size(const char *s, struct cli *cl)
 
 	kvb_sizedist_free(&cl->sizes);
 	if (kvb_sizedist_parse(s, &cl->sizes, err, sizeof(err))) {
-		fprintf(stderr, "kvbench: %s\n", err);
+		fprintf(stderr, "kvbench: invalid --value-size %s\n", err);
 		return -1;
 	}
 	cl->cfg.vmin = cl->sizes.min;

@@ -18,7 +18,7 @@ static double unit(uint64_t r)
 
 static int bad(char *err, size_t errlen, const char *spec, const char *why)
 {
-	snprintf(err, errlen, "value size '%s': %s", spec, why);
+	snprintf(err, errlen, "'%s': %s", spec, why);
 	return -1;
 }
 
@@ -99,7 +99,7 @@ static int parse_file(const char *spec, const char *path, struct kvb_sizedist *d
 	double sum = 0;
 
 	if (!f) {
-		snprintf(err, errlen, "value size '%s': cannot open %s: %s", spec, path, strerror(errno));
+		snprintf(err, errlen, "'%s': cannot open %s: %s", spec, path, strerror(errno));
 		return -1;
 	}
 	while (fgets(line, sizeof(line), f)) {
@@ -108,7 +108,7 @@ static int parse_file(const char *spec, const char *path, struct kvb_sizedist *d
 
 		lineno++;
 		if (!strchr(line, '\n') && !feof(f)) {
-			snprintf(err, errlen, "value size '%s': %s line %zu is longer than %zu bytes", spec, path, lineno,
+			snprintf(err, errlen, "'%s': %s line %zu is longer than %zu bytes", spec, path, lineno,
 				 sizeof(line) - 2);
 			goto fail;
 		}
@@ -120,7 +120,7 @@ static int parse_file(const char *spec, const char *path, struct kvb_sizedist *d
 		if (num(sz, NULL, 1, KVB_SIZE_MAX, &s) || (w && num(w, NULL, 1, UINT32_MAX, &wt)) ||
 		    strtok_r(NULL, " \t,", &save)) {
 			snprintf(err, errlen,
-				 "value size '%s': %s line %zu: want SIZE (1..1048576 bytes) and an optional whole "
+				 "'%s': %s line %zu: want SIZE (1..1048576 bytes) and an optional whole "
 				 "WEIGHT (1..4294967295)", spec, path, lineno);
 			goto fail;
 		}
@@ -129,7 +129,7 @@ static int parse_file(const char *spec, const char *path, struct kvb_sizedist *d
 			uint64_t *np = nc > SIZE_MAX / sizeof(*np) ? NULL : realloc(pairs, nc * sizeof(*np));
 
 			if (!np) {
-				snprintf(err, errlen, "value size '%s': out of memory at %s line %zu", spec, path, lineno);
+				snprintf(err, errlen, "'%s': out of memory at %s line %zu", spec, path, lineno);
 				goto fail;
 			}
 			pairs = np;
@@ -138,18 +138,18 @@ static int parse_file(const char *spec, const char *path, struct kvb_sizedist *d
 		pairs[n++] = s << 32 | wt;
 	}
 	if (ferror(f)) {
-		snprintf(err, errlen, "value size '%s': cannot read %s", spec, path);
+		snprintf(err, errlen, "'%s': cannot read %s", spec, path);
 		goto fail;
 	}
 	if (n == 0) {
-		snprintf(err, errlen, "value size '%s': %s holds no sizes", spec, path);
+		snprintf(err, errlen, "'%s': %s holds no sizes", spec, path);
 		goto fail;
 	}
 	qsort(pairs, n, sizeof(*pairs), cmp_size);
 	d->size = malloc(n * sizeof(*d->size));
 	d->cum = malloc(n * sizeof(*d->cum));
 	if (!d->size || !d->cum) {
-		snprintf(err, errlen, "value size '%s': out of memory", spec);
+		snprintf(err, errlen, "'%s': out of memory", spec);
 		goto fail;
 	}
 	for (size_t i = 0; i < n; i++) {

@@ -35,8 +35,8 @@ struct kvb_sizedist {
 	double mean;         /* of the draws (empirical, uniform: exact; lognormal: before clamping) */
 };
 
-/* Parse spec into d: 0, or -1 with one line in err (the file's line where
- * it is wrong). d owns memory until kvb_sizedist_free. */
+/* Parse spec into d: 0, or -1 with one line in err: the spec quoted, and
+ * what is wrong with it (for a file, the line). d owns memory until kvb_sizedist_free. */
 int kvb_sizedist_parse(const char *spec, struct kvb_sizedist *d, char *err, size_t errlen);
 uint32_t kvb_sizedist_draw(const struct kvb_sizedist *d, uint64_t random);
 int kvb_sizedist_fixed(const struct kvb_sizedist *d);
