@@ -2,11 +2,13 @@
 /* The public handle (cluster.h): creating it from kvc_opts (the server list
  * given, in KVC_SERVERS or in the list file), destroying it, and the handles
  * over given transports that tests and local:// benchmarks use. */
+#include <poll.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
 
+#include "clock.h"
 #include "cluster.h"
 #include "cluster_list.h"
 #include "cluster_member.h"
@@ -46,13 +48,70 @@ static kvc_t *handle_new(const struct kvc_opts *o, const char *list_file)
 	return h;
 }
 
+/* One step of each join under way (started if not yet): how many members
+ * are joined now. The first failure's code and line go to *first_rc, first. */
+static unsigned step_all(kvc_t *h, char *first, size_t len, int *first_rc)
+{
+	uint64_t now = kvi_now_ns();
+	unsigned joined = 0;
+
+	for (unsigned i = 0; i < h->n; i++) {
+		struct kvi_member *m = h->m[i];
+		int rc;
+
+		if (!m->c && (m->joining || m->join_at == 0)) {
+			rc = kvi_member_join(h, m, now, first[0] ? NULL : first, len);
+			if (rc < 0 && !*first_rc)
+				*first_rc = rc; /* and m->join_at is set: not started again here */
+		}
+		joined += m->c != NULL;
+	}
+	return joined;
+}
+
+/* kvc_create's joins (cluster.h "Joining"): all started at once and driven
+ * together, until each has ended -- or, once one has joined, until each of
+ * those still under way has waited for its next answer twice as long as the
+ * slowest answer a joined server gave (KVI_JOIN_GRACE_MIN_MS at least): a
+ * server that answers as the others do is waited for, a silent one is left
+ * to join after kvc_create returns. How many joined. */
+static unsigned join_all(kvc_t *h, char *first, size_t len, int *first_rc)
+{
+	for (;;) {
+		uint64_t grace = KVI_JOIN_GRACE_MIN_MS * 1000000ull, now;
+		struct pollfd pf[KVI_RING_MAX];
+		unsigned joined = step_all(h, first, len, first_rc), np = 0, waiting = 0;
+
+		now = kvi_mono_ns();
+		for (unsigned i = 0; i < h->n; i++)
+			if (h->m[i]->c && h->m[i]->d && 2 * h->m[i]->d->answer_ns > grace)
+				grace = 2 * h->m[i]->d->answer_ns;
+		for (unsigned i = 0; i < h->n; i++) {
+			const struct kvi_member *m = h->m[i];
+
+			if (!m->joining)
+				continue;
+			if (!m->d) { /* tests' dials: stepped until they end */
+				waiting++;
+				continue;
+			}
+			pf[np++] = (struct pollfd){ .fd = kvi_dial_fd(m->d), .events = POLLIN };
+			waiting += !joined || kvi_dial_quiet_ns(m->d, now) < grace;
+		}
+		if (waiting == 0)
+			return joined;
+		/* A join's own deadline ends it. */
+		(void)poll(pf, np, np == waiting ? 10 : 1);
+	}
+}
+
 int kvc_create(const struct kvc_opts *o, kvc_t **out, char *err, size_t errlen)
 {
 	struct kvi_list_entry e[KVI_RING_MAX];
 	const char *list, *file;
 	char *text = NULL, first[640] = "";
 	int rc, first_rc = 0;
-	unsigned ne, joined = 0;
+	unsigned ne, joined;
 	uint64_t now = kvi_now_ns();
 	kvc_t *h;
 
@@ -107,14 +166,11 @@ int kvc_create(const struct kvc_opts *o, kvc_t **out, char *err, size_t errlen)
 		snprintf(m->name, sizeof(m->name), "%s", m->d->name);
 		m->name_hash = kvi_ring_name_hash(m->name);
 		h->m[h->n++] = m;
-		rc = kvi_member_join(h, m, now, o->connect_timeout_ms, first[0] ? NULL : first, sizeof(first));
-		if (rc == 0)
-			joined++;
-		else if (!first_rc)
-			first_rc = rc;
 	}
+	joined = join_all(h, first, sizeof(first), &first_rc);
 	/* One server: it must answer, as with a single address. Several: one
-	 * is enough; the others are joined when their keys are used. */
+	 * is enough; the others go on joining, or are joined again when their
+	 * keys are used. */
 	if (joined == 0) {
 		kvi_set_err(err, errlen, first);
 		kvc_destroy(h);
@@ -221,7 +277,7 @@ int kvi_client_add(kvc_t *h, const char *name, uint32_t weight, kvi_dial_fn dial
 	if (h->ndrain)
 		h->m[h->n + h->ndrain] = h->m[h->n];
 	h->m[h->n++] = m;
-	(void)kvi_member_join(h, m, kvi_now_ns(), h->o.connect_timeout_ms, NULL, 0);
+	(void)kvi_member_join(h, m, kvi_now_ns(), NULL, 0); /* started: "Joining" */
 	kvi_route_rebuild(h);
 	return 0;
 }

@@ -35,7 +35,23 @@
 
 struct kvi_dial;
 
-#define KVI_REDIAL_CAP_MS 250u /* a join attempt, with several servers: it holds the caller */
+/* ---- Joining ---------------------------------------------------------------
+ *
+ * With several servers, a join never holds the caller: a slow or silent
+ * server must not stall the keys of the others. A member's join is started
+ * (kvc_create, a key routed to a member without a connection, a list that
+ * gained it) and then stepped -- each rdma_cm event taken as it comes -- by
+ * the handle's calls: kvc_submit of a key it owns, and kvc_poll (at most
+ * every KVI_JOIN_STEP_NS for each member). Meanwhile its keys fail fast
+ * (KVC_ESERVERGONE, a miss to a cache). kvc_create waits only for the joins
+ * that end about as soon as the first one did (KVI_JOIN_GRACE_MIN_MS at
+ * least); the others go on after it returns. A join's deadline is
+ * connect_timeout_ms from its start; one that fails backs the member off
+ * (JOIN_MIN_MS to JOIN_MAX_MS, cluster_member.c). With one server, kvc_create
+ * and the rejoins of its connection wait for the join, as the caller has
+ * nothing else to serve. */
+#define KVI_JOIN_STEP_NS 1000000ull
+#define KVI_JOIN_GRACE_MIN_MS 10u
 
 struct kvi_member {
 	char name[272];         /* "host:port": in the list, and hashed */
@@ -45,7 +61,9 @@ struct kvi_member {
 	void (*dial_free)(void *arg);
 	uint32_t weight;
 	uint64_t name_hash;
-	struct kvi_conn *c;     /* NULL: not joined (a join failed); joined again at a key's use */
+	struct kvi_conn *c;     /* NULL: not joined (a join failed or goes on); joined again at a key's use */
+	int joining;            /* c is NULL and a join is under way ("Joining") */
+	uint64_t step_at;       /* ns: kvc_poll steps that join again from then on */
 	uint64_t join_at;       /* ns: the next join attempt while c is NULL */
 	uint32_t backoff_ms;
 	unsigned fails;         /* failures in a row */
@@ -72,13 +90,6 @@ struct kvc {
 	off_t file_size;
 	ino_t file_ino;
 };
-
-/* How long one rejoin of a member's connection may hold the caller: the
- * operation timeout with one server (0), else KVI_REDIAL_CAP_MS. */
-static inline int kvi_redial_ms(const kvc_t *h)
-{
-	return h->single ? 0 : (int)KVI_REDIAL_CAP_MS;
-}
 
 /* msg as the one line of a caller's err buffer (none if err is NULL). */
 static inline void kvi_set_err(char *err, size_t len, const char *msg)

@@ -125,6 +125,7 @@ int kvc_poll(kvc_t *h, struct kvc_op **done, unsigned max, int timeout_ms)
 	if (h->single)
 		return kvi_conn_poll(h->m[0]->c, done, max, timeout_ms);
 	now = start = last_idle = kvi_now_ns();
+	kvi_member_step_joins(h, now); /* cluster.h "Joining" */
 	deadline = timeout_ms < 0 ? UINT64_MAX : now + (uint64_t)timeout_ms * 1000000u;
 	spin_ns = members_spin_ns(h);
 	kvi_rmem_spinning(1);

@@ -203,9 +203,8 @@ static int apply_list(kvc_t *h, struct kvi_list_entry *e, unsigned ne)
 			m->d = e[i].d;
 			snprintf(m->name, sizeof(m->name), "%s", m->d->name);
 			m->name_hash = kvi_ring_name_hash(m->name);
-			m->d->redial_ms = (int)KVI_REDIAL_CAP_MS;
-			if (kvi_member_join(h, m, now, h->o.connect_timeout_ms, NULL, 0) == 0)
-				kvi_info("server %s added", m->d->name);
+			kvi_info("server %s added", m->d->name);
+			(void)kvi_member_join(h, m, now, NULL, 0); /* started: "Joining" */
 		}
 		m->weight = e[i].weight;
 		next[i] = m;

@@ -30,7 +30,7 @@ void kvi_member_free(kvc_t *h, struct kvi_member *m)
 	}
 	if (m->dial_free)
 		m->dial_free(m->dial_arg);
-	free(m->d);
+	kvi_dial_free(m->d); /* abandons a join under way */
 	free(m);
 }
 
@@ -42,14 +42,16 @@ static int incurable(int rc)
 	       rc == KVC_ENODEV || rc == KVC_ENOTSUP || rc == KVC_ESTALE || rc == KVC_EREPLAY;
 }
 
-/* Join m now (c is NULL): 0, or the join's code (one line in err). */
-int kvi_member_join(kvc_t *h, struct kvi_member *m, uint64_t now, int timeout_ms, char *err, size_t errlen)
+/* Start or step m's join (c is NULL; cluster.h "Joining"): 0 joined,
+ * KVI_JOIN_PENDING while it goes on, or the join's code (one line in err). */
+int kvi_member_join(kvc_t *h, struct kvi_member *m, uint64_t now, char *err, size_t errlen)
 {
+	int timeout_ms = h->o.connect_timeout_ms;
 	char msg[640];
 	int rc;
 
 	if (m->d) {
-		m->d->redial_ms = kvi_redial_ms(h);
+		m->d->async = !h->single;
 		rc = kvi_dial_open(m->d, &h->o, timeout_ms, &m->c, msg, sizeof(msg));
 	} else {
 		struct kvi_rmem *rm;
@@ -61,6 +63,10 @@ int kvi_member_join(kvc_t *h, struct kvi_member *m, uint64_t now, int timeout_ms
 			kvi_conn_set_dial(m->c, m->dial, m->dial_arg, NULL);
 		snprintf(msg, sizeof(msg), "server %s: %s", m->name, kvc_strerror(rc));
 	}
+	m->joining = rc == KVI_JOIN_PENDING;
+	m->step_at = now + KVI_JOIN_STEP_NS;
+	if (m->joining)
+		return rc;
 	if (rc == 0) {
 		m->backoff_ms = 0;
 		kvi_info("joined server %s", m->name);
@@ -110,20 +116,43 @@ void kvi_member_account(kvc_t *h, struct kvi_member *m, int status, uint64_t now
 	}
 }
 
-/* m's connection for an operation routed to it: a member without one is
- * joined now if its back-off has run out. 0, or the code the operation fails
- * with at once (fail-fast): KVC_ESERVERGONE, or a refusal that retrying
- * cannot cure. */
+/* m's connection for an operation routed to it: a member without one has
+ * its join started (once its back-off has run out) or stepped. 0, or the
+ * code the operation fails with at once (fail-fast): KVC_ESERVERGONE, or a
+ * refusal that retrying cannot cure. A join under way is no failure of the
+ * member's (auto-eject counts the joins that failed). */
 int kvi_member_ready(kvc_t *h, struct kvi_member *m, uint64_t now)
 {
 	int rc;
 
 	if (m->c)
 		return 0;
-	rc = now < m->join_at ? KVC_ESERVERGONE : kvi_member_join(h, m, now, (int)KVI_REDIAL_CAP_MS, NULL, 0);
+	if (now < m->join_at && !m->joining)
+		return KVC_ESERVERGONE;
+	rc = kvi_member_join(h, m, now, NULL, 0);
+	if (rc == KVI_JOIN_PENDING)
+		return KVC_ESERVERGONE;
 	if (rc && !incurable(rc))
 		rc = KVC_ESERVERGONE;
 	if (rc)
 		kvi_member_account(h, m, rc, now);
 	return rc;
+}
+
+/* kvc_poll: the joins under way advance even when no key is routed to them
+ * (an rdma_cm handshake must be answered in time), each at most every
+ * KVI_JOIN_STEP_NS: a look costs a system call. */
+void kvi_member_step_joins(kvc_t *h, uint64_t now)
+{
+	for (unsigned i = 0; i < h->n; i++) {
+		struct kvi_member *m = h->m[i];
+
+		int rc;
+
+		if (!m->joining || now < m->step_at)
+			continue;
+		rc = kvi_member_join(h, m, now, NULL, 0);
+		if (rc < 0)
+			kvi_member_account(h, m, incurable(rc) ? rc : KVC_ESERVERGONE, now);
+	}
 }

@@ -11,9 +11,12 @@
 
 struct kvi_member;
 
-/* Join m now (it has no connection), within timeout_ms: 0, or the join's
- * code with one line in err; a failure backs m's next join off. */
-int kvi_member_join(kvc_t *h, struct kvi_member *m, uint64_t now, int timeout_ms, char *err, size_t errlen);
+/* Start m's join (it has no connection), or step the one under way
+ * (cluster.h "Joining"): 0 joined, KVI_JOIN_PENDING, or the join's code with
+ * one line in err; a failure backs m's next join off. */
+int kvi_member_join(kvc_t *h, struct kvi_member *m, uint64_t now, char *err, size_t errlen);
+/* Step the joins under way that are due (kvc_poll). */
+void kvi_member_step_joins(kvc_t *h, uint64_t now);
 /* Before an operation is submitted on m: 0 with m joined, or the code it
  * fails with at once. */
 int kvi_member_ready(kvc_t *h, struct kvi_member *m, uint64_t now);

@@ -24,7 +24,7 @@ void kvi_route_rebuild(kvc_t *h)
 		    h->m[0]->c != NULL;
 	for (unsigned i = 0; i < h->n + h->ndrain; i++)
 		if (h->m[i]->d)
-			h->m[i]->d->redial_ms = kvi_redial_ms(h);
+			h->m[i]->d->async = !h->single; /* cluster.h "Joining" */
 }
 
 int kvc_key_server(const kvc_t *h, const void *key, size_t key_len)

@@ -5,6 +5,7 @@
 
 #include "cluster.h"
 #include "cluster_stats.h"
+#include "dial.h"
 #include "engine.h"
 #include "stats.h"
 
@@ -92,9 +93,12 @@ int kvc_server_info(const kvc_t *h, unsigned i, struct kvc_server_info *out)
 	out->name = m->name;
 	out->weight = m->weight;
 	out->failures = m->fails;
-	out->state = m->ejected_until ? KVC_SERVER_EJECTED
-		     : !m->c || kvi_conn_broken(m->c) ? KVC_SERVER_DOWN
-						       : KVC_SERVER_UP;
+	if (m->ejected_until)
+		out->state = KVC_SERVER_EJECTED;
+	else if (m->joining || (m->d && m->d->join))
+		out->state = KVC_SERVER_JOINING;
+	else
+		out->state = !m->c || kvi_conn_broken(m->c) ? KVC_SERVER_DOWN : KVC_SERVER_UP;
 	if (m->c) {
 		kvi_conn_get_stats(m->c, &s);
 		for (int k = 0; k < KVC_STAT_KINDS; k++)

@@ -46,8 +46,10 @@ struct kvi_mark {
 };
 
 /* How a handle gets a new connection to its server (rejoining after a
- * fencing, a lost path or a server restart): 0 with *rm connected, or a
- * negative code. NULL when the transport cannot be re-made. */
+ * fencing, a lost path or a server restart): 0 with *rm connected, a
+ * negative code, or KVI_JOIN_PENDING (rmem.h) while a join that must not hold
+ * the caller goes on (the next call steps it; timeout_ms bounds it from its
+ * start). NULL when the transport cannot be re-made. */
 typedef int (*kvi_dial_fn)(void *arg, int timeout_ms, struct kvi_rmem **rm);
 
 struct kvi_conn {

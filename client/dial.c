@@ -1,6 +1,7 @@
 #define _GNU_SOURCE /* secure_getenv */
 #include "dial.h"
 
+#include <poll.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -8,6 +9,7 @@
 #include <unistd.h>
 
 #include "auth.h"
+#include "clock.h"
 #include "log.h"
 #include "rmem_verbs.h"
 
@@ -119,11 +121,12 @@ static int memlock_limited(char *msg, size_t len, const struct kvi_dial *d)
 	return 1;
 }
 
-static int connect_once(const struct kvi_dial *d, int timeout_ms, struct kvi_rmem **rm, struct kvi_errbuf *e)
+/* Start d's join: the secret is read now (a rotated one is picked up at
+ * every join) and kept by the join only until its hello is made. */
+static int join_start(struct kvi_dial *d, int timeout_ms, struct kvi_errbuf *e)
 {
 	uint8_t secret[KVI_AUTH_SECRET_MAX];
 	size_t secret_len = 0;
-	struct kvi_welcome w;
 	int rc;
 
 	if (d->has_secret) {
@@ -134,28 +137,68 @@ static int connect_once(const struct kvi_dial *d, int timeout_ms, struct kvi_rme
 			return rc;
 		}
 	}
-	rc = kvi_rmem_verbs_connect(&(struct kvi_verbs_opts){ .host = d->host, .port = d->port,
-							      .device = d->has_device ? d->device : NULL,
-							      .lbuf_size = 4096, .timeout_ms = timeout_ms,
-							      .secret = d->has_secret ? secret : NULL,
-							      .secret_len = secret_len },
-				    rm, &w, e);
+	rc = kvi_verbs_join_start(&(struct kvi_verbs_opts){ .host = d->host, .port = d->port,
+							    .device = d->has_device ? d->device : NULL,
+							    .lbuf_size = 4096, .timeout_ms = timeout_ms,
+							    .secret = d->has_secret ? secret : NULL,
+							    .secret_len = secret_len },
+				  &d->join, e);
 	kvi_auth_wipe(secret, sizeof(secret));
+	return rc;
+}
+
+/* d's join, started if none is under way: stepped once (d->async) or until
+ * it ends. KVI_JOIN_PENDING, 0 with *rm, or a code with e set. */
+static int join(struct kvi_dial *d, int timeout_ms, struct kvi_rmem **rm, struct kvi_errbuf *e)
+{
+	struct kvi_welcome w;
+	int rc;
+
+	if (!d->join) {
+		rc = join_start(d, timeout_ms, e);
+		if (rc)
+			return rc;
+	}
+	while ((rc = kvi_verbs_join_step(d->join, rm, &w, e)) == KVI_JOIN_PENDING && !d->async) {
+		struct pollfd p = { .fd = kvi_verbs_join_fd(d->join), .events = POLLIN };
+
+		(void)poll(&p, 1, kvi_ms_until(kvi_mono_ns(), kvi_verbs_join_deadline(d->join), 1000));
+	}
+	if (rc != KVI_JOIN_PENDING) {
+		if (rc == 0)
+			d->answer_ns = kvi_verbs_join_max_gap_ns(d->join);
+		kvi_verbs_join_free(d->join);
+		d->join = NULL;
+	}
 	return rc;
 }
 
 static int dial_verbs(void *arg, int timeout_ms, struct kvi_rmem **rm)
 {
-	const struct kvi_dial *d = arg;
+	struct kvi_dial *d = arg;
 	struct kvi_errbuf e = { { 0 } };
-	int rc;
+	int rc = join(d, timeout_ms, rm, &e);
 
-	if (d->redial_ms && timeout_ms > d->redial_ms)
-		timeout_ms = d->redial_ms;
-	rc = connect_once(d, timeout_ms, rm, &e);
-	if (rc)
+	if (rc < 0)
 		kvi_info("rejoining %s: %s", d->name, e.msg);
 	return rc;
+}
+
+int kvi_dial_fd(const struct kvi_dial *d)
+{
+	return d->join ? kvi_verbs_join_fd(d->join) : -1;
+}
+
+uint64_t kvi_dial_quiet_ns(const struct kvi_dial *d, uint64_t now)
+{
+	return d->join ? kvi_verbs_join_quiet_ns(d->join, now) : 0;
+}
+
+void kvi_dial_free(struct kvi_dial *d)
+{
+	if (d)
+		kvi_verbs_join_free(d->join);
+	free(d);
 }
 
 int kvi_dial_open(struct kvi_dial *d, const struct kvc_opts *o, int timeout_ms, struct kvi_conn **out, char *err,
@@ -167,9 +210,10 @@ int kvi_dial_open(struct kvi_dial *d, const struct kvc_opts *o, int timeout_ms, 
 	int rc;
 
 	*out = NULL;
-	rc = connect_once(d, timeout_ms, &rm, &e);
+	rc = join(d, timeout_ms, &rm, &e);
 	if (rc) {
-		set_err(err, errlen, e.msg);
+		if (rc != KVI_JOIN_PENDING)
+			set_err(err, errlen, e.msg);
 		return rc;
 	}
 	rc = kvi_conn_open(rm, o, out);

@@ -208,8 +208,10 @@ void kvi_idle_update(struct kvi_conn *h)
  * in flight; the next kvc_submit with nothing in flight dials again: a new
  * client id, a new lease, an empty location cache (the server may have
  * restarted with another layout) and no extent. Attempts back off from 10 ms
- * to 1 s while they fail; meanwhile calls fail fast. A handle whose lease ran
- * out while idle first just asks for a new one. */
+ * to 1 s while they fail; meanwhile calls fail fast. With several servers a
+ * dial never holds the caller: it returns KVI_JOIN_PENDING while the join
+ * goes on, each call steps it, and the calls fail fast until it is done. A
+ * handle whose lease ran out while idle first just asks for a new one. */
 #define REJOIN_MIN_MS 10u
 #define REJOIN_MAX_MS 1000u
 
@@ -224,6 +226,8 @@ static int rejoin(struct kvi_conn *h, uint64_t now)
 		return was == KVC_EFENCED ? KVC_EFENCED : KVC_ESERVERGONE;
 	timeout = h->op_timeout_ms > 200 ? (int)h->op_timeout_ms : 200;
 	rc = h->dial(h->dial_arg, timeout, &rm);
+	if (rc == KVI_JOIN_PENDING) /* joining in the background (dial.h "async"): fail fast meanwhile */
+		return was == KVC_EFENCED ? KVC_EFENCED : KVC_ESERVERGONE;
 	if (rc == 0) {
 		/* Nothing is in flight: the old connection's buffers are free. */
 		h->stats.wait_sleeps += h->rm->sleeps;

@@ -68,6 +68,9 @@ struct kvi_rcomp {
 };
 
 /* Limits every transport honours; upper layers size their batches by them. */
+/* A join (of the verbs transport, or a client's dial) still under way: not
+ * an error, no connection yet. Positive, unlike every KVC_ code. */
+#define KVI_JOIN_PENDING 1
 #define KVI_RMEM_MAX_BATCH 16u   /* operations per doorbell */
 #define KVI_RMEM_MAX_INFLIGHT 64u /* batches outstanding per connection */
 #define KVI_RMEM_MAX_XBUF 64u     /* extra local buffers per connection */

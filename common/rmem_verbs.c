@@ -1,64 +1,19 @@
+/* The verbs transport's data path: posting batches, polling completions,
+ * the control path's SEND/RECV, sleeping on the completion channel, and
+ * tearing the connection down. Its set-up is rmem_verbs_join.c. */
 #include "rmem_verbs.h"
 
 #include <errno.h>
-#include <fcntl.h>
-#include <netdb.h>
 #include <poll.h>
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
 
-#include "auth.h"
 #include "clock.h"
 #include "kvclient_errors.h"
 #include "log.h"
+#include "rmem_verbs_impl.h"
 #include "verbs_util.h"
-
-/* One entry per batch in flight, in posting order. RC completes work requests
- * in order, so only the last request of a batch is signaled: its completion
- * proves the whole batch finished, with every READ and atomic result in place.
- * Every request of a batch carries the batch's slot index as wr_id, so an error
- * completion (which is generated even for unsignaled requests) names its batch. */
-struct vslot {
-	uint64_t cookie;
-	int status;
-	int done;
-};
-
-/* Control-path buffers live in their own small registration: CTRL_RECVS
- * receive slots (a response to each request we may have outstanding, and a
- * notice) and one send slot. */
-#define CTRL_RECVS (KVI_CTRL_MAX_OUTSTANDING + 1u)
-#define CTRL_MSG ((uint32_t)sizeof(struct kvi_wire_ctrl))
-/* wr_id tags for control work requests; batch slots use 0..MAX_INFLIGHT-1. */
-#define WR_CTRL_RECV (1ull << 32)
-#define WR_CTRL_SEND (2ull << 32)
-
-struct rmem_verbs {
-	struct kvi_rmem rm; /* first: the generic view */
-	struct rdma_event_channel *ch;
-	struct rdma_cm_id *id;
-	struct ibv_pd *pd;
-	struct ibv_cq *cq;
-	/* Where the CQ signals a completion to a sleeping waiter (verbs_sleep_fds);
-	 * armed: a notification was requested and its event not yet taken. */
-	struct ibv_comp_channel *cc;
-	int armed;
-	struct ibv_mr *lmr;
-	struct ibv_mr *xmr[KVI_RMEM_MAX_XBUF]; /* rm.xbuf[i]'s registration */
-	uint64_t raddr; /* remote virtual address of region offset 0 */
-	uint32_t rkey;
-	uint32_t max_inline;
-	int connected;
-	struct vslot slots[KVI_RMEM_MAX_INFLIGHT];
-	unsigned head, count; /* ring of slots: oldest at head */
-	struct kvi_wire_ctrl *cbuf; /* [0..CTRL_RECVS) receives, [CTRL_RECVS] send */
-	struct ibv_mr *cmr;
-	int send_busy;       /* the send slot's SEND has not completed yet */
-	uint32_t want_seq;   /* control response awaited, 0 = none */
-	int resp_ready;
-	struct kvi_ctrl resp;
-};
 
 static void fail_outstanding(struct rmem_verbs *v, unsigned failed_slot, int code, int others)
 {
@@ -167,7 +122,7 @@ static int verbs_post(struct kvi_rmem *rm, const struct kvi_rop *ops, unsigned n
 	return 0;
 }
 
-static int post_ctrl_recv(struct rmem_verbs *v, unsigned i)
+int kvi_verbs_post_ctrl_recv(struct rmem_verbs *v, unsigned i)
 {
 	struct ibv_sge sge = { .addr = (uintptr_t)&v->cbuf[i], .length = CTRL_MSG, .lkey = v->cmr->lkey };
 	struct ibv_recv_wr wr = { .wr_id = WR_CTRL_RECV | i, .sg_list = &sge, .num_sge = 1 }, *bad;
@@ -195,7 +150,7 @@ static void on_ctrl_recv(struct rmem_verbs *v, unsigned i, uint32_t byte_len)
 	} else {
 		kvi_rmem_ctrl_stash(&v->rm, &c); /* sent without waiting, or a late answer */
 	}
-	if (!v->rm.broken && post_ctrl_recv(v, i))
+	if (!v->rm.broken && kvi_verbs_post_ctrl_recv(v, i))
 		verbs_shutdown(&v->rm, KVC_EIO);
 }
 
@@ -398,7 +353,7 @@ static void verbs_idle(struct kvi_rmem *rm)
 	}
 }
 
-static int verbs_set_lbuf(struct kvi_rmem *rm, size_t size)
+int kvi_verbs_set_lbuf(struct kvi_rmem *rm, size_t size)
 {
 	struct rmem_verbs *v = (struct rmem_verbs *)rm;
 	size_t rounded = (size + 63) & ~(size_t)63;
@@ -482,348 +437,28 @@ static const struct kvi_rmem_type verbs_type = {
 	.woke = verbs_woke,
 	.ctrl_call = verbs_ctrl_call,
 	.ctrl_send = verbs_ctrl_send,
-	.set_lbuf = verbs_set_lbuf,
+	.set_lbuf = kvi_verbs_set_lbuf,
 	.xbuf_reg = verbs_xbuf_reg,
 	.xbuf_dereg = verbs_xbuf_dereg,
 	.shutdown = verbs_shutdown,
 	.destroy = verbs_destroy,
 };
 
-/* Wait for one specific set-up event; anything else is a failure described in e. */
-static int expect_event(struct rmem_verbs *v, const struct kvi_verbs_opts *o,
-			enum rdma_cm_event_type want, struct kvi_welcome *welcome, struct kvi_errbuf *e)
+struct rmem_verbs *kvi_verbs_alloc(void)
 {
-	struct rdma_cm_event *ev;
-	int rc = kvi_cm_wait(v->ch, o->timeout_ms, &ev);
+	struct rmem_verbs *v = calloc(1, sizeof(*v));
 
-	if (rc == KVC_ETIMEDOUT) {
-		kvi_errbuf_set(e, "server %s:%s did not answer within %d ms (%s): is kvserver running there?",
-			       o->host, o->port, o->timeout_ms, rdma_event_str(want));
-		return KVC_EUNREACHABLE;
+	if (v) {
+		v->rm.type = &verbs_type;
+		v->rm.spin_us = KVI_RMEM_SPIN_US;
 	}
-	if (rc) {
-		kvi_errbuf_set(e, "waiting for rdma_cm event: %s", strerror(errno));
-		return rc;
-	}
-	if (ev->event == want) {
-		rc = 0;
-		if (want == RDMA_CM_EVENT_ESTABLISHED) {
-			const char *why = "";
-
-			rc = kvi_wire_welcome_decode(ev->param.conn.private_data,
-						     ev->param.conn.private_data_len, welcome, &why);
-			if (rc)
-				kvi_errbuf_set(e, "server %s:%s sent a malformed welcome (%u bytes: %s): "
-					       "is it a kvserver of the same version?",
-					       o->host, o->port, ev->param.conn.private_data_len, why);
-		}
-		rdma_ack_cm_event(ev);
-		return rc;
-	}
-	switch (ev->event) {
-	case RDMA_CM_EVENT_ADDR_ERROR:
-		kvi_errbuf_set(e, "no RDMA route to %s: the address is not reachable through any RDMA "
-			       "device (is it on an RDMA-capable interface?)", o->host);
-		rc = KVC_EUNREACHABLE;
-		break;
-	case RDMA_CM_EVENT_ROUTE_ERROR:
-		kvi_errbuf_set(e, "cannot resolve an RDMA route to %s (status %d)", o->host, ev->status);
-		rc = KVC_EUNREACHABLE;
-		break;
-	case RDMA_CM_EVENT_REJECTED: {
-		uint16_t why = kvi_wire_reject_decode(ev->param.conn.private_data,
-						      ev->param.conn.private_data_len);
-		if (why) {
-			kvi_errbuf_set(e, "server %s:%s refused the connection: %s", o->host, o->port,
-				       kvi_reject_reason_text(why));
-			rc = kvi_reject_reason_code(why);
-		} else {
-			kvi_errbuf_set(e, "connection to %s:%s refused (rdma_cm status %d): no kvserver "
-				       "listening on that port?", o->host, o->port, ev->status);
-			rc = KVC_EUNREACHABLE;
-		}
-		break;
-	}
-	case RDMA_CM_EVENT_UNREACHABLE:
-	case RDMA_CM_EVENT_CONNECT_ERROR:
-		kvi_errbuf_set(e, "server %s:%s unreachable (%s, status %d): is kvserver running there?",
-			       o->host, o->port, rdma_event_str(ev->event), ev->status);
-		rc = KVC_EUNREACHABLE;
-		break;
-	default:
-		kvi_errbuf_set(e, "unexpected rdma_cm event %s while connecting to %s:%s",
-			       rdma_event_str(ev->event), o->host, o->port);
-		rc = KVC_EPROTO;
-	}
-	rdma_ack_cm_event(ev);
-	return rc;
+	return v;
 }
 
-static int check_route_device(struct rmem_verbs *v, const struct kvi_verbs_opts *o,
-			      struct ibv_device_attr *attr, struct kvi_errbuf *e)
+void kvi_verbs_free(struct rmem_verbs *v)
 {
-	const char *routed = ibv_get_device_name(v->id->verbs->device);
-
-	if (o->device && strcmp(o->device, routed) != 0) {
-		char names[256];
-		int exists = 0, n = 0;
-		struct ibv_context **devs = rdma_get_devices(&n);
-
-		for (int i = 0; devs && i < n; i++)
-			exists |= strcmp(ibv_get_device_name(devs[i]->device), o->device) == 0;
-		if (devs)
-			rdma_free_devices(devs);
-		kvi_device_names(names, sizeof(names));
-		if (!exists)
-			kvi_errbuf_set(e, "RDMA device '%s' not found (available: %s)", o->device, names);
-		else
-			kvi_errbuf_set(e, "server %s is reached through RDMA device %s, not %s: "
-				       "drop the device option or use an address on %s",
-				       o->host, routed, o->device, o->device);
-		return KVC_ENODEV;
-	}
-	return kvi_check_device(v->id->verbs, attr, e);
-}
-
-static int create_resources(struct rmem_verbs *v, const struct kvi_verbs_opts *o,
-			    const struct ibv_device_attr *attr, struct kvi_errbuf *e)
-{
-	const char *dev = ibv_get_device_name(v->id->verbs->device);
-	unsigned sq = KVI_RMEM_MAX_INFLIGHT * KVI_RMEM_MAX_BATCH;
-	struct ibv_qp_init_attr qa;
-
-	if ((int)sq > attr->max_qp_wr)
-		sq = (unsigned)attr->max_qp_wr;
-	v->pd = ibv_alloc_pd(v->id->verbs);
-	if (!v->pd) {
-		kvi_errbuf_set(e, "ibv_alloc_pd on %s: %s", dev, strerror(errno));
-		return KVC_ESYS;
-	}
-	/* Every request may complete with an error when the QP fails, signaled or
-	 * not, so the CQ must hold a full send queue plus the receives. */
-	v->cc = ibv_create_comp_channel(v->id->verbs);
-	if (!v->cc || fcntl(v->cc->fd, F_SETFL, fcntl(v->cc->fd, F_GETFL) | O_NONBLOCK)) {
-		kvi_errbuf_set(e, "ibv_create_comp_channel on %s: %s", dev, strerror(errno));
-		return KVC_ESYS;
-	}
-	v->cq = ibv_create_cq(v->id->verbs, (int)sq + 1 + CTRL_RECVS, NULL, v->cc, 0);
-	if (!v->cq) {
-		kvi_errbuf_set(e, "ibv_create_cq on %s: %s", dev, strerror(errno));
-		return KVC_ESYS;
-	}
-	memset(&qa, 0, sizeof(qa));
-	qa.send_cq = v->cq;
-	qa.recv_cq = v->cq;
-	qa.qp_type = IBV_QPT_RC;
-	qa.cap.max_send_wr = sq + 1; /* + the control SEND */
-	qa.cap.max_recv_wr = CTRL_RECVS;
-	qa.cap.max_send_sge = 1;
-	qa.cap.max_recv_sge = 1;
-	qa.cap.max_inline_data = 64;
-	if (rdma_create_qp(v->id, v->pd, &qa)) {
-		qa.cap.max_inline_data = 0; /* some devices have no inline support */
-		if (rdma_create_qp(v->id, v->pd, &qa)) {
-			kvi_errbuf_set(e, "rdma_create_qp on %s (%u send WRs): %s", dev, sq, strerror(errno));
-			return KVC_ESYS;
-		}
-	}
-	v->max_inline = qa.cap.max_inline_data;
-	if (verbs_set_lbuf(&v->rm, o->lbuf_size)) {
-		kvi_errbuf_set(e, "cannot register %zu bytes with %s: %s (raise the locked-memory "
-			       "limit: ulimit -l unlimited)", o->lbuf_size, dev, strerror(errno));
-		return KVC_ENOMEM;
-	}
-	/* Receives, the send, and the idle word (rmem.h), which the server may
-	 * READ: this registration is the only memory of ours it can reach,
-	 * and only over this connection (our PD). */
-	v->cbuf = aligned_alloc(64, (CTRL_RECVS + 2) * CTRL_MSG);
-	if (v->cbuf)
-		memset(v->cbuf, 0, (CTRL_RECVS + 2) * CTRL_MSG);
-	v->cmr = v->cbuf ? ibv_reg_mr(v->pd, v->cbuf, (CTRL_RECVS + 2) * CTRL_MSG,
-				      IBV_ACCESS_LOCAL_WRITE | IBV_ACCESS_REMOTE_READ)
-			 : NULL;
-	if (!v->cmr) {
-		kvi_errbuf_set(e, "cannot register control buffers with %s: %s (raise the locked-memory limit: "
-			       "ulimit -l unlimited)", dev, strerror(errno));
-		return KVC_ENOMEM;
-	}
-	v->rm.idle_word = (uint64_t *)(void *)&v->cbuf[CTRL_RECVS + 1];
-	v->rm.idle_addr = (uintptr_t)v->rm.idle_word;
-	v->rm.idle_rkey = v->cmr->rkey;
-	/* Receives must be posted before the server can send anything. */
-	for (unsigned i = 0; i < CTRL_RECVS; i++) {
-		if (post_ctrl_recv(v, i)) {
-			kvi_errbuf_set(e, "ibv_post_recv on %s: %s", dev, strerror(errno));
-			return KVC_ESYS;
-		}
-	}
-	return 0;
-}
-
-/* The hello, with a fresh proof when we have a key: for the server at the
- * address we resolved and connect to (auth.h "kvi_auth_server"). */
-static int make_hello(const struct kvi_verbs_opts *o, struct rdma_cm_id *id, struct kvi_wire_hello *w,
-		      struct kvi_errbuf *e)
-{
-	struct kvi_hello h = { .role = o->role ? o->role : KVI_ROLE_CLIENT };
-
-	if (o->raw_hello) {
-		*w = *o->raw_hello;
-		return 0;
-	}
-	if (o->secret) {
-		int rc = kvi_auth_prove(&h, o->secret, o->secret_len, rdma_get_peer_addr(id), kvi_auth_now_ms());
-
-		if (rc == KVC_EINVAL)
-			kvi_errbuf_set(e, "cannot make the join proof: %s is not an IP address", o->host);
-		else if (rc)
-			kvi_errbuf_set(e, "cannot make the join proof: no random bytes (getrandom), or libcrypto's "
-				       "HMAC failed");
-		if (rc)
-			return rc;
-	}
-	kvi_wire_hello_encode(w, &h);
-	return 0;
-}
-
-/* The server reuses memory on the promise that what we post executes
- * within the bound it stated (exec_bound.h): read back what the QP was
- * really given, and refuse to run when it may retransmit for longer. */
-static int check_exec_bound(struct rmem_verbs *v, const struct kvi_verbs_opts *o, uint32_t server_ms,
-			    struct kvi_errbuf *e)
-{
-	unsigned timeout, retry;
-	uint32_t ours;
-	int rc = kvi_qp_exec_bound(v->id->qp, &ours, &timeout, &retry, e);
-
-	if (rc)
-		return rc;
-	if (ours > server_ms) {
-		kvi_errbuf_set(e, "server %s:%s reuses memory assuming a work request executes within %u ms of "
-			       "posting, but this QP (ACK timeout %u, retry count %u) may retransmit for %s%u ms: "
-			       "refusing to run", o->host, o->port, server_ms, timeout, retry,
-			       ours == UINT32_MAX ? "ever; bound " : "", ours);
-		return KVC_ENOTSUP;
-	}
-	return 0;
-}
-
-int kvi_rmem_verbs_connect(const struct kvi_verbs_opts *o, struct kvi_rmem **out,
-			   struct kvi_welcome *welcome, struct kvi_errbuf *e)
-{
-	struct rdma_addrinfo hints = { .ai_port_space = RDMA_PS_TCP }, *ai = NULL;
-	struct rdma_conn_param cp;
-	struct kvi_wire_hello hello;
-	struct ibv_device_attr attr;
-	struct rmem_verbs *v;
-	int rc;
-
-	*out = NULL;
-	if (!o->host || !o->port || o->lbuf_size < 64 || o->timeout_ms <= 0) {
-		kvi_errbuf_set(e, "invalid connection options");
-		return KVC_EINVAL;
-	}
-	v = calloc(1, sizeof(*v));
-	if (!v) {
-		kvi_errbuf_set(e, "out of memory");
-		return KVC_ENOMEM;
-	}
-	v->rm.type = &verbs_type;
-	v->rm.spin_us = KVI_RMEM_SPIN_US;
-	v->ch = rdma_create_event_channel();
-	if (!v->ch) {
-		kvi_errbuf_set(e, "cannot open the RDMA connection manager (/dev/infiniband/rdma_cm: %s): "
-			       "no RDMA device or rdma_ucm not loaded; run under deploy/rdma-env",
-			       strerror(errno));
-		rc = KVC_ENODEV;
-		goto clean_v;
-	}
-	if (rdma_create_id(v->ch, &v->id, v, RDMA_PS_TCP)) {
-		kvi_errbuf_set(e, "rdma_create_id: %s", strerror(errno));
-		rc = KVC_ESYS;
-		goto clean_v;
-	}
-	rc = rdma_getaddrinfo(o->host, o->port, &hints, &ai);
-	if (rc) {
-		kvi_errbuf_set(e, "cannot resolve server address %s:%s: %s", o->host, o->port,
-			       rc == -1 ? strerror(errno) : gai_strerror(rc));
-		rc = KVC_EUNREACHABLE;
-		goto clean_v;
-	}
-	if (rdma_resolve_addr(v->id, ai->ai_src_addr, ai->ai_dst_addr, o->timeout_ms)) {
-		kvi_errbuf_set(e, "no RDMA route to %s: %s (is the address on an RDMA-capable interface?)",
-			       o->host, strerror(errno));
-		rc = KVC_EUNREACHABLE;
-		goto clean_ai;
-	}
-	rc = expect_event(v, o, RDMA_CM_EVENT_ADDR_RESOLVED, NULL, e);
-	if (rc)
-		goto clean_ai;
-	rc = check_route_device(v, o, &attr, e);
-	if (rc)
-		goto clean_ai;
-	if (rdma_resolve_route(v->id, o->timeout_ms)) {
-		kvi_errbuf_set(e, "rdma_resolve_route to %s: %s", o->host, strerror(errno));
-		rc = KVC_EUNREACHABLE;
-		goto clean_ai;
-	}
-	rc = expect_event(v, o, RDMA_CM_EVENT_ROUTE_RESOLVED, NULL, e);
-	if (rc)
-		goto clean_ai;
-	rc = create_resources(v, o, &attr, e);
-	if (rc)
-		goto clean_ai;
-	rc = kvi_set_ack_timeout(v->id, e);
-	if (rc)
-		goto clean_ai;
-
-	rc = make_hello(o, v->id, &hello, e);
-	if (rc)
-		goto clean_ai;
-	memset(&cp, 0, sizeof(cp));
-	cp.private_data = &hello;
-	cp.private_data_len = sizeof(hello);
-	/* Zero here would forbid READ and atomics on this QP: ask for all the device allows. */
-	cp.initiator_depth = kvi_depth(attr.max_qp_init_rd_atom);
-	cp.responder_resources = kvi_depth(attr.max_qp_rd_atom);
-	cp.retry_count = KVI_RETRY_COUNT;
-	cp.rnr_retry_count = 7;
-	if (rdma_connect(v->id, &cp)) {
-		kvi_errbuf_set(e, "rdma_connect to %s:%s: %s", o->host, o->port, strerror(errno));
-		rc = KVC_EUNREACHABLE;
-		goto clean_ai;
-	}
-	rc = expect_event(v, o, RDMA_CM_EVENT_ESTABLISHED, welcome, e);
-	if (rc)
-		goto clean_ai;
-	v->connected = 1;
-	rc = check_exec_bound(v, o, welcome->exec_ms, e);
-	if (rc)
-		goto clean_ai;
-	/* From now on the channel is only looked at while idle, never blocked on. */
-	if (fcntl(v->ch->fd, F_SETFL, fcntl(v->ch->fd, F_GETFL) | O_NONBLOCK)) {
-		kvi_errbuf_set(e, "fcntl(O_NONBLOCK) on the rdma_cm channel: %s", strerror(errno));
-		rc = KVC_ESYS;
-		goto clean_ai;
-	}
-	v->rm.client_id = welcome->client_id;
-	v->rm.max_op_ms = welcome->max_op_ms;
-	v->rm.quarantine_ms = welcome->quarantine_ms;
-	v->rm.server_flags = welcome->flags;
-	v->raddr = welcome->region_addr;
-	v->rkey = welcome->rkey;
-	v->rm.lease_ms = welcome->lease_ms;
-	v->rm.geo = welcome->geo;
-	v->rm.region_size = welcome->geo.region_size;
-	rdma_freeaddrinfo(ai);
-	*out = &v->rm;
-	return 0;
-
-clean_ai:
-	rdma_freeaddrinfo(ai);
-clean_v:
-	verbs_destroy(&v->rm);
-	return rc;
+	if (v)
+		verbs_destroy(&v->rm);
 }
 
 const char *kvi_rmem_verbs_device(const struct kvi_rmem *rm)

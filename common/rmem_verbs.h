@@ -20,7 +20,7 @@ struct kvi_verbs_opts {
 	const char *port;   /* decimal port */
 	const char *device; /* required RDMA device name, or NULL for the routed one */
 	size_t lbuf_size;   /* bytes of registered local buffer */
-	int timeout_ms;     /* for each set-up step (resolve, route, connect) */
+	int timeout_ms;     /* for the whole join: resolve, route, connect */
 	uint16_t role;      /* enum kvi_role; 0 means KVI_ROLE_CLIENT */
 	/* Prove the join with this key (auth.h): the shared secret, or the
 	 * server's loopback key for its own connections. NULL: no proof. */
@@ -31,11 +31,38 @@ struct kvi_verbs_opts {
 	const struct kvi_wire_hello *raw_hello;
 };
 
-/* Connect. On success *out is a ready connection and *welcome what the server
- * said. On failure returns a KVC_ code and e holds one line: what failed, where,
- * and what to do about it. */
+/* Connect, blocking until joined or o->timeout_ms is up. On success *out is
+ * a ready connection and *welcome what the server said. On failure returns a
+ * KVC_ code and e holds one line: what failed, where, and what to do about
+ * it. */
 int kvi_rmem_verbs_connect(const struct kvi_verbs_opts *o, struct kvi_rmem **out,
 			   struct kvi_welcome *welcome, struct kvi_errbuf *e);
+
+/* ---- Joining without blocking (rmem_verbs_join.c) --------------------------
+ *
+ * The same join as a state machine: start it (the address is looked up and
+ * its resolution asked for), then step it whenever convenient -- each step
+ * takes the rdma_cm events that arrived and starts the next phase, and never
+ * waits. kvi_verbs_join_fd is readable when a step may advance, for a caller
+ * that sleeps. A step returns KVI_JOIN_PENDING while under way, 0 with *out
+ * connected (as kvi_rmem_verbs_connect's), or a KVC_ code with e set, also
+ * once the join's deadline (start + o->timeout_ms) has passed. After 0 or a
+ * code the join is over: free it (the connection is the caller's). Freeing
+ * a join under way abandons it (its rdma_cm id is destroyed, which cancels
+ * the handshake). */
+struct kvi_verbs_join;
+int kvi_verbs_join_start(const struct kvi_verbs_opts *o, struct kvi_verbs_join **out, struct kvi_errbuf *e);
+int kvi_verbs_join_step(struct kvi_verbs_join *j, struct kvi_rmem **out, struct kvi_welcome *w,
+			struct kvi_errbuf *e);
+int kvi_verbs_join_fd(const struct kvi_verbs_join *j);
+uint64_t kvi_verbs_join_deadline(const struct kvi_verbs_join *j); /* ns, kvi_mono_ns's clock */
+/* How long since the join last advanced (its start, or its last event),
+ * at now (kvi_mono_ns); and the longest it has waited for one event, which
+ * says how fast this peer answers (the wait includes the caller's delay in
+ * stepping). */
+uint64_t kvi_verbs_join_quiet_ns(const struct kvi_verbs_join *j, uint64_t now);
+uint64_t kvi_verbs_join_max_gap_ns(const struct kvi_verbs_join *j);
+void kvi_verbs_join_free(struct kvi_verbs_join *j);
 
 /* Name of the RDMA device the connection runs on. */
 const char *kvi_rmem_verbs_device(const struct kvi_rmem *rm);

@@ -61,7 +61,7 @@ struct kvc_opts {
 	 * below). NULL: the environment variable KVC_SERVERS, else servers_file. */
 	const char *server;
 	const char *device;     /* RDMA device to use, or NULL for the one routing to HOST */
-	int connect_timeout_ms; /* each connection set-up step; default 5000 */
+	int connect_timeout_ms; /* a whole join (resolve, route, connect); default 5000 */
 	/* Every operation's deadline, counted from kvc_submit: past it the
 	 * operation posts nothing more and fails KVC_ETIMEDOUT (a result read
 	 * after it is never returned: the server may have reused that memory).
@@ -127,8 +127,12 @@ KVC_EXPORT void kvc_opts_init(struct kvc_opts *o);
 
 /* Connect to the server(s) in o. On failure returns a KVC_ code and, if err
  * is not NULL, writes one line there: what failed, where, and what to do.
- * With a list, the handle is made when at least one server joins; the others
- * are joined when their keys are next used (see "Several servers").
+ * With a list, every server's join starts at once; kvc_create returns when
+ * each has ended, or when at least one joined and the others had as long
+ * again as the first took (10 ms at least). Those still joining go on,
+ * stepped by later calls on the handle (no thread of the library's); a
+ * server whose join failed is joined again when its keys are next used (see
+ * "Several servers"). A join never holds the calling thread then.
  *
  * Several servers: one handle holds one connection per server, and each key
  * belongs to one server, chosen by weighted rendezvous hashing of the key
@@ -139,13 +143,14 @@ KVC_EXPORT void kvc_opts_init(struct kvc_opts *o);
  * together, and depth bounds them all. A server that is down makes its keys
  * fail fast with KVC_ESERVERGONE (a cache treats that as a miss) while the
  * others are unaffected; the handle joins it again, backing off from 10 ms
- * to 1 s, so its keys are served again about a second after it is back
- * (a join attempt of a server that does not answer at all holds the calling
- * thread for up to 250 ms, once per back-off period). */
+ * to 1 s, so its keys are served again about a second after it is back.
+ * A join attempt never holds the calling thread: it goes on in the
+ * background of the handle's calls for up to connect_timeout_ms. */
 KVC_EXPORT int kvc_create(const struct kvc_opts *o, kvc_t **out, char *err, size_t errlen);
 /* Replace the server list (the form of kvc_opts.server) while running:
- * servers kept keep their connections and keys; new ones are joined now (a
- * server that cannot be joined is kept, down, like any other); removed ones
+ * servers kept keep their connections and keys; new ones start joining now
+ * and join in the background of later calls (a server that cannot be
+ * joined is kept, down, like any other); removed ones
  * take no new operations and are closed once theirs finish. Only the keys
  * that must move do. KVC_EINVAL (one line in err) for a bad list, which
  * changes nothing; KVC_EBUSY when the new list and the servers that would
@@ -157,7 +162,8 @@ KVC_EXPORT int kvc_set_servers(kvc_t *h, const char *servers, char *err, size_t 
 enum kvc_server_state {
 	KVC_SERVER_UP = 0, /* joined */
 	KVC_SERVER_DOWN,   /* not joined now: its keys fail fast while it is joined again */
-	KVC_SERVER_EJECTED /* down and out of the hash (server_failure_limit) */
+	KVC_SERVER_EJECTED, /* down and out of the hash (server_failure_limit) */
+	KVC_SERVER_JOINING  /* a join under way (its first, or again): its keys fail fast meanwhile */
 };
 struct kvc_server_info {
 	const char *name; /* "host:port"; valid until the list changes */

@@ -4,8 +4,11 @@
  * It has no control handler: the listener answers every control request with
  * KVI_CTRL_ERROR / KVC_EPROTO.
  *
- *   rmem_peer [--addr A] [--port P] [--device D] [--size BYTES] [--advertise-extra BYTES]
+ *   rmem_peer [--addr A] [--port P] [--device D] [--size BYTES] [--advertise-extra BYTES] [--silent]
  *
+ * --silent listens and never answers a connection request: a server that is
+ * up but does not answer (its CPU stalled, a port blackholed), which a
+ * client's join must not wait for.
  * --advertise-extra makes it lie about its size, so that a client's access past
  * the registered memory reaches the NIC's bounds check (remote access error). */
 #include <errno.h>
@@ -14,6 +17,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #include "exec_bound.h"
 #include "listener.h"
@@ -54,7 +58,7 @@ int main(int argc, char **argv)
 		{ "addr", required_argument, NULL, 'a' },   { "port", required_argument, NULL, 'p' },
 		{ "device", required_argument, NULL, 'd' }, { "size", required_argument, NULL, 's' },
 		{ "advertise-extra", required_argument, NULL, 'x' }, { "exec-ms", required_argument, NULL, 'e' },
-		{ 0 },
+		{ "silent", no_argument, NULL, 'q' },    { 0 },
 	};
 	struct kvi_listen_opts o = { .port = "0" };
 	/* By default the bound its QPs meet (listener.c sets them as ours). */
@@ -62,7 +66,7 @@ int main(int argc, char **argv)
 	struct kvi_listen_cb cb = { .arg = &s, .on_connect = on_connect };
 	struct kvi_errbuf e = { { 0 } };
 	struct kvi_listener *l;
-	int c;
+	int c, silent = 0;
 
 	while ((c = getopt_long(argc, argv, "", lo, NULL)) != -1) {
 		switch (c) {
@@ -83,6 +87,9 @@ int main(int argc, char **argv)
 			break;
 		case 'e':
 			s.exec_ms = (uint32_t)strtoul(optarg, NULL, 0);
+			break;
+		case 'q':
+			silent = 1;
 			break;
 		default:
 			return 2;
@@ -107,6 +114,8 @@ int main(int argc, char **argv)
 	}
 	printf("READY %u %s\n", kvi_listener_port(l), kvi_listener_device(l));
 	fflush(stdout);
+	while (silent)
+		pause(); /* requests queue on the listener's channel, unanswered */
 	for (;;) {
 		struct pollfd p = { .fd = kvi_listener_fd(l), .events = POLLIN };
 

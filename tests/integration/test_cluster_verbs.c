@@ -309,3 +309,103 @@ Test(cluster_verbs, a_handle_with_several_servers_sleeps_and_each_completion_wak
 		kvt_wait(&srv[i], 20000);
 	}
 }
+
+/* A server that is up but never answers a connection request (rmem_peer
+ * --silent) beside a live kvserver: kvc_create returns once the live one
+ * joined, not after connect_timeout_ms; the silent server's keys fail fast
+ * while its join goes on and when it has timed out and is tried again; a
+ * list that gains it is set at once; alone, it fails kvc_create after
+ * connect_timeout_ms with a reason. Figures are printed. */
+Test(cluster_verbs, a_server_that_never_answers_holds_no_call)
+{
+	enum { CONNECT_MS = 1500 };
+	struct kvt_proc srv, silent;
+	struct kvc_server_info info;
+	char list[256], one[128], err[400], k[32];
+	unsigned port, served = 0, failed = 0;
+	double t0, one_s, create_s, worst = 0, end, alone_s, set_s;
+	struct kvc_opts o;
+	kvc_t *h;
+	int rc;
+
+	kvt_require_rdma();
+	snprintf(ports[0], sizeof(ports[0]), "7811");
+	kvt_start_server(&srv, ports[0], extra);
+	port = kvt_start_peer(&silent, (const char *const[]){ "--silent", NULL });
+	snprintf(list, sizeof(list), "%s:%s,%s:%u", kvt_rdma_addr(), ports[0], kvt_rdma_addr(), port);
+	snprintf(one, sizeof(one), "%s:%s", kvt_rdma_addr(), ports[0]);
+	kvc_opts_init(&o);
+	o.op_timeout_ms = OP_MS;
+	o.connect_timeout_ms = CONNECT_MS;
+
+	/* The live server alone first: what a join costs here (the process's
+	 * first also opens the RDMA devices). */
+	o.server = one;
+	t0 = kvi_mono_s();
+	cr_assert_eq(kvc_create(&o, &h, err, sizeof(err)), 0, "%s", err);
+	one_s = kvi_mono_s() - t0;
+	kvc_destroy(h);
+	o.server = list;
+	t0 = kvi_mono_s();
+	rc = kvc_create(&o, &h, err, sizeof(err));
+	create_s = kvi_mono_s() - t0;
+	cr_assert_eq(rc, 0, "%s", err);
+	cr_expect_lt(create_s, CONNECT_MS / 4000.0, "kvc_create waited %.3f s for a server that never answers",
+		     create_s);
+	cr_expect_lt(create_s, 2 * one_s + 0.1, "kvc_create %.3f s, the live server alone %.3f s", create_s, one_s);
+	cr_assert_eq(kvc_server_info(h, 1, &info), 0);
+	cr_expect_eq(info.state, KVC_SERVER_JOINING);
+	/* Past the silent server's join deadline, so that a join times out and
+	 * another starts while keys are used. */
+	end = kvi_mono_s() + CONNECT_MS / 1000.0 + 1.0;
+	for (unsigned i = 0; kvi_mono_s() < end; i++) {
+		double d;
+
+		snprintf(k, sizeof(k), "key-%u", i % 500);
+		t0 = kvi_mono_s();
+		rc = kvc_put(h, k, strlen(k), "v", 1, 0);
+		d = kvi_mono_s() - t0;
+		worst = d > worst ? d : worst;
+		if (kvc_key_server(h, k, strlen(k)) == 0) {
+			cr_assert_eq(rc, 0, "the live server's key: %s", kvc_err_name(rc));
+			served++;
+		} else {
+			cr_assert_eq(rc, KVC_ESERVERGONE, "the silent server's key: %s", kvc_err_name(rc));
+			failed++;
+		}
+	}
+	cr_expect_lt(worst, 0.2, "an operation took %.3f s", worst);
+	kvc_destroy(h);
+
+	/* A list that gains the silent server is set at once. */
+	o.server = one;
+	cr_assert_eq(kvc_create(&o, &h, err, sizeof(err)), 0, "%s", err);
+	t0 = kvi_mono_s();
+	cr_assert_eq(kvc_set_servers(h, list, err, sizeof(err)), 0, "%s", err);
+	set_s = kvi_mono_s() - t0;
+	cr_expect_lt(set_s, 0.2, "kvc_set_servers waited %.3f s", set_s);
+	rc = kvc_put(h, "after", 5, "v", 1, 0);
+	cr_expect(kvc_key_server(h, "after", 5) == 1 ? rc == KVC_ESERVERGONE : rc == 0, "%s", kvc_err_name(rc));
+	kvc_destroy(h);
+
+	/* Alone, it is an error after the join's deadline, with the reason. */
+	o.server = list + strlen(one) + 1;
+	t0 = kvi_mono_s();
+	rc = kvc_create(&o, &h, err, sizeof(err));
+	alone_s = kvi_mono_s() - t0;
+	cr_expect_eq(rc, KVC_EUNREACHABLE, "%s: %s", kvc_err_name(rc), err);
+	cr_expect(strstr(err, "did not answer within") != NULL, "message: %s", err);
+	cr_expect(alone_s > CONNECT_MS / 1000.0 * 0.9 && alone_s < CONNECT_MS / 1000.0 + 1.0,
+		  "alone, kvc_create took %.3f s (connect_timeout_ms %d)", alone_s, CONNECT_MS);
+
+	printf("a server that never answers beside a live one: kvc_create %.1f ms (of the live one alone %.1f ms; "
+	       "connect_timeout_ms %d), "
+	       "%u operations served and %u failed fast over %.1f s (slowest %.1f ms), kvc_set_servers adding "
+	       "it %.1f ms; alone it fails in %.2f s\n",
+	       create_s * 1e3, one_s * 1e3, CONNECT_MS, served, failed, CONNECT_MS / 1000.0 + 1.0, worst * 1e3, set_s * 1e3,
+	       alone_s);
+	kvt_kill(&silent, SIGTERM);
+	kvt_wait(&silent, 10000);
+	kvt_kill(&srv, SIGTERM);
+	kvt_wait(&srv, 20000);
+}

@@ -114,6 +114,10 @@ static int dial_local(void *arg, int timeout_ms, struct kvi_rmem **rm)
 	(void)timeout_ms;
 	if (__atomic_load_n(&d->env->down, __ATOMIC_ACQUIRE))
 		return KVC_EUNREACHABLE;
+	if (d->env->slow > 0) {
+		d->env->slow--;
+		return KVI_JOIN_PENDING;
+	}
 	return connect_local(d->env, d->has_hooks ? &d->hooks : NULL, rm);
 }
 

@@ -24,6 +24,7 @@ struct kvt_env {
 	 * lock serialising control requests (srv.lock). */
 	struct kvs_inproc srv;
 	int down; /* new connections are refused (a server that is down: test_cluster) */
+	int slow; /* the next dials say KVI_JOIN_PENDING, one fewer each (a server slow to join) */
 };
 
 /* region_mib of region, `buckets` buckets (0 = default), segment_kib segments;

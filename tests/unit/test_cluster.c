@@ -7,6 +7,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
+#include <unistd.h>
 
 #include "dpath_env.h"
 #include "kvclient_errors.h"
@@ -163,6 +164,7 @@ Test(list, bad_lists_are_refused_with_a_reason)
 #define NSRV 3
 static struct kvt_env envs[NSRV];
 static kvc_t *cl;
+static int slow1; /* dials of server 1 that say "still joining" at the start (a slow server) */
 static const char *const names[NSRV] = { "10.0.0.1:7471", "10.0.0.2:7471", "10.0.0.3:7471" };
 
 static void make(unsigned failure_limit, int retry_ms)
@@ -176,6 +178,7 @@ static void make(unsigned failure_limit, int retry_ms)
 	o.retry_timeout_ms = retry_ms;
 	for (unsigned i = 0; i < NSRV; i++)
 		cr_assert_eq(kvt_env_init(&envs[i], 8, 256, 64), 0);
+	envs[1].slow = slow1;
 	cr_assert_eq(kvi_client_new(&o, &cl), 0);
 	for (unsigned i = 0; i < NSRV; i++) {
 		kvi_dial_fn fn;
@@ -332,6 +335,74 @@ Test(cluster, a_dead_server_fails_fast_and_comes_back, .init = make_plain, .fini
 	cr_assert_eq(rc, 0, "%s", kvc_err_name(rc));
 	cr_assert_str_eq(got, "before");
 	cr_expect_lt(back, 2000);
+}
+
+/* A join never holds the caller (cluster.h "Joining"): a server whose
+ * connection broke and whose new join takes a while fails its keys fast,
+ * each call steps the join once, and it serves again when the join ends. */
+Test(cluster, a_rejoin_under_way_fails_fast_and_ends_in_the_background, .init = make_plain, .fini = fini)
+{
+	char k[NSRV][32], got[64];
+	unsigned next = 0, fails = 0;
+	uint64_t t0, worst = 0;
+	int rc;
+
+	for (unsigned s = 0; s < NSRV; s++) {
+		key_on(s, &next, k[s], sizeof(k[s]));
+		cr_assert_eq(kvt_put_s(cl, k[s], "before"), 0);
+	}
+	kill_server(1);
+	envs[1].slow = 5;
+	__atomic_store_n(&envs[1].down, 0, __ATOMIC_RELEASE);
+	for (;;) {
+		t0 = ms_now();
+		rc = kvt_get_s(cl, k[1], got, sizeof(got));
+		worst = ms_now() - t0 > worst ? ms_now() - t0 : worst;
+		if (rc == 0)
+			break;
+		cr_assert_eq(rc, KVC_ESERVERGONE, "%s", kvc_err_name(rc));
+		cr_assert_lt(++fails, 50, "the join never ended");
+		cr_assert_eq(kvt_get_s(cl, k[0], got, sizeof(got)), 0, "another server's key failed");
+	}
+	cr_expect_eq(fails, 5, "one step of the join per call: %u calls failed", fails);
+	cr_expect_str_eq(got, "before");
+	cr_expect_lt(worst, 100, "a call took %llu ms", (unsigned long long)worst);
+}
+
+static void make_slow(void)
+{
+	slow1 = 3;
+	make(0, 0);
+	slow1 = 0;
+}
+
+/* A server slow to join when the handle is made: adding it returns at once,
+ * its keys fail fast, and kvc_poll alone (no key of its used) steps its join
+ * to the end. */
+Test(cluster, a_server_slow_to_join_is_joined_by_kvc_poll, .init = make_slow, .fini = fini)
+{
+	struct kvc_server_info info;
+	struct kvc_op *done[1];
+	char k[NSRV][32], got[64];
+	unsigned next = 0, polls = 0;
+
+	cr_assert_eq(kvc_server_info(cl, 1, &info), 0);
+	cr_expect_eq(info.state, KVC_SERVER_JOINING);
+	for (unsigned s = 0; s < NSRV; s++)
+		key_on(s, &next, k[s], sizeof(k[s]));
+	cr_assert_eq(kvt_put_s(cl, k[0], "zero"), 0, "a joined server waits for nobody");
+	cr_assert_eq(kvt_put_s(cl, k[1], "one"), KVC_ESERVERGONE, "a key of a joining server fails fast");
+	do {
+		usleep(1500); /* a join is stepped at most every KVI_JOIN_STEP_NS */
+		cr_assert_geq(kvc_poll(cl, done, 1, 0), 0);
+		cr_assert_eq(kvc_server_info(cl, 1, &info), 0);
+		cr_assert_lt(++polls, 1000, "the join never ended");
+	} while (info.state == KVC_SERVER_JOINING);
+	cr_expect_eq(info.state, KVC_SERVER_UP);
+	cr_assert_eq(kvt_put_s(cl, k[1], "one"), 0);
+	cr_assert_eq(kvt_get_s(cl, k[1], got, sizeof(got)), 0);
+	cr_expect_str_eq(got, "one");
+	cr_expect_eq(info.failures, 0, "a join under way is no failure: %llu", (unsigned long long)info.failures);
 }
 
 static void make_eject(void)
