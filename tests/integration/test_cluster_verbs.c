@@ -244,6 +244,17 @@ Test(cluster_verbs, the_list_file_is_followed)
 		(void)kvc_poll(h, done, 4, 0);
 	}
 	cr_assert_eq(kvc_server_count(h), 3, "the list file's third server was not taken");
+	/* It joins in the background of the handle's calls (cluster.h "Joining"). */
+	for (int i = 0; i < 400; i++) {
+		struct kvc_server_info info;
+
+		cr_assert_eq(kvc_server_info(h, 2, &info), 0);
+		if (info.state == KVC_SERVER_UP)
+			break;
+		cr_assert_eq(info.state, KVC_SERVER_JOINING, "the new server's state %d", info.state);
+		usleep(5000);
+		(void)kvc_poll(h, done, 4, 0);
+	}
 	for (unsigned i = 0; i < 300; i++) {
 		snprintf(k, sizeof(k), "file-%u", i);
 		cr_assert_eq(kvc_put(h, k, strlen(k), "v", 1, 0), 0);
