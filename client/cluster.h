@@ -38,18 +38,22 @@ struct kvi_dial;
 /* ---- Joining ---------------------------------------------------------------
  *
  * With several servers, a join never holds the caller: a slow or silent
- * server must not stall the keys of the others. A member's join is started
- * (kvc_create, a key routed to a member without a connection, a list that
- * gained it) and then stepped -- each rdma_cm event taken as it comes -- by
- * the handle's calls: kvc_submit of a key it owns, and kvc_poll (at most
- * every KVI_JOIN_STEP_NS for each member). Meanwhile its keys fail fast
- * (KVC_ESERVERGONE, a miss to a cache). kvc_create waits only for the joins
- * that end about as soon as the first one did (KVI_JOIN_GRACE_MIN_MS at
- * least); the others go on after it returns. A join's deadline is
+ * server must not stall the keys of the others. A join is started -- a
+ * member's (kvc_create, a key routed to a member without a connection, a
+ * list that gained it) or its broken connection's rejoin (lease.c "Rejoin")
+ * -- and then stepped, each rdma_cm event taken as it comes, by the handle's
+ * calls: kvc_submit of a key it owns (at most every KVI_JOIN_STEP_NS), and
+ * kvc_poll (every KVI_JOIN_STEP_NS, all members, also while it waits).
+ * Meanwhile its keys fail fast (KVC_ESERVERGONE, a miss to a cache) and do
+ * not count as failures for auto-eject: a join that fails does, once, and so
+ * does each operation refused during the back-off after it. kvc_create
+ * waits for the joins of servers that answer as fast as the joined ones did
+ * (cluster.c join_all) and returns; the others go on. A join's deadline is
  * connect_timeout_ms from its start; one that fails backs the member off
- * (JOIN_MIN_MS to JOIN_MAX_MS, cluster_member.c). With one server, kvc_create
- * and the rejoins of its connection wait for the join, as the caller has
- * nothing else to serve. */
+ * (10 ms to 1 s). A host name is looked up by the caller's thread when a
+ * join starts (the resolver has no event to step on); addresses cost
+ * nothing. A handle that is "single" (one server, no list file, no
+ * auto-eject) waits for its joins, as it has nothing else to serve. */
 #define KVI_JOIN_STEP_NS 1000000ull
 #define KVI_JOIN_GRACE_MIN_MS 10u
 
@@ -63,7 +67,7 @@ struct kvi_member {
 	uint64_t name_hash;
 	struct kvi_conn *c;     /* NULL: not joined (a join failed or goes on); joined again at a key's use */
 	int joining;            /* c is NULL and a join is under way ("Joining") */
-	uint64_t step_at;       /* ns: kvc_poll steps that join again from then on */
+	uint64_t step_at;       /* ns: an operation of its keys steps its join (or c's rejoin) from then on */
 	uint64_t join_at;       /* ns: the next join attempt while c is NULL */
 	uint32_t backoff_ms;
 	unsigned fails;         /* failures in a row */
@@ -82,6 +86,7 @@ struct kvc {
 	struct kvi_ring ring;
 	uint64_t next_return; /* ns: when the first ejected member comes back; UINT64_MAX: none */
 	unsigned inflight;  /* submitted, not yet returned by kvc_poll (several servers) */
+	uint64_t steps_at;  /* ns: when kvc_poll next steps the joins under way */
 	unsigned rr;        /* the member kvc_poll looks at first */
 	struct kvc_stats gone; /* statistics of closed connections */
 	/* The list file as last read: when we looked, and what it was. */

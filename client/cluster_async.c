@@ -14,6 +14,7 @@
 #include "cluster_list.h"
 #include "cluster_member.h"
 #include "engine.h"
+#include "lease.h"
 #include "rmem.h"
 
 #define IDLE_NS 200000ull    /* while waiting: let connections notice a vanished peer */
@@ -45,10 +46,16 @@ int kvc_submit(kvc_t *h, struct kvc_op *op)
 	rc = kvi_member_ready(h, m, now); /* joined now, or fail fast */
 	if (rc)
 		return rc;
+	/* Its connection rejoins in the background (cluster.h "Joining"):
+	 * stepped by this submit when due, failing fast, not a failure. */
+	if (kvi_conn_rejoining(m->c) && now < m->step_at)
+		return KVC_ESERVERGONE;
 	rc = kvi_conn_submit(m->c, op);
 	if (rc == 0) {
 		m->inflight++;
 		h->inflight++;
+	} else if (kvi_conn_rejoining(m->c)) {
+		m->step_at = now + KVI_JOIN_STEP_NS;
 	} else {
 		kvi_member_account(h, m, rc, now);
 	}
@@ -166,6 +173,7 @@ int kvc_poll(kvc_t *h, struct kvc_op **done, unsigned max, int timeout_ms)
 			continue;
 		now = kvi_now_ns();
 		if (now - last_idle >= IDLE_NS) {
+			kvi_member_step_joins(h, now);
 			for (unsigned k = 0; k < all; k++)
 				if (h->m[k]->c && h->m[k]->inflight)
 					kvi_conn_idle(h->m[k]->c);

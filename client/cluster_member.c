@@ -5,6 +5,7 @@
  * closing it. A joined member's connection rejoins by itself (lease.c
  * "Rejoin"); what is here is for a member that has no connection, or whose
  * operations keep failing. */
+#include <poll.h>
 #include <stdio.h>
 #include <stdlib.h>
 
@@ -13,6 +14,8 @@
 #include "cluster_route.h"
 #include "cluster_stats.h"
 #include "dial.h"
+#include "engine.h"
+#include "lease.h"
 #include "log.h"
 #include "stats.h"
 
@@ -117,18 +120,22 @@ void kvi_member_account(kvc_t *h, struct kvi_member *m, int status, uint64_t now
 }
 
 /* m's connection for an operation routed to it: a member without one has
- * its join started (once its back-off has run out) or stepped. 0, or the
- * code the operation fails with at once (fail-fast): KVC_ESERVERGONE, or a
- * refusal that retrying cannot cure. A join under way is no failure of the
- * member's (auto-eject counts the joins that failed). */
+ * its join started (once its back-off has run out) or stepped (at most every
+ * KVI_JOIN_STEP_NS). 0, or the code the operation fails with at once
+ * (fail-fast): KVC_ESERVERGONE, or a refusal that retrying cannot cure. A
+ * join under way is no failure of the member's (cluster.h "Joining"). */
 int kvi_member_ready(kvc_t *h, struct kvi_member *m, uint64_t now)
 {
 	int rc;
 
 	if (m->c)
 		return 0;
-	if (now < m->join_at && !m->joining)
+	if (m->joining && now < m->step_at)
 		return KVC_ESERVERGONE;
+	if (!m->joining && now < m->join_at) {
+		kvi_member_account(h, m, KVC_ESERVERGONE, now);
+		return KVC_ESERVERGONE;
+	}
 	rc = kvi_member_join(h, m, now, NULL, 0);
 	if (rc == KVI_JOIN_PENDING)
 		return KVC_ESERVERGONE;
@@ -140,19 +147,44 @@ int kvi_member_ready(kvc_t *h, struct kvi_member *m, uint64_t now)
 }
 
 /* kvc_poll: the joins under way advance even when no key is routed to them
- * (an rdma_cm handshake must be answered in time), each at most every
- * KVI_JOIN_STEP_NS: a look costs a system call. */
+ * (an rdma_cm handshake must be answered in time), every KVI_JOIN_STEP_NS:
+ * a look costs a system call, and the scan one pass over the list. */
 void kvi_member_step_joins(kvc_t *h, uint64_t now)
 {
+	if (now < h->steps_at)
+		return;
+	h->steps_at = now + KVI_JOIN_STEP_NS;
 	for (unsigned i = 0; i < h->n; i++) {
 		struct kvi_member *m = h->m[i];
-
 		int rc;
 
-		if (!m->joining || now < m->step_at)
+		if (m->joining)
+			rc = kvi_member_join(h, m, now, NULL, 0);
+		else if (m->c && kvi_conn_rejoining(m->c))
+			rc = kvi_conn_step_rejoin(m->c, now);
+		else
 			continue;
-		rc = kvi_member_join(h, m, now, NULL, 0);
-		if (rc < 0)
+		if (rc < 0 && !m->joining && !(m->c && kvi_conn_rejoining(m->c))) /* a join failed */
 			kvi_member_account(h, m, incurable(rc) ? rc : KVC_ESERVERGONE, now);
+	}
+}
+
+int kvi_member_join_wait(kvc_t *h, struct kvi_member *m)
+{
+	int rc = 0;
+
+	for (;;) {
+		uint64_t now = kvi_now_ns();
+		struct pollfd p = { .fd = m->d ? kvi_dial_fd(m->d) : -1, .events = POLLIN };
+
+		if (m->c && kvi_conn_rejoining(m->c) && kvi_conn_inflight(m->c))
+			return 0; /* its operations fail first: the caller polls them */
+		if (m->joining)
+			rc = kvi_member_join(h, m, now, NULL, 0);
+		else if (m->c && kvi_conn_rejoining(m->c))
+			rc = kvi_conn_step_rejoin(m->c, now);
+		if (!m->joining && !(m->c && kvi_conn_rejoining(m->c)))
+			return rc < 0 ? rc : 0;
+		(void)poll(&p, 1, 1); /* the join's own deadline ends it */
 	}
 }

@@ -15,8 +15,12 @@ struct kvi_member;
  * (cluster.h "Joining"): 0 joined, KVI_JOIN_PENDING, or the join's code with
  * one line in err; a failure backs m's next join off. */
 int kvi_member_join(kvc_t *h, struct kvi_member *m, uint64_t now, char *err, size_t errlen);
-/* Step the joins under way that are due (kvc_poll). */
+/* Step the joins under way, the members' and their connections' rejoins,
+ * when due (kvc_poll). */
 void kvi_member_step_joins(kvc_t *h, uint64_t now);
+/* Wait for m's join or its connection's rejoin under way to end (a call
+ * that blocks anyway, kvc_flush_all): 0, or the join's failure. */
+int kvi_member_join_wait(kvc_t *h, struct kvi_member *m);
 /* Before an operation is submitted on m: 0 with m joined, or the code it
  * fails with at once. */
 int kvi_member_ready(kvc_t *h, struct kvi_member *m, uint64_t now);

@@ -120,6 +120,7 @@ struct kvi_conn {
 	void *dial_arg;
 	void (*dial_free)(void *arg);
 	uint64_t rejoin_not_before; /* ns: backoff */
+	int rejoining;              /* a rejoin's join goes on (its dial said KVI_JOIN_PENDING) */
 	/* The clock of the step under way, 0 between steps: read by
 	 * kvi_conn_submit_many before the operations it starts (their
 	 * deadlines count from it), or by kvi_conn_poll after the completions

@@ -91,6 +91,7 @@ int kvi_dial_new(const char *addr, size_t addr_len, const struct kvc_opts *o, st
 		return KVC_EINVAL;
 	}
 	snprintf(d->name, sizeof(d->name), strchr(d->host, ':') ? "[%s]:%s" : "%s:%s", d->host, d->port);
+	d->connect_ms = o->connect_timeout_ms > 0 ? o->connect_timeout_ms : 5000;
 	if (o->device) {
 		snprintf(d->device, sizeof(d->device), "%s", o->device);
 		d->has_device = 1;
@@ -177,7 +178,7 @@ static int dial_verbs(void *arg, int timeout_ms, struct kvi_rmem **rm)
 {
 	struct kvi_dial *d = arg;
 	struct kvi_errbuf e = { { 0 } };
-	int rc = join(d, timeout_ms, rm, &e);
+	int rc = join(d, d->async ? d->connect_ms : timeout_ms, rm, &e);
 
 	if (rc < 0)
 		kvi_info("rejoining %s: %s", d->name, e.msg);

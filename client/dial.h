@@ -20,6 +20,7 @@ struct kvi_dial {
 	 * has nothing else to serve. 1 (several): it never holds the caller:
 	 * started, then stepped by the handle's calls (cluster.h "Joining"). */
 	int async;
+	int connect_ms;              /* kvc_opts.connect_timeout_ms: an async join's deadline */
 	struct kvi_verbs_join *join; /* under way, or NULL */
 	uint64_t answer_ns; /* the last join that succeeded: its longest wait for one event */
 };

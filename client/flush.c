@@ -121,7 +121,10 @@ int kvc_flush_all(kvc_t *h, uint64_t delay_ms)
 	 * back with them. */
 	for (unsigned i = 0; i < h->n && i < KVI_RING_MAX; i++) {
 		struct kvi_member *m = h->m[i];
-		int rc = kvi_member_ready(h, m, kvi_now_ns());
+		int rc = kvi_member_join_wait(h, m); /* a server still joining is flushed too */
+
+		if (rc == 0)
+			rc = kvi_member_ready(h, m, kvi_now_ns());
 
 		w[i].c = NULL;
 		if (rc == 0)

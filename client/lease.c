@@ -226,7 +226,8 @@ static int rejoin(struct kvi_conn *h, uint64_t now)
 		return was == KVC_EFENCED ? KVC_EFENCED : KVC_ESERVERGONE;
 	timeout = h->op_timeout_ms > 200 ? (int)h->op_timeout_ms : 200;
 	rc = h->dial(h->dial_arg, timeout, &rm);
-	if (rc == KVI_JOIN_PENDING) /* joining in the background (dial.h "async"): fail fast meanwhile */
+	h->rejoining = rc == KVI_JOIN_PENDING;
+	if (h->rejoining) /* joining in the background (dial.h "async"): fail fast meanwhile */
 		return was == KVC_EFENCED ? KVC_EFENCED : KVC_ESERVERGONE;
 	if (rc == 0) {
 		/* Nothing is in flight: the old connection's buffers are free. */
@@ -252,6 +253,11 @@ static int rejoin(struct kvi_conn *h, uint64_t now)
 	if (rc == KVC_EAUTH || rc == KVC_EPROTO || rc == KVC_ENOMEM)
 		return rc;
 	return was == KVC_EFENCED ? KVC_EFENCED : KVC_ESERVERGONE;
+}
+
+int kvi_conn_step_rejoin(struct kvi_conn *h, uint64_t now)
+{
+	return h->rejoining && !h->inflight ? rejoin(h, now) : 0;
 }
 
 /* Before admitting an operation: a usable connection with a live lease.

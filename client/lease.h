@@ -25,6 +25,14 @@ void kvi_lease_tick(struct kvi_conn *h, uint64_t now);
  * connection with a live lease, renewing or rejoining as needed. 0 or a
  * code; *nowp is read again after anything slow. */
 int kvi_ensure_joined(struct kvi_conn *h, uint64_t *nowp);
+/* A rejoin whose join goes on (h->rejoining, several servers): step it
+ * without an operation (kvc_poll). 0 when none was stepped or it joined, else
+ * the code an operation would have failed with. */
+int kvi_conn_step_rejoin(struct kvi_conn *h, uint64_t now);
+static inline int kvi_conn_rejoining(const struct kvi_conn *h)
+{
+	return h->rejoining;
+}
 /* Our lease lapsed in the middle of an operation (kvi_st_post): renew it,
  * waiting until `deadline` at most, when nothing of ours is posted and no
  * operation may hold locks. 0 when the lease is live again (*nowp read

@@ -396,6 +396,8 @@ int kvi_verbs_join_start(const struct kvi_verbs_opts *o, struct kvi_verbs_join *
 		rc = KVC_EUNREACHABLE;
 		goto fail;
 	}
+	rdma_freeaddrinfo(j->ai); /* resolve_addr copied the addresses */
+	j->ai = NULL;
 	j->phase = J_ADDR;
 	j->last = kvi_mono_ns();
 	*out = j;
@@ -434,21 +436,23 @@ int kvi_verbs_join_step(struct kvi_verbs_join *j, struct kvi_rmem **out, struct 
 	}
 	for (;;) {
 		struct rdma_cm_event *ev;
-		uint64_t now;
+		uint64_t now = kvi_mono_ns();
 		int rc;
 
+		/* Past the deadline nothing more is done, not even with an event
+		 * that came in time but was taken late. */
+		if (now >= j->deadline) {
+			kvi_errbuf_set(e, "server %s:%s did not answer within %d ms (%s): is kvserver running there?",
+				       j->host, j->port, j->timeout_ms, rdma_event_str(awaited[j->phase]));
+			return KVC_EUNREACHABLE;
+		}
 		if (rdma_get_cm_event(j->v->ch, &ev)) {
 			if (errno != EAGAIN && errno != EINTR) {
 				kvi_errbuf_set(e, "waiting for rdma_cm event: %s", strerror(errno));
 				return KVC_ESYS;
 			}
-			if (kvi_mono_ns() < j->deadline)
-				return KVI_JOIN_PENDING;
-			kvi_errbuf_set(e, "server %s:%s did not answer within %d ms (%s): is kvserver running there?",
-				       j->host, j->port, j->timeout_ms, rdma_event_str(awaited[j->phase]));
-			return KVC_EUNREACHABLE;
+			return KVI_JOIN_PENDING;
 		}
-		now = kvi_mono_ns();
 		if (now - j->last > j->max_gap)
 			j->max_gap = now - j->last;
 		j->last = now;

@@ -1,7 +1,6 @@
 #include "verbs_util.h"
 
 #include <errno.h>
-#include <poll.h>
 #include <stdio.h>
 #include <string.h>
 
@@ -73,23 +72,6 @@ int kvi_wc_status_code(enum ibv_wc_status st)
 	default:
 		return KVC_EIO;
 	}
-}
-
-int kvi_cm_wait(struct rdma_event_channel *ch, int timeout_ms, struct rdma_cm_event **ev)
-{
-	struct pollfd p = { .fd = ch->fd, .events = POLLIN };
-	int r;
-
-	do
-		r = poll(&p, 1, timeout_ms);
-	while (r < 0 && errno == EINTR);
-	if (r == 0)
-		return KVC_ETIMEDOUT;
-	if (r < 0)
-		return KVC_ESYS;
-	if (rdma_get_cm_event(ch, ev))
-		return errno == EAGAIN ? KVC_ETIMEDOUT : KVC_ESYS;
-	return 0;
 }
 
 int kvi_set_ack_timeout(struct rdma_cm_id *id, struct kvi_errbuf *e)

@@ -36,9 +36,6 @@ int kvi_set_ack_timeout(struct rdma_cm_id *id, struct kvi_errbuf *e);
 int kvi_qp_exec_bound(struct ibv_qp *qp, uint32_t *bound_ms, unsigned *timeout, unsigned *retry,
 		      struct kvi_errbuf *e);
 
-/* Wait up to timeout_ms (negative: forever) for the next event on ch.
- * 0 with *ev set, KVC_ETIMEDOUT, or KVC_ESYS. */
-int kvi_cm_wait(struct rdma_event_channel *ch, int timeout_ms, struct rdma_cm_event **ev);
 
 /* Largest value an rdma_conn_param depth field can carry. */
 static inline unsigned char kvi_depth(int v)

@@ -128,11 +128,13 @@ KVC_EXPORT void kvc_opts_init(struct kvc_opts *o);
 /* Connect to the server(s) in o. On failure returns a KVC_ code and, if err
  * is not NULL, writes one line there: what failed, where, and what to do.
  * With a list, every server's join starts at once; kvc_create returns when
- * each has ended, or when at least one joined and the others had as long
- * again as the first took (10 ms at least). Those still joining go on,
- * stepped by later calls on the handle (no thread of the library's); a
- * server whose join failed is joined again when its keys are next used (see
- * "Several servers"). A join never holds the calling thread then.
+ * each has ended, or when at least one joined and each of the others has
+ * been waiting for an answer twice as long as the slowest answer of a
+ * joined server (10 ms at least). Those still joining go on, stepped by
+ * later calls on the handle (no thread of the library's); a server whose
+ * join failed is joined again when its keys are next used (see "Several
+ * servers"). A join never holds the calling thread then (but for the
+ * lookup of a host name, by the system's resolver).
  *
  * Several servers: one handle holds one connection per server, and each key
  * belongs to one server, chosen by weighted rendezvous hashing of the key
@@ -161,7 +163,7 @@ KVC_EXPORT int kvc_set_servers(kvc_t *h, const char *servers, char *err, size_t 
 /* The servers of the list, for monitoring. */
 enum kvc_server_state {
 	KVC_SERVER_UP = 0, /* joined */
-	KVC_SERVER_DOWN,   /* not joined now: its keys fail fast while it is joined again */
+	KVC_SERVER_DOWN,   /* not joined, no join under way (backing off): its keys fail fast */
 	KVC_SERVER_EJECTED, /* down and out of the hash (server_failure_limit) */
 	KVC_SERVER_JOINING  /* a join under way (its first, or again): its keys fail fast meanwhile */
 };
@@ -299,7 +301,8 @@ KVC_EXPORT int kvc_run_batch(kvc_t *h, struct kvc_op *const *ops, unsigned n);
  * is gone for every client -- at once (delay_ms 0: when the call returns,
  * no GET finds one) or delay_ms from now (the call returns once scheduled;
  * a later flush replaces a pending one, an immediate one cancels it). Sent
- * to every server of the handle; the server does the work off its event
+ * to every server of the handle (a server still joining is waited for, up
+ * to its join's deadline); the server does the work off its event
  * loop (GETs go on; an item written while it runs may survive). Round
  * trips: one control message per server, then, for delay_ms 0, one per
  * server every 0.2 to 20 ms until its walk is done. 0 when every server
