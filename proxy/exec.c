@@ -10,6 +10,11 @@
 
 #define THIRTY_DAYS (60 * 60 * 24 * 30)
 #define GET_RETRIES 3 /* re-reads of a value that outgrew its buffer */
+/* Re-reads go out at most this many at a time: their values are large (or,
+ * for a GET that timed out, may be), and a read's deadline runs from its
+ * submission, so many large reads together could time out behind one
+ * another where the same reads a few at a time take no longer in all. */
+#define REREAD_INFLIGHT 8u
 
 int kvp_ttl_ms(int32_t exptime, time_t now, uint64_t *ttl_ms)
 {
@@ -293,15 +298,17 @@ int kvp_exec_add(struct kvp_exec *x, const struct kvp_req *r)
 	return KVP_ADDED;
 }
 
-/* Submit ptrs[0..n) (in order, as depth allows) and wait for all. */
-static void run(kvc_t *h, struct kvc_op **ptrs, unsigned n)
+/* Submit ptrs[0..n) (in order, as depth allows, at most max_inflight at a
+ * time) and wait for all. */
+static void run_max(kvc_t *h, struct kvc_op **ptrs, unsigned n, unsigned max_inflight)
 {
 	struct kvc_op *done[64];
 	unsigned next = 0, remaining = n;
 
 	while (remaining) {
-		while (next < n) {
-			int k = kvc_submit_many(h, ptrs + next, n - next);
+		while (next < n && next - (n - remaining) < max_inflight) {
+			unsigned room = max_inflight - (next - (n - remaining));
+			int k = kvc_submit_many(h, ptrs + next, n - next < room ? n - next : room);
 
 			if (k < 0) { /* none started: each of the rest fails with it */
 				for (; next < n; next++, remaining--)
@@ -309,7 +316,7 @@ static void run(kvc_t *h, struct kvc_op **ptrs, unsigned n)
 				break;
 			}
 			next += (unsigned)k;
-			if (next == n || ptrs[next]->status == KVC_EAGAIN)
+			if (next == n || next - (n - remaining) >= max_inflight || ptrs[next]->status == KVC_EAGAIN)
 				break;
 			next++; /* refused at once (bad key, value, connection): its status says why */
 			remaining--;
@@ -326,6 +333,11 @@ static void run(kvc_t *h, struct kvc_op **ptrs, unsigned n)
 		}
 		remaining -= (unsigned)m;
 	}
+}
+
+static void run(kvc_t *h, struct kvc_op **ptrs, unsigned n)
+{
+	run_max(h, ptrs, n, n);
 }
 
 /* mg N (vivify on a miss), as memcached 1.6 does it: a miss adds an empty
@@ -421,7 +433,8 @@ static void vivify(struct kvp_exec *x)
 }
 
 /* The round's ops, with values over KVP_GETBUF read again into buffers of
- * their size. */
+ * their size, and GETs that timed out read again (a GET changes nothing),
+ * REREAD_INFLIGHT at a time. */
 static void run_round(struct kvp_exec *x)
 {
 	for (unsigned i = 0; i < x->nops; i++) {
@@ -444,6 +457,11 @@ static void run_round(struct kvp_exec *x)
 			struct kvc_op *op = &x->ops[i];
 			void *b;
 
+			if (op->status == KVC_ETIMEDOUT && op->type == KVC_OP_GET && attempt == 0) {
+				op->status = KVC_EAGAIN;
+				x->ptrs[n++] = op;
+				continue;
+			}
 			if (op->status != KVC_ETRUNC)
 				continue;
 			b = realloc(x->big[i], op->value_len);
@@ -460,7 +478,7 @@ static void run_round(struct kvp_exec *x)
 		}
 		if (!n)
 			break;
-		run(x->h, x->ptrs, n);
+		run_max(x->h, x->ptrs, n, REREAD_INFLIGHT);
 	}
 }
 
