@@ -146,6 +146,17 @@ int kvi_member_ready(kvc_t *h, struct kvi_member *m, uint64_t now)
 	return rc;
 }
 
+int kvi_member_joining(const struct kvi_member *m)
+{
+	return m->joining || (m->c && kvi_conn_rejoining(m->c));
+}
+
+/* One step of m's join under way: its own, or its connection's rejoin. */
+static int step_join(kvc_t *h, struct kvi_member *m, uint64_t now)
+{
+	return m->joining ? kvi_member_join(h, m, now, NULL, 0) : kvi_conn_step_rejoin(m->c, now);
+}
+
 /* kvc_poll: the joins under way advance even when no key is routed to them
  * (an rdma_cm handshake must be answered in time), every KVI_JOIN_STEP_NS:
  * a look costs a system call, and the scan one pass over the list. */
@@ -158,13 +169,10 @@ void kvi_member_step_joins(kvc_t *h, uint64_t now)
 		struct kvi_member *m = h->m[i];
 		int rc;
 
-		if (m->joining)
-			rc = kvi_member_join(h, m, now, NULL, 0);
-		else if (m->c && kvi_conn_rejoining(m->c))
-			rc = kvi_conn_step_rejoin(m->c, now);
-		else
+		if (!kvi_member_joining(m))
 			continue;
-		if (rc < 0 && !m->joining && !(m->c && kvi_conn_rejoining(m->c))) /* a join failed */
+		rc = step_join(h, m, now);
+		if (rc < 0 && !kvi_member_joining(m)) /* a join failed */
 			kvi_member_account(h, m, incurable(rc) ? rc : KVC_ESERVERGONE, now);
 	}
 }
@@ -173,18 +181,15 @@ int kvi_member_join_wait(kvc_t *h, struct kvi_member *m)
 {
 	int rc = 0;
 
-	for (;;) {
-		uint64_t now = kvi_now_ns();
-		struct pollfd p = { .fd = m->d ? kvi_dial_fd(m->d) : -1, .events = POLLIN };
+	while (kvi_member_joining(m)) {
+		struct pollfd p;
 
-		if (m->c && kvi_conn_rejoining(m->c) && kvi_conn_inflight(m->c))
+		if (m->c && kvi_conn_inflight(m->c))
 			return 0; /* its operations fail first: the caller polls them */
-		if (m->joining)
-			rc = kvi_member_join(h, m, now, NULL, 0);
-		else if (m->c && kvi_conn_rejoining(m->c))
-			rc = kvi_conn_step_rejoin(m->c, now);
-		if (!m->joining && !(m->c && kvi_conn_rejoining(m->c)))
-			return rc < 0 ? rc : 0;
-		(void)poll(&p, 1, 1); /* the join's own deadline ends it */
+		rc = step_join(h, m, kvi_now_ns());
+		p = (struct pollfd){ .fd = m->d ? kvi_dial_fd(m->d) : -1, .events = POLLIN };
+		if (kvi_member_joining(m))
+			(void)poll(&p, 1, 1); /* the join's own deadline ends it */
 	}
+	return rc < 0 ? rc : 0;
 }

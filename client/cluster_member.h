@@ -15,6 +15,9 @@ struct kvi_member;
  * (cluster.h "Joining"): 0 joined, KVI_JOIN_PENDING, or the join's code with
  * one line in err; a failure backs m's next join off. */
 int kvi_member_join(kvc_t *h, struct kvi_member *m, uint64_t now, char *err, size_t errlen);
+/* Is a join of m under way: its own (no connection) or its connection's
+ * rejoin (cluster.h "Joining")? */
+int kvi_member_joining(const struct kvi_member *m);
 /* Step the joins under way, the members' and their connections' rejoins,
  * when due (kvc_poll). */
 void kvi_member_step_joins(kvc_t *h, uint64_t now);

@@ -4,8 +4,8 @@
 #include <string.h>
 
 #include "cluster.h"
+#include "cluster_member.h"
 #include "cluster_stats.h"
-#include "lease.h"
 #include "engine.h"
 #include "stats.h"
 
@@ -95,7 +95,7 @@ int kvc_server_info(const kvc_t *h, unsigned i, struct kvc_server_info *out)
 	out->failures = m->fails;
 	if (m->ejected_until)
 		out->state = KVC_SERVER_EJECTED;
-	else if (m->joining || (m->c && kvi_conn_rejoining(m->c)))
+	else if (kvi_member_joining(m))
 		out->state = KVC_SERVER_JOINING;
 	else
 		out->state = !m->c || kvi_conn_broken(m->c) ? KVC_SERVER_DOWN : KVC_SERVER_UP;

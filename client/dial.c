@@ -1,7 +1,6 @@
 #define _GNU_SOURCE /* secure_getenv */
 #include "dial.h"
 
-#include <poll.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -9,7 +8,6 @@
 #include <unistd.h>
 
 #include "auth.h"
-#include "clock.h"
 #include "log.h"
 #include "rmem_verbs.h"
 
@@ -160,11 +158,7 @@ static int join(struct kvi_dial *d, int timeout_ms, struct kvi_rmem **rm, struct
 		if (rc)
 			return rc;
 	}
-	while ((rc = kvi_verbs_join_step(d->join, rm, &w, e)) == KVI_JOIN_PENDING && !d->async) {
-		struct pollfd p = { .fd = kvi_verbs_join_fd(d->join), .events = POLLIN };
-
-		(void)poll(&p, 1, kvi_ms_until(kvi_mono_ns(), kvi_verbs_join_deadline(d->join), 1000));
-	}
+	rc = d->async ? kvi_verbs_join_step(d->join, rm, &w, e) : kvi_verbs_join_wait(d->join, rm, &w, e);
 	if (rc != KVI_JOIN_PENDING) {
 		if (rc == 0)
 			d->answer_ns = kvi_verbs_join_max_gap_ns(d->join);

@@ -54,8 +54,10 @@ struct kvi_verbs_join;
 int kvi_verbs_join_start(const struct kvi_verbs_opts *o, struct kvi_verbs_join **out, struct kvi_errbuf *e);
 int kvi_verbs_join_step(struct kvi_verbs_join *j, struct kvi_rmem **out, struct kvi_welcome *w,
 			struct kvi_errbuf *e);
+/* Step until the join ends, sleeping on its fd meanwhile (a blocking join). */
+int kvi_verbs_join_wait(struct kvi_verbs_join *j, struct kvi_rmem **out, struct kvi_welcome *w,
+			struct kvi_errbuf *e);
 int kvi_verbs_join_fd(const struct kvi_verbs_join *j);
-uint64_t kvi_verbs_join_deadline(const struct kvi_verbs_join *j); /* ns, kvi_mono_ns's clock */
 /* How long since the join last advanced (its start, or its last event),
  * at now (kvi_mono_ns); and the longest it has waited for one event, which
  * says how fast this peer answers (the wait includes the caller's delay in

@@ -412,11 +412,6 @@ int kvi_verbs_join_fd(const struct kvi_verbs_join *j)
 	return j->v ? j->v->ch->fd : -1;
 }
 
-uint64_t kvi_verbs_join_deadline(const struct kvi_verbs_join *j)
-{
-	return j->deadline;
-}
-
 uint64_t kvi_verbs_join_quiet_ns(const struct kvi_verbs_join *j, uint64_t now)
 {
 	return now > j->last ? now - j->last : 0;
@@ -477,6 +472,18 @@ int kvi_verbs_join_step(struct kvi_verbs_join *j, struct kvi_rmem **out, struct 
 	}
 }
 
+int kvi_verbs_join_wait(struct kvi_verbs_join *j, struct kvi_rmem **out, struct kvi_welcome *w, struct kvi_errbuf *e)
+{
+	int rc;
+
+	while ((rc = kvi_verbs_join_step(j, out, w, e)) == KVI_JOIN_PENDING) {
+		struct pollfd p = { .fd = kvi_verbs_join_fd(j), .events = POLLIN };
+
+		(void)poll(&p, 1, kvi_ms_until(kvi_mono_ns(), j->deadline, 1000));
+	}
+	return rc;
+}
+
 int kvi_rmem_verbs_connect(const struct kvi_verbs_opts *o, struct kvi_rmem **out, struct kvi_welcome *welcome,
 			   struct kvi_errbuf *e)
 {
@@ -486,11 +493,7 @@ int kvi_rmem_verbs_connect(const struct kvi_verbs_opts *o, struct kvi_rmem **out
 	*out = NULL;
 	if (rc)
 		return rc;
-	while ((rc = kvi_verbs_join_step(j, out, welcome, e)) == KVI_JOIN_PENDING) {
-		struct pollfd p = { .fd = kvi_verbs_join_fd(j), .events = POLLIN };
-
-		(void)poll(&p, 1, kvi_ms_until(kvi_mono_ns(), j->deadline, 1000));
-	}
+	rc = kvi_verbs_join_wait(j, out, welcome, e);
 	kvi_verbs_join_free(j);
 	return rc;
 }
