@@ -23,15 +23,28 @@
 
 enum join_phase { J_ADDR, J_ROUTE, J_CONNECT };
 
+/* A connect request or its reply lost on the wire is sent again by the
+ * kernel's CM only after its response timeout (measured on Debian 6.1's
+ * Soft-RoCE: ~6 s), longer than a whole default join. So a handshake with
+ * no answer after KVI_JOIN_RETRY_FIRST_MS is abandoned (destroying its id
+ * sends the server a reject, which frees what it set up) and made again
+ * from a fresh id, the wait doubling each time, within the join's deadline.
+ * The first wait is long enough for a loaded server's answer (milliseconds
+ * on a NIC, tens to hundreds in a busy guest). */
+#define KVI_JOIN_RETRY_FIRST_MS 1000u
+
 /* Copies of what kvi_verbs_opts pointed at: the join outlives the call that
  * started it. */
 struct kvi_verbs_join {
-	struct rmem_verbs *v; /* NULL once handed over or freed */
-	struct rdma_addrinfo *ai;
+	struct rmem_verbs *v; /* this attempt's; NULL once handed over, freed or failed */
+	struct rdma_addrinfo *ai; /* looked up once, for every attempt */
 	enum join_phase phase;
-	uint64_t deadline; /* ns: the whole join */
-	uint64_t last;     /* ns: since when it waits for an event (its start, the last one's handling) */
-	uint64_t max_gap;  /* ns: the longest wait for one event so far */
+	uint64_t deadline;   /* ns: the whole join */
+	uint64_t last;       /* ns: since when it waits for an event (its start, the last one's handling) */
+	uint64_t max_gap;    /* ns: the longest wait for one event so far */
+	uint64_t give_up;    /* ns: J_CONNECT: when this attempt's handshake is abandoned */
+	uint64_t retry_wait; /* ns: the next attempt's handshake wait */
+	unsigned attempts;   /* handshakes made */
 	int timeout_ms;
 	struct ibv_device_attr attr;
 	char host[256], port[16], device_buf[64];
@@ -41,7 +54,7 @@ struct kvi_verbs_join {
 	int has_secret, has_raw;
 	struct kvi_wire_hello raw;
 	size_t secret_len;
-	uint8_t secret[KVI_AUTH_SECRET_MAX]; /* wiped once the hello is made, and at free */
+	uint8_t secret[KVI_AUTH_SECRET_MAX]; /* each attempt proves afresh; wiped at free */
 };
 
 static const enum rdma_cm_event_type awaited[] = {
@@ -259,7 +272,6 @@ static int advance(struct kvi_verbs_join *j, struct kvi_errbuf *e)
 		rc = kvi_set_ack_timeout(v->id, e);
 	if (!rc)
 		rc = make_hello(j, v->id, &hello, e);
-	kvi_auth_wipe(j->secret, sizeof(j->secret));
 	if (rc)
 		return rc;
 	memset(&cp, 0, sizeof(cp));
@@ -274,8 +286,58 @@ static int advance(struct kvi_verbs_join *j, struct kvi_errbuf *e)
 		kvi_errbuf_set(e, "rdma_connect to %s:%s: %s", j->host, j->port, strerror(errno));
 		return KVC_EUNREACHABLE;
 	}
+	kvi_auth_wipe(&hello, sizeof(hello));
 	j->phase = J_CONNECT;
+	j->attempts++;
+	j->give_up = kvi_mono_ns() + j->retry_wait;
+	j->retry_wait *= 2;
 	return 0;
+}
+
+/* A fresh rdma_cm channel and id, and the address's resolution asked for:
+ * the join's start, and each new handshake attempt. */
+static int attempt(struct kvi_verbs_join *j, struct kvi_errbuf *e)
+{
+	struct rmem_verbs *v = kvi_verbs_alloc();
+	int left = kvi_ms_until(kvi_mono_ns(), j->deadline, j->timeout_ms);
+
+	if (!v) {
+		kvi_errbuf_set(e, "out of memory");
+		return KVC_ENOMEM;
+	}
+	j->v = v;
+	v->ch = rdma_create_event_channel();
+	if (!v->ch) {
+		kvi_errbuf_set(e, "cannot open the RDMA connection manager (/dev/infiniband/rdma_cm: %s): "
+			       "no RDMA device or rdma_ucm not loaded; run under deploy/rdma-env",
+			       strerror(errno));
+		return KVC_ENODEV;
+	}
+	/* Never blocked on: the join is stepped, and later the channel is only
+	 * looked at while idle. */
+	if (fcntl(v->ch->fd, F_SETFL, fcntl(v->ch->fd, F_GETFL) | O_NONBLOCK)) {
+		kvi_errbuf_set(e, "fcntl(O_NONBLOCK) on the rdma_cm channel: %s", strerror(errno));
+		return KVC_ESYS;
+	}
+	if (rdma_create_id(v->ch, &v->id, v, RDMA_PS_TCP)) {
+		kvi_errbuf_set(e, "rdma_create_id: %s", strerror(errno));
+		return KVC_ESYS;
+	}
+	if (rdma_resolve_addr(v->id, j->ai->ai_src_addr, j->ai->ai_dst_addr, left > 0 ? left : 1)) {
+		kvi_errbuf_set(e, "no RDMA route to %s: %s (is the address on an RDMA-capable interface?)",
+			       j->host, strerror(errno));
+		return KVC_EUNREACHABLE;
+	}
+	j->phase = J_ADDR;
+	return 0;
+}
+
+/* This attempt's handshake had no answer in time: abandon it for a new one. */
+static int retry(struct kvi_verbs_join *j, struct kvi_errbuf *e)
+{
+	kvi_verbs_free(j->v);
+	j->v = NULL;
+	return attempt(j, e);
 }
 
 /* ESTABLISHED, with the server's welcome: the connection is ours. */
@@ -323,7 +385,6 @@ int kvi_verbs_join_start(const struct kvi_verbs_opts *o, struct kvi_verbs_join *
 {
 	struct rdma_addrinfo hints = { .ai_port_space = RDMA_PS_TCP };
 	struct kvi_verbs_join *j;
-	struct rmem_verbs *v;
 	int rc;
 
 	*out = NULL;
@@ -334,16 +395,14 @@ int kvi_verbs_join_start(const struct kvi_verbs_opts *o, struct kvi_verbs_join *
 		return KVC_EINVAL;
 	}
 	j = calloc(1, sizeof(*j));
-	v = j ? kvi_verbs_alloc() : NULL;
-	if (!v) {
-		free(j);
+	if (!j) {
 		kvi_errbuf_set(e, "out of memory");
 		return KVC_ENOMEM;
 	}
-	j->v = v;
 	j->timeout_ms = o->timeout_ms;
 	j->last = kvi_mono_ns();
 	j->deadline = j->last + (uint64_t)o->timeout_ms * 1000000u;
+	j->retry_wait = (uint64_t)KVI_JOIN_RETRY_FIRST_MS * 1000000u;
 	snprintf(j->host, sizeof(j->host), "%s", o->host);
 	snprintf(j->port, sizeof(j->port), "%s", o->port);
 	if (o->device) {
@@ -360,26 +419,6 @@ int kvi_verbs_join_start(const struct kvi_verbs_opts *o, struct kvi_verbs_join *
 		j->secret_len = o->secret_len;
 		j->has_secret = 1;
 	}
-	v->ch = rdma_create_event_channel();
-	if (!v->ch) {
-		kvi_errbuf_set(e, "cannot open the RDMA connection manager (/dev/infiniband/rdma_cm: %s): "
-			       "no RDMA device or rdma_ucm not loaded; run under deploy/rdma-env",
-			       strerror(errno));
-		rc = KVC_ENODEV;
-		goto fail;
-	}
-	/* Never blocked on: the join is stepped, and later the channel is only
-	 * looked at while idle. */
-	if (fcntl(v->ch->fd, F_SETFL, fcntl(v->ch->fd, F_GETFL) | O_NONBLOCK)) {
-		kvi_errbuf_set(e, "fcntl(O_NONBLOCK) on the rdma_cm channel: %s", strerror(errno));
-		rc = KVC_ESYS;
-		goto fail;
-	}
-	if (rdma_create_id(v->ch, &v->id, v, RDMA_PS_TCP)) {
-		kvi_errbuf_set(e, "rdma_create_id: %s", strerror(errno));
-		rc = KVC_ESYS;
-		goto fail;
-	}
 	/* A host name is looked up here, synchronously (the resolver has no
 	 * event to step on); numeric addresses, as server lists usually hold,
 	 * cost nothing. */
@@ -387,18 +426,13 @@ int kvi_verbs_join_start(const struct kvi_verbs_opts *o, struct kvi_verbs_join *
 	if (rc) {
 		kvi_errbuf_set(e, "cannot resolve server address %s:%s: %s", o->host, o->port,
 			       rc == -1 ? strerror(errno) : gai_strerror(rc));
+		j->ai = NULL;
 		rc = KVC_EUNREACHABLE;
 		goto fail;
 	}
-	if (rdma_resolve_addr(v->id, j->ai->ai_src_addr, j->ai->ai_dst_addr, o->timeout_ms)) {
-		kvi_errbuf_set(e, "no RDMA route to %s: %s (is the address on an RDMA-capable interface?)",
-			       o->host, strerror(errno));
-		rc = KVC_EUNREACHABLE;
+	rc = attempt(j, e);
+	if (rc)
 		goto fail;
-	}
-	rdma_freeaddrinfo(j->ai); /* resolve_addr copied the addresses */
-	j->ai = NULL;
-	j->phase = J_ADDR;
 	j->last = kvi_mono_ns();
 	*out = j;
 	return 0;
@@ -410,6 +444,11 @@ fail:
 int kvi_verbs_join_fd(const struct kvi_verbs_join *j)
 {
 	return j->v ? j->v->ch->fd : -1;
+}
+
+uint64_t kvi_verbs_join_wake_ns(const struct kvi_verbs_join *j)
+{
+	return j->phase == J_CONNECT && j->give_up < j->deadline ? j->give_up : j->deadline;
 }
 
 uint64_t kvi_verbs_join_quiet_ns(const struct kvi_verbs_join *j, uint64_t now)
@@ -437,8 +476,9 @@ int kvi_verbs_join_step(struct kvi_verbs_join *j, struct kvi_rmem **out, struct 
 		/* Past the deadline nothing more is done, not even with an event
 		 * that came in time but was taken late. */
 		if (now >= j->deadline) {
-			kvi_errbuf_set(e, "server %s:%s did not answer within %d ms (%s): is kvserver running there?",
-				       j->host, j->port, j->timeout_ms, rdma_event_str(awaited[j->phase]));
+			kvi_errbuf_set(e, "server %s:%s did not answer within %d ms (%s; %u connect attempt%s): "
+				       "is kvserver running there?", j->host, j->port, j->timeout_ms,
+				       rdma_event_str(awaited[j->phase]), j->attempts, j->attempts == 1 ? "" : "s");
 			return KVC_EUNREACHABLE;
 		}
 		if (rdma_get_cm_event(j->v->ch, &ev)) {
@@ -446,7 +486,12 @@ int kvi_verbs_join_step(struct kvi_verbs_join *j, struct kvi_rmem **out, struct 
 				kvi_errbuf_set(e, "waiting for rdma_cm event: %s", strerror(errno));
 				return KVC_ESYS;
 			}
-			return KVI_JOIN_PENDING;
+			if (j->phase != J_CONNECT || now < j->give_up)
+				return KVI_JOIN_PENDING;
+			rc = retry(j, e); /* the peer is still quiet: last stays */
+			if (rc)
+				return rc;
+			continue;
 		}
 		if (now - j->last > j->max_gap)
 			j->max_gap = now - j->last;
@@ -479,7 +524,7 @@ int kvi_verbs_join_wait(struct kvi_verbs_join *j, struct kvi_rmem **out, struct 
 	while ((rc = kvi_verbs_join_step(j, out, w, e)) == KVI_JOIN_PENDING) {
 		struct pollfd p = { .fd = kvi_verbs_join_fd(j), .events = POLLIN };
 
-		(void)poll(&p, 1, kvi_ms_until(kvi_mono_ns(), j->deadline, 1000));
+		(void)poll(&p, 1, kvi_ms_until(kvi_mono_ns(), kvi_verbs_join_wake_ns(j), 1000));
 	}
 	return rc;
 }

@@ -24,6 +24,8 @@
 # must grow while a checker inserts 256 keys under 5 % loss, so that inserts wait for resizes and
 # their commits go out late and retransmitted; it must lose no acknowledged write, fail only with
 # the codes a fault explains, and grow at least once.
+# Round 3: joins whose first handshake loses its packets (the request, or only the reply) end
+# within 4 s by a new handshake, and leave no connection behind on the server.
 # Passes when: the checker saw no wrong data and only the failures a fault explains
 # (KVC_ETIMEDOUT, KVC_ESERVERGONE, KVC_EUNKNOWN; see netem_check.c), and after every fault
 # one healed phase after it (after-, later-, and up to two retry- phases that run only when
@@ -43,6 +45,7 @@ recover=${KV_NETEM_RECOVER:-80}
 port=${KV_NETEM_PORT:-7491}
 server_bin=$build/server/kvserver
 check_bin=$build/tests/integration/netem/netem_check
+cli_bin=$build/client/kvcli
 shim=$build/tests/integration/netem/libnetem_bind_src.so
 
 say()  { echo "$prog: $*"; }
@@ -54,8 +57,8 @@ if [ "${SOFTROCE_VM:-}" != 1 ] && [ "${KV_NETEM_HOST:-}" != 1 ]; then
 fi
 [[ $secs =~ ^[0-9]+$ ]] && [ "$secs" -ge 1 ] || fail "KV_NETEM_SECS must be a whole number of seconds >= 1 (got '$secs')"
 [[ $recover =~ ^[0-9]+$ ]] && [ "$recover" -le 100 ] || fail "KV_NETEM_RECOVER must be a percentage 0..100 (got '$recover')"
-[ -x "$server_bin" ] && [ -x "$check_bin" ] && [ -f "$shim" ] ||
-  fail "$server_bin, $check_bin or $shim missing: build first (cmake --build $build)"
+[ -x "$server_bin" ] && [ -x "$check_bin" ] && [ -x "$cli_bin" ] && [ -f "$shim" ] ||
+  fail "$server_bin, $check_bin, $cli_bin or $shim missing: build first (cmake --build $build)"
 case "$shim" in /*) ;; *) shim=$PWD/$shim;; esac
 # The checks must catch what they are for before they are trusted with a verdict.
 "$check_bin" --self-test >/dev/null 2>&1 || fail "netem_check --self-test: its checks miss wrong values"
@@ -281,6 +284,39 @@ esac
 if [ "$resizes" -lt 1 ]; then
   echo "$prog: FAIL: round 2: the index never grew, so no insert waited for a resize" >&2; bad=1
 fi
+
+# --- round 3: joins whose handshake packets are lost ----------------------------------------
+# The kernel's CM sends a lost connect request (or reply) again only after ~6 s, longer than a
+# whole default join (5 s); the join itself makes a new handshake after 1 s of silence
+# (common/rmem_verbs_join.c). Each case drops every packet for 0.3 s from the join's start:
+# both ways (the request is lost), or only the server's (its reply is lost: the server set up
+# a connection that the abandoned attempt's reject must take down). The join must end within
+# 4 s, and the server serve on with no leftover client.
+start_server server3.log $(( port + 2 )) -m 8
+for c in "both:kvnA kvnB" "reply:kvnB"; do
+  for d in ${c#*:}; do tc qdisc replace dev "$d" root netem loss 100% || fail "tc netem loss 100% failed"; done
+  ( sleep 0.3; fault_off ) &
+  t0=$(date +%s%N)
+  KV_NETEM_SRC=$A LD_PRELOAD=$shim ASAN_OPTIONS=${ASAN_OPTIONS:+$ASAN_OPTIONS:}verify_asan_link_order=0 \
+    "$cli_bin" -s "$B:$(( port + 2 ))" -t 5000 put "join-${c%%:*}" v > "$work/join.err" 2>&1; jrc=$?
+  ms=$(( ($(date +%s%N) - t0) / 1000000 ))
+  wait $!
+  if [ "$jrc" != 0 ] || [ "$ms" -gt 4000 ]; then
+    echo "$prog: FAIL: round 3: a join whose first handshake lost its ${c%%:*} packets: exit $jrc after $ms ms (want 0 within 4000 ms): $(cat "$work/join.err")" >&2; bad=1
+  else
+    echo "$prog: round 3: a join whose first handshake lost its ${c%%:*} packets ended in $ms ms"
+  fi
+done
+# The abandoned attempts' connections are gone: only kvserver's own clients stay.
+sleep 0.5
+left=$(grep -c "event=client_joined" "$work/server3.log") gone=$(grep -c "event=client_left" "$work/server3.log")
+own=$(grep "event=client_joined" "$work/server3.log" | grep -vc "role=client")
+if [ $(( left - gone - own )) -ne 0 ]; then
+  echo "$prog: FAIL: round 3: $left clients joined, $gone left, $own are kvserver's own: an abandoned handshake's connection stayed" >&2; bad=1
+else
+  echo "$prog: round 3: $left joins (abandoned handshakes included), $gone left, $own kvserver's own: none stayed"
+fi
+kill "$srv_pid" 2>/dev/null; wait "$srv_pid" 2>/dev/null; srv_pid=""
 
 echo "$prog: rxe counters at the end:"; diag
 if [ "$bad" = 0 ]; then
