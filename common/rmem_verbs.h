@@ -49,10 +49,9 @@ int kvi_rmem_verbs_connect(const struct kvi_verbs_opts *o, struct kvi_rmem **out
  * once the join's deadline (start + o->timeout_ms) has passed. After 0 or a
  * code the join is over: free it (the connection is the caller's). Freeing
  * a join under way abandons it (its rdma_cm id is destroyed, which cancels
- * the handshake). A handshake with no answer for a while is abandoned the
- * same way and made again from a fresh id (rmem_verbs_join.c), so the fd
- * may change between steps: ask for it before each sleep, and sleep no
- * longer than kvi_verbs_join_wake_ns says. */
+ * the handshake). While the server has not answered, a join makes further
+ * attempts from fresh ids (rmem_verbs_join.c "attempts"): sleep no longer
+ * than kvi_verbs_join_wake_ns says. */
 struct kvi_verbs_join;
 int kvi_verbs_join_start(const struct kvi_verbs_opts *o, struct kvi_verbs_join **out, struct kvi_errbuf *e);
 int kvi_verbs_join_step(struct kvi_verbs_join *j, struct kvi_rmem **out, struct kvi_welcome *w,
@@ -62,7 +61,7 @@ int kvi_verbs_join_wait(struct kvi_verbs_join *j, struct kvi_rmem **out, struct 
 			struct kvi_errbuf *e);
 int kvi_verbs_join_fd(const struct kvi_verbs_join *j);
 /* When the join must be stepped even if its fd stays quiet (kvi_mono_ns):
- * its deadline, or the moment its handshake is made again. */
+ * its deadline, or when its next attempt starts. */
 uint64_t kvi_verbs_join_wake_ns(const struct kvi_verbs_join *j);
 /* How long since the join last advanced (its start, or its last event),
  * at now (kvi_mono_ns); and the longest it has waited for one event, which

@@ -23,28 +23,40 @@
 
 enum join_phase { J_ADDR, J_ROUTE, J_CONNECT };
 
-/* A connect request or its reply lost on the wire is sent again by the
+/* Attempts. A connect request or its reply lost on the wire is sent again by the
  * kernel's CM only after its response timeout (measured on Debian 6.1's
- * Soft-RoCE: ~6 s), longer than a whole default join. So a handshake with
- * no answer after KVI_JOIN_RETRY_FIRST_MS is abandoned (destroying its id
- * sends the server a reject, which frees what it set up) and made again
- * from a fresh id, the wait doubling each time, within the join's deadline.
- * The first wait is long enough for a loaded server's answer (milliseconds
- * on a NIC, tens to hundreds in a busy guest). */
+ * Soft-RoCE: ~6 s), longer than a whole default join. So while no attempt
+ * has been answered, a new one starts from a fresh id KVI_JOIN_RETRY_FIRST_MS
+ * after the first, then after twice as long, up to KVI_JOIN_ATTEMPTS in all,
+ * within the join's deadline. The earlier attempts stay: a server that is
+ * merely slow answers one of them, and the first answered wins. The others
+ * are destroyed then (the server gets a reject, or a disconnect, and frees
+ * what it set up for them). */
 #define KVI_JOIN_RETRY_FIRST_MS 1000u
+#define KVI_JOIN_ATTEMPTS 3
+
+/* One attempt: its transport (whose rdma_cm id lives on the join's channel,
+ * with the transport as its context) and how far it got. */
+struct join_attempt {
+	struct rmem_verbs *v; /* NULL: not started, or destroyed */
+	enum join_phase phase;
+	uint64_t t[J_CONNECT + 1]; /* ns: when it entered each phase (a timeout says) */
+};
 
 /* Copies of what kvi_verbs_opts pointed at: the join outlives the call that
  * started it. */
 struct kvi_verbs_join {
-	struct rmem_verbs *v; /* this attempt's; NULL once handed over, freed or failed */
-	struct rdma_addrinfo *ai; /* looked up once, for every attempt */
-	enum join_phase phase;
+	struct rdma_event_channel *ch; /* every attempt's; the winner's once it joined */
+	struct join_attempt at[KVI_JOIN_ATTEMPTS];
+	unsigned attempts;             /* started */
+	int over;                      /* ended: handed over, or failed */
+	struct rdma_addrinfo *ai;      /* looked up once, for every attempt */
+	uint64_t start;      /* ns */
 	uint64_t deadline;   /* ns: the whole join */
 	uint64_t last;       /* ns: since when it waits for an event (its start, the last one's handling) */
 	uint64_t max_gap;    /* ns: the longest wait for one event so far */
-	uint64_t give_up;    /* ns: J_CONNECT: when this attempt's handshake is abandoned */
-	uint64_t retry_wait; /* ns: the next attempt's handshake wait */
-	unsigned attempts;   /* handshakes made */
+	uint64_t next_at;    /* ns: when another attempt starts, if none was answered */
+	uint64_t retry_wait; /* ns: from then to the one after */
 	int timeout_ms;
 	struct ibv_device_attr attr;
 	char host[256], port[16], device_buf[64];
@@ -248,15 +260,15 @@ static int check_exec_bound(struct rmem_verbs *v, const struct kvi_verbs_join *j
 }
 
 
-/* The phase's event arrived: start the next phase (0), or why not. */
-static int advance(struct kvi_verbs_join *j, struct kvi_errbuf *e)
+/* The phase's event arrived for attempt a: start its next phase (0), or why not. */
+static int advance(struct kvi_verbs_join *j, struct join_attempt *a, struct kvi_errbuf *e)
 {
-	struct rmem_verbs *v = j->v;
+	struct rmem_verbs *v = a->v;
 	struct rdma_conn_param cp;
 	struct kvi_wire_hello hello;
 	int rc, left = kvi_ms_until(kvi_mono_ns(), j->deadline, j->timeout_ms);
 
-	if (j->phase == J_ADDR) {
+	if (a->phase == J_ADDR) {
 		rc = check_route_device(v, j, &j->attr, e);
 		if (rc)
 			return rc;
@@ -264,7 +276,8 @@ static int advance(struct kvi_verbs_join *j, struct kvi_errbuf *e)
 			kvi_errbuf_set(e, "rdma_resolve_route to %s: %s", j->host, strerror(errno));
 			return KVC_EUNREACHABLE;
 		}
-		j->phase = J_ROUTE;
+		a->phase = J_ROUTE;
+		a->t[J_ROUTE] = kvi_mono_ns();
 		return 0;
 	}
 	rc = create_resources(v, j, &j->attr, e);
@@ -287,39 +300,31 @@ static int advance(struct kvi_verbs_join *j, struct kvi_errbuf *e)
 		return KVC_EUNREACHABLE;
 	}
 	kvi_auth_wipe(&hello, sizeof(hello));
-	j->phase = J_CONNECT;
-	j->attempts++;
-	j->give_up = kvi_mono_ns() + j->retry_wait;
-	j->retry_wait *= 2;
+	a->phase = J_CONNECT;
+	a->t[J_CONNECT] = kvi_mono_ns();
 	return 0;
 }
 
-/* A fresh rdma_cm channel and id, and the address's resolution asked for:
- * the join's start, and each new handshake attempt. */
+/* A new attempt: a fresh rdma_cm id on the join's channel, and the
+ * address's resolution asked for. */
 static int attempt(struct kvi_verbs_join *j, struct kvi_errbuf *e)
 {
+	struct join_attempt *a = &j->at[j->attempts];
 	struct rmem_verbs *v = kvi_verbs_alloc();
-	int left = kvi_ms_until(kvi_mono_ns(), j->deadline, j->timeout_ms);
+	uint64_t now = kvi_mono_ns();
+	int left = kvi_ms_until(now, j->deadline, j->timeout_ms);
 
 	if (!v) {
 		kvi_errbuf_set(e, "out of memory");
 		return KVC_ENOMEM;
 	}
-	j->v = v;
-	v->ch = rdma_create_event_channel();
-	if (!v->ch) {
-		kvi_errbuf_set(e, "cannot open the RDMA connection manager (/dev/infiniband/rdma_cm: %s): "
-			       "no RDMA device or rdma_ucm not loaded; run under deploy/rdma-env",
-			       strerror(errno));
-		return KVC_ENODEV;
-	}
-	/* Never blocked on: the join is stepped, and later the channel is only
-	 * looked at while idle. */
-	if (fcntl(v->ch->fd, F_SETFL, fcntl(v->ch->fd, F_GETFL) | O_NONBLOCK)) {
-		kvi_errbuf_set(e, "fcntl(O_NONBLOCK) on the rdma_cm channel: %s", strerror(errno));
-		return KVC_ESYS;
-	}
-	if (rdma_create_id(v->ch, &v->id, v, RDMA_PS_TCP)) {
+	a->v = v;
+	a->phase = J_ADDR;
+	a->t[J_ADDR] = now;
+	j->attempts++;
+	j->next_at = now + j->retry_wait;
+	j->retry_wait *= 2;
+	if (rdma_create_id(j->ch, &v->id, v, RDMA_PS_TCP)) {
 		kvi_errbuf_set(e, "rdma_create_id: %s", strerror(errno));
 		return KVC_ESYS;
 	}
@@ -328,23 +333,25 @@ static int attempt(struct kvi_verbs_join *j, struct kvi_errbuf *e)
 			       j->host, strerror(errno));
 		return KVC_EUNREACHABLE;
 	}
-	j->phase = J_ADDR;
 	return 0;
 }
 
-/* This attempt's handshake had no answer in time: abandon it for a new one. */
-static int retry(struct kvi_verbs_join *j, struct kvi_errbuf *e)
+/* Destroys every attempt but keep (an index, or -1 for all): their ids go
+ * before the channel they live on. */
+static void drop_attempts(struct kvi_verbs_join *j, int keep)
 {
-	kvi_verbs_free(j->v);
-	j->v = NULL;
-	return attempt(j, e);
+	for (unsigned i = 0; i < j->attempts; i++) {
+		if ((int)i != keep) {
+			kvi_verbs_free(j->at[i].v); /* v->ch is NULL: the channel is the join's */
+			j->at[i].v = NULL;
+		}
+	}
 }
 
 /* ESTABLISHED, with the server's welcome: the connection is ours. */
-static int established(struct kvi_verbs_join *j, const struct rdma_cm_event *ev, struct kvi_welcome *w,
-		       struct kvi_errbuf *e)
+static int established(struct kvi_verbs_join *j, struct rmem_verbs *v, const struct rdma_cm_event *ev,
+		       struct kvi_welcome *w, struct kvi_errbuf *e)
 {
-	struct rmem_verbs *v = j->v;
 	const char *why = "";
 	int rc = kvi_wire_welcome_decode(ev->param.conn.private_data, ev->param.conn.private_data_len, w, &why);
 
@@ -374,7 +381,9 @@ void kvi_verbs_join_free(struct kvi_verbs_join *j)
 {
 	if (!j)
 		return;
-	kvi_verbs_free(j->v);
+	drop_attempts(j, -1);
+	if (j->ch)
+		rdma_destroy_event_channel(j->ch);
 	if (j->ai)
 		rdma_freeaddrinfo(j->ai);
 	kvi_auth_wipe(j->secret, sizeof(j->secret));
@@ -400,7 +409,7 @@ int kvi_verbs_join_start(const struct kvi_verbs_opts *o, struct kvi_verbs_join *
 		return KVC_ENOMEM;
 	}
 	j->timeout_ms = o->timeout_ms;
-	j->last = kvi_mono_ns();
+	j->start = j->last = kvi_mono_ns();
 	j->deadline = j->last + (uint64_t)o->timeout_ms * 1000000u;
 	j->retry_wait = (uint64_t)KVI_JOIN_RETRY_FIRST_MS * 1000000u;
 	snprintf(j->host, sizeof(j->host), "%s", o->host);
@@ -430,6 +439,21 @@ int kvi_verbs_join_start(const struct kvi_verbs_opts *o, struct kvi_verbs_join *
 		rc = KVC_EUNREACHABLE;
 		goto fail;
 	}
+	j->ch = rdma_create_event_channel();
+	if (!j->ch) {
+		kvi_errbuf_set(e, "cannot open the RDMA connection manager (/dev/infiniband/rdma_cm: %s): "
+			       "no RDMA device or rdma_ucm not loaded; run under deploy/rdma-env",
+			       strerror(errno));
+		rc = KVC_ENODEV;
+		goto fail;
+	}
+	/* Never blocked on: the join is stepped, and later the channel is only
+	 * looked at while idle. */
+	if (fcntl(j->ch->fd, F_SETFL, fcntl(j->ch->fd, F_GETFL) | O_NONBLOCK)) {
+		kvi_errbuf_set(e, "fcntl(O_NONBLOCK) on the rdma_cm channel: %s", strerror(errno));
+		rc = KVC_ESYS;
+		goto fail;
+	}
 	rc = attempt(j, e);
 	if (rc)
 		goto fail;
@@ -443,12 +467,12 @@ fail:
 
 int kvi_verbs_join_fd(const struct kvi_verbs_join *j)
 {
-	return j->v ? j->v->ch->fd : -1;
+	return j->over ? -1 : j->ch->fd;
 }
 
 uint64_t kvi_verbs_join_wake_ns(const struct kvi_verbs_join *j)
 {
-	return j->phase == J_CONNECT && j->give_up < j->deadline ? j->give_up : j->deadline;
+	return j->attempts < KVI_JOIN_ATTEMPTS && j->next_at < j->deadline ? j->next_at : j->deadline;
 }
 
 uint64_t kvi_verbs_join_quiet_ns(const struct kvi_verbs_join *j, uint64_t now)
@@ -461,58 +485,115 @@ uint64_t kvi_verbs_join_max_gap_ns(const struct kvi_verbs_join *j)
 	return j->max_gap;
 }
 
+/* The furthest phase any attempt reached: what the join still waits for. */
+static enum join_phase furthest(const struct kvi_verbs_join *j)
+{
+	enum join_phase p = J_ADDR;
+
+	for (unsigned i = 0; i < j->attempts; i++)
+		if (j->at[i].v && j->at[i].phase > p)
+			p = j->at[i].phase;
+	return p;
+}
+
+/* A timeout's line: where each attempt got to and when (ms since the join
+ * started), so that a slow phase shows which it was. */
+static void timed_out(const struct kvi_verbs_join *j, struct kvi_errbuf *e)
+{
+	static const char *const names[] = { "started", "address resolved", "connect request sent" };
+	char what[256];
+	size_t n = 0;
+
+	what[0] = '\0';
+	for (unsigned i = 0; i < j->attempts; i++) {
+		const struct join_attempt *a = &j->at[i];
+
+		for (int p = J_ADDR; p <= (int)a->phase && n < sizeof(what); p++) {
+			unsigned long long ms = (a->t[p] - j->start) / 1000000u;
+
+			if (p == J_ADDR)
+				n += (size_t)snprintf(what + n, sizeof(what) - n, "%sattempt %u started at %llu ms",
+						      i ? "; " : "", i + 1, ms);
+			else
+				n += (size_t)snprintf(what + n, sizeof(what) - n, ", %s at %llu", names[p], ms);
+		}
+	}
+	kvi_errbuf_set(e, "server %s:%s did not answer within %d ms (%s awaited; %s): is kvserver running there?",
+		       j->host, j->port, j->timeout_ms, rdma_event_str(awaited[furthest(j)]), what);
+}
+
+/* The join's end: the connection handed over (rc 0, attempt i), or none. */
+static int end(struct kvi_verbs_join *j, int rc, int i, struct kvi_rmem **out)
+{
+	drop_attempts(j, rc ? -1 : i);
+	if (!rc) {
+		struct rmem_verbs *v = j->at[i].v;
+
+		v->ch = j->ch; /* the connection's now: its disconnect arrives there */
+		j->ch = NULL;
+		j->at[i].v = NULL;
+		*out = &v->rm;
+	}
+	j->over = 1;
+	return rc;
+}
+
 int kvi_verbs_join_step(struct kvi_verbs_join *j, struct kvi_rmem **out, struct kvi_welcome *w, struct kvi_errbuf *e)
 {
 	*out = NULL;
-	if (!j->v) {
+	if (j->over) {
 		kvi_errbuf_set(e, "this join has ended");
 		return KVC_EINVAL;
 	}
 	for (;;) {
 		struct rdma_cm_event *ev;
+		struct join_attempt *a = NULL;
 		uint64_t now = kvi_mono_ns();
-		int rc;
+		int rc, i;
 
 		/* Past the deadline nothing more is done, not even with an event
 		 * that came in time but was taken late. */
 		if (now >= j->deadline) {
-			kvi_errbuf_set(e, "server %s:%s did not answer within %d ms (%s; %u connect attempt%s): "
-				       "is kvserver running there?", j->host, j->port, j->timeout_ms,
-				       rdma_event_str(awaited[j->phase]), j->attempts, j->attempts == 1 ? "" : "s");
-			return KVC_EUNREACHABLE;
+			timed_out(j, e);
+			return end(j, KVC_EUNREACHABLE, -1, out);
 		}
-		if (rdma_get_cm_event(j->v->ch, &ev)) {
+		if (rdma_get_cm_event(j->ch, &ev)) {
 			if (errno != EAGAIN && errno != EINTR) {
 				kvi_errbuf_set(e, "waiting for rdma_cm event: %s", strerror(errno));
-				return KVC_ESYS;
+				return end(j, KVC_ESYS, -1, out);
 			}
-			if (j->phase != J_CONNECT || now < j->give_up)
+			if (j->attempts == KVI_JOIN_ATTEMPTS || now < j->next_at)
 				return KVI_JOIN_PENDING;
-			rc = retry(j, e); /* the peer is still quiet: last stays */
+			rc = attempt(j, e); /* none answered yet: the peer is still quiet, last stays */
 			if (rc)
-				return rc;
+				return end(j, rc, -1, out);
 			continue;
 		}
+		for (i = 0; i < (int)j->attempts; i++)
+			if (j->at[i].v && ev->id == j->at[i].v->id)
+				a = &j->at[i];
+		if (!a) { /* cannot be: an id's events go with it */
+			rdma_ack_cm_event(ev);
+			continue;
+		}
+		i = (int)(a - j->at);
 		if (now - j->last > j->max_gap)
 			j->max_gap = now - j->last;
 		j->last = now;
-		if (ev->event != awaited[j->phase])
+		/* Any attempt's refusal is the server's (or the network's) answer
+		 * for all of them. */
+		if (ev->event != awaited[a->phase])
 			rc = refused(j, ev, e);
-		else if (j->phase == J_CONNECT)
-			rc = established(j, ev, w, e);
+		else if (a->phase == J_CONNECT)
+			rc = established(j, a->v, ev, w, e);
 		else
 			rc = 0;
 		rdma_ack_cm_event(ev);
+		if (rc || a->phase == J_CONNECT)
+			return end(j, rc, i, out);
+		rc = advance(j, a, e);
 		if (rc)
-			return rc;
-		if (j->phase == J_CONNECT) {
-			*out = &j->v->rm;
-			j->v = NULL; /* the caller's now */
-			return 0;
-		}
-		rc = advance(j, e);
-		if (rc)
-			return rc;
+			return end(j, rc, -1, out);
 		j->last = kvi_mono_ns(); /* waits from here: our own set-up work is not the peer's */
 	}
 }

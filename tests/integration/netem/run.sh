@@ -25,7 +25,7 @@
 # their commits go out late and retransmitted; it must lose no acknowledged write, fail only with
 # the codes a fault explains, and grow at least once.
 # Round 3: joins whose first handshake loses its packets (the request, or only the reply) end
-# within 4 s by a new handshake, and leave no connection behind on the server.
+# within 4 s by a second attempt, and leave no connection behind on the server.
 # Passes when: the checker saw no wrong data and only the failures a fault explains
 # (KVC_ETIMEDOUT, KVC_ESERVERGONE, KVC_EUNKNOWN; see netem_check.c), and after every fault
 # one healed phase after it (after-, later-, and up to two retry- phases that run only when
@@ -287,10 +287,10 @@ fi
 
 # --- round 3: joins whose handshake packets are lost ----------------------------------------
 # The kernel's CM sends a lost connect request (or reply) again only after ~6 s, longer than a
-# whole default join (5 s); the join itself makes a new handshake after 1 s of silence
-# (common/rmem_verbs_join.c). Each case drops every packet for 0.3 s from the join's start:
-# both ways (the request is lost), or only the server's (its reply is lost: the server set up
-# a connection that the abandoned attempt's reject must take down). The join must end within
+# whole default join (5 s); the join itself makes a second attempt after 1 s of silence
+# (common/rmem_verbs_join.c "Attempts"). Each case drops every packet for 0.3 s from the join's
+# start: both ways (the request is lost), or only the server's (its reply is lost: the server
+# set up a connection that the losing attempt's reject must take down). The join must end within
 # 4 s, and the server serve on with no leftover client.
 start_server server3.log $(( port + 2 )) -m 8
 for c in "both:kvnA kvnB" "reply:kvnB"; do
