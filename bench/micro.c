@@ -93,12 +93,12 @@ static const struct raw_pattern path_patterns[] = {
 /* The bytes of a pattern op's size token at --size. */
 static uint32_t op_size(const char *t, size_t len, uint32_t size)
 {
-	uint64_t obj = kvi_obj_len(MICRO_KEY_LEN, size);
+	uint64_t obj = kvi_obj_len(MICRO_KEY_LEN, size, 0);
 
 	if (len == 1 && t[0] == 's')
 		return size;
 	if (len == 1 && t[0] == 'o')
-		return (uint32_t)((obj + 15) & ~15ull);
+		return (uint32_t)kvi_obj_footprint(obj);
 	if (len == 1 && t[0] == 'k')
 		return (uint32_t)(sizeof(struct kvi_obj_hdr) + MICRO_KEY_LEN);
 	return (uint32_t)strtoul(t, NULL, 10);
@@ -124,7 +124,7 @@ static size_t parse_pattern(const char *p, uint32_t size, char kind[8], uint32_t
 /* Local buffer and segment room any pattern needs at --size. */
 static uint64_t pattern_room(uint32_t size)
 {
-	return 8 * (320 + ((kvi_obj_len(MICRO_KEY_LEN, size) + 63) & ~63ull) + ((uint64_t)size + 63));
+	return 8 * (320 + ((kvi_obj_len(MICRO_KEY_LEN, size, 0) + 63) & ~63ull) + ((uint64_t)size + 63));
 }
 
 /* A raw connection is a client of the server like any other: it must renew

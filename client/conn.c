@@ -169,7 +169,9 @@ void kvi_conn_destroy(struct kvi_conn *h)
 
 size_t kvi_conn_max_value(const struct kvi_conn *h, size_t key_len)
 {
-	uint64_t over = kvi_obj_len((uint32_t)key_len, 0);
+	/* Counted with a flags word, whether the item has one or not: the
+	 * largest value does not depend on the flags. */
+	uint64_t over = kvi_obj_len((uint32_t)key_len, 0, 1);
 
 	return key_len > KVI_MAX_KEY || over > h->max_object ? 0 : (size_t)(h->max_object - over);
 }

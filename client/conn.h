@@ -40,8 +40,9 @@ struct kvi_opst;
  * segment might have been reclaimed and reused (segtab.h), and the WRITE
  * would land in someone else's bytes. Late marks are dropped (sampling). */
 struct kvi_mark {
-	uint64_t off;      /* region offset of the access byte (its 8-byte word) */
+	uint64_t off;      /* region offset of the access byte's 8-byte word (kvi_access_word_off) */
 	uint64_t word;     /* that word as the GET read it (access byte 0) */
+	uint64_t set;      /* ... with the read mark set */
 	uint64_t deadline; /* ns */
 };
 

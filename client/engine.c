@@ -64,7 +64,7 @@ static int check_op(const struct kvi_conn *h, const struct kvc_op *op)
 		if (op->meta && op->meta != KVC_META_WON &&
 		    !(op->meta == KVC_META_INVALIDATE && op->mode == KVC_STORE_CAS))
 			return KVC_EINVAL;
-		if (op->value_len > UINT32_MAX || kvi_obj_len((uint32_t)op->key_len, (uint32_t)op->value_len) >
+		if (op->value_len > UINT32_MAX || kvi_obj_len((uint32_t)op->key_len, (uint32_t)op->value_len, 1) >
 							   h->max_object)
 			return KVC_EVALSIZE;
 		return 0;
@@ -146,7 +146,7 @@ static int submit_hashed(struct kvi_conn *h, struct kvc_op *op, const struct kvi
 			return rc;
 	}
 	if (op->type == KVC_OP_PUT && !st->rmw) {
-		st->obj_len = (uint32_t)kvi_obj_len((uint32_t)op->key_len, (uint32_t)op->value_len);
+		st->obj_len = (uint32_t)kvi_obj_len((uint32_t)op->key_len, (uint32_t)op->value_len, op->flags);
 		rc = kvi_obj_room(h, st, st->obj_len);
 		if (rc)
 			return rc;

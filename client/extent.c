@@ -11,7 +11,7 @@
 
 #define RETURN_TIMEOUT_MS 200
 
-/* Is a grant for `bytes` well-formed: inside the heap, 16-byte aligned, no
+/* Is a grant for `bytes` well-formed: inside the heap, KVI_OBJ_ALIGN aligned, no
  * larger than a segment and large enough, with uniques that do not wrap? */
 static int grant_ok(const struct kvi_conn *h, const struct kvi_ctrl *r, uint64_t bytes)
 {

@@ -172,7 +172,8 @@ struct kvi_opst {
 	 * held (enum kvi_took), and whether a GET miss found its item expired. */
 	uint8_t took;
 	uint8_t saw_expired;
-	uint64_t win_off; /* KVI_ST_GET_WIN: region offset of the word the token's CAS works on */
+	uint64_t win_off;   /* KVI_ST_GET_WIN: region offset of the word the token's CAS works on */
+	unsigned win_shift; /* ... and the access byte's bit position in it (kvi_access_shift) */
 	unsigned confirm; /* KVI_ST_GET_CONFIRM: the candidate found expired */
 
 	/* Commit decision, and the result reported once the locks are released. */

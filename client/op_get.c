@@ -94,7 +94,8 @@ void kvi_get_start(struct kvi_conn *h, struct kvi_opst *st)
  * token (and the read mark) set. */
 static void post_win(struct kvi_conn *h, struct kvi_opst *st, uint64_t expect)
 {
-	struct kvi_rop op = kvi_rop_cas(st->win_off, &st->w[0], expect, expect | KVI_ACCESS_WIN | KVI_ACCESS_READ);
+	struct kvi_rop op = kvi_rop_cas(st->win_off, &st->w[0], expect,
+					expect | (uint64_t)(KVI_ACCESS_WIN | KVI_ACCESS_READ) << st->win_shift);
 
 	st->w[1] = expect;
 	kvi_st_post(h, st, &op, 1, KVI_ST_GET_WIN);
@@ -105,12 +106,12 @@ static void post_win(struct kvi_conn *h, struct kvi_opst *st, uint64_t expect)
  * the word changed means the memory is no longer this object's: no token. */
 static void on_win(struct kvi_conn *h, struct kvi_opst *st)
 {
-	uint64_t got = st->w[0], expect = st->w[1];
+	uint64_t got = st->w[0], expect = st->w[1], byte = (uint64_t)0xff << st->win_shift;
 
 	if (got == expect) {
 		st->op->item |= KVC_ITEM_WON;
-	} else if ((got & ~(uint64_t)0xff) == (expect & ~(uint64_t)0xff)) {
-		if (got & KVI_ACCESS_WIN) {
+	} else if ((got & ~byte) == (expect & ~byte)) {
+		if ((got >> st->win_shift) & KVI_ACCESS_WIN) {
 			st->op->item |= KVC_ITEM_WIN_SENT;
 		} else if (++st->lock_tries < 4) {
 			post_win(h, st, got);
@@ -141,10 +142,10 @@ static void deliver(struct kvi_conn *h, struct kvi_opst *st, const struct kvi_ca
 	const struct kvi_obj_hdr *oh = (const struct kvi_obj_hdr *)(const void *)buf;
 	struct kvc_op *op = st->op;
 	int status = 0;
-	uint64_t word;
+	uint64_t word, obj_off = kvi_slot_obj_off(c->slot);
 
 	op->value_len = kvi_obj_value_len(oh);
-	op->flags = oh->client_flags;
+	op->flags = kvi_obj_client_flags(oh);
 	op->cas = oh->cas;
 	op->expiry_ms = kvi_obj_expiry_ms(oh);
 	op->item = kvi_item_bits(oh);
@@ -162,19 +163,20 @@ static void deliver(struct kvi_conn *h, struct kvi_opst *st, const struct kvi_ca
 				st->cached ? st->loc.idx : c->idx, c->slot, st->start);
 	/* The recache token: one more round trip, only when contended (its
 	 * CAS sets the read mark too). */
-	memcpy(&word, buf + offsetof(struct kvi_obj_hdr, access), sizeof(word));
+	memcpy(&word, buf + (kvi_access_word_off(obj_off) - obj_off), sizeof(word));
 	if (!(oh->access & KVI_ACCESS_WIN) && contends(op, oh)) {
 		st->result = status;
 		st->kind = kind;
 		st->lock_tries = 0;
-		st->win_off = kvi_slot_obj_off(c->slot) + offsetof(struct kvi_obj_hdr, access);
+		st->win_off = kvi_access_word_off(obj_off);
+		st->win_shift = kvi_access_shift(obj_off);
 		post_win(h, st, word);
 		return;
 	}
 	/* First read since the item was written (or copied forward): tell the
 	 * reclaimer it is in use. */
 	if (oh->access == 0)
-		kvi_mark_access(h, kvi_slot_obj_off(c->slot), word, st->deadline);
+		kvi_mark_access(h, obj_off, word, st->deadline);
 	kvi_st_finish(h, st, status, kind);
 }
 

@@ -46,7 +46,7 @@ uint64_t kvi_rmw_estimate(const struct kvc_op *op)
 	/* A counter has at most 20 digits; the rest at least what they add. */
 	uint64_t v = op->type == KVC_OP_INCR || op->type == KVC_OP_DECR ? 20 : op->type == KVC_OP_PUT ? op->value_len : 0;
 
-	return kvi_obj_len((uint32_t)op->key_len, (uint32_t)(v > KVI_MAX_OBJECT ? KVI_MAX_OBJECT : v));
+	return kvi_obj_len((uint32_t)op->key_len, (uint32_t)(v > KVI_MAX_OBJECT ? KVI_MAX_OBJECT : v), UINT32_MAX);
 }
 
 int kvi_rmw_miss(const struct kvc_op *op)
@@ -118,8 +118,8 @@ int kvi_rmw_build(struct kvi_conn *h, struct kvi_opst *st, const struct kvi_obj_
 {
 	struct kvc_op *op = st->op;
 	const unsigned char *cur = (const unsigned char *)oh;
-	uint32_t klen = oh->key_len, vlen = kvi_obj_value_len(oh), flags = oh->client_flags;
-	uint64_t expiry = kvi_obj_expiry_ms(oh), cas = oh->cas, old_len = kvi_obj_len(klen, vlen);
+	uint32_t klen = oh->key_len, vlen = kvi_obj_value_len(oh), flags = kvi_obj_client_flags(oh);
+	uint64_t expiry = kvi_obj_expiry_ms(oh), cas = oh->cas, old_len = kvi_obj_len_of(oh);
 	/* A touch keeps the item as it is (its state, its recache token); an
 	 * invalidation makes it stale with no token; anything else is a new
 	 * item. */
@@ -179,7 +179,7 @@ int kvi_rmw_build(struct kvi_conn *h, struct kvi_opst *st, const struct kvi_obj_
 		}
 		break;
 	}
-	if (kvi_obj_len(klen, 0) + nlen > h->max_object)
+	if (kvi_obj_len(klen, 0, 1) + nlen > h->max_object) /* kvi_conn_max_value's limit */
 		return KVC_EVALSIZE;
 	if (op->type == KVC_OP_GAT) {
 		/* The value as the item has it (the touch does not change it). */
@@ -190,9 +190,9 @@ int kvi_rmw_build(struct kvi_conn *h, struct kvi_opst *st, const struct kvi_obj_
 		else if (vlen)
 			memcpy(op->buf, cur + sizeof(*oh) + klen, vlen);
 	}
-	rc = room_keeping(h, st, cur, old_len, kvi_obj_len(klen, (uint32_t)nlen));
+	rc = room_keeping(h, st, cur, old_len, kvi_obj_len(klen, (uint32_t)nlen, flags));
 	if (rc == 0)
-		rc = place(h, st, kvi_obj_len(klen, (uint32_t)nlen));
+		rc = place(h, st, kvi_obj_len(klen, (uint32_t)nlen, flags));
 	if (rc)
 		return rc;
 	val = st->obj + sizeof(*oh) + klen;
@@ -223,9 +223,10 @@ int kvi_rmw_build(struct kvi_conn *h, struct kvi_opst *st, const struct kvi_obj_
 	}
 	nh = (struct kvi_obj_hdr *)(void *)st->obj;
 	nh->access = access;
-	nh->flags = sflags;
+	nh->flags = (uint8_t)((sflags & ~KVI_OBJ_F_CFLAGS) | (flags ? KVI_OBJ_F_CFLAGS : 0));
 	nh->len_exp = nlen | (expiry > KVI_OBJ_EXPIRY_MAX ? KVI_OBJ_EXPIRY_MAX : expiry) << KVI_OBJ_VLEN_BITS;
-	nh->client_flags = flags;
+	if (flags) /* after the value, which may have moved (layout.h "Objects") */
+		memcpy(val + nlen, &flags, sizeof(flags));
 	nh->cas = st->obj_cas;
 	nh->checksum = kvi_obj_checksum(nh);
 	if (op->type == KVC_OP_GAT) {
@@ -242,7 +243,7 @@ int kvi_rmw_vivify(struct kvi_conn *h, struct kvi_opst *st)
 	struct kvc_op *op = st->op;
 	char digits[24];
 	unsigned n = (unsigned)snprintf(digits, sizeof(digits), "%" PRIu64, op->initial);
-	int rc = place(h, st, kvi_obj_len((uint32_t)op->key_len, n));
+	int rc = place(h, st, kvi_obj_len((uint32_t)op->key_len, n, op->flags));
 
 	if (rc)
 		return rc;

@@ -44,7 +44,8 @@ void kvi_mark_access(struct kvi_conn *h, uint64_t obj_off, uint64_t word, uint64
 	if (!h->o.track_access || h->mark_count == KVI_MARKS)
 		return; /* sampling: a full queue drops the mark */
 	h->marks[(h->mark_head + h->mark_count) % KVI_MARKS] = (struct kvi_mark){
-		.off = obj_off + offsetof(struct kvi_obj_hdr, access), .word = word, .deadline = deadline };
+		.off = kvi_access_word_off(obj_off), .word = word,
+		.set = word | (uint64_t)KVI_ACCESS_READ << kvi_access_shift(obj_off), .deadline = deadline };
 	h->mark_count++;
 }
 
@@ -63,7 +64,7 @@ static unsigned add_marks(struct kvi_conn *h, const struct kvi_rop *ops, unsigne
 		if (now < mk->deadline) {
 			/* A CAS, not a WRITE: it must not clear a recache token
 			 * set since the GET read the byte (layout.h). */
-			out[m++] = kvi_rop_cas(mk->off, h->mark_sink, mk->word, mk->word | KVI_ACCESS_READ);
+			out[m++] = kvi_rop_cas(mk->off, h->mark_sink, mk->word, mk->set);
 			h->stats.access_marks++;
 		}
 	}

@@ -20,7 +20,7 @@ const char *kvi_geometry_check(const struct kvi_geometry *g)
 	if (g->epoch == 0)
 		return "layout epoch 0";
 	if (g->region_size <= KVI_SUPERBLOCK_SIZE || g->region_size > KVI_MAX_REGION_SIZE)
-		return "region size outside 4 KiB .. 4 TiB";
+		return "region size outside 4 KiB .. 1 TiB";
 	if (g->segment_size < KVI_MIN_SEGMENT_SIZE || g->segment_size > KVI_MAX_SEGMENT_SIZE ||
 	    (g->segment_size & (g->segment_size - 1)))
 		return "segment size is not a power of two from 64 KiB to 1 MiB";
@@ -125,12 +125,11 @@ int kvi_slot_in_heap(const struct kvi_geometry *g, uint64_t slot)
 	return off >= g->heap_off && fits(off, sizeof(struct kvi_obj_hdr), g->heap_off + g->heap_size);
 }
 
-uint64_t kvi_obj_checksum(const struct kvi_obj_hdr *h)
+uint32_t kvi_obj_checksum(const struct kvi_obj_hdr *h)
 {
 	const unsigned char *p = (const unsigned char *)h + KVI_OBJ_CSUM_FROM;
-	size_t n = sizeof(*h) - KVI_OBJ_CSUM_FROM + h->key_len + kvi_obj_value_len(h);
 
-	return XXH3_64bits(p, n);
+	return (uint32_t)XXH3_64bits(p, kvi_obj_len_of(h) - KVI_OBJ_CSUM_FROM);
 }
 
 void kvi_obj_build(void *buf, const void *key, uint16_t key_len, const void *val, uint32_t val_len,
@@ -145,11 +144,14 @@ void kvi_obj_build(void *buf, const void *key, uint16_t key_len, const void *val
 	h->len_exp = (uint64_t)val_len | expiry_ms << KVI_OBJ_VLEN_BITS;
 	h->key_len = (uint8_t)key_len;
 	h->version = KVI_LAYOUT_VERSION;
-	h->client_flags = client_flags;
 	h->cas = cas;
 	memcpy(p, key, key_len);
 	if (val_len)
 		memcpy(p + key_len, val, val_len);
+	if (client_flags) {
+		h->flags = KVI_OBJ_F_CFLAGS;
+		memcpy(p + key_len + val_len, &client_flags, sizeof(client_flags));
+	}
 	h->checksum = kvi_obj_checksum(h);
 }
 
@@ -166,7 +168,7 @@ int kvi_obj_verify(const void *buf, uint64_t got)
 	const struct kvi_obj_hdr *h = buf;
 
 	if (got < sizeof(*h) || h->version != KVI_LAYOUT_VERSION || h->key_len == 0 ||
-	    h->key_len > KVI_MAX_KEY || kvi_obj_len(h->key_len, kvi_obj_value_len(h)) > got)
+	    h->key_len > KVI_MAX_KEY || kvi_obj_len_of(h) > got)
 		return KVC_ECORRUPT;
 	return kvi_obj_checksum(h) == h->checksum ? 0 : KVC_ECORRUPT;
 }

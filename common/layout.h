@@ -102,20 +102,24 @@
  *                       buckets 90 % full reads a false-positive object for
  *                       ~1.4 % of lookups)
  *   bits 51..38 SIZE    object length in 64-byte units, rounded up (1..16383)
- *   bits 37..0  OFFSET  object offset in 16-byte units (38 bits: 4 TiB)
+ *   bits 37..0  OFFSET  object offset in 4-byte units (38 bits: 1 TiB)
  *
  *   A non-empty slot always has SIZE >= 1, so no valid slot is 0.
  *
- * Objects (in the heap, 16-byte aligned, immutable once a slot points at them)
+ * Objects (in the heap, 4-byte aligned, immutable once a slot points at them)
  *
- *   struct kvi_obj_hdr | key bytes | value bytes
+ *   struct kvi_obj_hdr | key bytes | value bytes [| client flags]
  *
- *   The header (32 bytes, below): checksum, access byte, layout version,
- *   the server's flags, key length, value length and expiry, the client's
- *   32-bit flags word, the item's 64-bit CAS unique ("CAS uniques" below).
- *   The checksum (XXH3-64) covers the header from `version` on, the key and the
- *   value; `access` is outside it so readers may update it without rewriting
- *   the object. A reader accepts an object only if the checksum matches, the
+ *   The header (24 bytes, below): checksum, access byte, layout version,
+ *   the object's flags, key length, value length and expiry, the item's
+ *   64-bit CAS unique ("CAS uniques" below). The client's 32-bit flags word
+ *   follows the value only when it is not 0 (KVI_OBJ_F_CFLAGS), as memcached
+ *   stores it: most items carry none, and 4 bytes are 3 % of a 100-byte item.
+ *   The checksum (32 bits of XXH3-64) covers the header from `version` on, the
+ *   key, the value and the flags word; `access` is outside it so readers may
+ *   update it without rewriting the object. 32 bits are a second line: a
+ *   reader meets a torn object only when a reuse margin was broken ("Reuse"
+ *   below), and then takes it for whole once in 4 billion times. A reader accepts an object only if the checksum matches, the
  *   lengths fit what it read, the key equals its key and the item has not
  *   expired; anything else is a retry, never a result.
  *   An object is never modified after its slot is written (but for `access`).
@@ -124,10 +128,11 @@
  * Recache tokens (memcached meta's W / Z flags). At most one client at a
  * time is told it "won" the right to recache a stale item, or one whose TTL
  * runs low: the GET that would win sets KVI_ACCESS_WIN with an RDMA CAS on
- * the 8-byte word holding the access byte (the rest of that word -- version,
- * flags, key length, the value length's low bits -- never changes while the
- * object lives, so the CAS fails only on a changed access byte, or on memory
- * no longer this object's); whoever finds the bit set is told someone else
+ * the aligned 8-byte word holding the access byte (kvi_access_word_off: the
+ * rest of that word -- the checksum, or the value length's low bits, and
+ * version, flags, key length -- never changes while the object lives, so the
+ * CAS fails only on a changed access byte, or on memory no longer this
+ * object's); whoever finds the bit set is told someone else
  * won. Access marks are CASes too (below), so none clears a token. A
  * reclaimer's copy starts with none, so after a move a second client may
  * win -- both recache, nothing is lost. A rewrite (set, touch excepted) is a
@@ -181,13 +186,14 @@
 #include <stdint.h>
 
 #define KVI_REGION_MAGIC 0x4e4f494745525643ull /* "CVREGION" as LE bytes */
-#define KVI_LAYOUT_VERSION 5u /* 2: 20-byte object headers; 3: expiry in milliseconds; 4: 256-byte buckets;
-				* 5: 32-byte object headers with client flags and CAS unique */
+#define KVI_LAYOUT_VERSION 6u /* 2: 20-byte object headers; 3: expiry in milliseconds; 4: 256-byte buckets;
+				* 5: 32-byte object headers with client flags and CAS unique;
+				* 6: 24-byte headers, 4-byte aligned objects, flags word only when set */
 
 #define KVI_SUPERBLOCK_SIZE 4096u
 #define KVI_BUCKET_SIZE 256u
 #define KVI_SLOTS_PER_BUCKET 31u
-#define KVI_OBJ_ALIGN 16u      /* objects start on 16-byte boundaries */
+#define KVI_OBJ_ALIGN 4u       /* objects start on 4-byte boundaries */
 #define KVI_SLOT_SIZE_UNIT 64u /* slot SIZE granularity */
 #define KVI_MAX_KEY 250u       /* memcached's limit */
 
@@ -200,7 +206,7 @@ enum kvi_region_state {
 /* Segment sizes a server may use (a power of two in this range). */
 #define KVI_MIN_SEGMENT_SIZE (64u << 10)
 #define KVI_MAX_SEGMENT_SIZE (1u << 20)
-/* Slots address objects in 16-byte units with 38 bits: a region is at most 4 TiB. */
+/* Slots address objects in 4-byte units with 38 bits: a region is at most 1 TiB. */
 #define KVI_MAX_REGION_SIZE ((uint64_t)KVI_OBJ_ALIGN << 38)
 
 /* The geometry of a region (host view), as the server states it in the
@@ -322,6 +328,9 @@ enum kvi_obj_flags {
 	/* The item was invalidated (memcached meta "md I"): still served, as
 	 * stale, until rewritten ("Recache tokens"). Copies keep it. */
 	KVI_OBJ_F_STALE = 2,
+	/* The client's flags word follows the value (it is not 0): the
+	 * writer's, part of the object's length; copies keep it. */
+	KVI_OBJ_F_CFLAGS = 4,
 };
 
 /* Bits of the access byte ("Access tracking", "Recache tokens"). */
@@ -330,27 +339,28 @@ enum kvi_obj_access {
 	KVI_ACCESS_WIN = 2,  /* a client was told it won the right to recache the item */
 };
 
-/* 32 bytes (4-byte aligned: objects start on 16-byte boundaries, and the
- * 64-bit words are read as two halves where a compiler needs it). The value
+/* 24 bytes (4-byte aligned, as objects are: the 64-bit words are read as
+ * two halves where a compiler needs it). The value
  * length and the expiry share one word (kvi_obj_value_len,
  * kvi_obj_expiry_ms): a value is under 1 MiB (a slot's SIZE field), so 20
  * bits hold its length and 44 bits hold the expiry in milliseconds of the
- * Unix epoch (until the year 2527). client_flags and cas are the memcached
- * item's flags word and CAS unique; both are inside the checksum, and the
- * reclaimer's copy keeps them (and every other byte but access, flags and
- * the checksum) unchanged.
+ * Unix epoch (until the year 2527). cas and the flags word after the value
+ * (kvi_obj_client_flags) are the memcached item's CAS unique and flags; both
+ * are inside the checksum, and the reclaimer's copy keeps them (and every
+ * other byte but access, the server's flags bits and the checksum)
+ * unchanged.
  *
  * CAS uniques. Every object a client writes carries a unique that no other
  * object written while the server runs carries: each extent grant (wire.h
- * SEG_GRANT) hands out a range of uniques, cas_base .. cas_base + len / 16
+ * SEG_GRANT) hands out a range of uniques, cas_base .. cas_base + len / 4
  * - 1, from a 64-bit counter of the server's (server/core_grants.c) that
- * only grows, by the extent's length in 16-byte units, and starts at 1; an
- * object at offset o of its extent has unique cas_base + o / 16
+ * only grows, by the extent's length in 4-byte units, and starts at 1; an
+ * object at offset o of its extent has unique cas_base + o / 4
  * (kvi_obj_cas_of). Two objects of one extent start at different offsets;
  * two extents' ranges are disjoint whatever memory they cover, so reusing a
  * segment never brings a unique back. A copy the reclaimer makes keeps its
  * object's unique: it is the same item, not a modification. The counter
- * counts bytes granted / 16: at 100 GB/s of grants it lasts 90 years; the
+ * counts bytes granted / 4: at 100 GB/s of grants it lasts 23 years; the
  * server refuses grants (ENOMEM) rather than let it wrap.
  *
  * A writer that holds the bucket locks decides conditional stores (add,
@@ -381,21 +391,20 @@ enum kvi_obj_access {
  *     ttl - S - d after its PUT completed (d: the PUT's own duration, its
  *     round trips), and never alive later than ttl + S after that. */
 struct __attribute__((packed, aligned(4))) kvi_obj_hdr {
-	uint64_t checksum;     /* XXH3-64 of bytes [offsetof(version), end of value) */
-	uint8_t access;        /* access hint for eviction ("Access tracking"); not checksummed */
-	uint8_t version;       /* KVI_LAYOUT_VERSION */
-	uint8_t flags;         /* enum kvi_obj_flags (the server's) */
-	uint8_t key_len;       /* 1..KVI_MAX_KEY */
-	uint64_t len_exp;      /* bits 0..19 value length, bits 20..63 expiry (ms, 0 = never) */
-	uint32_t client_flags; /* the caller's 32-bit flags word (memcached's), stored and returned as is */
-	uint64_t cas;          /* the item's CAS unique ("CAS uniques"); never 0 in an object a client wrote */
+	uint32_t checksum; /* low 32 bits of XXH3-64 of bytes [offsetof(version), end of object) */
+	uint8_t access;    /* access hint for eviction ("Access tracking"); not checksummed */
+	uint8_t version;   /* KVI_LAYOUT_VERSION */
+	uint8_t flags;     /* enum kvi_obj_flags */
+	uint8_t key_len;   /* 1..KVI_MAX_KEY */
+	uint64_t len_exp;  /* bits 0..19 value length, bits 20..63 expiry (ms, 0 = never) */
+	uint64_t cas;      /* the item's CAS unique ("CAS uniques"); never 0 in an object a client wrote */
 };
-_Static_assert(sizeof(struct kvi_obj_hdr) == 32, "object header layout");
-_Static_assert(offsetof(struct kvi_obj_hdr, access) == 8, "access is one byte after the checksum");
-_Static_assert(offsetof(struct kvi_obj_hdr, version) == 9, "checksum starts after access");
-_Static_assert(offsetof(struct kvi_obj_hdr, len_exp) == 12, "value length and expiry");
-_Static_assert(offsetof(struct kvi_obj_hdr, client_flags) == 20, "client flags after the length word");
-_Static_assert(offsetof(struct kvi_obj_hdr, cas) == 24, "the CAS unique is the header's last, 8-byte aligned word");
+_Static_assert(sizeof(struct kvi_obj_hdr) == 24, "object header layout");
+_Static_assert(offsetof(struct kvi_obj_hdr, access) == 4, "access is one byte after the checksum");
+_Static_assert(offsetof(struct kvi_obj_hdr, version) == 5, "checksum starts after access");
+_Static_assert(offsetof(struct kvi_obj_hdr, len_exp) == 8, "value length and expiry");
+_Static_assert(offsetof(struct kvi_obj_hdr, cas) == 16, "the CAS unique is the header's last word");
+#define KVI_OBJ_CFLAGS_SIZE 4u /* the flags word after the value, when KVI_OBJ_F_CFLAGS */
 _Static_assert(KVI_MAX_KEY <= UINT8_MAX, "key_len is one byte");
 #define KVI_OBJ_VLEN_BITS 20
 #define KVI_OBJ_EXPIRY_MAX ((1ull << (64 - KVI_OBJ_VLEN_BITS)) - 1) /* ms; also "far future" */
@@ -411,11 +420,40 @@ static inline uint64_t kvi_obj_expiry_ms(const struct kvi_obj_hdr *h)
 }
 #define KVI_OBJ_CSUM_FROM offsetof(struct kvi_obj_hdr, version)
 
-static inline uint64_t kvi_obj_len(uint32_t key_len, uint32_t value_len)
+/* Length of an object of this key, value and client flags word. */
+static inline uint64_t kvi_obj_len(uint32_t key_len, uint32_t value_len, uint32_t client_flags)
 {
-	return sizeof(struct kvi_obj_hdr) + key_len + value_len;
+	return sizeof(struct kvi_obj_hdr) + key_len + value_len + (client_flags ? KVI_OBJ_CFLAGS_SIZE : 0);
 }
-/* Space the object takes in a segment (16-byte aligned). */
+/* Length of the object whose header is h (not checked: kvi_obj_verify). */
+static inline uint64_t kvi_obj_len_of(const struct kvi_obj_hdr *h)
+{
+	return sizeof(struct kvi_obj_hdr) + h->key_len + kvi_obj_value_len(h) +
+	       (h->flags & KVI_OBJ_F_CFLAGS ? KVI_OBJ_CFLAGS_SIZE : 0);
+}
+/* The client's flags word of a whole object in memory (0 when it has none). */
+static inline uint32_t kvi_obj_client_flags(const struct kvi_obj_hdr *h)
+{
+	uint32_t f = 0;
+
+	if (h->flags & KVI_OBJ_F_CFLAGS)
+		__builtin_memcpy(&f, (const unsigned char *)(h + 1) + h->key_len + kvi_obj_value_len(h), sizeof(f));
+	return f;
+}
+/* Region offset of the aligned 8-byte word an RDMA CAS sets the access byte
+ * of the object at obj_off through, and the byte's bit position in it
+ * (little-endian): objects are 4-byte aligned, so the byte is the word's
+ * first or fifth, and the rest of the word is the object's own ("Recache
+ * tokens"). */
+static inline uint64_t kvi_access_word_off(uint64_t obj_off)
+{
+	return (obj_off + offsetof(struct kvi_obj_hdr, access)) & ~(uint64_t)7;
+}
+static inline unsigned kvi_access_shift(uint64_t obj_off)
+{
+	return (unsigned)((obj_off + offsetof(struct kvi_obj_hdr, access)) & 7) * 8;
+}
+/* Space the object takes in a segment (KVI_OBJ_ALIGN aligned). */
 static inline uint64_t kvi_obj_footprint(uint64_t obj_len)
 {
 	return (obj_len + KVI_OBJ_ALIGN - 1) & ~(uint64_t)(KVI_OBJ_ALIGN - 1);
@@ -478,9 +516,10 @@ void kvi_index_home(struct kvi_index *x, const struct kvi_geometry *g, uint64_t 
 int kvi_slot_in_heap(const struct kvi_geometry *g, uint64_t slot);
 
 /* Compute the checksum of an object whose header and payload are in memory. */
-uint64_t kvi_obj_checksum(const struct kvi_obj_hdr *h);
+uint32_t kvi_obj_checksum(const struct kvi_obj_hdr *h);
 
-/* Build an object in buf (kvi_obj_len bytes): header, key, value, checksum. */
+/* Build an object in buf (kvi_obj_len bytes): header, key, value, flags word
+ * (when not 0), checksum. */
 void kvi_obj_build(void *buf, const void *key, uint16_t key_len, const void *val, uint32_t val_len,
 		   uint64_t expiry_ms, uint32_t client_flags, uint64_t cas);
 /* Set the CAS unique of an object built in buf (its checksum made right again). */

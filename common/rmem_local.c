@@ -144,6 +144,9 @@ static int exec_op(struct rmem_local *l, const struct kvi_rop *op)
 	 * is authoritative (a test may give the connection a larger, lying size). */
 	if (op->roff >= l->reg->size || l->reg->size - op->roff < (op->kind <= KVI_ROP_WRITE ? op->len : 8))
 		return KVC_ERANGE;
+	/* An atomic on an unaligned word is a NIC's remote invalid request. */
+	if (op->kind > KVI_ROP_WRITE && (op->roff & 7))
+		return KVC_ERANGE;
 	switch (op->kind) {
 	case KVI_ROP_READ:
 		copy_words(op->local, r, op->len, 0);

@@ -54,9 +54,9 @@ static const struct cfg_key keys[] = {
 	  .help = "address to listen on (default: all addresses)", .def = NULL, AT(listen) },
 	{ "port", 'p', T_U64, "General", 1, 65535, .def = "7471", .metavar = "PORT", .kind = "a port number",
 	  .help = "rdma_cm port", AT(port) },
-	/* Slots address 4 TiB (layout.h): the region can be no larger. */
-	{ "memory", 'm', T_U64, "General", 1, 1u << 22, .def = "64", .metavar = "MIB", .kind = "MiB",
-	  .help = "size of the registered region in MiB (at most 4 TiB)", AT(memory_mib) },
+	/* Slots address 1 TiB (layout.h): the region can be no larger. */
+	{ "memory", 'm', T_U64, "General", 1, 1u << 20, .def = "64", .metavar = "MIB", .kind = "MiB",
+	  .help = "size of the registered region in MiB (at most 1 TiB)", AT(memory_mib) },
 	{ "device", 'd', T_STR, "General", .metavar = "NAME",
 	  .help = "RDMA device to serve on (default: the one the address is on,\n"
 		  "or the only one with atomics)", AT(device) },

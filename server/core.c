@@ -29,9 +29,9 @@ int kvs_core_plan(uintptr_t base, uint64_t region_size, const struct kvs_core_op
 			       seg, KVS_MIN_SEGMENT_SIZE >> 10, KVS_MAX_SEGMENT_SIZE >> 10);
 		return KVC_EINVAL;
 	}
-	/* Slots address objects in 16-byte units with 38 bits: 4 TiB. */
+	/* Slots address objects in 4-byte units with 38 bits: 1 TiB. */
 	if (region_size > KVI_MAX_REGION_SIZE || region_size <= KVI_SUPERBLOCK_SIZE) {
-		kvi_errbuf_set(e, "region of %" PRIu64 " bytes: must be larger than %u bytes and at most 4 TiB",
+		kvi_errbuf_set(e, "region of %" PRIu64 " bytes: must be larger than %u bytes and at most 1 TiB",
 			       region_size, KVI_SUPERBLOCK_SIZE);
 		return KVC_EINVAL;
 	}

@@ -49,7 +49,7 @@
 /* Default index size: one bucket (31 slots) per KVS_BYTES_PER_BUCKET bytes of
  * region, i.e. the index takes 1/16 of the region and there is one slot per
  * ~132 bytes: about one per object for small items (16 B keys, 100 B values
- * take 160 bytes), so the index fills up around when the heap does. */
+ * take 140 bytes), so the index fills up around when the heap does. */
 #define KVS_BYTES_PER_BUCKET 4096u
 /* Operation deadline clients must keep (they clamp their own to it), and the
  * quarantine of reclaimed segments, which must exceed twice that plus the
@@ -131,7 +131,7 @@ void kvs_core_destroy(struct kvs_core *c);
  *
  *   SEG_REQ    seg_req (wire.h): the current extent's tail past `used` may
  *              be given back
- *           -> SEG_GRANT seg_grant: off 16-byte aligned, len >= need, and
+ *           -> SEG_GRANT seg_grant: off 4-byte aligned, len >= need, and
  *              the extent's CAS uniques from cas_base (layout.h "CAS uniques")
  *           -> ERROR status = KVC_EAGAIN (no free segment right now:
  *              reclamation is running; ask again shortly), KVC_ENOMEM (live

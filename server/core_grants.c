@@ -175,7 +175,7 @@ int kvs_core_seg_request_locked(struct kvs_core *c, uint32_t id, const struct kv
 	}
 	/* Uniques are never given twice (layout.h "CAS uniques"): a counter
 	 * that could wrap with this grant stops the grants instead (at 100
-	 * GB/s of grants, after 90 years). */
+	 * GB/s of grants, after 23 years). */
 	if (c->cas_next > UINT64_MAX - c->geo.segment_size / KVI_OBJ_ALIGN) {
 		c->grants_refused++;
 		kvs_core_reply_error(req, resp, KVC_ENOMEM);

@@ -44,7 +44,7 @@ struct kvs_core {
 	uint64_t grants_refused, nclients;
 	uint64_t accounts; /* clients given an account so far (account_of) */
 	/* The first CAS unique of the next extent granted (layout.h "CAS
-	 * uniques"): grows by each grant's length in 16-byte units, never
+	 * uniques"): grows by each grant's length in 4-byte units, never
 	 * wraps, never goes back; starts at 1. */
 	uint64_t cas_next;
 	uint64_t quota;       /* bytes one client may hold while others need memory */

@@ -301,7 +301,7 @@ static int slot_ok(struct kvs_migrator *m, uint64_t slot, uint64_t b, int *which
 	 * bytes meanwhile, and what was verified must be what is hashed. */
 	memcpy(m->obj, m->base + off, len);
 	if (kvi_obj_verify(m->obj, len) || h->version != KVI_LAYOUT_VERSION || h->key_len == 0 ||
-	    h->key_len > KVI_MAX_KEY || kvi_obj_len(h->key_len, kvi_obj_value_len(h)) > len)
+	    h->key_len > KVI_MAX_KEY || kvi_obj_len_of(h) > len)
 		return 0;
 	kvi_key_hash(m->obj + sizeof(*h), h->key_len, m->geo.hash_seed, n, &kh);
 	if (kvi_slot_fp(slot) != (kh.fp & ((1u << KVI_SLOT_FP_BITS) - 1)))

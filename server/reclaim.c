@@ -106,9 +106,9 @@ int kvs_reclaim_create(struct kvs_core *core, struct kvi_rmem *rm, const struct 
 	r->base = kvs_core_region(core);
 	r->no_evict = kvs_core_no_evict(core);
 	/* At most one object per footprint of the smallest one (a header and a
-	 * 1-byte key, aligned: 32 bytes). An item the walk cannot record keeps
+	 * 1-byte key, aligned: 28 bytes). An item the walk cannot record keeps
 	 * its slot into a segment that is zeroed and reused. */
-	r->cap_items = (uint32_t)(r->geo.segment_size / kvi_obj_footprint(kvi_obj_len(1, 0)) + 1);
+	r->cap_items = (uint32_t)(r->geo.segment_size / kvi_obj_footprint(kvi_obj_len(1, 0, 0)) + 1);
 	r->items = calloc(r->cap_items, sizeof(*r->items));
 	r->chunks = calloc(kvs_core_max_chunks(core), sizeof(*r->chunks));
 	if (!r->items || !r->chunks || kvs_core_index(core, 0, &r->ix, r->chunks, kvs_core_max_chunks(core)))
@@ -204,7 +204,7 @@ static void walk(struct kvs_reclaimer *r, uint64_t off, uint64_t len, struct kvs
 	r->pending = 0;
 	while (p + sizeof(struct kvi_obj_hdr) <= len) {
 		const struct kvi_obj_hdr *h = (const void *)(r->snap + p);
-		uint64_t olen = kvi_obj_len(h->key_len, kvi_obj_value_len(h));
+		uint64_t olen = kvi_obj_len_of(h);
 		struct kvi_keyhash kh;
 		uint64_t slot;
 		int found = 0;
@@ -241,7 +241,7 @@ static void walk(struct kvs_reclaimer *r, uint64_t off, uint64_t len, struct kvs
 		 * wrote it as one, so no other live object starts inside it. An
 		 * unnamed one may be anything -- the value of a torn object, or a
 		 * value that embeds a checksum-valid header whose length covers
-		 * live objects after it -- so the walk goes on 16 bytes further,
+		 * live objects after it -- so the walk goes on 4 bytes further,
 		 * and what starts inside its span counts for nothing (but a slot
 		 * naming it). */
 		if (found == 2) {

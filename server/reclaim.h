@@ -5,7 +5,7 @@
  * One segment at a time, work proportional to that segment, never to the
  * index:
  *   1. copy the segment's carved bytes to private memory and walk the objects
- *      in it (each verified by its checksum; a bad header skips 16 bytes);
+ *      in it (each verified by its checksum; a bad header skips 4 bytes);
  *   2. for each object, hash its key and look at its two buckets: no slot
  *      names this exact object -> superseded or deleted: dropped for free --
  *      unless a connected writer holds one of those buckets' locks: its

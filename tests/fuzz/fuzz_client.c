@@ -112,7 +112,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 			uint32_t units = (uint32_t)(kvi_slot_read_len(w) / KVI_SLOT_SIZE_UNIT);
 
 			if (mode[s] & 4) { /* plant an object of this key (or another) there */
-				uint32_t vl = (uint32_t)(w >> 56) % 200, len = (uint32_t)kvi_obj_len(key_len ? key_len : 1, vl);
+				uint32_t vl = (uint32_t)(w >> 56) % 200, len = (uint32_t)kvi_obj_len(key_len ? key_len : 1, vl, 0);
 				/* "another key" only if the input's key is not that very string
 				 * (the fuzzer finds it in the binary and tries it). */
 				int other = (mode[s] & 8) && !(key_len == 11 && memcmp(key, "another key", 11) == 0);

@@ -75,10 +75,10 @@ static int obj_ok(const uint8_t *b, uint64_t got)
 	if (got < sizeof(h))
 		return 0;
 	memcpy(&h, b, sizeof(h));
-	n = sizeof(h) + (uint64_t)h.key_len + kvi_obj_value_len(&h);
+	n = sizeof(h) + (uint64_t)h.key_len + kvi_obj_value_len(&h) + (h.flags & KVI_OBJ_F_CFLAGS ? 4 : 0);
 	if (h.version != KVI_LAYOUT_VERSION || h.key_len < 1 || h.key_len > KVI_MAX_KEY || n > got)
 		return 0;
-	return XXH3_64bits(b + KVI_OBJ_CSUM_FROM, n - KVI_OBJ_CSUM_FROM) == h.checksum;
+	return (uint32_t)XXH3_64bits(b + KVI_OBJ_CSUM_FROM, n - KVI_OBJ_CSUM_FROM) == h.checksum;
 }
 
 static void object(const uint8_t *data, size_t got)
@@ -87,6 +87,7 @@ static void object(const uint8_t *data, size_t got)
 	uint8_t *b = malloc(got ? got : 1);
 	struct kvi_obj_hdr h;
 	uint64_t n;
+	uint32_t cflags = 0;
 
 	FUZZ_CHECK(b, "out of memory");
 	memcpy(b, data, got);
@@ -95,20 +96,27 @@ static void object(const uint8_t *data, size_t got)
 	 * decides: the fuzzer cannot forge XXH3 by itself. */
 	if (got >= sizeof(h)) {
 		memcpy(&h, b, sizeof(h));
-		n = sizeof(h) + (uint64_t)h.key_len + kvi_obj_value_len(&h);
+		n = sizeof(h) + (uint64_t)h.key_len + kvi_obj_value_len(&h) + (h.flags & KVI_OBJ_F_CFLAGS ? 4 : 0);
 		if (n <= got) {
-			h.checksum = XXH3_64bits(b + KVI_OBJ_CSUM_FROM, n - KVI_OBJ_CSUM_FROM);
+			h.checksum = (uint32_t)XXH3_64bits(b + KVI_OBJ_CSUM_FROM, n - KVI_OBJ_CSUM_FROM);
 			memcpy(b, &h, sizeof(h));
 			FUZZ_CHECK((kvi_obj_verify(b, got) == 0) == obj_ok(b, got), "object verify disagrees (fixed)");
 		}
-		if (n <= got && kvi_obj_verify(b, got) == 0 && h.flags == 0) {
+		if (n <= got && (h.flags & KVI_OBJ_F_CFLAGS))
+			memcpy(&cflags, b + n - 4, 4);
+		/* Building gives these bytes only for a flags byte it would write:
+		 * none, or the flags word's bit with a word that is not 0. */
+		if (n <= got && kvi_obj_verify(b, got) == 0 &&
+		    (h.flags == 0 || (h.flags == KVI_OBJ_F_CFLAGS && cflags != 0))) {
+			FUZZ_CHECK(kvi_obj_client_flags((const struct kvi_obj_hdr *)(const void *)b) == cflags,
+				   "flags word read differs");
 			/* Accepted: building the same item gives the same bytes (all but
 			 * the access byte, which is outside the checksum). */
 			uint8_t *o = malloc(n);
 
 			FUZZ_CHECK(o, "out of memory");
 			kvi_obj_build(o, b + sizeof(h), h.key_len, b + sizeof(h) + h.key_len, kvi_obj_value_len(&h),
-				      kvi_obj_expiry_ms(&h), h.client_flags, h.cas);
+				      kvi_obj_expiry_ms(&h), cflags, h.cas);
 			FUZZ_CHECK(memcmp(o, b, offsetof(struct kvi_obj_hdr, access)) == 0 &&
 					   memcmp(o + KVI_OBJ_CSUM_FROM, b + KVI_OBJ_CSUM_FROM, n - KVI_OBJ_CSUM_FROM) == 0,
 				   "verified object differs from the one built from its fields");

@@ -87,16 +87,16 @@ static int put_obj(uint32_t p, unsigned version, unsigned key_len, uint32_t valu
 {
 	struct kvi_obj_hdr h = { .access = 0, .version = (uint8_t)version, .flags = (uint8_t)flags,
 				 .key_len = (uint8_t)key_len, .len_exp = value_len };
-	uint64_t len = kvi_obj_len(key_len, value_len);
+	uint64_t len = kvi_obj_len(key_len, value_len, flags & KVI_OBJ_F_CFLAGS);
 	struct built *o = &objs[nobjs];
 	struct kvi_keyhash kh;
 
 	if (len > SEGMENT_SIZE - p || nobjs == MAX_OBJS)
 		return 0;
 	memcpy(seg + p + sizeof(h), key, key_len);
-	memset(seg + p + sizeof(h) + key_len, 0x5a, value_len);
+	memset(seg + p + sizeof(h) + key_len, 0x5a, len - sizeof(h) - key_len); /* value, flags word */
 	memcpy(seg + p, &h, sizeof(h));
-	h.checksum = XXH3_64bits(seg + p + KVI_OBJ_CSUM_FROM, len - KVI_OBJ_CSUM_FROM);
+	h.checksum = (uint32_t)XXH3_64bits(seg + p + KVI_OBJ_CSUM_FROM, len - KVI_OBJ_CSUM_FROM);
 	memcpy(seg + p, &h, sizeof(h));
 	kvi_key_hash(key, key_len, sb.hash_seed, sb.bucket_count, &kh);
 	*o = (struct built){ .pos = p, .len = (uint32_t)len, .b = { kh.b[0], kh.b[1] },

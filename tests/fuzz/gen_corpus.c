@@ -81,14 +81,14 @@ static void layout(void)
 
 	memset(buf, 0, sizeof(buf));
 	memcpy(buf, &sb, sizeof(sb));
-	n = kvi_obj_len(3, 100);
+	n = kvi_obj_len(3, 100, 7);
 	slot = kvi_slot_make(0xabc, sb.heap_off + 4096, n);
 	memcpy(buf + sizeof(sb), &slot, 8);
 	kvi_obj_build(buf + sizeof(sb) + 8, "key", 3, "0123456789012345678901234567890123456789012345678901234567890123"
 					 "456789012345678901234567890123456789", 100, 0, 7, 1);
 	put("fuzz_layout", "object_100", buf, sizeof(sb) + 8 + kvi_slot_read_len(slot));
 
-	n = kvi_obj_len(250, 0);
+	n = kvi_obj_len(250, 0, 0xdeadbeefu);
 	slot = kvi_slot_make(1, sb.heap_off + sb.heap_size - 16, n);
 	memcpy(buf + sizeof(sb), &slot, 8);
 	memset(buf + sizeof(sb) + 8, 0, 300);

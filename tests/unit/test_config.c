@@ -142,8 +142,8 @@ Test(config, every_flag_keeps_its_name_and_meaning)
 
 Test(config, bad_command_line_values_name_the_flag_and_the_expected_form)
 {
-	expect_error(parse("-m", "0", NULL), "--memory '0'", "1..4194304");
-	expect_error(parse("-m", "4194305", NULL), "--memory", "1..4194304");
+	expect_error(parse("-m", "0", NULL), "--memory '0'", "1..1048576");
+	expect_error(parse("-m", "1048577", NULL), "--memory", "1..1048576");
 	expect_error(parse("-m", "abc", NULL), "--memory 'abc'", "expected MiB");
 	expect_error(parse("-m", "12x", NULL), "--memory '12x'", "expected");
 	expect_error(parse("-m", "-5", NULL), "--memory '-5'", "expected");
@@ -185,7 +185,7 @@ Test(config, bad_file_lines_name_file_line_key_and_form)
 
 	p = conf("# a comment\n\nmemory = 12x\n");
 	snprintf(want, sizeof(want), "%s:3: invalid memory '12x'", p);
-	expect_error(parse("--config", p, NULL), want, "expected MiB in 1..4194304");
+	expect_error(parse("--config", p, NULL), want, "expected MiB in 1..1048576");
 
 	p = conf("port = 7000\nmemory 128\n");
 	snprintf(want, sizeof(want), "%s:2: no '='", p);
