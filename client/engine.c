@@ -140,8 +140,14 @@ static int submit_hashed(struct kvi_conn *h, struct kvc_op *op, const struct kvi
 	if (st->rmw) {
 		/* It takes its place in our extent under the locks, where it
 		 * must not wait for the server: have room for what it likely
-		 * writes now (a shortfall found there costs a retry). */
-		rc = kvi_extent_room(h, kvi_obj_footprint(kvi_rmw_estimate(op)), &h->step_now);
+		 * writes now (a shortfall found there costs a retry): with the
+		 * key's location cached, its current object's size is known
+		 * (the slot's, rounded up to 64 bytes). More than an object may
+		 * take is refused under the locks (KVC_EVALSIZE). */
+		const struct kvi_loc *l = kvi_locache_get(&h->cache, kh->lo, kh->hi);
+		uint64_t need = kvi_rmw_estimate(op, l ? kvi_slot_read_len(l->slot) : 0);
+
+		rc = kvi_extent_room(h, kvi_obj_footprint(need < h->max_object ? need : h->max_object), &h->step_now);
 		if (rc && rc != KVC_EAGAIN)
 			return rc;
 	}

@@ -41,10 +41,13 @@ int kvi_rmw_is(const struct kvc_op *op)
 	}
 }
 
-uint64_t kvi_rmw_estimate(const struct kvc_op *op)
+uint64_t kvi_rmw_estimate(const struct kvc_op *op, uint64_t old_len)
 {
 	/* A counter has at most 20 digits; the rest at least what they add. */
 	uint64_t v = op->type == KVC_OP_INCR || op->type == KVC_OP_DECR ? 20 : op->type == KVC_OP_PUT ? op->value_len : 0;
+
+	if (op->type == KVC_OP_PUT && (op->mode == KVC_STORE_APPEND || op->mode == KVC_STORE_PREPEND))
+		v += old_len;
 
 	return kvi_obj_len((uint32_t)op->key_len, (uint32_t)(v > KVI_MAX_OBJECT ? KVI_MAX_OBJECT : v), UINT32_MAX);
 }

@@ -11,8 +11,10 @@ struct kvi_opst;
 
 /* Is op a read-modify-write (append, prepend, incr, decr, touch, gat)? */
 int kvi_rmw_is(const struct kvc_op *op);
-/* The bytes of the object it likely writes (at least). */
-uint64_t kvi_rmw_estimate(const struct kvc_op *op);
+/* The bytes of the object it likely writes (at least), given what the key's
+ * current object is known to take (old_len; 0: unknown): an append's or a
+ * prepend's item holds the old value too. */
+uint64_t kvi_rmw_estimate(const struct kvc_op *op, uint64_t old_len);
 /* The code it ends with when the key is absent. */
 int kvi_rmw_miss(const struct kvc_op *op);
 /* Under the locks: build st's new object from the key's current one, oh

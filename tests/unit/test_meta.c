@@ -129,6 +129,52 @@ Test(meta, recache_when_the_ttl_runs_low)
 	kvc_destroy(b);
 }
 
+/* Objects are 4-byte aligned (layout.h "Objects"), so the aligned word an
+ * access byte's CAS works on is an object's first 8 bytes or the 8 after
+ * them. Items of keys of 1..8 bytes written one after another (footprints
+ * of 28 to 36 bytes) lie at both: the token and the read mark work at
+ * either, and a flags word (after the value, when not 0) comes back as
+ * stored, through an invalidation and an append. */
+Test(meta, tokens_and_marks_at_either_word_of_an_object)
+{
+	kvc_t *a = kvt_client(&env, NULL, 0, 4), *b = kvt_client(&env, NULL, 0, 4);
+	const char *k = "kkkkkkkk";
+	uint32_t bits, flags;
+	size_t len;
+	char v[64];
+
+	for (unsigned i = 0; i < 8; i++)
+		cr_assert_eq(kvc_store(a, KVC_STORE_SET, k, i + 1, "v", 1, i % 3 ? 0xfeed0000u + i : 0, 0, 0, NULL), 0);
+	for (unsigned i = 0; i < 8; i++) {
+		struct kvc_op op = { .type = KVC_OP_DELETE, .key = k, .key_len = i + 1, .meta = KVC_META_INVALIDATE };
+
+		cr_assert_eq(run(a, &op), 0);
+	}
+	for (unsigned i = 0; i < 8; i++) {
+		struct kvc_op op = { .type = KVC_OP_GET, .key = k, .key_len = i + 1, .buf = v, .buf_len = sizeof(v) };
+
+		cr_assert_eq(run(b, &op), 0, "key of %u bytes", i + 1);
+		cr_expect_eq(op.item & (KVC_ITEM_STALE | KVC_ITEM_WON | KVC_ITEM_WIN_SENT), KVC_ITEM_STALE | KVC_ITEM_WON,
+			     "key of %u bytes: the first GET wins", i + 1);
+		cr_expect_eq(op.flags, i % 3 ? 0xfeed0000u + i : 0, "key of %u bytes: flags", i + 1);
+		op.status = 0;
+		cr_assert_eq(run(b, &op), 0);
+		cr_expect_eq(op.item & (KVC_ITEM_WON | KVC_ITEM_WIN_SENT | KVC_ITEM_FETCHED),
+			     KVC_ITEM_WIN_SENT | KVC_ITEM_FETCHED, "key of %u bytes: the token is out, read before",
+			     i + 1);
+	}
+	for (unsigned i = 0; i < 8; i++) {
+		cr_assert_eq(kvc_store(a, KVC_STORE_APPEND, k, i + 1, "w", 1, 0, 0, 0, NULL), 0);
+		cr_assert_eq(kvc_get_item(b, k, i + 1, v, sizeof(v), &len, &flags, NULL), 0);
+		cr_expect(len == 2 && memcmp(v, "vw", 2) == 0, "key of %u bytes: appended", i + 1);
+		cr_expect_eq(flags, i % 3 ? 0xfeed0000u + i : 0, "key of %u bytes: flags kept by the append", i + 1);
+	}
+	bits = get_item_bits(a, "k", 0, 0, v, sizeof(v));
+	cr_expect_eq(bits & KVC_ITEM_STALE, 0, "an append makes a new item");
+	kvc_destroy(a);
+	kvc_destroy(b);
+}
+
 /* Many clients GET a stale item at once: exactly one wins. */
 Test(meta, one_winner_among_racing_gets)
 {
