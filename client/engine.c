@@ -64,8 +64,7 @@ static int check_op(const struct kvi_conn *h, const struct kvc_op *op)
 		if (op->meta && op->meta != KVC_META_WON &&
 		    !(op->meta == KVC_META_INVALIDATE && op->mode == KVC_STORE_CAS))
 			return KVC_EINVAL;
-		if (op->value_len > UINT32_MAX || kvi_obj_len((uint32_t)op->key_len, (uint32_t)op->value_len, 1) >
-							   h->max_object)
+		if (op->value_len > kvi_conn_max_value(h, op->key_len))
 			return KVC_EVALSIZE;
 		return 0;
 	case KVC_OP_DELETE:

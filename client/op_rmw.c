@@ -182,7 +182,7 @@ int kvi_rmw_build(struct kvi_conn *h, struct kvi_opst *st, const struct kvi_obj_
 		}
 		break;
 	}
-	if (kvi_obj_len(klen, 0, 1) + nlen > h->max_object) /* kvi_conn_max_value's limit */
+	if (nlen > kvi_conn_max_value(h, klen))
 		return KVC_EVALSIZE;
 	if (op->type == KVC_OP_GAT) {
 		/* The value as the item has it (the touch does not change it). */
