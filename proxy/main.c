@@ -52,9 +52,11 @@ static void usage(FILE *f)
 		   "                           accepted, told ERROR and closed, as memcached does\n"
 		   "  -d, --device NAME        RDMA device (default: the one routing to the server)\n"
 		   "      --secret-file PATH   the servers' shared secret (kvserver --secret-file)\n"
+		   "      --busy-poll US       poll for completions this long before sleeping\n"
+		   "                           (kvc_opts.busy_poll_us; -1 never sleeps; default %d)\n"
 		   "  -h, --help               this text\n"
 		   "  -V, --version            kvproxy's version\n",
-		   KVC_DEFAULT_PORT);
+		   KVC_DEFAULT_PORT, KVP_BUSY_POLL_DEFAULT);
 }
 
 static int parse_uint(const char *s, unsigned long lo, unsigned long hi, unsigned long *out)
@@ -164,10 +166,11 @@ int main(int argc, char **argv)
 		{ "unix-socket", required_argument, NULL, 's' }, { "threads", required_argument, NULL, 't' },
 		{ "max-conns", required_argument, NULL, 'c' }, { "device", required_argument, NULL, 'd' },
 		{ "secret-file", required_argument, NULL, 'K' }, { "help", no_argument, NULL, 'h' },
-		{ "version", no_argument, NULL, 'V' },         { 0 },
+		{ "version", no_argument, NULL, 'V' },         { "busy-poll", required_argument, NULL, 'B' },
+		{ 0 },
 	};
-	struct kvp_tier_opts to = { .depth = 64 };
-	unsigned long port = 11211, threads = 4, max_conns = 1024;
+	struct kvp_tier_opts to = { .depth = 64, .busy_poll_us = KVP_BUSY_POLL_DEFAULT };
+	unsigned long port = 11211, threads = 4, max_conns = 1024, bp;
 	const char *addr = "127.0.0.1", *unix_path = NULL;
 	static struct kvp_worker workers[MAX_THREADS];
 	static struct kvp_counters *ctrs[MAX_THREADS];
@@ -208,6 +211,16 @@ int main(int argc, char **argv)
 			break;
 		case 'K':
 			to.secret_file = optarg;
+			break;
+		case 'B':
+			if (!strcmp(optarg, "-1")) {
+				to.busy_poll_us = -1;
+			} else if (parse_uint(optarg, 0, 1000000, &bp)) {
+				fprintf(stderr, "kvproxy: --busy-poll %s: microseconds, -1 or 0..1000000\n", optarg);
+				return 2;
+			} else {
+				to.busy_poll_us = (int)bp;
+			}
 			break;
 		case 'h':
 			usage(stdout);

@@ -81,6 +81,7 @@ static int local_open(const struct kvp_tier_opts *to, kvc_t **out, char *err, si
 	}
 	kvc_opts_init(&o);
 	o.depth = to->depth;
+	o.busy_poll_us = to->busy_poll_us; /* the in-process transport never sleeps: checked, not used */
 	o.cache_entries = LOCAL_CACHE_ENTRIES;
 	rc = kvi_client_open(rm, &o, out);
 	if (rc) {
@@ -119,6 +120,7 @@ int kvp_tier_open(const struct kvp_tier_opts *to, kvc_t **out, char *err, size_t
 	o.device = to->device;
 	o.secret_file = to->secret_file;
 	o.depth = to->depth;
+	o.busy_poll_us = to->busy_poll_us;
 	rc = kvc_create(&o, out, err, errlen);
 	free(list);
 	return rc;

@@ -8,11 +8,14 @@
 
 #include "kvclient.h"
 
+#define KVP_BUSY_POLL_DEFAULT 50
+
 struct kvp_tier_opts {
 	const char *target;      /* rdma://HOST[:PORT][,...] or local://MIB */
 	const char *device;      /* rdma: RDMA device, or NULL */
 	const char *secret_file; /* rdma: the servers' shared secret, or NULL */
 	unsigned depth;          /* ops in flight per handle */
+	int busy_poll_us;        /* kvc_opts.busy_poll_us */
 };
 
 /* 0, or -1 with one line in err: the target is not one kvproxy knows. */

@@ -60,6 +60,9 @@ def main():
     if len(sys.argv) != 2:
         sys.exit(__doc__)
     kvproxy = sys.argv[1]
+    for bad in ("x", "-2", "1000001", ""):
+        r = subprocess.run([kvproxy, "--busy-poll", bad, "local://64"], capture_output=True, text=True, timeout=10)
+        check(r.returncode == 2 and "--busy-poll" in r.stderr, f"--busy-poll {bad!r} refused", r.stderr)
     p, port = start(kvproxy, "-c", "40")
     try:
         # half a command, stalled
@@ -187,7 +190,7 @@ def main():
         print(f"skip 10 000 idle connections: descriptor limit {hard}")
         return
     resource.setrlimit(resource.RLIMIT_NOFILE, (hard, hard))
-    p, port = start(kvproxy, "-c", str(want + 10))
+    p, port = start(kvproxy, "-c", str(want + 10), "--busy-poll", "0")
     try:
         probe = conn(port)
         probe.sendall(b"set idle 0 0 1\r\nx\r\n")
