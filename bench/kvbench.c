@@ -52,6 +52,9 @@ static void usage(FILE *f)
 
 		"      --warmup SECONDS       run-phase time not recorded (default 1)\n"
 		"      --no-load              skip the load phase (records already there)\n"
+		"      --prime                before the run, each thread reads every record once,\n"
+		"                             not recorded: a long-running client's steady state\n"
+		"                             (rdma://: every location cached, a GET one doorbell)\n"
 		"      --seed N               generator seed (default 1)\n"
 		"      --json FILE            also write the results as JSON\n"
 		"      --cdf FILE             write the run's latency CDF (microseconds fraction)\n"
@@ -176,7 +179,7 @@ static int parse_args(int argc, char **argv, struct cli *cl)
 {
 	enum { O_DIST = 256, O_CDF, O_WARMUP, O_NOLOAD, O_SEED, O_JSON, O_QUIET, O_MICRO, O_RAW, O_CA, O_LRU,
 	       O_CAWARM, O_NOMARKS, O_SECRET, O_RATE, O_CPUOP, O_PROGRESS, O_LOCALOP, O_INTERVAL, O_BUSY,
-	       O_TRACE, O_TRACEFMT, O_TTLSCALE };
+	       O_TRACE, O_TRACEFMT, O_TTLSCALE, O_PRIME };
 	static const struct option lo[] = {
 		{ "workload", required_argument, NULL, 'w' },  { "target", required_argument, NULL, 't' },
 		{ "records", required_argument, NULL, 'r' },   { "operations", required_argument, NULL, 'n' },
@@ -185,6 +188,7 @@ static int parse_args(int argc, char **argv, struct cli *cl)
 		{ "size", required_argument, NULL, 's' },      { "distribution", required_argument, NULL, O_DIST },
 		{ "warmup", required_argument, NULL, O_WARMUP }, { "cdf", required_argument, NULL, O_CDF },
 		{ "no-load", no_argument, NULL, O_NOLOAD },    { "seed", required_argument, NULL, O_SEED },
+		{ "prime", no_argument, NULL, O_PRIME },
 		{ "json", required_argument, NULL, O_JSON },   { "quiet", no_argument, NULL, O_QUIET },
 		{ "micro", no_argument, NULL, O_MICRO },       { "raw", no_argument, NULL, O_RAW },
 		{ "device", required_argument, NULL, 'd' },    { "help", no_argument, NULL, 'h' },
@@ -255,6 +259,9 @@ static int parse_args(int argc, char **argv, struct cli *cl)
 			break;
 		case O_NOLOAD:
 			c->load = 0;
+			break;
+		case O_PRIME:
+			c->prime = 1;
 			break;
 		case O_SEED:
 			if (parse_u64(optarg, 0, UINT64_MAX, &c->seed))
@@ -737,6 +744,11 @@ static int run(struct cli *clp)
 	struct cli cl = *clp; /* the sizes it points to stay clp's */
 	int rc;
 
+	if (cl.cfg.prime && (cl.micro || cl.raw || cl.cache_aside || cl.trace || cl.cpu_per_op ||
+			     (cl.workload && strncmp(cl.workload, "twitter:", 8) == 0))) {
+		fprintf(stderr, "kvbench: --prime is for YCSB runs (-w A|B|C|D|F)\n");
+		return 2;
+	}
 	if (cl.micro || cl.raw) {
 		struct kvb_micro_opts o = { .device = cl.device, .ops = cl.have_ops ? cl.cfg.operations : 2000,
 					    .size = cl.have_size ? cl.cfg.vmax : 64 };

@@ -74,7 +74,8 @@ void kvb_report_text(FILE *f, const struct kvb_cfg *c, const struct kvb_result *
 			(long long)r->mem_after_load, (double)r->mem_after_load / (double)c->records);
 	text_phase(f, c, "run", &r->run);
 	if (r->rt_kinds) {
-		fprintf(f, "\nround trips per operation (library counters, load and run):\n");
+		fprintf(f, "\nround trips per operation (library counters, %s):\n",
+			c->prime ? "run, warm-up included; the priming reads left out" : "load and run");
 		for (unsigned k = 0; k < r->rt_kinds; k++)
 			if (r->rt_ops[k])
 				fprintf(f, "  %-18s %10llu ops %6.2f round trips/op\n", r->rt_names[k],

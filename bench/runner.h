@@ -31,6 +31,7 @@ struct kvb_cfg {
 	const struct kvb_sizedist *sizes; /* ... or drawn from this, when set (within [vmin, vmax]) */
 	uint64_t seed;
 	int load;     /* 1: run the load phase */
+	int prime;    /* 1: then each thread GETs every record once, not recorded (runner.c "Priming") */
 	int progress; /* non-zero: live progress line on stderr */
 	double interval_s; /* > 0: a line of run-phase throughput on stdout every this many seconds */
 };
@@ -57,7 +58,8 @@ struct kvb_result {
 	struct kvb_phase load, run;
 	int signal; /* SIGINT or SIGTERM when one stopped the run, else 0 */
 	int64_t mem_after_load; /* server bytes holding items after the load; -1 unknown */
-	/* Library round-trip counters summed over the connections (load, warm-up and run). */
+	/* Library round-trip counters summed over the connections (load, warm-up
+	 * and run; the run's warm-up and the run only when cfg.prime). */
 	unsigned rt_kinds;
 	const char *rt_names[16];
 	uint64_t rt_ops[16], rt_rtts[16];

@@ -54,9 +54,11 @@ static void usage(FILE *f)
 		   "      --secret-file PATH   the servers' shared secret (kvserver --secret-file)\n"
 		   "      --busy-poll US       poll for completions this long before sleeping\n"
 		   "                           (kvc_opts.busy_poll_us; -1 never sleeps; default %d)\n"
+		   "      --cache-entries N    locations cached per worker and server, 32 bytes\n"
+		   "                           each (kvc_opts.cache_entries; default %u; 0: none)\n"
 		   "  -h, --help               this text\n"
 		   "  -V, --version            kvproxy's version\n",
-		   KVC_DEFAULT_PORT, KVP_BUSY_POLL_DEFAULT);
+		   KVC_DEFAULT_PORT, KVP_BUSY_POLL_DEFAULT, KVP_CACHE_ENTRIES_DEFAULT);
 }
 
 static int parse_uint(const char *s, unsigned long lo, unsigned long hi, unsigned long *out)
@@ -167,10 +169,11 @@ int main(int argc, char **argv)
 		{ "max-conns", required_argument, NULL, 'c' }, { "device", required_argument, NULL, 'd' },
 		{ "secret-file", required_argument, NULL, 'K' }, { "help", no_argument, NULL, 'h' },
 		{ "version", no_argument, NULL, 'V' },         { "busy-poll", required_argument, NULL, 'B' },
-		{ 0 },
+		{ "cache-entries", required_argument, NULL, 'C' }, { 0 },
 	};
-	struct kvp_tier_opts to = { .depth = 64, .busy_poll_us = KVP_BUSY_POLL_DEFAULT };
-	unsigned long port = 11211, threads = 4, max_conns = 1024, bp;
+	struct kvp_tier_opts to = { .depth = 64, .busy_poll_us = KVP_BUSY_POLL_DEFAULT,
+				    .cache_entries = KVP_CACHE_ENTRIES_DEFAULT };
+	unsigned long port = 11211, threads = 4, max_conns = 1024, bp, ce;
 	const char *addr = "127.0.0.1", *unix_path = NULL;
 	static struct kvp_worker workers[MAX_THREADS];
 	static struct kvp_counters *ctrs[MAX_THREADS];
@@ -211,6 +214,13 @@ int main(int argc, char **argv)
 			break;
 		case 'K':
 			to.secret_file = optarg;
+			break;
+		case 'C':
+			if (parse_uint(optarg, 0, 1ul << 24, &ce)) {
+				fprintf(stderr, "kvproxy: --cache-entries %s: entries, 0..16777216\n", optarg);
+				return 2;
+			}
+			to.cache_entries = (unsigned)ce;
 			break;
 		case 'B':
 			if (!strcmp(optarg, "-1")) {

@@ -121,6 +121,7 @@ int kvp_tier_open(const struct kvp_tier_opts *to, kvc_t **out, char *err, size_t
 	o.secret_file = to->secret_file;
 	o.depth = to->depth;
 	o.busy_poll_us = to->busy_poll_us;
+	o.cache_entries = to->cache_entries;
 	rc = kvc_create(&o, out, err, errlen);
 	free(list);
 	return rc;

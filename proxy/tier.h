@@ -9,6 +9,10 @@
 #include "kvclient.h"
 
 #define KVP_BUSY_POLL_DEFAULT 50
+/* Location cache entries per worker and server (32 bytes each, 2 MiB): a
+ * GET of a key whose location is cached is one doorbell instead of two, and
+ * a proxy's workers serve every key of their clients. */
+#define KVP_CACHE_ENTRIES_DEFAULT (1u << 16)
 
 struct kvp_tier_opts {
 	const char *target;      /* rdma://HOST[:PORT][,...] or local://MIB */
@@ -16,6 +20,7 @@ struct kvp_tier_opts {
 	const char *secret_file; /* rdma: the servers' shared secret, or NULL */
 	unsigned depth;          /* ops in flight per handle */
 	int busy_poll_us;        /* kvc_opts.busy_poll_us */
+	unsigned cache_entries;  /* rdma: kvc_opts.cache_entries */
 };
 
 /* 0, or -1 with one line in err: the target is not one kvproxy knows. */

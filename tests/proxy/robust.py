@@ -60,9 +60,10 @@ def main():
     if len(sys.argv) != 2:
         sys.exit(__doc__)
     kvproxy = sys.argv[1]
-    for bad in ("x", "-2", "1000001", ""):
-        r = subprocess.run([kvproxy, "--busy-poll", bad, "local://64"], capture_output=True, text=True, timeout=10)
-        check(r.returncode == 2 and "--busy-poll" in r.stderr, f"--busy-poll {bad!r} refused", r.stderr)
+    for opt, bad in (("--busy-poll", "x"), ("--busy-poll", "-2"), ("--busy-poll", "1000001"), ("--busy-poll", ""),
+                     ("--cache-entries", "-1"), ("--cache-entries", "16777217"), ("--cache-entries", "1e3")):
+        r = subprocess.run([kvproxy, opt, bad, "local://64"], capture_output=True, text=True, timeout=10)
+        check(r.returncode == 2 and opt in r.stderr, f"{opt} {bad!r} refused", r.stderr)
     p, port = start(kvproxy, "-c", "40")
     try:
         # half a command, stalled
