@@ -75,7 +75,7 @@ static int check_op(const struct kvi_conn *h, const struct kvc_op *op)
 	case KVC_OP_DECR:
 		return op->mode & ~(KVC_ARITH_VIVIFY | KVC_ARITH_TOUCH) ? KVC_EINVAL : 0;
 	case KVC_OP_GAT:
-		return op->buf_len && !op->buf ? KVC_EINVAL : 0;
+		return (op->buf_len && !op->buf) || (op->meta & ~(uint32_t)KVC_META_RECACHE) ? KVC_EINVAL : 0;
 	default:
 		return KVC_EINVAL;
 	}
@@ -87,6 +87,8 @@ uint64_t kvi_expiry_of(uint64_t ttl_ms)
 
 	if (ttl_ms == 0)
 		return 0;
+	if (ttl_ms == KVC_TTL_EXPIRED) /* long past by every clock: expired at once */
+		return 1;
 	now_ms = kvi_real_ns() / 1000000u + 1;
 	return ttl_ms > KVI_OBJ_EXPIRY_MAX - now_ms ? KVI_OBJ_EXPIRY_MAX : now_ms + ttl_ms;
 }
@@ -160,8 +162,10 @@ static int submit_hashed(struct kvi_conn *h, struct kvc_op *op, const struct kvi
 			return (int)off;
 		kvi_obj_build(st->obj, op->key, (uint16_t)op->key_len, op->value, (uint32_t)op->value_len,
 			      kvi_expiry_of(op->ttl_ms), op->flags, off >= 0 ? st->obj_cas : 0);
-		if (op->meta & KVC_META_WON) /* not checksummed: layout.h "Recache tokens" */
-			((struct kvi_obj_hdr *)st->obj)->access = KVI_ACCESS_WIN;
+		/* Not checksummed: layout.h "Recache tokens". Read, too: the
+		 * GET that vivified the item ("mg N") was its first fetch. */
+		if (op->meta & KVC_META_WON)
+			((struct kvi_obj_hdr *)st->obj)->access = KVI_ACCESS_WIN | KVI_ACCESS_READ;
 		*built += op->value_len;
 	}
 	op->status = 1; /* in flight */

@@ -215,6 +215,10 @@ enum kvi_objcheck kvi_expiry_check(const struct kvi_opst *st, uint64_t expiry_ms
 /* What a read of the object whose header is oh tells the caller
  * (kvc_op.item: fetched, stale, its recache token out), for GET and GAT. */
 uint32_t kvi_item_bits(const struct kvi_obj_hdr *oh);
+/* Does a GET or GAT of this item contend for its recache token: a stale
+ * item, or (KVC_META_RECACHE) one whose remaining TTL is below recache_ms?
+ * (A GET takes the token with an RDMA CAS, a GAT under the locks.) */
+int kvi_recache_contends(const struct kvc_op *op, const struct kvi_obj_hdr *oh);
 /* Check the candidates read in the last round: the one holding the key (*res is
  * KVI_OBJ_MATCH, KVI_OBJ_EXPIRED or KVI_OBJ_UNSURE), or NULL; unreadable ones
  * are counted in cand_bad. */

@@ -121,9 +121,7 @@ static void on_win(struct kvi_conn *h, struct kvi_opst *st)
 	kvi_st_finish(h, st, st->result, st->kind);
 }
 
-/* Does the GET of this item contend for its recache token: a stale item, or
- * (KVC_META_RECACHE) one whose remaining TTL is below recache_ms? */
-static int contends(const struct kvc_op *op, const struct kvi_obj_hdr *oh)
+int kvi_recache_contends(const struct kvc_op *op, const struct kvi_obj_hdr *oh)
 {
 	uint64_t exp = kvi_obj_expiry_ms(oh), now_ms;
 
@@ -164,7 +162,7 @@ static void deliver(struct kvi_conn *h, struct kvi_opst *st, const struct kvi_ca
 	/* The recache token: one more round trip, only when contended (its
 	 * CAS sets the read mark too). */
 	memcpy(&word, buf + (kvi_access_word_off(obj_off) - obj_off), sizeof(word));
-	if (!(oh->access & KVI_ACCESS_WIN) && contends(op, oh)) {
+	if (!(oh->access & KVI_ACCESS_WIN) && kvi_recache_contends(op, oh)) {
 		st->result = status;
 		st->kind = kind;
 		st->lock_tries = 0;

@@ -57,18 +57,27 @@ int kvi_rmw_miss(const struct kvc_op *op)
 	return op->type == KVC_OP_PUT && op->mode != KVC_STORE_CAS ? KVC_ENOTSTORED : KVC_ENOTFOUND;
 }
 
-/* memcached's reading of a counter (its safe_strtoull over the item's
- * bytes): optional leading blanks and '+', 1..20 digits that fit 64 bits,
- * then the end or a blank (memcached pads a shortened counter with spaces). */
+static int is_c_space(unsigned char c)
+{
+	return c == ' ' || (c >= '\t' && c <= '\r');
+}
+
+/* memcached's reading of a counter, its safe_strtoull over the item's bytes
+ * (which its memory follows with "\r\n"): leading white space, a sign,
+ * 1..20 digits that fit 64 bits, then the end, a NUL or white space
+ * (memcached pads a shortened counter with spaces). A '-' negates, as
+ * strtoull does, and is refused only where the result would be negative as
+ * a signed number ("-0" is 0, "-18446744073709551615" is 1). */
 static int parse_counter(const unsigned char *p, uint32_t len, uint64_t *v)
 {
 	uint32_t i = 0, digits = 0;
 	uint64_t x = 0;
+	int neg = 0;
 
-	while (i < len && p[i] == ' ')
+	while (i < len && is_c_space(p[i]))
 		i++;
-	if (i < len && p[i] == '+')
-		i++;
+	if (i < len && (p[i] == '+' || p[i] == '-'))
+		neg = p[i++] == '-';
 	for (; i < len && p[i] >= '0' && p[i] <= '9'; i++, digits++) {
 		unsigned d = p[i] - '0';
 
@@ -76,7 +85,11 @@ static int parse_counter(const unsigned char *p, uint32_t len, uint64_t *v)
 			return -1;
 		x = x * 10 + d;
 	}
-	if (digits == 0 || (i < len && p[i] != ' ' && p[i] != '\r' && p[i] != '\n' && p[i] != '\t'))
+	if (digits == 0 || (i < len && p[i] != '\0' && !is_c_space(p[i])))
+		return -1;
+	if (neg)
+		x = 0 - x;
+	if (neg && (int64_t)x < 0)
 		return -1;
 	*v = x;
 	return 0;
@@ -123,16 +136,18 @@ int kvi_rmw_build(struct kvi_conn *h, struct kvi_opst *st, const struct kvi_obj_
 	const unsigned char *cur = (const unsigned char *)oh;
 	uint32_t klen = oh->key_len, vlen = kvi_obj_value_len(oh), flags = kvi_obj_client_flags(oh);
 	uint64_t expiry = kvi_obj_expiry_ms(oh), cas = oh->cas, old_len = kvi_obj_len_of(oh);
-	/* A touch keeps the item as it is (its state, its recache token); an
-	 * invalidation makes it stale with no token; anything else is a new
-	 * item. */
+	/* A touch keeps the item as it is (its state, its recache token) and
+	 * marks it read (memcached's touch and gat count as a fetch); an
+	 * invalidation makes it stale with no token (read if it was); anything
+	 * else is a new item. */
 	int same = op->type == KVC_OP_TOUCH || op->type == KVC_OP_GAT;
 	/* A cas that invalidates ("ms I C"): the unique asked for stores as
 	 * a cas does; an older one stores too, the new item stale with the
 	 * old one's expiry and recache token (memcached's: the value is
 	 * replaced, the item stays what it was); a newer one is refused. */
 	int recas = op->type == KVC_OP_PUT && op->mode == KVC_STORE_CAS;
-	uint8_t access = same ? oh->access & KVI_ACCESS_WIN : 0;
+	uint8_t access = same ? (uint8_t)((oh->access & KVI_ACCESS_WIN) | KVI_ACCESS_READ)
+			      : op->type == KVC_OP_DELETE ? (uint8_t)(oh->access & KVI_ACCESS_READ) : 0;
 	uint8_t sflags = same ? oh->flags : op->type == KVC_OP_DELETE ? (uint8_t)(oh->flags | KVI_OBJ_F_STALE) : 0;
 	uint64_t nlen = vlen, counter = 0;
 	char digits[24];
@@ -140,6 +155,9 @@ int kvi_rmw_build(struct kvi_conn *h, struct kvi_opst *st, const struct kvi_obj_
 	unsigned char *val;
 	int rc;
 
+	/* memcached: an empty value is no counter, whatever the cas says */
+	if ((op->type == KVC_OP_INCR || op->type == KVC_OP_DECR) && vlen == 0)
+		return KVC_ENONNUMERIC;
 	if (recas) {
 		if (op->cas > cas)
 			return KVC_EEXISTS;
@@ -159,6 +177,7 @@ int kvi_rmw_build(struct kvi_conn *h, struct kvi_opst *st, const struct kvi_obj_
 		else
 			counter = op->delta > counter ? 0 : counter - op->delta;
 		nlen = (uint64_t)snprintf(digits, sizeof(digits), "%" PRIu64, counter);
+		op->item = 0; /* found, not created */
 		op->expiry_ms = expiry; /* the item's, before a touch (memcached's "ma t") */
 		if (op->mode & KVC_ARITH_TOUCH)
 			expiry = kvi_expiry_of(op->ttl_ms);
@@ -188,6 +207,13 @@ int kvi_rmw_build(struct kvi_conn *h, struct kvi_opst *st, const struct kvi_obj_
 		/* The value as the item has it (the touch does not change it). */
 		op->value_len = vlen;
 		op->item = kvi_item_bits(oh);
+		/* The recache token ("mg R T", or a stale item), decided under
+		 * the locks against the TTL before this touch: the new object
+		 * carries it. */
+		if (!(oh->access & KVI_ACCESS_WIN) && kvi_recache_contends(op, oh)) {
+			access |= KVI_ACCESS_WIN;
+			op->item |= KVC_ITEM_WON;
+		}
 		if (vlen > op->buf_len)
 			st->result = KVC_ETRUNC; /* the touch is made all the same */
 		else if (vlen)
@@ -254,6 +280,7 @@ int kvi_rmw_vivify(struct kvi_conn *h, struct kvi_opst *st)
 		      st->obj_cas);
 	op->expiry_ms = kvi_obj_expiry_ms((const struct kvi_obj_hdr *)(const void *)st->obj);
 	op->result = op->initial;
+	op->item = KVC_ITEM_CREATED;
 	st->result = 0;
 	st->rmw_built = 1;
 	return 0;

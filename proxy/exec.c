@@ -22,7 +22,7 @@ int kvp_ttl_ms(int32_t exptime, time_t now, uint64_t *ttl_ms)
 	if (exptime == 0)
 		return 0;
 	if (exptime < 0 || (exptime > THIRTY_DAYS && (time_t)exptime <= now)) {
-		*ttl_ms = 1;
+		*ttl_ms = KVC_TTL_EXPIRED;
 		return 1;
 	}
 	*ttl_ms = exptime > THIRTY_DAYS ? (uint64_t)((time_t)exptime - now) * 1000u : (uint64_t)exptime * 1000u;
@@ -136,6 +136,21 @@ static int store_mode(int cmd)
 	}
 }
 
+/* Does meta flag a come before flag b in r's flags (both present)? */
+static int flag_before(const struct kvp_req *r, char a, char b)
+{
+	const char *t;
+	size_t tl, off = 0;
+
+	while ((off = kvp_next_token(r->mtokens, r->mtokens_len, off, &t, &tl)) != 0) {
+		if (t[0] == a)
+			return 1;
+		if (t[0] == b)
+			return 0;
+	}
+	return 0;
+}
+
 /* The one op of a single-key request, or 0 for none; *expired when the
  * request's exptime says "expired at once" (exec.h kvp_ttl_ms). */
 static int single_op(const struct kvp_req *r, struct kvc_op *op, int *expired, time_t now)
@@ -202,9 +217,17 @@ static int single_op(const struct kvp_req *r, struct kvc_op *op, int *expired, t
 		return 1;
 	case KVP_C_MG:
 		op->type = r->has_exptime ? KVC_OP_GAT : KVC_OP_GET;
-		if (op->type == KVC_OP_GET && (r->mflags & KVP_MF('R')) && r->recache_ttl > 0) {
+		if ((r->mflags & KVP_MF('R')) && r->recache_ttl > 0) {
 			op->meta = KVC_META_RECACHE;
 			op->recache_ms = (uint64_t)r->recache_ttl * 1000u;
+			/* memcached applies the flags in order: after T, R looks
+			 * at the new TTL (the library compares with the old one) */
+			if (op->type == KVC_OP_GAT && flag_before(r, 'T', 'R')) {
+				if (op->ttl_ms == 0 || (op->ttl_ms != KVC_TTL_EXPIRED && op->ttl_ms >= op->recache_ms))
+					op->meta = 0;
+				else
+					op->recache_ms = UINT64_MAX;
+			}
 		}
 		*expired = 0;
 		return 1;
@@ -549,6 +572,13 @@ static void reply_get(struct kvp_exec *x, const struct kvp_slot *s, struct kvp_b
 		line(b, "END");
 }
 
+/* An append or prepend that would outgrow the largest item is not stored
+ * (memcached's NOT_STORED, NS): the data was taken, the item is unchanged. */
+static int append_outgrown(int cmd, int rc)
+{
+	return rc == KVC_EVALSIZE && (cmd == KVP_C_APPEND || cmd == KVP_C_PREPEND) ? KVC_ENOTSTORED : rc;
+}
+
 static void reply_store(struct kvp_exec *x, const struct kvp_slot *s, const struct kvc_op *op, struct kvp_buf *b)
 {
 	int cmd = s->req.cmd, rc = op->status;
@@ -556,6 +586,7 @@ static void reply_store(struct kvp_exec *x, const struct kvp_slot *s, const stru
 	KVP_COUNT(&x->ctr, cmd_set, 1);
 	if (op->type == KVC_OP_DELETE) /* stored already expired (single_op) */
 		rc = rc == KVC_ENOTFOUND ? (cmd == KVP_C_REPLACE ? KVC_ENOTSTORED : 0) : rc;
+	rc = append_outgrown(cmd, rc);
 	if (rc == 0)
 		KVP_COUNT(&x->ctr, total_items, 1);
 	if (cmd == KVP_C_CAS) {
@@ -669,6 +700,8 @@ static void meta_flags(struct kvp_buf *b, const struct kvp_req *r, const struct 
 			if (hit) {
 				kvp_buf_str(b, " c");
 				kvp_buf_u64(b, op->cas);
+			} else if (r->cmd == KVP_C_MS) { /* NS, NF, EX: memcached says c0 */
+				kvp_buf_str(b, " c0");
 			}
 			break;
 		case 'f':
@@ -773,6 +806,7 @@ static void reply_meta_write(struct kvp_exec *x, const struct kvp_slot *s, const
 		reply_store(x, &fake, op, b); /* counts only */
 		if (op->type == KVC_OP_DELETE)
 			rc = rc == KVC_ENOTFOUND ? (r->mode == KVP_C_REPLACE ? KVC_ENOTSTORED : 0) : rc;
+		rc = append_outgrown(r->mode, rc);
 	} else if (r->cmd == KVP_C_MD) {
 		struct kvp_slot fake = *s;
 
@@ -807,7 +841,8 @@ static void reply_meta_write(struct kvp_exec *x, const struct kvp_slot *s, const
 		server_error(b, rc);
 		return;
 	}
-	if (hit && r->noreply)
+	/* q hides a success, except an "ma N" that created the item (memcached's) */
+	if (hit && r->noreply && !(r->cmd == KVP_C_MA && (op->item & KVC_ITEM_CREATED)))
 		return;
 	if (hit && r->cmd == KVP_C_MA && (r->mflags & KVP_MF('v'))) {
 		char num[24];
@@ -855,9 +890,13 @@ static void reply_local(struct kvp_exec *x, const struct kvp_slot *s, const stru
 		int rc;
 
 		KVP_COUNT(&x->ctr, cmd_flush, 1);
-		if (r->exptime > 0)
-			delay = r->exptime > THIRTY_DAYS ? ((time_t)r->exptime > now ? (uint64_t)(r->exptime - now) * 1000u : 0)
-							 : (uint64_t)r->exptime * 1000u;
+		/* memcached flushes what was written up to a second before the
+		 * time asked for: flush_all 1 is at once, flush_all 2 in a second. */
+		if (r->exptime > 1) {
+			time_t at = r->exptime > THIRTY_DAYS ? (time_t)r->exptime : now + r->exptime;
+
+			delay = at - 1 > now ? (uint64_t)(at - 1 - now) * 1000u : 0;
+		}
 		rc = kvc_flush_all(x->h, delay);
 		if (r->noreply)
 			break;

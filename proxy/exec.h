@@ -65,9 +65,9 @@ unsigned kvp_exec_pending(const struct kvp_exec *x);
  * new round. */
 void kvp_exec_finish(struct kvp_exec *x, struct kvp_buf *out);
 
-/* memcached's exptime as a library TTL: 0 never; returns 1 (and a TTL of
- * 1 ms) when the item is to be expired at once (negative, or an absolute
- * time not in the future). */
+/* memcached's exptime as a library TTL: 0 never; returns 1 (and
+ * KVC_TTL_EXPIRED) when the item is to be expired at once (negative, or an
+ * absolute time not in the future). */
 int kvp_ttl_ms(int32_t exptime, time_t now, uint64_t *ttl_ms);
 
 #endif

@@ -191,9 +191,14 @@ KVC_EXPORT void kvc_destroy(kvc_t *h);
  * useful. A missing or expired key is KVC_ENOTFOUND. */
 KVC_EXPORT int kvc_get(kvc_t *h, const void *key, size_t key_len, void *buf, size_t buf_len,
 		       size_t *value_len);
+/* A TTL (ttl_ms of any call or op) that writes the item already expired, as
+ * memcached's negative exptime does: stored, and a miss to every read from
+ * then on (an add, or a vivifying call, then finds the key free). */
+#define KVC_TTL_EXPIRED UINT64_MAX
+
 /* Insert or replace. ttl_ms > 0 makes the item expire that many milliseconds
  * after the call (by the clocks of the machines involved: docs/operations.md "Expiry"
- * states the guarantee, layout.h "Expiry" the mechanism).
+ * states the guarantee, layout.h "Expiry" the mechanism); KVC_TTL_EXPIRED at once.
  * Too long a key (KVC_EKEYSIZE) or value (KVC_EVALSIZE, see kvc_max_value)
  * changes nothing. When both of the key's buckets are full, the insert takes
  * the slot of an expired item; else it asks the server to grow its index
@@ -368,7 +373,8 @@ struct kvc_op {
 	uint64_t expiry_ms;
 	/* memcached meta's item states. meta (in): enum kvc_meta bits;
 	 * recache_ms (in): with KVC_META_RECACHE. item (out, GET and GAT with
-	 * status 0 or KVC_ETRUNC): enum kvc_item bits. */
+	 * status 0 or KVC_ETRUNC; INCR and DECR with status 0): enum kvc_item
+	 * bits. */
 	uint32_t meta;
 	uint32_t item;
 	uint64_t recache_ms;
@@ -376,8 +382,10 @@ struct kvc_op {
 
 /* kvc_op.meta. */
 enum kvc_meta {
-	/* GET: when the item's remaining TTL is below recache_ms, try to win
-	 * the right to recache it (memcached meta "mg R"). */
+	/* GET, GAT: when the item's remaining TTL is below recache_ms, try to
+	 * win the right to recache it (memcached meta "mg R"; a GAT decides it
+	 * under the bucket locks, against the TTL before its touch, and its
+	 * new object carries the token: no extra round trip). */
 	KVC_META_RECACHE = 1,
 	/* DELETE: mark the item stale instead of removing it ("md I"): a new
 	 * CAS unique, served as stale (KVC_ITEM_STALE) until rewritten, with a
@@ -392,7 +400,8 @@ enum kvc_meta {
 	/* PUT (set, add, replace, cas): the new item starts with its recache
 	 * token taken, by this client: GETs see KVC_ITEM_WIN_SENT until it is
 	 * rewritten (memcached meta "mg N", which vivifies a missing item as an
-	 * empty one whose creator is told it won). No extra round trip. */
+	 * empty one whose creator is told it won), and it counts as read
+	 * (KVC_ITEM_FETCHED). No extra round trip. */
 	KVC_META_WON = 4,
 };
 
@@ -406,6 +415,7 @@ enum kvc_item {
 	KVC_ITEM_STALE = 2,    /* invalidated (KVC_META_INVALIDATE): "X" */
 	KVC_ITEM_WON = 4,      /* this GET won the right to recache: "W" */
 	KVC_ITEM_WIN_SENT = 8, /* another client won it: "Z" */
+	KVC_ITEM_CREATED = 16, /* INCR, DECR with KVC_ARITH_VIVIFY: the key was absent and this call stored it */
 };
 
 /* Start op. KVC_EAGAIN when `depth` operations are in flight or finished but

@@ -80,6 +80,8 @@ SESSIONS = [
     ("touch-gat", [b"set t 0 0 1\r\nx\r\ntouch t 100\r\ntouch none 1\r\ngat 100 t none\r\ngats 0 t\r\ngat 0\r\n"
                    b"touch t 1 noreply\r\ntouch t 0 0 0\r\n"], "touch"),
     ("touch-expire", [b"set te 0 0 1\r\nx\r\ntouch te -1\r\nget te\r\n"], "touch"),
+    # flush_all N flushes what was written up to a second before N: 1 is at once
+    ("flush-one", [b"set fo 0 0 1\r\nx\r\nflush_all 1\r\nget fo\r\n"], "flush"),
     ("flush", [b"set fl 0 0 1\r\nx\r\nflush_all\r\nget fl\r\nflush_all 0\r\nflush_all noreply\r\nflush_all 0 noreply\r\n"
                b"flush_all 1 2 3\r\nflush_all -1\r\n"], "flush"),
     # meta
@@ -101,6 +103,32 @@ SESSIONS = [
                    b"ms a 1\r\nxyz\r\n", b"ms a 1 q\r\nxyz\r\n", b"ms a 1 O" + b"x" * 40 + b"\r\nx\r\n",
                    b"ms a %d\r\n" % BIG + b"x" * BIG + b"\r\nmg a\r\n"]),
     ("ms-expired", [b"ms mx 1\r\nx\r\nms mx 1 T-1\r\ny\r\nmg mx v\r\n"]),
+    # an append that would outgrow the largest item is not stored; ms c says c0 when nothing was stored
+    ("append-outgrown", [b"set atl 0 0 600000\r\n" + b"a" * 600000 + b"\r\nappend atl 0 0 600000\r\n" + b"b" * 600000
+                         + b"\r\nms atl 600000 MA\r\n" + b"c" * 600000 + b"\r\nmg atl s\r\n"]),
+    ("ms-c-not-stored", [b"ms mcf 1 ME c\r\nx\r\nms mcf 1 ME c\r\ny\r\nms mcb 1 C5 c\r\nz\r\n"]),
+    # mg R with T: the token decided against the TTL before the touch, or after it when T comes first
+    ("mg-recache-touch", [b"ms mrt 1 T100\r\nx\r\nmg mrt R200 T300 v t\r\nmg mrt v t\r\n"
+                          b"ms mrto 1 T100\r\nx\r\nmg mrto T300 R200 v t\r\nms mrtl 1 T100\r\nx\r\nmg mrtl R50 T10 v t\r\n"
+                          b"mg mrtl v t\r\n"]),
+    # "hit before": touch, gat and a touching mg count as fetches; md I keeps it; a vivifying mg is one
+    ("meta-hit-before", [b"set hh3 0 0 1\r\nx\r\ntouch hh3 100\r\nmg hh3 h\r\nset hh4 0 0 1\r\nx\r\ngat 100 hh4\r\n"
+                         b"mg hh4 h\r\nset hh5 0 0 1\r\nx\r\nmg hh5 T100\r\nmg hh5 h\r\nmg hh8 N30 h\r\nmg hh8 h\r\n"
+                         b"set hha 0 0 1\r\nx\r\nget hha\r\nmd hha I\r\nmg hha h\r\n"]),
+    # a counter as memcached's strtoull reads it: white space, a sign, NUL or white space after
+    ("incr-strtoull", [b"set im0 0 0 2\r\n-0\r\nincr im0 1\r\nset it 0 0 2\r\n\t5\r\nincr it 1\r\n"
+                       b"set iv 0 0 2\r\n5\x0b\r\nincr iv 1\r\nset iz 0 0 3\r\n5\x00x\r\nincr iz 1\r\n"
+                       b"set ing 0 0 2\r\n-5\r\nincr ing 1\r\nset inb 0 0 21\r\n-18446744073709551615\r\nincr inb 1\r\n"
+                       b"ms mec 0\r\n\r\nma mec C1\r\n"]),
+    # ma N q: a success is quiet, except the one that created the item
+    ("ma-vivify-quiet", [b"ma mvq2 N30 q J7\r\nma mvq2 N30 q\r\nma mvq3 N30 q v k O1\r\nmg mvq2 v\r\n"]),
+    # an exptime that says "expired" stores an item no read sees, at once
+    ("expired-at-once", [b"add ane 0 -1 1\r\nx\r\nget ane\r\nadd ane 0 0 1\r\ny\r\nget ane\r\n"
+                         b"set gn 0 0 1\r\nx\r\ngat -1 gn\r\nget gn\r\nset gh 0 0 1\r\nx\r\ngats 2592001 gh\r\nget gh\r\n"]),
+    ("meta-expired-at-once", [b"ms man2 1 ME T-1\r\nx\r\nmg man2 v\r\nms man2 1 ME\r\ny\r\nmg man2 v\r\n"
+                              b"ma mnn N-1 J1 v\r\nmg mnn v\r\nmg mgnn N-1 v\r\nmg mgnn v\r\n"
+                              b"ms mdin 1 T100\r\nx\r\nmd mdin I T-1\r\nmg mdin v\r\n"
+                              b"set tnm 0 0 1\r\nx\r\nmg tnm T-1 q\r\nmg tnm v\r\n"]),
     ("md", [b"ms d1 1\r\nx\r\nmd d1\r\nmd d1\r\nmd d1 q\r\nms d1 1\r\nx\r\nmd d1 q O5 k\r\nmd none O6 k\r\nmn\r\n",
             b"md\r\n", b"md " + K251 + b"\r\n", b"md a !\r\n", b"md a Cx\r\n"]),
     ("ma", [b"ms n1 2\r\n10\r\nma n1\r\nma n1 v\r\nma n1 D5 v\r\nma n1 MD D100 v\r\nma n1 M- v\r\nma n1 M+ D3 v O7 k\r\n"

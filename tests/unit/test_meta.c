@@ -330,3 +330,69 @@ Test(meta, a_cas_that_invalidates)
 	kvc_destroy(a);
 	kvc_destroy(b);
 }
+
+/* memcached's flags applied by a touch: a GAT contends for the recache token
+ * under the locks, against the TTL before its touch (its new object carries
+ * the token, no extra round trip), and a stale item's token goes the same
+ * way; a touch or a GAT marks the item read ("h"); an invalidation keeps the
+ * mark; a vivifying INCR says it created the item. */
+Test(meta, touch_takes_the_token_and_marks_the_item_read)
+{
+	kvc_t *a = kvt_client(&env, NULL, 1024, 4), *b = kvt_client(&env, NULL, 0, 4);
+	char v[64];
+	struct kvc_op gat = { .type = KVC_OP_GAT, .key = "g", .key_len = 1, .buf = v, .buf_len = sizeof(v) - 1,
+			      .ttl_ms = 300000, .meta = KVC_META_RECACHE, .recache_ms = 200000 };
+	struct kvc_op incr = { .type = KVC_OP_INCR, .key = "n", .key_len = 1, .delta = 1, .initial = 5,
+			       .mode = KVC_ARITH_VIVIFY };
+	struct kvc_stats s0, s1;
+
+	cr_assert_eq(kvc_store(a, KVC_STORE_SET, "g", 1, "v", 1, 0, 100000, 0, NULL), 0);
+	kvc_get_stats(a, &s0);
+	cr_assert_eq(run(a, &gat), 0, "%s", kvc_err_name(gat.status));
+	kvc_get_stats(a, &s1);
+	cr_expect_eq(gat.item & (KVC_ITEM_WON | KVC_ITEM_WIN_SENT | KVC_ITEM_FETCHED), KVC_ITEM_WON,
+		     "100 s left, threshold 200 s: won (item bits %#x)", gat.item);
+	cr_expect_eq(s1.ops[KVC_STAT_RMW] + s1.ops[KVC_STAT_RMW_CACHED] - s0.ops[KVC_STAT_RMW] - s0.ops[KVC_STAT_RMW_CACHED],
+		     1, "one read-modify-write, no CAS of its own");
+	cr_expect_eq(get_item_bits(b, "g", 0, 0, v, sizeof(v)) & (KVC_ITEM_WON | KVC_ITEM_WIN_SENT | KVC_ITEM_FETCHED),
+		     KVC_ITEM_WIN_SENT | KVC_ITEM_FETCHED, "the token is out; the GAT was a fetch");
+	gat.status = 0;
+	cr_assert_eq(run(b, &gat), 0);
+	cr_expect_eq(gat.item & (KVC_ITEM_WON | KVC_ITEM_WIN_SENT), KVC_ITEM_WIN_SENT, "300 s left now: Z, not W");
+
+	/* a touch marks read; an invalidation keeps it; its stale item's token to the next GAT */
+	cr_assert_eq(kvc_store(a, KVC_STORE_SET, "t", 1, "v", 1, 0, 0, 0, NULL), 0);
+	cr_assert_eq(kvc_touch(a, "t", 1, 100000), 0);
+	cr_expect(get_item_bits(b, "t", 0, 0, v, sizeof(v)) & KVC_ITEM_FETCHED, "touched: read before");
+	cr_assert_eq(invalidate(a, "t", 0, 0), 0);
+	cr_expect_eq(get_item_bits(b, "t", 0, 0, v, sizeof(v)) & (KVC_ITEM_FETCHED | KVC_ITEM_STALE | KVC_ITEM_WON),
+		     KVC_ITEM_FETCHED | KVC_ITEM_STALE | KVC_ITEM_WON, "invalidated: still read before, stale, won");
+
+	cr_assert_eq(run(a, &incr), 0);
+	cr_expect_eq(incr.result, 5);
+	cr_expect(incr.item & KVC_ITEM_CREATED, "vivified: created");
+	incr.status = 0;
+	cr_assert_eq(run(a, &incr), 0);
+	cr_expect_eq(incr.result, 6);
+	cr_expect_eq(incr.item & KVC_ITEM_CREATED, 0, "found: not created");
+	kvc_destroy(a);
+	kvc_destroy(b);
+}
+
+/* KVC_TTL_EXPIRED (memcached's negative exptime): stored, and from then on a
+ * miss to every read; an add then finds the key free. */
+Test(meta, an_item_written_already_expired_is_a_miss_at_once)
+{
+	kvc_t *a = kvt_client(&env, NULL, 1024, 4);
+	char v[8];
+	size_t n;
+
+	cr_assert_eq(kvc_store(a, KVC_STORE_ADD, "x", 1, "v", 1, 0, KVC_TTL_EXPIRED, 0, NULL), 0);
+	cr_expect_eq(kvc_get(a, "x", 1, v, sizeof(v), &n), KVC_ENOTFOUND);
+	cr_expect_eq(kvc_store(a, KVC_STORE_ADD, "x", 1, "w", 1, 0, 0, 0, NULL), 0, "the key is free");
+	cr_assert_eq(kvc_get(a, "x", 1, v, sizeof(v), &n), 0);
+	cr_expect_eq(v[0], 'w');
+	cr_assert_eq(kvc_touch(a, "x", 1, KVC_TTL_EXPIRED), 0);
+	cr_expect_eq(kvc_get(a, "x", 1, v, sizeof(v), &n), KVC_ENOTFOUND, "touched expired");
+	kvc_destroy(a);
+}
