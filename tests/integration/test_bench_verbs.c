@@ -149,7 +149,8 @@ Test(bench_local_verbs, prime_reads_every_record_first_and_leaves_it_out_of_the_
 {
 	struct kvt_proc p;
 	char *argv[] = { KV_BENCH_BIN, "-w", "C", "-r", "2000", "-n", "6000", "-q", "8", "-T", "2", "--warmup",
-			 "0", "--distribution", "uniform", "--prime", "--target", "local://64", NULL };
+			 "0", "--distribution", "uniform", "--prime", "--local-max-op-ms", "2000", "--target", "local://64",
+			 NULL };
 	char *bad[] = { KV_BENCH_BIN, "--micro", "--prime", "--target", "rdma://192.0.2.1", NULL };
 	unsigned long long cached, all;
 
