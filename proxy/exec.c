@@ -572,21 +572,25 @@ static void reply_get(struct kvp_exec *x, const struct kvp_slot *s, struct kvp_b
 		line(b, "END");
 }
 
-/* An append or prepend that would outgrow the largest item is not stored
- * (memcached's NOT_STORED, NS): the data was taken, the item is unchanged. */
-static int append_outgrown(int cmd, int rc)
+/* A storage command's outcome (cmd: set, add, ..., the text command or ms's
+ * mode) from its op: one stored already expired went as a DELETE
+ * (single_op), so its miss is a success (a replace's, NOT_STORED); an append
+ * or prepend that would outgrow the largest item is not stored (memcached's
+ * NOT_STORED, NS): the data was taken, the item is unchanged. */
+static int store_status(int cmd, const struct kvc_op *op)
 {
+	int rc = op->status;
+
+	if (op->type == KVC_OP_DELETE)
+		return rc == KVC_ENOTFOUND ? (cmd == KVP_C_REPLACE ? KVC_ENOTSTORED : 0) : rc;
 	return rc == KVC_EVALSIZE && (cmd == KVP_C_APPEND || cmd == KVP_C_PREPEND) ? KVC_ENOTSTORED : rc;
 }
 
 static void reply_store(struct kvp_exec *x, const struct kvp_slot *s, const struct kvc_op *op, struct kvp_buf *b)
 {
-	int cmd = s->req.cmd, rc = op->status;
+	int cmd = s->req.cmd, rc = store_status(cmd, op);
 
 	KVP_COUNT(&x->ctr, cmd_set, 1);
-	if (op->type == KVC_OP_DELETE) /* stored already expired (single_op) */
-		rc = rc == KVC_ENOTFOUND ? (cmd == KVP_C_REPLACE ? KVC_ENOTSTORED : 0) : rc;
-	rc = append_outgrown(cmd, rc);
 	if (rc == 0)
 		KVP_COUNT(&x->ctr, total_items, 1);
 	if (cmd == KVP_C_CAS) {
@@ -804,9 +808,7 @@ static void reply_meta_write(struct kvp_exec *x, const struct kvp_slot *s, const
 		fake.req.cmd = r->mode;
 		fake.req.noreply = 1;
 		reply_store(x, &fake, op, b); /* counts only */
-		if (op->type == KVC_OP_DELETE)
-			rc = rc == KVC_ENOTFOUND ? (r->mode == KVP_C_REPLACE ? KVC_ENOTSTORED : 0) : rc;
-		rc = append_outgrown(r->mode, rc);
+		rc = store_status(r->mode, op);
 	} else if (r->cmd == KVP_C_MD) {
 		struct kvp_slot fake = *s;
 

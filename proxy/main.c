@@ -37,6 +37,9 @@ static void on_signal(int sig)
 
 static void usage(FILE *f)
 {
+	struct kvc_opts lib;
+
+	kvc_opts_init(&lib); /* the library's defaults, where kvproxy keeps them */
 	fprintf(f, "usage: kvproxy [options] TARGET\n"
 		   "memcached's text and meta protocols in front of a kvcache tier.\n"
 		   "TARGET:\n"
@@ -58,7 +61,7 @@ static void usage(FILE *f)
 		   "                           each (kvc_opts.cache_entries; default %u; 0: none)\n"
 		   "  -h, --help               this text\n"
 		   "  -V, --version            kvproxy's version\n",
-		   KVC_DEFAULT_PORT, KVP_BUSY_POLL_DEFAULT, KVP_CACHE_ENTRIES_DEFAULT);
+		   KVC_DEFAULT_PORT, lib.busy_poll_us, KVP_CACHE_ENTRIES_DEFAULT);
 }
 
 static int parse_uint(const char *s, unsigned long lo, unsigned long hi, unsigned long *out)
@@ -171,7 +174,7 @@ int main(int argc, char **argv)
 		{ "version", no_argument, NULL, 'V' },         { "busy-poll", required_argument, NULL, 'B' },
 		{ "cache-entries", required_argument, NULL, 'C' }, { 0 },
 	};
-	struct kvp_tier_opts to = { .depth = 64, .busy_poll_us = KVP_BUSY_POLL_DEFAULT,
+	struct kvp_tier_opts to = { .depth = 64, .busy_poll_us = KVP_BUSY_POLL_LIBRARY,
 				    .cache_entries = KVP_CACHE_ENTRIES_DEFAULT };
 	unsigned long port = 11211, threads = 4, max_conns = 1024, bp, ce;
 	const char *addr = "127.0.0.1", *unix_path = NULL;

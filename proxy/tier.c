@@ -81,7 +81,8 @@ static int local_open(const struct kvp_tier_opts *to, kvc_t **out, char *err, si
 	}
 	kvc_opts_init(&o);
 	o.depth = to->depth;
-	o.busy_poll_us = to->busy_poll_us; /* the in-process transport never sleeps: checked, not used */
+	if (to->busy_poll_us != KVP_BUSY_POLL_LIBRARY) /* the in-process transport never sleeps: checked, not used */
+		o.busy_poll_us = to->busy_poll_us;
 	o.cache_entries = LOCAL_CACHE_ENTRIES;
 	rc = kvi_client_open(rm, &o, out);
 	if (rc) {
@@ -120,7 +121,8 @@ int kvp_tier_open(const struct kvp_tier_opts *to, kvc_t **out, char *err, size_t
 	o.device = to->device;
 	o.secret_file = to->secret_file;
 	o.depth = to->depth;
-	o.busy_poll_us = to->busy_poll_us;
+	if (to->busy_poll_us != KVP_BUSY_POLL_LIBRARY)
+		o.busy_poll_us = to->busy_poll_us;
 	o.cache_entries = to->cache_entries;
 	rc = kvc_create(&o, out, err, errlen);
 	free(list);

@@ -4,11 +4,12 @@
 #ifndef KVP_TIER_H
 #define KVP_TIER_H
 
+#include <limits.h>
 #include <stddef.h>
 
 #include "kvclient.h"
 
-#define KVP_BUSY_POLL_DEFAULT 50
+#define KVP_BUSY_POLL_LIBRARY INT_MIN /* busy_poll_us: the library's default */
 /* Location cache entries per worker and server (32 bytes each, 2 MiB): a
  * GET of a key whose location is cached is one doorbell instead of two, and
  * a proxy's workers serve every key of their clients. */
@@ -19,7 +20,7 @@ struct kvp_tier_opts {
 	const char *device;      /* rdma: RDMA device, or NULL */
 	const char *secret_file; /* rdma: the servers' shared secret, or NULL */
 	unsigned depth;          /* ops in flight per handle */
-	int busy_poll_us;        /* kvc_opts.busy_poll_us */
+	int busy_poll_us;        /* kvc_opts.busy_poll_us, or KVP_BUSY_POLL_LIBRARY */
 	unsigned cache_entries;  /* rdma: kvc_opts.cache_entries */
 };
 
