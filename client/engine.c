@@ -53,15 +53,15 @@ static int check_op(const struct kvi_conn *h, const struct kvc_op *op)
 		return KVC_EKEYSIZE;
 	switch (op->type) {
 	case KVC_OP_GET:
-		return (op->buf_len && !op->buf) || (op->meta & ~(uint32_t)KVC_META_RECACHE) ? KVC_EINVAL : 0;
+		return (op->buf_len && !op->buf) || (op->meta & ~(uint32_t)(KVC_META_RECACHE | KVC_META_NO_BUMP)) ? KVC_EINVAL : 0;
 	case KVC_OP_PUT:
 		if ((op->value_len && !op->value) || op->mode < KVC_STORE_SET || op->mode > KVC_STORE_PREPEND)
 			return KVC_EINVAL;
 		/* the token rides in the object the call builds; append and
 		 * prepend build theirs from the old one, under the locks */
-		if (op->meta == KVC_META_WON && (op->mode == KVC_STORE_APPEND || op->mode == KVC_STORE_PREPEND))
+		if ((op->meta & KVC_META_WON) && (op->mode == KVC_STORE_APPEND || op->mode == KVC_STORE_PREPEND))
 			return KVC_EINVAL;
-		if (op->meta && op->meta != KVC_META_WON &&
+		if (op->meta && (op->meta & ~(uint32_t)KVC_META_NO_BUMP) != KVC_META_WON &&
 		    !(op->meta == KVC_META_INVALIDATE && op->mode == KVC_STORE_CAS))
 			return KVC_EINVAL;
 		if (op->value_len > kvi_conn_max_value(h, op->key_len))
@@ -75,7 +75,7 @@ static int check_op(const struct kvi_conn *h, const struct kvc_op *op)
 	case KVC_OP_DECR:
 		return op->mode & ~(KVC_ARITH_VIVIFY | KVC_ARITH_TOUCH) ? KVC_EINVAL : 0;
 	case KVC_OP_GAT:
-		return (op->buf_len && !op->buf) || (op->meta & ~(uint32_t)KVC_META_RECACHE) ? KVC_EINVAL : 0;
+		return (op->buf_len && !op->buf) || (op->meta & ~(uint32_t)(KVC_META_RECACHE | KVC_META_NO_BUMP)) ? KVC_EINVAL : 0;
 	default:
 		return KVC_EINVAL;
 	}
@@ -163,9 +163,11 @@ static int submit_hashed(struct kvi_conn *h, struct kvc_op *op, const struct kvi
 		kvi_obj_build(st->obj, op->key, (uint16_t)op->key_len, op->value, (uint32_t)op->value_len,
 			      kvi_expiry_of(op->ttl_ms), op->flags, off >= 0 ? st->obj_cas : 0);
 		/* Not checksummed: layout.h "Recache tokens". Read, too: the
-		 * GET that vivified the item ("mg N") was its first fetch. */
+		 * GET that vivified the item ("mg N") was its first fetch --
+		 * unless it asked not to bump the item ("mg N u"). */
 		if (op->meta & KVC_META_WON)
-			((struct kvi_obj_hdr *)st->obj)->access = KVI_ACCESS_WIN | KVI_ACCESS_READ;
+			((struct kvi_obj_hdr *)st->obj)->access =
+				KVI_ACCESS_WIN | (op->meta & KVC_META_NO_BUMP ? 0 : KVI_ACCESS_READ);
 		*built += op->value_len;
 	}
 	op->status = 1; /* in flight */

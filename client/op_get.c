@@ -94,8 +94,8 @@ void kvi_get_start(struct kvi_conn *h, struct kvi_opst *st)
  * token (and the read mark) set. */
 static void post_win(struct kvi_conn *h, struct kvi_opst *st, uint64_t expect)
 {
-	struct kvi_rop op = kvi_rop_cas(st->win_off, &st->w[0], expect,
-					expect | (uint64_t)(KVI_ACCESS_WIN | KVI_ACCESS_READ) << st->win_shift);
+	uint64_t set = KVI_ACCESS_WIN | (st->op->meta & KVC_META_NO_BUMP ? 0 : KVI_ACCESS_READ);
+	struct kvi_rop op = kvi_rop_cas(st->win_off, &st->w[0], expect, expect | set << st->win_shift);
 
 	st->w[1] = expect;
 	kvi_st_post(h, st, &op, 1, KVI_ST_GET_WIN);
@@ -172,8 +172,8 @@ static void deliver(struct kvi_conn *h, struct kvi_opst *st, const struct kvi_ca
 		return;
 	}
 	/* First read since the item was written (or copied forward): tell the
-	 * reclaimer it is in use. */
-	if (oh->access == 0)
+	 * reclaimer it is in use (not asked to leave it be: "mg u"). */
+	if (!(oh->access & KVI_ACCESS_READ) && !(op->meta & KVC_META_NO_BUMP))
 		kvi_mark_access(h, obj_off, word, st->deadline);
 	kvi_st_finish(h, st, status, kind);
 }

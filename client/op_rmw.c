@@ -137,16 +137,17 @@ int kvi_rmw_build(struct kvi_conn *h, struct kvi_opst *st, const struct kvi_obj_
 	uint32_t klen = oh->key_len, vlen = kvi_obj_value_len(oh), flags = kvi_obj_client_flags(oh);
 	uint64_t expiry = kvi_obj_expiry_ms(oh), cas = oh->cas, old_len = kvi_obj_len_of(oh);
 	/* A touch keeps the item as it is (its state, its recache token) and
-	 * marks it read (memcached's touch and gat count as a fetch); an
-	 * invalidation makes it stale with no token (read if it was); anything
-	 * else is a new item. */
+	 * marks it read (memcached's touch and gat count as a fetch; not with
+	 * KVC_META_NO_BUMP); an invalidation makes it stale with no token (read
+	 * if it was); anything else is a new item. */
 	int same = op->type == KVC_OP_TOUCH || op->type == KVC_OP_GAT;
 	/* A cas that invalidates ("ms I C"): the unique asked for stores as
 	 * a cas does; an older one stores too, the new item stale with the
 	 * old one's expiry and recache token (memcached's: the value is
 	 * replaced, the item stays what it was); a newer one is refused. */
 	int recas = op->type == KVC_OP_PUT && op->mode == KVC_STORE_CAS;
-	uint8_t access = same ? (uint8_t)((oh->access & KVI_ACCESS_WIN) | KVI_ACCESS_READ)
+	uint8_t bump = op->meta & KVC_META_NO_BUMP ? oh->access & KVI_ACCESS_READ : KVI_ACCESS_READ;
+	uint8_t access = same ? (uint8_t)((oh->access & KVI_ACCESS_WIN) | bump)
 			      : op->type == KVC_OP_DELETE ? (uint8_t)(oh->access & KVI_ACCESS_READ) : 0;
 	uint8_t sflags = same ? oh->flags : op->type == KVC_OP_DELETE ? (uint8_t)(oh->flags | KVI_OBJ_F_STALE) : 0;
 	uint64_t nlen = vlen, counter = 0;

@@ -139,12 +139,14 @@
  * new item with no token.
  *
  * Access tracking. `access` is 0 when the object is written (by a client, or
- * as the reclaimer's copy). A GET that reads an object whose access byte is 0
- * sets KVI_ACCESS_READ with an RDMA CAS of the byte's 8-byte word, from the
- * word it read, riding in a later doorbell of the same handle (no extra
+ * as the reclaimer's copy). A GET that reads an object whose KVI_ACCESS_READ
+ * is clear (0, or a token won by a GET that asked not to bump the item,
+ * KVC_META_NO_BUMP) sets it with an RDMA CAS of the byte's 8-byte word, from
+ * the word it read, riding in a later doorbell of the same handle (no extra
  * round trip, once per object: a marked object is not marked again; a CAS,
- * not a 1-byte WRITE, so that it never clears a recache token). The reclaimer keeps (copies forward) the live objects whose word is
- * set and evicts the others: FIFO with reinsertion of what was read, as
+ * not a 1-byte WRITE, so that it never clears a recache token). A GET with
+ * KVC_META_NO_BUMP marks nothing. The reclaimer keeps (copies forward) the
+ * live objects whose KVI_ACCESS_READ is set and evicts the others: FIFO with reinsertion of what was read, as
  * Segcache and S3-FIFO do. A lost mark only costs that object its second
  * chance. KVI_OBJ_F_FETCHED on a copy records that it had been read before.
  *

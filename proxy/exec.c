@@ -217,14 +217,16 @@ static int single_op(const struct kvp_req *r, struct kvc_op *op, int *expired, t
 		return 1;
 	case KVP_C_MG:
 		op->type = r->has_exptime ? KVC_OP_GAT : KVC_OP_GET;
+		/* u: no LRU bump -- the item is not marked read */
+		op->meta = r->mflags & KVP_MF('u') ? KVC_META_NO_BUMP : 0;
 		if ((r->mflags & KVP_MF('R')) && r->recache_ttl > 0) {
-			op->meta = KVC_META_RECACHE;
+			op->meta |= KVC_META_RECACHE;
 			op->recache_ms = (uint64_t)r->recache_ttl * 1000u;
 			/* memcached applies the flags in order: after T, R looks
 			 * at the new TTL (the library compares with the old one) */
 			if (op->type == KVC_OP_GAT && flag_before(r, 'T', 'R')) {
 				if (op->ttl_ms == 0 || (op->ttl_ms != KVC_TTL_EXPIRED && op->ttl_ms >= op->recache_ms))
-					op->meta = 0;
+					op->meta &= ~(uint32_t)KVC_META_RECACHE;
 				else
 					op->recache_ms = UINT64_MAX;
 			}
@@ -407,7 +409,7 @@ static void vivify(struct kvp_exec *x)
 			memset(op, 0, sizeof(*op));
 			op->type = KVC_OP_PUT;
 			op->mode = KVC_STORE_ADD;
-			op->meta = KVC_META_WON;
+			op->meta = KVC_META_WON | (s->req.mflags & KVP_MF('u') ? KVC_META_NO_BUMP : 0);
 			op->key = was[s->op0].key;
 			op->key_len = was[s->op0].key_len;
 			op->value = "";

@@ -342,6 +342,9 @@ static uint64_t decide(struct kvs_reclaimer *r, struct item *it, const struct kv
 	/* The live access word (clients mark it after the snapshot was taken). */
 	access = __atomic_load_n(r->base + kvi_slot_obj_off(it->slot) + offsetof(struct kvi_obj_hdr, access),
 				 __ATOMIC_RELAXED);
+	/* Read since written; a recache token alone is no read ("mg u" wins
+	 * one without bumping the item) */
+	access &= KVI_ACCESS_READ;
 	fetched = access != 0 || (h->flags & KVI_OBJ_F_FETCHED);
 	if (exp && now_ms() >= exp) { /* under the lock: any moment decides (layout.h "Expiry") */
 		st->expired++;

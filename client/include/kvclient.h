@@ -403,6 +403,12 @@ enum kvc_meta {
 	 * empty one whose creator is told it won), and it counts as read
 	 * (KVC_ITEM_FETCHED). No extra round trip. */
 	KVC_META_WON = 4,
+	/* GET, GAT, and PUT with KVC_META_WON: leave the item's "read since
+	 * written" mark as it was (memcached meta "mg u": no LRU bump). A GET
+	 * posts no access mark, a GAT's new object and a vivified item are not
+	 * marked read, and a recache token won is taken without the mark. The
+	 * next GET without it reports KVC_ITEM_FETCHED as before. */
+	KVC_META_NO_BUMP = 8,
 };
 
 /* kvc_op.item: what a GET (or GAT) learnt of the item. A GET of a stale

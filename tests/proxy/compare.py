@@ -155,6 +155,12 @@ SESSIONS = [
     # ma t: the item's TTL before the call (a vivified item's own)
     ("ma-ttl", [b"set n1 0 100 1\r\n5\r\nma n1 t v\r\nma n1 t\r\nma n2 N50 t v J3\r\nma n2 t c v\r\n"
                 b"set n3 0 0 1\r\n1\r\nma n3 t v T30\r\nma n3 t\r\nma none t\r\nma n1 f s k t q\r\nmn\r\n"]),
+    # u: no LRU bump -- the item is not marked read (h), not by a touch, a
+    # recache win or a vivify either; the next mg without u marks it
+    ("mg-no-bump", [b"set nba 0 0 1\r\nx\r\nmg nba u v\r\nmg nba h\r\nmg nba h\r\n"
+                    b"set nbb 0 0 1\r\nx\r\nmg nbb T30 u h v\r\nmg nbb h u\r\nmg nbb h\r\nmg nbb h\r\n"
+                    b"set nbc 0 100 1\r\nx\r\nmg nbc R200 u v\r\nmg nbc h\r\nmg nbc h\r\n"
+                    b"mg nbd N30 u v\r\nmg nbd h\r\nmg nbd h\r\nset nbe 0 0 1\r\nx\r\nmg nbe u v\r\ngat 10 nbe\r\nmg nbe h\r\n"]),
     ("mn-me", [b"mn\r\nmn extra\r\n"]),
     ("stats-sub", [b"stats reset\r\nstats nonsense\r\n"]),
 ]

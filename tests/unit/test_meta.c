@@ -379,6 +379,46 @@ Test(meta, touch_takes_the_token_and_marks_the_item_read)
 	kvc_destroy(b);
 }
 
+/* KVC_META_NO_BUMP ("mg u"): a GET, a GAT, a recache token won and a
+ * vivified item leave the item unread; the next plain GET marks it. */
+Test(meta, no_bump_leaves_the_item_unread)
+{
+	kvc_t *a = kvt_client(&env, NULL, 0, 4), *b = kvt_client(&env, NULL, 0, 4);
+	const uint32_t seen = KVC_ITEM_FETCHED | KVC_ITEM_WON | KVC_ITEM_WIN_SENT;
+	char v[64];
+	struct kvc_op gat = { .type = KVC_OP_GAT, .key = "u", .key_len = 1, .buf = v, .buf_len = sizeof(v) - 1,
+			      .ttl_ms = 100000, .meta = KVC_META_NO_BUMP };
+	struct kvc_op viv = { .type = KVC_OP_PUT, .mode = KVC_STORE_ADD, .key = "w", .key_len = 1, .value = "",
+			      .ttl_ms = 30000, .meta = KVC_META_WON | KVC_META_NO_BUMP };
+
+	cr_assert_eq(kvc_store(a, KVC_STORE_SET, "u", 1, "x", 1, 0, 0, 0, NULL), 0);
+	cr_expect_eq(get_item_bits(a, "u", KVC_META_NO_BUMP, 0, v, sizeof(v)) & seen, 0);
+	cr_assert_eq(run(a, &gat), 0, "%s", kvc_err_name(gat.status));
+	cr_expect_eq(gat.item & seen, 0, "a GAT with u after a GET with u: unread");
+	cr_expect_eq(get_item_bits(b, "u", 0, 0, v, sizeof(v)) & seen, 0, "the touch did not mark it");
+	cr_expect_eq(get_item_bits(b, "u", KVC_META_NO_BUMP, 0, v, sizeof(v)) & seen, KVC_ITEM_FETCHED,
+		     "a plain GET marks it");
+
+	/* a token won with u: taken, the item not read; the next GET reads it */
+	cr_assert_eq(kvc_store(a, KVC_STORE_SET, "r", 1, "x", 1, 0, 100000, 0, NULL), 0);
+	cr_expect_eq(get_item_bits(a, "r", KVC_META_RECACHE | KVC_META_NO_BUMP, 200000, v, sizeof(v)) & seen,
+		     KVC_ITEM_WON);
+	cr_expect_eq(get_item_bits(b, "r", 0, 0, v, sizeof(v)) & seen, KVC_ITEM_WIN_SENT);
+	cr_expect_eq(get_item_bits(b, "r", 0, 0, v, sizeof(v)) & seen, KVC_ITEM_WIN_SENT | KVC_ITEM_FETCHED,
+		     "the plain GET marked it read, the token kept");
+
+	/* vivified with u ("mg N u"): the token out, not read */
+	cr_assert_eq(run(a, &viv), 0, "%s", kvc_err_name(viv.status));
+	cr_expect_eq(get_item_bits(b, "w", 0, 0, v, sizeof(v)) & seen, KVC_ITEM_WIN_SENT);
+	cr_expect_eq(get_item_bits(b, "w", 0, 0, v, sizeof(v)) & seen, KVC_ITEM_WIN_SENT | KVC_ITEM_FETCHED);
+
+	gat.meta = KVC_META_NO_BUMP | KVC_META_INVALIDATE;
+	gat.status = 0;
+	cr_expect_eq(kvc_submit(a, &gat), KVC_EINVAL);
+	kvc_destroy(a);
+	kvc_destroy(b);
+}
+
 /* KVC_TTL_EXPIRED (memcached's negative exptime): stored, and from then on a
  * miss to every read; an add then finds the key free. */
 Test(meta, an_item_written_already_expired_is_a_miss_at_once)
