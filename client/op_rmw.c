@@ -135,7 +135,7 @@ int kvi_rmw_build(struct kvi_conn *h, struct kvi_opst *st, const struct kvi_obj_
 	struct kvc_op *op = st->op;
 	const unsigned char *cur = (const unsigned char *)oh;
 	uint32_t klen = oh->key_len, vlen = kvi_obj_value_len(oh), flags = kvi_obj_client_flags(oh);
-	uint64_t expiry = kvi_obj_expiry_ms(oh), cas = oh->cas, old_len = kvi_obj_len_of(oh);
+	uint64_t expiry = kvi_obj_expiry_ms(oh), cas = oh->cas, old_len = kvi_obj_len_of(oh), was_expiry = expiry;
 	/* A touch keeps the item as it is (its state, its recache token) and
 	 * marks it read (memcached's touch and gat count as a fetch; not with
 	 * KVC_META_NO_BUMP); an invalidation makes it stale with no token (read
@@ -262,7 +262,7 @@ int kvi_rmw_build(struct kvi_conn *h, struct kvi_opst *st, const struct kvi_obj_
 	if (op->type == KVC_OP_GAT) {
 		op->flags = flags;
 		op->cas = cas;
-		op->expiry_ms = kvi_obj_expiry_ms(nh);
+		op->expiry_ms = was_expiry; /* before the touch (kvclient.h) */
 	}
 	st->rmw_built = 1;
 	return 0;

@@ -413,8 +413,9 @@ static void vivify(struct kvp_exec *x)
 			op->key = was[s->op0].key;
 			op->key_len = was[s->op0].key_len;
 			op->value = "";
-			/* with T, the touch's TTL (memcached touches what it vivified) */
-			if (was[s->op0].type == KVC_OP_GAT)
+			/* memcached applies the flags in order: a T after N touches
+			 * what N vivified; a T before it found nothing to touch */
+			if (was[s->op0].type == KVC_OP_GAT && flag_before(&s->req, 'N', 'T'))
 				op->ttl_ms = was[s->op0].ttl_ms;
 			else
 				kvp_ttl_ms(s->req.vivify_exptime, now, &op->ttl_ms);
@@ -439,7 +440,7 @@ static void vivify(struct kvp_exec *x)
 				op->value_len = 0;
 				op->flags = 0;
 				op->cas = add.cas;
-				op->item = KVC_ITEM_WON;
+				op->item = KVC_ITEM_WON | KVC_ITEM_CREATED; /* meta_ttl */
 				op->expiry_ms = add.ttl_ms ? now_ms() + add.ttl_ms : 0;
 			} else if (add.status == KVC_ENOTSTORED) {
 				op->status = KVC_EAGAIN;
@@ -687,6 +688,52 @@ static void meta_key(struct kvp_buf *b, const struct kvp_req *r)
 	}
 }
 
+/* " t" and the seconds left until expiry_ms (CLOCK_REALTIME ms; 0: -1, never). */
+static void put_ttl(struct kvp_buf *b, uint64_t expiry_ms)
+{
+	uint64_t now = now_ms();
+
+	kvp_buf_str(b, " t");
+	if (expiry_ms == 0)
+		kvp_buf_str(b, "-1");
+	else /* whole seconds left (nearest), as memcached's clock counts them */
+		kvp_buf_u64(b, expiry_ms > now ? (expiry_ms - now + 500) / 1000 : 0);
+}
+
+/* The expiry an exptime gives from now (CLOCK_REALTIME ms; 0: never; 1: expired). */
+static uint64_t expiry_of(int32_t exptime)
+{
+	uint64_t ttl_ms = 0;
+
+	if (kvp_ttl_ms(exptime, time(NULL), &ttl_ms))
+		return 1;
+	return ttl_ms ? now_ms() + ttl_ms : 0;
+}
+
+/* mg's and ma's t: the item's TTL where t stands among the flags, as memcached
+ * applies them in order. Before a T that follows, the TTL the item had (the
+ * library's expiry_ms for GAT, INCR and DECR is the one before the call);
+ * after it, T's. An item this request vivified (N) has none before N, then
+ * N's, and T's after a T that follows N (what it was stored with; ma stores
+ * T's whatever the order: one ttl_ms serves its touch and its vivify). */
+static void meta_ttl(struct kvp_buf *b, const struct kvp_req *r, const struct kvc_op *op)
+{
+	int touch = (r->mflags & KVP_MF('T')) != 0; /* has_exptime means "expired" by now */
+
+	if (op->item & KVC_ITEM_CREATED) {
+		if (!flag_before(r, 'N', 't'))
+			kvp_buf_str(b, " t-1");
+		else if (touch && flag_before(r, 'T', 't') && (r->cmd == KVP_C_MA || flag_before(r, 'N', 'T')))
+			put_ttl(b, expiry_of(r->exptime));
+		else
+			put_ttl(b, expiry_of(r->vivify_exptime));
+	} else if (touch && flag_before(r, 'T', 't')) {
+		put_ttl(b, expiry_of(r->exptime));
+	} else {
+		put_ttl(b, op->expiry_ms);
+	}
+}
+
 /* The return flags of a meta reply, in the order they were asked. */
 static void meta_flags(struct kvp_buf *b, const struct kvp_req *r, const struct kvc_op *op, int hit)
 {
@@ -727,15 +774,8 @@ static void meta_flags(struct kvp_buf *b, const struct kvp_req *r, const struct 
 				kvp_buf_str(b, op->item & KVC_ITEM_FETCHED ? " h1" : " h0");
 			break;
 		case 't':
-			if (hit && (r->cmd == KVP_C_MG || r->cmd == KVP_C_MA)) {
-				uint64_t now = now_ms();
-
-				kvp_buf_str(b, " t");
-				if (op->expiry_ms == 0)
-					kvp_buf_str(b, "-1");
-				else /* whole seconds left (nearest), as memcached's clock counts them */
-					kvp_buf_u64(b, op->expiry_ms > now ? (op->expiry_ms - now + 500) / 1000 : 0);
-			}
+			if (hit && (r->cmd == KVP_C_MG || r->cmd == KVP_C_MA))
+				meta_ttl(b, r, op);
 			break;
 		default:
 			break;

@@ -366,10 +366,11 @@ struct kvc_op {
 	uint64_t delta;
 	uint64_t initial;
 	uint64_t result;
-	/* GET, GAT: set with status 0 to the item's expiry, CLOCK_REALTIME
+	/* GET: set with status 0 to the item's expiry, CLOCK_REALTIME
 	 * milliseconds (0: never), e.g. for memcached meta's remaining TTL.
-	 * INCR, DECR: the item's expiry before the call (a vivified one's:
-	 * the new item's), as memcached's "ma t" tells it. */
+	 * GAT, INCR, DECR: the item's expiry before the call (a GAT's new one
+	 * is ttl_ms from now; a vivified item's: its own), as memcached's
+	 * "mg t T" and "ma t" tell it. */
 	uint64_t expiry_ms;
 	/* memcached meta's item states. meta (in): enum kvc_meta bits;
 	 * recache_ms (in): with KVC_META_RECACHE. item (out, GET and GAT with

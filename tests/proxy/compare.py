@@ -161,6 +161,14 @@ SESSIONS = [
                     b"set nbb 0 0 1\r\nx\r\nmg nbb T30 u h v\r\nmg nbb h u\r\nmg nbb h\r\nmg nbb h\r\n"
                     b"set nbc 0 100 1\r\nx\r\nmg nbc R200 u v\r\nmg nbc h\r\nmg nbc h\r\n"
                     b"mg nbd N30 u v\r\nmg nbd h\r\nmg nbd h\r\nset nbe 0 0 1\r\nx\r\nmg nbe u v\r\ngat 10 nbe\r\nmg nbe h\r\n"]),
+    # flags apply in order: t before T shows the TTL the item had, after it
+    # T's; a vivified item has none before N, then N's (T's after a T after N)
+    ("meta-ttl-order", [b"set tta 0 100 1\r\nx\r\nmg tta t T30\r\nmg tta t\r\nmg tta T20 t v\r\n"
+                        b"set ttc 0 0 1\r\nx\r\nmg ttc t T30 v\r\nmg ttc T0 t\r\nmg ttc t\r\n"
+                        b"set ttd 0 100 1\r\n1\r\nma ttd t T30 v\r\nma ttd T40 t v\r\nma ttd T0 t\r\nma ttd t\r\n"
+                        b"mg tte N30 t T50\r\nmg tte t\r\nmg ttf T50 N30 t\r\nmg ttf t\r\nmg ttg N30 T50 t\r\n"
+                        b"mg ttg t\r\nmg tth t N30 T50\r\nmg tth t\r\nma ttm N30 J5 t T50 v\r\nma ttm t\r\n"
+                        b"ma ttn N30 J5 T50 t v\r\nma ttn t\r\nma ttp t N30 J5 v\r\nmn\r\n"]),
     ("mn-me", [b"mn\r\nmn extra\r\n"]),
     ("stats-sub", [b"stats reset\r\nstats nonsense\r\n"]),
 ]

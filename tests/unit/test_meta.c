@@ -6,6 +6,7 @@
  * removes. */
 #include <criterion/criterion.h>
 #include <string.h>
+#include <time.h>
 
 #include "dpath_check.h"
 #include "kvclient_errors.h"
@@ -352,6 +353,13 @@ Test(meta, touch_takes_the_token_and_marks_the_item_read)
 	kvc_get_stats(a, &s1);
 	cr_expect_eq(gat.item & (KVC_ITEM_WON | KVC_ITEM_WIN_SENT | KVC_ITEM_FETCHED), KVC_ITEM_WON,
 		     "100 s left, threshold 200 s: won (item bits %#x)", gat.item);
+	{ /* the expiry before the touch ("mg t T": t first shows the old TTL) */
+		uint64_t now_ms = (uint64_t)time(NULL) * 1000u;
+
+		cr_expect(gat.expiry_ms > now_ms + 90000 && gat.expiry_ms < now_ms + 110000,
+			  "expiry %llu, now %llu: the one before the touch", (unsigned long long)gat.expiry_ms,
+			  (unsigned long long)now_ms);
+	}
 	cr_expect_eq(s1.ops[KVC_STAT_RMW] + s1.ops[KVC_STAT_RMW_CACHED] - s0.ops[KVC_STAT_RMW] - s0.ops[KVC_STAT_RMW_CACHED],
 		     1, "one read-modify-write, no CAS of its own");
 	cr_expect_eq(get_item_bits(b, "g", 0, 0, v, sizeof(v)) & (KVC_ITEM_WON | KVC_ITEM_WIN_SENT | KVC_ITEM_FETCHED),
