@@ -1,6 +1,6 @@
 /* The location cache: for recently used keys, where their slot was and what it
- * held. Two-way set-associative (a set is one cache line), least recently used
- * out, fixed size (bounded memory), owned by one handle.
+ * held. Four-way set-associative (a set is two adjacent cache lines), least
+ * recently used out, fixed size (bounded memory), owned by one handle.
  *
  * An entry is only a hint, found by the key's hash (96 of its bits), and
  * every use checks the key bytes of the object it leads to (a hash is not a
@@ -34,13 +34,14 @@ struct kvi_loc {
 	uint16_t pad;
 };
 #define KVI_LOC_TICK_NS (1ull << 24) /* ~16.8 ms */
-/* Two entries a cache line, none across two: a lookup is one miss at most. */
+/* Two entries a cache line, none across two; a set is KVI_LOC_WAYS of them. */
 _Static_assert(sizeof(struct kvi_loc) == 32, "kvc_opts.cache_entries documents 32 bytes an entry");
+#define KVI_LOC_WAYS 4u
 
 struct kvi_locache {
 	struct kvi_loc *e; /* 64-byte aligned */
 	uint32_t n;        /* entries, a power of two; 0 = disabled */
-	uint64_t set_mask; /* hash bits to a set's first entry: (n - 1) & ~1; 0 when n < 2 */
+	uint64_t set_mask; /* hash bits to a set's first entry: (n - 1) & ~3; 0 when n < 4 */
 	size_t mapped;     /* bytes of e's own mapping (hugemap.h), 0 = heap memory */
 };
 
@@ -54,7 +55,7 @@ void kvi_locache_clear(struct kvi_locache *c);
  * it in the CPU's cache instead of waiting for memory). */
 static inline void kvi_locache_prefetch(const struct kvi_locache *c, uint64_t hlo)
 {
-	/* The set's line (locache.c), from a mask fixed at init (a disabled
+	/* The set's two lines (locache.c), from a mask fixed at init (a disabled
 	 * cache: address 0; a prefetch never faults). On x86 in asm volatile:
 	 * GCC 12 deleted __builtin_prefetch here twice -- under `if (c->n)`,
 	 * and with a comparison in the address -- and a lookup that waits for
@@ -62,9 +63,10 @@ static inline void kvi_locache_prefetch(const struct kvi_locache *c, uint64_t hl
 	uintptr_t at = (uintptr_t)c->e + ((hlo >> 32 ^ hlo) & c->set_mask) * sizeof(struct kvi_loc);
 
 #if defined(__x86_64__) || defined(__i386__)
-	__asm__ volatile("prefetcht0 (%0)" : : "r"(at));
+	__asm__ volatile("prefetcht0 (%0)\n\tprefetcht0 64(%0)" : : "r"(at));
 #else
 	__builtin_prefetch((const void *)at);
+	__builtin_prefetch((const void *)(at + 64));
 #endif
 }
 /* The entry for this hash, or NULL. */

@@ -76,7 +76,7 @@ struct kvc_opts {
 	int op_timeout_ms;
 	unsigned depth;         /* asynchronous operations in flight, 1..64; default 16 */
 	unsigned cache_entries; /* client-side location cache entries per server (32 B each,
-				  * rounded down to a power of two; two-way, least recently
+				  * rounded down to a power of two; four-way, least recently
 				  * used out); 0 = off; default 4096 */
 	/* Tell the server which items are read (a 1-byte WRITE riding in a later
 	 * doorbell, once per item until the server copies it forward), so that

@@ -2,7 +2,8 @@
  * writes: a cached location that went stale (the key moved, was replaced
  * or deleted) falls back to the buckets without a duplicate; a cached
  * location outside the key's buckets is never locked; a forged hash
- * collision cannot make a cached PUT replace another key's value. */
+ * collision cannot make a cached PUT replace another key's value; a set
+ * keeps four keys, least recently confirmed out. */
 #include <criterion/criterion.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -202,4 +203,47 @@ Test(locache, a_forged_hash_collision_cannot_make_a_cached_put_replace_another_k
 	cr_expect_eq(kvt_get_s(a, "victim", v, sizeof(v)), 0);
 	cr_expect_str_eq(v, "victim-value");
 	kvc_destroy(a);
+}
+
+/* The cache's sets: four keys whose hashes pick one set all stay; a fifth
+ * takes the place of the one confirmed longest ago; a key put again keeps
+ * its one entry; a small cache is one set of its entries. */
+Test(locache, a_set_holds_four_keys_and_the_fifth_replaces_the_least_recently_confirmed)
+{
+	struct kvi_locache c;
+	const uint64_t tick = KVI_LOC_TICK_NS;
+	/* hlo values that pick set 0 of a 64-entry cache: (hlo >> 32 ^ hlo) & 60 == 0 */
+	uint64_t hlo[6];
+
+	for (unsigned i = 0; i < 6; i++)
+		hlo[i] = (uint64_t)(i + 1) << 8;
+	cr_assert_eq(kvi_locache_init(&c, 64), 0);
+	for (unsigned i = 0; i < 4; i++)
+		kvi_locache_put(&c, hlo[i], i, 7, i, 0x1000 + i, (10 + i) * tick);
+	for (unsigned i = 0; i < 4; i++) {
+		const struct kvi_loc *l = kvi_locache_get(&c, hlo[i], i);
+
+		cr_assert(l, "key %u of a full set stays", i);
+		cr_expect_eq(l->slot, 0x1000 + i);
+	}
+	kvi_locache_put(&c, hlo[0], 0, 7, 0, 0x2000, 20 * tick); /* confirmed again: now the newest */
+	kvi_locache_put(&c, hlo[4], 4, 7, 4, 0x1004, 21 * tick);
+	cr_expect_null(kvi_locache_get(&c, hlo[1], 1), "the one confirmed longest ago went");
+	cr_expect_eq(kvi_locache_get(&c, hlo[0], 0)->slot, 0x2000, "one entry per key, updated");
+	cr_expect_not_null(kvi_locache_get(&c, hlo[2], 2));
+	cr_expect_not_null(kvi_locache_get(&c, hlo[3], 3));
+	cr_expect_not_null(kvi_locache_get(&c, hlo[4], 4));
+	kvi_locache_drop(&c, hlo[4], 4);
+	cr_expect_null(kvi_locache_get(&c, hlo[4], 4));
+	kvi_locache_put(&c, hlo[5], 5, 7, 5, 0x1005, 22 * tick);
+	cr_expect_not_null(kvi_locache_get(&c, hlo[5], 5), "a dropped entry is free again");
+	cr_expect_not_null(kvi_locache_get(&c, hlo[2], 2), "and nobody else left for it");
+	kvi_locache_fini(&c);
+
+	cr_assert_eq(kvi_locache_init(&c, 2), 0);
+	kvi_locache_put(&c, hlo[0], 0, 7, 0, 0x1000, tick);
+	kvi_locache_put(&c, hlo[1], 1, 7, 1, 0x1001, 2 * tick);
+	cr_expect_not_null(kvi_locache_get(&c, hlo[0], 0), "two entries: one set of two");
+	cr_expect_not_null(kvi_locache_get(&c, hlo[1], 1));
+	kvi_locache_fini(&c);
 }
