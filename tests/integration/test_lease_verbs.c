@@ -173,6 +173,11 @@ Test(lease_verbs, client_ids_are_recycled_so_joins_never_run_out)
 	for (int i = 0; i < 40; i++) {
 		h = connect_to("7674", 100);
 		rc = kvc_put(h, "k", 1, "v", 1, 0);
+		/* A handle that lost its 200 ms lease before its first PUT (the
+		 * sanitizer build in an emulated guest) is fenced; its next call
+		 * joins again, a new id: the same test. */
+		for (int again = 0; rc == KVC_EFENCED && again < 3; again++)
+			rc = kvc_put(h, "k", 1, "v", 1, 0);
 		cr_assert_eq(rc, 0, "join %d: %s; kvserver: %s", i, kvc_err_name(rc), srv.all);
 		kvc_destroy(h);
 		/* An id comes back a quarantine after its holder left: a few
