@@ -166,8 +166,7 @@ static int submit_hashed(struct kvi_conn *h, struct kvc_op *op, const struct kvi
 		 * GET that vivified the item ("mg N") was its first fetch --
 		 * unless it asked not to bump the item ("mg N u"). */
 		if (op->meta & KVC_META_WON)
-			((struct kvi_obj_hdr *)st->obj)->access =
-				KVI_ACCESS_WIN | (op->meta & KVC_META_NO_BUMP ? 0 : KVI_ACCESS_READ);
+			((struct kvi_obj_hdr *)st->obj)->access = KVI_ACCESS_WIN | kvi_read_mark(op);
 		*built += op->value_len;
 	}
 	op->status = 1; /* in flight */

@@ -215,6 +215,13 @@ enum kvi_objcheck kvi_expiry_check(const struct kvi_opst *st, uint64_t expiry_ms
 /* What a read of the object whose header is oh tells the caller
  * (kvc_op.item: fetched, stale, its recache token out), for GET and GAT. */
 uint32_t kvi_item_bits(const struct kvi_obj_hdr *oh);
+/* The access bit an operation that reads an item sets (layout.h "Access
+ * tracking"): KVI_ACCESS_READ, or none when it asked not to bump the item
+ * (KVC_META_NO_BUMP, memcached meta's "mg u"). */
+static inline uint8_t kvi_read_mark(const struct kvc_op *op)
+{
+	return op->meta & KVC_META_NO_BUMP ? 0 : KVI_ACCESS_READ;
+}
 /* Does a GET or GAT of this item contend for its recache token: a stale
  * item, or (KVC_META_RECACHE) one whose remaining TTL is below recache_ms?
  * (A GET takes the token with an RDMA CAS, a GAT under the locks.) */

@@ -94,7 +94,7 @@ void kvi_get_start(struct kvi_conn *h, struct kvi_opst *st)
  * token (and the read mark) set. */
 static void post_win(struct kvi_conn *h, struct kvi_opst *st, uint64_t expect)
 {
-	uint64_t set = KVI_ACCESS_WIN | (st->op->meta & KVC_META_NO_BUMP ? 0 : KVI_ACCESS_READ);
+	uint64_t set = KVI_ACCESS_WIN | kvi_read_mark(st->op);
 	struct kvi_rop op = kvi_rop_cas(st->win_off, &st->w[0], expect, expect | set << st->win_shift);
 
 	st->w[1] = expect;
@@ -173,7 +173,7 @@ static void deliver(struct kvi_conn *h, struct kvi_opst *st, const struct kvi_ca
 	}
 	/* First read since the item was written (or copied forward): tell the
 	 * reclaimer it is in use (not asked to leave it be: "mg u"). */
-	if (!(oh->access & KVI_ACCESS_READ) && !(op->meta & KVC_META_NO_BUMP))
+	if (!(oh->access & KVI_ACCESS_READ) && kvi_read_mark(op))
 		kvi_mark_access(h, obj_off, word, st->deadline);
 	kvi_st_finish(h, st, status, kind);
 }

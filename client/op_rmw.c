@@ -146,8 +146,7 @@ int kvi_rmw_build(struct kvi_conn *h, struct kvi_opst *st, const struct kvi_obj_
 	 * old one's expiry and recache token (memcached's: the value is
 	 * replaced, the item stays what it was); a newer one is refused. */
 	int recas = op->type == KVC_OP_PUT && op->mode == KVC_STORE_CAS;
-	uint8_t bump = op->meta & KVC_META_NO_BUMP ? oh->access & KVI_ACCESS_READ : KVI_ACCESS_READ;
-	uint8_t access = same ? (uint8_t)((oh->access & KVI_ACCESS_WIN) | bump)
+	uint8_t access = same ? (uint8_t)((oh->access & (KVI_ACCESS_WIN | KVI_ACCESS_READ)) | kvi_read_mark(op))
 			      : op->type == KVC_OP_DELETE ? (uint8_t)(oh->access & KVI_ACCESS_READ) : 0;
 	uint8_t sflags = same ? oh->flags : op->type == KVC_OP_DELETE ? (uint8_t)(oh->flags | KVI_OBJ_F_STALE) : 0;
 	uint64_t nlen = vlen, counter = 0;
