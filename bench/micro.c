@@ -166,6 +166,19 @@ static int run_pattern(struct kvi_rmem *rm, const struct kvb_micro_opts *o, cons
 		at[j] = total;
 		total += ((size_t)len[j] + 63) & ~(size_t)63;
 	}
+	/* From the extent's first 64-byte boundary: extents hold 4-byte aligned
+	 * objects, so one may start off an 8-byte boundary, where a CAS is
+	 * refused. */
+	{
+		uint64_t base = (seg_off + 63) & ~(uint64_t)63;
+
+		if (base - seg_off + total > seg_size) {
+			fprintf(stderr, "kvbench: %s: the granted extent is too small\n", p->name);
+			return KVC_ERANGE;
+		}
+		seg_size -= base - seg_off;
+		seg_off = base;
+	}
 	span = seg_size - total;
 	for (uint64_t i = 0; i < o->ops; i++) {
 		/* Walk the segment so every doorbell touches fresh cache lines at the server. */
