@@ -76,18 +76,31 @@ uint64_t kvb_fnvhash64(uint64_t v)
 	return h;
 }
 
+/* "00" .. "99": a key's digits two at a time (every request formats its key). */
+static const char digit_pairs[201] = "00010203040506070809101112131415161718192021222324252627282930313233343536373839"
+				     "40414243444546474849505152535455565758596061626364656667686970717273747576777879"
+				     "8081828384858687888990919293949596979899";
+
 size_t kvb_key_name(uint64_t keynum, int ordered, unsigned zeropad, char *out, size_t cap)
 {
-	char digits[20];
+	char digits[20], *d = digits + sizeof(digits); /* filled from the end */
 	uint64_t v = ordered ? keynum : kvb_fnvhash64(keynum);
 	int neg = (int)(v >> 63); /* Long.toString prints the value as signed */
 	uint64_t mag = neg ? 0 - v : v;
-	size_t nd = 0, vlen, fill, len, o = 0;
+	size_t nd, vlen, fill, len, o = 0;
 
-	do {
-		digits[nd++] = (char)('0' + mag % 10);
-		mag /= 10;
-	} while (mag);
+	while (mag >= 100) {
+		d -= 2;
+		memcpy(d, digit_pairs + 2 * (mag % 100), 2);
+		mag /= 100;
+	}
+	if (mag >= 10) {
+		d -= 2;
+		memcpy(d, digit_pairs + 2 * mag, 2);
+	} else {
+		*--d = (char)('0' + mag);
+	}
+	nd = (size_t)(digits + sizeof(digits) - d);
 	vlen = nd + (size_t)neg;
 	fill = zeropad > vlen ? zeropad - vlen : 0; /* YCSB puts the zeros after "user", before any sign */
 	len = 4 + fill + vlen;
@@ -102,9 +115,8 @@ size_t kvb_key_name(uint64_t keynum, int ordered, unsigned zeropad, char *out, s
 	o += fill;
 	if (neg)
 		out[o++] = '-';
-	while (nd)
-		out[o++] = digits[--nd];
-	out[o] = '\0';
+	memcpy(out + o, d, nd);
+	out[o + nd] = '\0';
 	return len;
 }
 

@@ -404,16 +404,22 @@ int kvi_conn_poll(struct kvi_conn *h, struct kvc_op **done, unsigned max, int ti
 	uint64_t deadline = timeout_ms < 0 ? UINT64_MAX : now + (uint64_t)timeout_ms * 1000000u;
 	struct kvi_rcomp comp[16];
 	unsigned n = 0;
-	int polled = 0;
+	int polled = 0, got = 0;
 
 	if (!done || max == 0)
 		return KVC_EINVAL;
 	for (;;) {
 		uint64_t next_due = UINT64_MAX;
-		int got, wait_ms;
+		int wait_ms;
 
-		kvi_lease_tick(h, now);
-		run_backoffs(h, now, &next_due);
+		/* The lease and the timers, unless this pass only hands back what
+		 * the completions just finished: the pass before looked at them
+		 * moments ago, and the next call looks again (a blocking GET would
+		 * otherwise pay for both twice). */
+		if (got <= 0 || h->done_count == 0) {
+			kvi_lease_tick(h, now);
+			run_backoffs(h, now, &next_due);
+		}
 		while (n < max && h->done_count > 0) {
 			done[n++] = h->done[h->done_head];
 			h->done_head = (h->done_head + 1) % h->o.depth;
@@ -447,6 +453,7 @@ int kvi_conn_poll(struct kvi_conn *h, struct kvc_op **done, unsigned max, int ti
 			nanosleep(&(struct timespec){ .tv_sec = (time_t)(ns / 1000000000u),
 						      .tv_nsec = (long)(ns % 1000000000u) }, NULL);
 			polled = 1;
+			got = 0;
 			now = kvi_now_ns();
 			continue;
 		}

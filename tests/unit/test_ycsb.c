@@ -2,6 +2,7 @@
  * Zipfian frequencies and zeta, ScrambledZipfian, SkewedLatest, Uniform, the
  * insert counters, the key chooser and the core workload mixes. Sample sizes are
  * fixed and seeds constant, so the statistical bounds (5 sigma) cannot flake. */
+#include <stdio.h>
 #include <criterion/criterion.h>
 #include <math.h>
 #include <pthread.h>
@@ -100,6 +101,18 @@ Test(ycsb_keys, key_names_hashed_ordered_and_padded)
 	cr_expect_str_eq(k, "user5");
 	cr_expect_eq(kvb_key_name(5, 1, 10, k, sizeof(k)), 14);
 	cr_expect_str_eq(k, "user0000000005");
+	/* every digit count, odd and even (the digits go two at a time) */
+	for (uint64_t v = 0, p = 1; p <= 1000000; p *= 10) {
+		char want[32];
+
+		for (v = p - 1; v <= p + 1; v++) {
+			snprintf(want, sizeof(want), "user%llu", (unsigned long long)v);
+			cr_expect_eq(kvb_key_name(v, 1, 1, k, sizeof(k)), strlen(want));
+			cr_expect_str_eq(k, want);
+		}
+	}
+	kvb_key_name(UINT64_MAX >> 1, 1, 1, k, sizeof(k));
+	cr_expect_str_eq(k, "user9223372036854775807");
 	kvb_key_name(123456, 1, 3, k, sizeof(k)); /* padding never truncates */
 	cr_expect_str_eq(k, "user123456");
 	kvb_key_name(0, 0, 21, k, sizeof(k)); /* 19 hash digits, two zeros */
