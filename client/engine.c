@@ -413,9 +413,10 @@ int kvi_conn_poll(struct kvi_conn *h, struct kvc_op **done, unsigned max, int ti
 		int wait_ms;
 
 		/* The lease and the timers, unless this pass only hands back what
-		 * the completions just finished: the pass before looked at them
-		 * moments ago, and the next call looks again (a blocking GET would
-		 * otherwise pay for both twice). */
+		 * the completions just finished: the pass before the wait looked
+		 * at them, and the caller's next call looks again (a blocking GET
+		 * would otherwise pay for both twice). Nothing is posted on a stale
+		 * look: a submit checks the lease itself (kvi_ensure_joined). */
 		if (got <= 0 || h->done_count == 0) {
 			kvi_lease_tick(h, now);
 			run_backoffs(h, now, &next_due);
