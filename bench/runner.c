@@ -86,6 +86,11 @@ struct thread {
 	struct kvb_phase *ph; /* the phase being recorded into (thread-private copy) */
 	struct kvb_phase load, run;
 	uint64_t rt_ops0[16], rt_rtts0[16]; /* round-trip counters when the priming ended */
+	/* When the last completions were taken (drain), for the batch that
+	 * follows them at once (run): one clock read serves both -- in a VM a
+	 * clock read may be a system call, dearer than the loop's own work for
+	 * a request. 0: none since the last batch. */
+	uint64_t drained_ns;
 };
 
 static void errs_add(struct kvb_errs *e, int status, uint64_t n)
@@ -190,7 +195,8 @@ static int stopping(struct thread *th)
 
 /* A request came back: record it, or start the RMW's write. Returns 1 when
  * the slot is free again. */
-static int finish(struct thread *th, struct slot *s)
+/* now: when s's request was seen done (its latency ends there). */
+static int finish(struct thread *th, struct slot *s, uint64_t now)
 {
 	struct kvb_phase *ph = th->ph;
 	int st = s->req.status;
@@ -214,14 +220,14 @@ static int finish(struct thread *th, struct slot *s)
 	ph->ops[s->type]++;
 	ph->ops[KVB_T_N]++;
 	if (st == 0) {
-		uint64_t lat = kvi_mono_ns() - s->t0;
+		uint64_t lat = now - s->t0;
 
 		kvb_hist_record(&ph->hist[s->type], lat);
 		kvb_hist_record(&ph->hist[KVB_T_N], lat);
 	} else {
 		ph->failed[s->type]++;
 		ph->failed[KVB_T_N]++;
-		kvb_hist_record(&ph->fail_hist, kvi_mono_ns() - s->t0);
+		kvb_hist_record(&ph->fail_hist, now - s->t0);
 		errs_add(&ph->errs, st, 1);
 	}
 	return 1;
@@ -236,11 +242,14 @@ static void drain(struct thread *th, int timeout_ms)
 {
 	struct kvb_req *done[64];
 	int n = th->sh->cfg->drv->poll(th->conn, done, 64, timeout_ms);
+	uint64_t now = n ? kvi_mono_ns() : 0;
 
+	if (n > 0)
+		th->drained_ns = now;
 	for (int i = 0; i < n; i++) {
 		struct slot *s = done[i]->user;
 
-		if (finish(th, s)) {
+		if (finish(th, s, now)) {
 			release(s);
 			th->inflight--;
 		}
@@ -252,7 +261,7 @@ static void drain(struct thread *th, int timeout_ms)
 			if (!s->req.user)
 				continue;
 			s->req.status = n;
-			finish(th, s);
+			finish(th, s, now);
 			release(s);
 		}
 		th->inflight = 0;
@@ -275,7 +284,7 @@ static void settle(struct thread *th)
 static void refused(struct thread *th, struct slot *s, int status)
 {
 	s->req.status = status ? status : -1;
-	finish(th, s);
+	finish(th, s, kvi_mono_ns());
 	release(s);
 }
 
@@ -327,6 +336,8 @@ static void sweep(struct thread *th, uint64_t first, uint64_t step, enum kvb_typ
 	const struct kvb_cfg *c = th->sh->cfg;
 	uint64_t next = first;
 
+	th->drained_ns = 0;
+
 	while (next < c->records || th->inflight) {
 		if (stopping(th)) {
 			settle(th);
@@ -335,7 +346,9 @@ static void sweep(struct thread *th, uint64_t first, uint64_t step, enum kvb_typ
 		if (next < c->records && th->inflight < th->sh->depth && !stopping(th)) {
 			struct slot *batch[64];
 			unsigned k = 0;
-			uint64_t now = kvi_mono_ns();
+			uint64_t now = th->drained_ns ? th->drained_ns : kvi_mono_ns(); /* as run's */
+
+			th->drained_ns = 0;
 
 			while (next < c->records && th->inflight + k < th->sh->depth && k < 64) {
 				struct slot *s = free_slot(th);
@@ -423,6 +436,7 @@ static void run(struct thread *th)
 	int more = 1;
 
 	th->ph = &th->run;
+	th->drained_ns = 0; /* the phases before ended a while ago */
 	while (more || th->inflight) {
 		if (stopping(th)) {
 			settle(th);
@@ -432,9 +446,11 @@ static void run(struct thread *th)
 			struct slot *batch[64];
 			unsigned n = 0;
 			/* One clock read for the batch, as sweep does: its requests
-			 * start together (in a VM a clock read may be a system call,
-			 * dearer than the rest of the loop's work for an operation). */
-			uint64_t now = kvi_mono_ns();
+			 * start together -- the one that saw the last completions, if
+			 * this batch follows them (struct thread). */
+			uint64_t now = th->drained_ns ? th->drained_ns : kvi_mono_ns();
+
+			th->drained_ns = 0;
 
 			while (th->inflight + n < th->sh->depth && n < 64) {
 				int k = claim(th->sh, now);
