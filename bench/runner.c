@@ -327,6 +327,16 @@ static struct slot *free_slot(struct thread *th)
 	return NULL;
 }
 
+/* The clock for a batch of requests that start together: the read that saw
+ * the last completions, if the batch follows them (struct thread). */
+static uint64_t batch_clock(struct thread *th)
+{
+	uint64_t now = th->drained_ns ? th->drained_ns : kvi_mono_ns();
+
+	th->drained_ns = 0;
+	return now;
+}
+
 /* Load phase: this thread inserts keys id, id + threads, ... < records. */
 /* Keys first, first + step, ... below records, each with one request of
  * prim, depth at a time: the load (inserts, recorded, the keys shared out
@@ -346,9 +356,7 @@ static void sweep(struct thread *th, uint64_t first, uint64_t step, enum kvb_typ
 		if (next < c->records && th->inflight < th->sh->depth && !stopping(th)) {
 			struct slot *batch[64];
 			unsigned k = 0;
-			uint64_t now = th->drained_ns ? th->drained_ns : kvi_mono_ns(); /* as run's */
-
-			th->drained_ns = 0;
+			uint64_t now = batch_clock(th);
 
 			while (next < c->records && th->inflight + k < th->sh->depth && k < 64) {
 				struct slot *s = free_slot(th);
@@ -445,12 +453,7 @@ static void run(struct thread *th)
 		if (more && th->inflight < th->sh->depth && !th->failed) {
 			struct slot *batch[64];
 			unsigned n = 0;
-			/* One clock read for the batch, as sweep does: its requests
-			 * start together -- the one that saw the last completions, if
-			 * this batch follows them (struct thread). */
-			uint64_t now = th->drained_ns ? th->drained_ns : kvi_mono_ns();
-
-			th->drained_ns = 0;
+			uint64_t now = batch_clock(th); /* one read for the batch, as sweep's */
 
 			while (th->inflight + n < th->sh->depth && n < 64) {
 				int k = claim(th->sh, now);

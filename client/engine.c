@@ -398,6 +398,15 @@ static void on_complete(struct kvi_conn *h, const struct kvi_rcomp *c, uint64_t 
 	}
 }
 
+/* The steps of got completions, as of now (read after they were polled). */
+static void on_completions(struct kvi_conn *h, const struct kvi_rcomp *comp, int got, uint64_t now)
+{
+	h->step_now = now;
+	for (int i = 0; i < got; i++)
+		on_complete(h, &comp[i], now);
+	h->step_now = 0;
+}
+
 int kvi_conn_poll(struct kvi_conn *h, struct kvc_op **done, unsigned max, int timeout_ms)
 {
 	uint64_t now, deadline;
@@ -418,10 +427,7 @@ int kvi_conn_poll(struct kvi_conn *h, struct kvc_op **done, unsigned max, int ti
 	deadline = timeout_ms < 0 ? UINT64_MAX : now + (uint64_t)timeout_ms * 1000000u;
 	if (got > 0) {
 		polled = 1;
-		h->step_now = now;
-		for (int i = 0; i < got; i++)
-			on_complete(h, &comp[i], now);
-		h->step_now = 0;
+		on_completions(h, comp, got, now);
 	}
 	got = 0;
 	for (;;) {
@@ -477,14 +483,10 @@ int kvi_conn_poll(struct kvi_conn *h, struct kvc_op **done, unsigned max, int ti
 		got = now >= deadline ? kvi_rmem_poll(h->rm, comp, 16) : kvi_rmem_wait(h->rm, comp, 16, wait_ms);
 		polled = 1;
 		now = kvi_now_ns();
-		if (got > 0) {
-			h->step_now = now;
-			for (int i = 0; i < got; i++)
-				on_complete(h, &comp[i], now);
-			h->step_now = 0;
-		} else {
+		if (got > 0)
+			on_completions(h, comp, got, now);
+		else
 			check_stuck(h, now);
-		}
 	}
 }
 

@@ -688,26 +688,35 @@ static void meta_key(struct kvp_buf *b, const struct kvp_req *r)
 	}
 }
 
-/* " t" and the seconds left until expiry_ms (CLOCK_REALTIME ms; 0: -1, never). */
+/* " t" and the whole seconds left (nearest, as memcached's clock counts them)
+ * of left_ms, or -1 for an item that never expires. */
+static void put_ttl_left(struct kvp_buf *b, int never, uint64_t left_ms)
+{
+	kvp_buf_str(b, " t");
+	if (never)
+		kvp_buf_str(b, "-1");
+	else
+		kvp_buf_u64(b, (left_ms + 500) / 1000);
+}
+
+/* The t of an item that expires at expiry_ms (CLOCK_REALTIME ms; 0: never). */
 static void put_ttl(struct kvp_buf *b, uint64_t expiry_ms)
 {
 	uint64_t now = now_ms();
 
-	kvp_buf_str(b, " t");
-	if (expiry_ms == 0)
-		kvp_buf_str(b, "-1");
-	else /* whole seconds left (nearest), as memcached's clock counts them */
-		kvp_buf_u64(b, expiry_ms > now ? (expiry_ms - now + 500) / 1000 : 0);
+	put_ttl_left(b, expiry_ms == 0, expiry_ms > now ? expiry_ms - now : 0);
 }
 
-/* The expiry an exptime gives from now (CLOCK_REALTIME ms; 0: never; 1: expired). */
-static uint64_t expiry_of(int32_t exptime)
+/* The t of an item just given this exptime: its TTL itself (no clock read
+ * to turn it into an expiry and back); 0 for one already past. */
+static void put_exptime_ttl(struct kvp_buf *b, int32_t exptime)
 {
 	uint64_t ttl_ms = 0;
 
 	if (kvp_ttl_ms(exptime, time(NULL), &ttl_ms))
-		return 1;
-	return ttl_ms ? now_ms() + ttl_ms : 0;
+		put_ttl_left(b, 0, 0);
+	else
+		put_ttl_left(b, ttl_ms == 0, ttl_ms);
 }
 
 /* mg's and ma's t: the item's TTL where t stands among the flags, as memcached
@@ -722,13 +731,13 @@ static void meta_ttl(struct kvp_buf *b, const struct kvp_req *r, const struct kv
 
 	if (op->item & KVC_ITEM_CREATED) {
 		if (!flag_before(r, 'N', 't'))
-			kvp_buf_str(b, " t-1");
+			put_ttl_left(b, 1, 0);
 		else if (touch && flag_before(r, 'T', 't') && (r->cmd == KVP_C_MA || flag_before(r, 'N', 'T')))
-			put_ttl(b, expiry_of(r->exptime));
+			put_exptime_ttl(b, r->exptime);
 		else
-			put_ttl(b, expiry_of(r->vivify_exptime));
+			put_exptime_ttl(b, r->vivify_exptime);
 	} else if (touch && flag_before(r, 'T', 't')) {
-		put_ttl(b, expiry_of(r->exptime));
+		put_exptime_ttl(b, r->exptime);
 	} else {
 		put_ttl(b, op->expiry_ms);
 	}
